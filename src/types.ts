@@ -1,0 +1,24 @@
+/** The outcome of one rule for one decision. */
+export interface RuleResult {
+  allowed: boolean;
+  /** The rule's limit (capacity for a token bucket, burst for GCRA). */
+  limit: number;
+  /** Units left after this decision (whole units, never negative). */
+  remaining: number;
+  /** Epoch ms at which the rule is back at its full limit. */
+  resetAt: number;
+  /** Ms until this request's cost could be admitted; 0 when allowed; `Infinity` when never. */
+  retryAfter: number;
+}
+
+/** The outcome of `Limiter.limit()`. */
+export interface Decision extends RuleResult {
+  /** The binding rule: the one that denied (latest retry), else the one with least remaining. */
+  rule: string;
+  /** Where the answer came from: Redis, the in-isolate deny cache, or the `onError` policy. */
+  source: "redis" | "cache" | "error";
+  /** Every rule's own outcome, by rule name. */
+  rules: Record<string, RuleResult>;
+  /** Set when `source` is `"error"`: what went wrong (timeout, HTTP or Redis error). */
+  error?: Error;
+}

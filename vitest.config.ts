@@ -1,0 +1,22 @@
+import { defineConfig } from "vitest/config";
+
+// Three environments, one command (`npm test`):
+//  - node:  the engine, the bridge, the Hono middleware (test/**/*.test.ts)
+//  - edge:  the Vercel middleware inside edge-runtime (test/edge/**/*.test.ts)
+//  - workers: the Cloudflare Worker inside workerd (vitest.workers.config.ts)
+export default defineConfig({
+  test: {
+    projects: [
+      {
+        test: {
+          name: "node",
+          include: ["test/**/*.test.ts"],
+          exclude: ["test/edge/**", "test/worker/**"],
+          globalSetup: ["test/global-setup.ts"],
+          testTimeout: 20_000,
+          hookTimeout: 30_000,
+        },
+      },
+    ],
+  },
+});
