@@ -1,0 +1,39 @@
+-- Sliding log: at most `limit` units in any `window` ms, exact, one sorted-set entry per unit
+-- admitted in the last `window` ms (so O(limit) memory). An entry stamped t counts while now < t + window.
+--
+-- Entries are stamped with max(now, newest stamp), so a caller whose clock lags can neither expire
+-- entries early nor stamp its own to expire early. Members are "<stamp>:<n>" with n above the number
+-- of entries in the window: at one stamp that number only grows, so members never collide, however
+-- many units arrive in the same millisecond. Expired entries are trimmed only when a request is
+-- admitted, so a denial or a peek writes nothing.
+algorithms.slidingLog = function(key, now, cost, limit, window)
+  local newest = redis.call("ZRANGE", key, -1, -1, "WITHSCORES")[2]
+  local stamp = now
+  if newest then stamp = math.max(now, tonumber(newest)) end
+  local floor = "(" .. int(stamp - window)
+  local count = redis.call("ZCOUNT", key, floor, "+inf")
+  local r = { limit = limit, left_now = limit - count, reset_now = count > 0 and stamp + window or now }
+  if cost > limit then
+    r.ok, r.retry = false, NEVER
+    return r
+  end
+  local excess = count + cost - limit
+  if excess > 0 then
+    -- wait until the excess-th oldest entry in the window leaves it
+    local oldest = redis.call("ZRANGEBYSCORE", key, floor, "+inf", "WITHSCORES", "LIMIT", excess - 1, 1)[2]
+    r.ok, r.retry = false, tonumber(oldest) + window - now
+    return r
+  end
+  r.ok, r.left, r.reset = true, limit - count - cost, stamp + window
+  r.write = function()
+    redis.call("ZREMRANGEBYSCORE", key, "-inf", stamp - window)
+    local entries = {}
+    for i = 1, cost do
+      entries[2 * i - 1] = stamp
+      entries[2 * i] = int(stamp) .. ":" .. int(count + i)
+    end
+    redis.call("ZADD", key, unpack(entries))
+    redis.call("PEXPIRE", key, stamp + window - now)
+  end
+  return r
+end

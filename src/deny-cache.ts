@@ -1,0 +1,72 @@
+import type { Decision } from "./types.js";
+
+interface Entry {
+  /** The smallest cost that was denied: any cost at least this large is denied too until `until`. */
+  cost: number;
+  /** Epoch ms at which the identifier could be admitted again: the entry is a hit strictly before it. */
+  until: number;
+  decidedAt: number;
+  decision: Decision;
+}
+
+/**
+ * A bounded cache of deny decisions, least recently used out first. A denial holds until the moment
+ * the identifier could be admitted again, and not a millisecond longer, so a hit is always the answer
+ * Redis would have given: no request is sent for it.
+ */
+export class DenyCache {
+  private readonly entries = new Map<string, Entry>();
+
+  constructor(readonly maxEntries: number) {}
+
+  get size(): number {
+    return this.entries.size;
+  }
+
+  /** The cached denial of `identifier` for `cost` at `now`, with times made relative to `now`. */
+  get(identifier: string, cost: number, now: number): Decision | undefined {
+    const entry = this.entries.get(identifier);
+    if (entry === undefined) return undefined;
+    if (now >= entry.until) {
+      this.entries.delete(identifier);
+      return undefined;
+    }
+    if (cost < entry.cost) return undefined;
+    this.entries.delete(identifier);
+    this.entries.set(identifier, entry);
+    const elapsed = now - entry.decidedAt;
+    const rules: Decision["rules"] = {};
+    for (const [name, rule] of Object.entries(entry.decision.rules)) {
+      rules[name] = { ...rule, retryAfter: Math.max(0, rule.retryAfter - elapsed) };
+    }
+    return { ...entry.decision, retryAfter: entry.until - now, source: "cache", rules };
+  }
+
+  set(identifier: string, cost: number, now: number, decision: Decision): void {
+    if (decision.retryAfter <= 0) return;
+    this.entries.delete(identifier);
+    this.entries.set(identifier, { cost, until: now + decision.retryAfter, decidedAt: now, decision });
+    if (this.entries.size > this.maxEntries) {
+      this.entries.delete(this.entries.keys().next().value as string);
+    }
+  }
+
+  delete(identifier: string): void {
+    this.entries.delete(identifier);
+  }
+}
+
+// One cache per limiter configuration for the whole isolate: a Worker that builds its Limiter inside
+// each request still answers repeat offenders from memory.
+const caches = new Map<string, DenyCache>();
+
+/** The isolate-wide deny cache for a limiter configuration (`fingerprint`), created on first use. */
+export function sharedDenyCache(fingerprint: string, maxEntries: number): DenyCache {
+  const key = `${maxEntries}|${fingerprint}`;
+  let cache = caches.get(key);
+  if (cache === undefined) {
+    cache = new DenyCache(maxEntries);
+    caches.set(key, cache);
+  }
+  return cache;
+}

@@ -1,0 +1,45 @@
+const UNITS: Record<string, number> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+const PATTERN = /^(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)$/;
+
+/** A duration: milliseconds as a number, or a string such as `"500ms"`, `"10s"`, `"1m"`, `"1h"`, `"1d"`. */
+export type Duration =
+  | number
+  | `${number}${"ms" | "s" | "m" | "h" | "d"}`
+  | `${number} ${"ms" | "s" | "m" | "h" | "d"}`;
+
+/**
+ * Converts a duration to a whole, positive number of milliseconds, or throws an Error that names `field`.
+ *
+ * @example
+ * toMs("1m", "window") // 60000
+ * toMs(250, "period")  // 250
+ */
+export function toMs(value: unknown, field: string): number {
+  let ms: number;
+  if (typeof value === "number") {
+    ms = value;
+  } else if (typeof value === "string") {
+    const match = PATTERN.exec(value.trim());
+    if (!match) {
+      throw new Error(
+        `${field}: "${value}" is not a duration; use milliseconds or a string like "500ms", "10s", "1m", "1h", "1d"`,
+      );
+    }
+    ms = Number(match[1]) * UNITS[match[2]!]!;
+  } else {
+    throw new Error(
+      `${field}: expected a duration (milliseconds or a string like "10s"), got ${describe(value)}`,
+    );
+  }
+  if (!Number.isFinite(ms) || ms <= 0 || !Number.isInteger(ms)) {
+    throw new Error(`${field}: must be a positive whole number of milliseconds, got ${describe(value)}`);
+  }
+  return ms;
+}
+
+/** A short, safe rendering of a bad value for error messages. */
+export function describe(value: unknown): string {
+  if (typeof value === "string") return JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}…` : value);
+  if (typeof value === "number" || typeof value === "boolean" || value == null) return String(value);
+  return Array.isArray(value) ? "an array" : `a ${typeof value}`;
+}

@@ -1,0 +1,281 @@
+import { compileRule, type Rule, type RuleConfig } from "./algorithms.js";
+import { Batcher, type Call, type Reply, type Requester } from "./batch.js";
+import { type DenyCache, sharedDenyCache } from "./deny-cache.js";
+import { describe } from "./duration.js";
+import { SCRIPT, SCRIPT_SHA1 } from "./generated/script.js";
+import { checkPrefix, keyTag } from "./keys.js";
+import type { Decision, RuleResult } from "./types.js";
+
+/** What `new Limiter()` takes. Only `redis` and `rules` are required. */
+export interface LimiterOptions {
+  /** An @upstash/redis client (`new Redis({ url, token })`). */
+  redis: unknown;
+  /** Key namespace (default "edgelimit"): 1-64 characters of A-Z a-z 0-9 _ . : - */
+  prefix?: string;
+  /** The rules every decision checks, by name; a request is admitted only if all of them admit it. */
+  rules: Record<string, RuleConfig>;
+  /** The in-isolate cache of deny decisions (default `{ maxEntries: 10_000 }`), or `false`. */
+  denyCache?: { maxEntries: number } | false;
+  /** Ms a decision waits for Redis before following `onError` (default 1000). */
+  timeout?: number;
+  /** What a decision is when Redis fails or times out: "allow" (default, fail open) or "deny". */
+  onError?: "allow" | "deny";
+  /** The caller's clock, epoch ms (default `Date.now`). Sent to the script: Redis's clock is never used. */
+  clock?: () => number;
+  /**
+   * Ms to collect decisions into one request (default 0: those issued in the same tick). A small
+   * window (1-2 ms) lets independent requests in one isolate share a pipeline.
+   */
+  batchWindow?: number;
+}
+
+/** Options of one decision. */
+export interface LimitOptions {
+  /** Units this request takes (default 1); 0 peeks: it answers for a cost of 1 and consumes nothing. */
+  cost?: number;
+}
+
+/** How long a caller is told to wait after a decision denied by `onError: "deny"`. */
+const ERROR_RETRY_MS = 1000;
+const OPTIONS = ["redis", "prefix", "rules", "denyCache", "timeout", "onError", "clock", "batchWindow"];
+
+/**
+ * Decides whether an identifier may proceed under every rule, in one Redis round trip.
+ *
+ * @example
+ * const limiter = new Limiter({
+ *   redis: new Redis({ url, token }),
+ *   rules: { burst: gcra({ limit: 10, period: "1s", burst: 20 }), daily: fixedWindow({ limit: 1000, window: "1d" }) },
+ * });
+ * const decision = await limiter.limit("user:42");
+ * if (!decision.allowed) return new Response("slow down", { status: 429 });
+ */
+export class Limiter {
+  readonly prefix: string;
+  /** The validated rules, in the order they were given. */
+  readonly rules: readonly Rule[];
+  private readonly redis: { del(...keys: string[]): Promise<unknown> };
+  private readonly batcher: Batcher;
+  private readonly cache: DenyCache | undefined;
+  private readonly timeout: number;
+  private readonly failOpen: boolean;
+  private readonly clock: () => number;
+  private readonly ruleArgs: string[];
+  private readonly keySuffixes: string[];
+
+  constructor(options: LimiterOptions) {
+    if (options === null || typeof options !== "object")
+      throw new Error("Limiter: expected an options object");
+    for (const field of Object.keys(options)) {
+      if (!OPTIONS.includes(field))
+        throw new Error(`${field}: not a Limiter option; it takes ${OPTIONS.join(", ")}`);
+    }
+    const redis = options.redis as { client?: Requester; del?: unknown } | null | undefined;
+    if (typeof redis?.client?.request !== "function" || typeof redis.del !== "function") {
+      throw new Error("redis: expected an @upstash/redis client, e.g. new Redis({ url, token })");
+    }
+    this.redis = redis as Limiter["redis"];
+    this.prefix = checkPrefix(options.prefix ?? "edgelimit");
+
+    const rules = options.rules;
+    if (rules === null || typeof rules !== "object" || Object.keys(rules).length === 0) {
+      throw new Error("rules: give at least one rule, e.g. { perMinute: gcra({ limit: 60, period: '1m' }) }");
+    }
+    this.rules = Object.entries(rules).map(([name, config]) => compileRule(name, config));
+    this.ruleArgs = this.rules.flatMap((rule) => rule.args);
+    this.keySuffixes = this.rules.map((rule) => `:${rule.name}`);
+
+    this.timeout = positive(options.timeout ?? 1000, "timeout");
+    const onError = options.onError ?? "allow";
+    if (onError !== "allow" && onError !== "deny") {
+      throw new Error(`onError: must be "allow" or "deny", got ${describe(onError)}`);
+    }
+    this.failOpen = onError === "allow";
+    const clock = options.clock ?? Date.now;
+    if (typeof clock !== "function") throw new Error("clock: must be a function returning epoch ms");
+    this.clock = clock;
+    const batchWindow = options.batchWindow ?? 0;
+    if (batchWindow !== 0) positive(batchWindow, "batchWindow");
+    this.batcher = new Batcher(redis.client, batchWindow);
+
+    const denyCache = options.denyCache ?? { maxEntries: 10_000 };
+    if (denyCache !== false) {
+      const maxEntries = (denyCache as { maxEntries?: unknown })?.maxEntries;
+      if (typeof maxEntries !== "number" || !Number.isInteger(maxEntries) || maxEntries <= 0) {
+        throw new Error(`denyCache.maxEntries: must be a positive whole number, got ${describe(maxEntries)}`);
+      }
+      this.cache = sharedDenyCache(
+        `${this.prefix}|${this.ruleArgs.join(",")}|${this.keySuffixes.join("")}`,
+        maxEntries,
+      );
+    }
+  }
+
+  /**
+   * Decides one request of `identifier`. Never rejects for Redis trouble: on a failure or timeout the
+   * decision follows `onError`, with `source: "error"`.
+   *
+   * @example
+   * const { allowed, remaining, retryAfter } = await limiter.limit("203.0.113.7", { cost: 1 });
+   */
+  limit(identifier: string, options?: LimitOptions): Promise<Decision> {
+    if (typeof identifier !== "string") {
+      throw new TypeError(`identifier: expected a string, got ${describe(identifier)}`);
+    }
+    const cost = options?.cost ?? 1;
+    if (typeof cost !== "number" || !Number.isInteger(cost) || cost < 0) {
+      throw new RangeError(`cost: must be a whole number of units, 0 or more, got ${describe(cost)}`);
+    }
+    const now = this.now();
+    const cached = this.cache?.get(identifier, Math.max(cost, 1), now);
+    if (cached) return Promise.resolve(cached);
+    return this.decide(identifier, cost, now);
+  }
+
+  /**
+   * Forgets everything about `identifier`, for every rule (one request), and its cached denial here.
+   *
+   * @example
+   * await limiter.reset("user:42");
+   */
+  async reset(identifier: string): Promise<void> {
+    if (typeof identifier !== "string") {
+      throw new TypeError(`identifier: expected a string, got ${describe(identifier)}`);
+    }
+    this.cache?.delete(identifier);
+    await this.redis.del(...this.keys(identifier));
+  }
+
+  /** The Redis keys of `identifier`, one per rule, in rule order. */
+  keys(identifier: string): string[] {
+    const base = `${this.prefix}:${keyTag(identifier)}`;
+    return this.keySuffixes.map((suffix) => base + suffix);
+  }
+
+  private now(): number {
+    const now = this.clock();
+    if (typeof now !== "number" || !Number.isFinite(now)) {
+      throw new TypeError(`clock: returned ${describe(now)}, expected epoch milliseconds`);
+    }
+    return Math.floor(now);
+  }
+
+  private decide(identifier: string, cost: number, now: number): Promise<Decision> {
+    const keys = this.keys(identifier);
+    const tail = [String(keys.length), ...keys, String(now), String(cost), ...this.ruleArgs];
+    return new Promise<Decision>((resolve) => {
+      let call: Call;
+      let done = false;
+      const finish = (decision: Decision) => {
+        if (done) return;
+        done = true;
+        clearTimeout(timer);
+        resolve(decision);
+      };
+      const fail = (error: unknown) => finish(this.failure(error, now));
+      const onReply = (reply: Reply, retried: boolean) => {
+        if (done) return;
+        if (reply.error !== undefined) {
+          if (!retried && reply.error.startsWith("NOSCRIPT")) {
+            // The script cache was flushed (or this Redis never saw us): EVAL sends the text and loads it.
+            call = this.batcher.send(["EVAL", SCRIPT, ...tail]);
+            call.reply.then((again) => onReply(again, true), fail);
+            return;
+          }
+          return fail(new Error(`Redis: ${reply.error}`));
+        }
+        let decision: Decision;
+        try {
+          decision = this.decode(reply.result, now);
+        } catch (error) {
+          return fail(error);
+        }
+        if (!decision.allowed) this.cache?.set(identifier, Math.max(cost, 1), now, decision);
+        finish(decision);
+      };
+      const timer =
+        this.timeout === Number.POSITIVE_INFINITY
+          ? undefined
+          : setTimeout(() => {
+              call.abandon();
+              fail(new Error(`edgelimit: Redis did not answer within ${this.timeout} ms`));
+            }, this.timeout);
+      call = this.batcher.send(["EVALSHA", SCRIPT_SHA1, ...tail]);
+      call.reply.then((reply) => onReply(reply, false), fail);
+    });
+  }
+
+  private decode(result: unknown, now: number): Decision {
+    if (!Array.isArray(result) || result.length !== this.rules.length * 4) {
+      throw new Error(`edgelimit: unexpected script result ${describe(result)}`);
+    }
+    const rules: Record<string, RuleResult> = {};
+    let binding: Rule | undefined;
+    let bindingResult: RuleResult | undefined;
+    let allowed = true;
+    this.rules.forEach((rule, i) => {
+      const retry = Number(result[4 * i + 3]);
+      const outcome: RuleResult = {
+        allowed: result[4 * i] === 1,
+        limit: rule.limit,
+        remaining: Number(result[4 * i + 1]),
+        resetAt: Number(result[4 * i + 2]),
+        retryAfter: retry < 0 ? Number.POSITIVE_INFINITY : retry,
+      };
+      rules[rule.name] = outcome;
+      if (!outcome.allowed) allowed = false;
+      if (bindingResult === undefined || binds(outcome, bindingResult)) {
+        binding = rule;
+        bindingResult = outcome;
+      }
+    });
+    const b = bindingResult!;
+    return {
+      allowed,
+      limit: b.limit,
+      remaining: b.remaining,
+      resetAt: b.resetAt,
+      retryAfter: allowed ? 0 : b.retryAfter,
+      rule: binding!.name,
+      source: "redis",
+      rules,
+    };
+  }
+
+  private failure(error: unknown, now: number): Decision {
+    const allowed = this.failOpen;
+    const rules: Record<string, RuleResult> = {};
+    for (const rule of this.rules) {
+      rules[rule.name] = {
+        allowed,
+        limit: rule.limit,
+        remaining: allowed ? rule.limit : 0,
+        resetAt: now,
+        retryAfter: allowed ? 0 : ERROR_RETRY_MS,
+      };
+    }
+    const first = this.rules[0]!;
+    return {
+      ...rules[first.name]!,
+      rule: first.name,
+      source: "error",
+      rules,
+      error: error instanceof Error ? error : new Error(String(error)),
+    };
+  }
+}
+
+/** Whether `candidate` binds more tightly than `current`: a denial over an admission, then the
+ * later retry among denials, then the fewer remaining among admissions. */
+function binds(candidate: RuleResult, current: RuleResult): boolean {
+  if (candidate.allowed !== current.allowed) return !candidate.allowed;
+  if (!candidate.allowed) return candidate.retryAfter > current.retryAfter;
+  return candidate.remaining < current.remaining;
+}
+
+function positive(value: unknown, field: string): number {
+  if (typeof value !== "number" || Number.isNaN(value) || value <= 0) {
+    throw new Error(`${field}: must be a positive number of milliseconds, got ${describe(value)}`);
+  }
+  return value;
+}
