@@ -186,7 +186,7 @@ export class Limiter {
         }
         let decision: Decision;
         try {
-          decision = this.decode(reply.result, now);
+          decision = this.decode(reply.result);
         } catch (error) {
           return fail(error);
         }
@@ -205,7 +205,7 @@ export class Limiter {
     });
   }
 
-  private decode(result: unknown, now: number): Decision {
+  private decode(result: unknown): Decision {
     if (!Array.isArray(result) || result.length !== this.rules.length * 4) {
       throw new Error(`edgelimit: unexpected script result ${describe(result)}`);
     }
