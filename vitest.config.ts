@@ -17,6 +17,16 @@ export default defineConfig({
           hookTimeout: 30_000,
         },
       },
+      {
+        test: {
+          name: "edge",
+          include: ["test/edge/**/*.test.ts"],
+          environment: "edge-runtime",
+          globalSetup: ["test/global-setup.ts"],
+          testTimeout: 20_000,
+          hookTimeout: 30_000,
+        },
+      },
     ],
   },
 });
