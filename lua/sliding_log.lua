@@ -12,7 +12,8 @@ algorithms.slidingLog = function(key, now, cost, limit, window)
   if newest then stamp = math.max(now, tonumber(newest)) end
   local floor = "(" .. int(stamp - window)
   local count = redis.call("ZCOUNT", key, floor, "+inf")
-  local r = { limit = limit, left_now = limit - count, reset_now = count > 0 and stamp + window or now }
+  -- back to the full limit once the newest entry leaves the window
+  local r = { limit = limit, left_now = limit - count, reset_now = count > 0 and tonumber(newest) + window or now }
   if cost > limit then
     r.ok, r.retry = false, NEVER
     return r

@@ -1,0 +1,164 @@
+import { describe, expect, it } from "vitest";
+import {
+  fixedWindow,
+  gcra,
+  Limiter,
+  type RuleConfig,
+  slidingLog,
+  slidingWindow,
+  tokenBucket,
+} from "../src/index.js";
+import { bridgeRedis, manualClock, T0, uniquePrefix } from "./support.js";
+
+// Each case: a sequence of requests at explicit times, and the exact answer for each.
+// [at (ms after T0), cost, allowed, remaining, resetAt (ms after T0), retryAfter (ms)]
+type Step = [
+  at: number,
+  cost: number,
+  allowed: boolean,
+  remaining: number,
+  resetAt: number,
+  retryAfter: number,
+];
+const NEVER = Number.POSITIVE_INFINITY;
+
+const cases: { name: string; rule: RuleConfig; steps: Step[] }[] = [
+  {
+    // T = 100 ms, burst 3: three at once, then one every 100 ms
+    name: "gcra: burst, then the emission interval",
+    rule: gcra({ limit: 10, period: "1s", burst: 3 }),
+    steps: [
+      [0, 1, true, 2, 100, 0],
+      [0, 1, true, 1, 200, 0],
+      [0, 1, true, 0, 300, 0],
+      [0, 1, false, 0, 300, 100],
+      [50, 1, false, 0, 300, 50],
+      [100, 1, true, 0, 400, 0],
+      [100, 4, false, 0, 400, NEVER],
+      [1000, 0, true, 3, 1000, 0], // peek after idling: full, nothing consumed
+      [1000, 2, true, 1, 1200, 0],
+      [1000, 2, false, 1, 1200, 100],
+    ],
+  },
+  {
+    // T = 1000/3 ms is not a whole number of ms: TAT is kept exactly (A + B/3 ms)
+    name: "gcra: fractional emission interval stays exact",
+    rule: gcra({ limit: 3, period: 1000, burst: 1 }),
+    steps: [
+      [0, 1, true, 0, 334, 0],
+      [333, 1, false, 0, 334, 1],
+      [334, 1, true, 0, 668, 0],
+      [667, 1, false, 0, 668, 1],
+      [668, 1, true, 0, 1002, 0],
+    ],
+  },
+  {
+    // 1 token per second, fractions carried: 0.5 + 0.5 makes a token
+    name: "tokenBucket: continuous refill carries fractions",
+    rule: tokenBucket({ capacity: 5, refillRate: 1, interval: "1s" }),
+    steps: [
+      [0, 5, true, 0, 5000, 0],
+      [0, 1, false, 0, 5000, 1000],
+      [500, 1, false, 0, 5000, 500],
+      [1500, 1, true, 0, 6000, 0],
+      [2000, 1, true, 0, 7000, 0],
+      [2500, 1, false, 0, 7000, 500],
+      [2500, 6, false, 0, 7000, NEVER],
+      [4500, 0, true, 2, 7000, 0],
+    ],
+  },
+  {
+    name: "tokenBucket: a lagging clock refills nothing",
+    rule: tokenBucket({ capacity: 2, refillRate: 1, interval: "1s" }),
+    steps: [
+      [2000, 2, true, 0, 4000, 0],
+      [1000, 1, false, 0, 4000, 2000], // 1 s behind: no refill, and the wait counts from the stored time
+      [3000, 1, true, 0, 5000, 0],
+    ],
+  },
+  {
+    name: "fixedWindow: counts per aligned window",
+    rule: fixedWindow({ limit: 3, window: "1s" }),
+    steps: [
+      [100, 2, true, 1, 1000, 0],
+      [200, 1, true, 0, 1000, 0],
+      [300, 1, false, 0, 1000, 700],
+      [999, 1, false, 0, 1000, 1],
+      [1000, 1, true, 2, 2000, 0],
+      [999, 1, true, 1, 2000, 0], // a lagging clock is counted in the newer window, never the old one
+      [1500, 4, false, 1, 2000, NEVER],
+    ],
+  },
+  {
+    name: "slidingWindow: the previous window fades linearly",
+    rule: slidingWindow({ limit: 10, window: "1s" }),
+    steps: [
+      [500, 10, true, 0, 2000, 0],
+      [600, 1, false, 0, 2000, 500], // next window, once 10 × (1 - e/1000) + 1 <= 10: e = 100
+      [1099, 1, false, 0, 2000, 1],
+      [1100, 1, true, 0, 3000, 0],
+      [1500, 1, true, 3, 3000, 0], // 10 × 0.5 + 2 = 7 used
+      [1500, 3, true, 0, 3000, 0],
+      [1500, 1, false, 0, 3000, 100], // previous weight must fall to 0.4: e = 600
+      [1600, 1, true, 0, 3000, 0],
+      [1600, 11, false, 0, 3000, NEVER],
+    ],
+  },
+  {
+    name: "slidingLog: exact window edges, many events in one millisecond",
+    rule: slidingLog({ limit: 3, window: "1s" }),
+    steps: [
+      [0, 1, true, 2, 1000, 0],
+      [100, 1, true, 1, 1100, 0],
+      [100, 1, true, 0, 1100, 0],
+      [200, 1, false, 0, 1100, 800],
+      [999, 1, false, 0, 1100, 1],
+      [1000, 1, true, 0, 2000, 0], // the entry at 0 left the window at exactly 1000
+      [1000, 2, false, 0, 2000, 100],
+      [1099, 2, false, 0, 2000, 1],
+      [1100, 2, true, 0, 2100, 0],
+      [1100, 4, false, 0, 2100, NEVER],
+      [500, 1, false, 0, 2100, 1500], // a lagging clock cannot expire entries early
+    ],
+  },
+];
+
+describe.each(cases)("$name", ({ rule, steps }) => {
+  it("answers every step exactly", async () => {
+    const clock = manualClock();
+    const limiter = new Limiter({
+      redis: bridgeRedis(),
+      prefix: uniquePrefix("alg"),
+      rules: { r: rule },
+      denyCache: false,
+      clock,
+    });
+    const got: Step[] = [];
+    for (const [at, cost] of steps) {
+      clock.set(T0 + at);
+      const d = await limiter.limit("id", { cost });
+      expect(d.source).toBe("redis");
+      got.push([at, cost, d.allowed, d.remaining, d.resetAt - T0, d.retryAfter]);
+    }
+    expect(got).toEqual(steps);
+  });
+});
+
+describe("many units in the same millisecond", () => {
+  it("slidingLog keeps one member per unit", async () => {
+    const redis = bridgeRedis();
+    const clock = manualClock();
+    const limiter = new Limiter({
+      redis,
+      prefix: uniquePrefix("log"),
+      rules: { r: slidingLog({ limit: 500, window: "1m" }) },
+      denyCache: false,
+      clock,
+    });
+    for (let i = 0; i < 10; i++) await limiter.limit("same-ms", { cost: 7 });
+    await Promise.all(Array.from({ length: 30 }, () => limiter.limit("same-ms")));
+    const [key] = limiter.keys("same-ms");
+    expect(await redis.zcard(key!)).toBe(100);
+    expect((await limiter.limit("same-ms", { cost: 0 })).remaining).toBe(400);
+  });
+});
