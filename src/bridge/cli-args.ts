@@ -1,0 +1,71 @@
+/** Argument parsing for the `edgelimit-bridge` CLI, apart from cli.ts so it can be tested in-process. */
+import { parseArgs } from "node:util";
+import { parseRedisUrl } from "./resp.js";
+import type { BridgeOptions } from "./server.js";
+
+export const USAGE = `Usage: edgelimit-bridge [--redis URL] [--port N] [--host H] [--token T]
+
+An Upstash-compatible REST API in front of a Redis server (local development, tests, self-hosting).
+
+Options:
+  --redis URL   Redis to forward to (default redis://127.0.0.1:6379)
+  --port N      HTTP port, 0 for any free port (default 8079)
+  --host H      interface to listen on (default 127.0.0.1; 0.0.0.0 exposes it to the network)
+  --token T     bearer token clients must send; defaults to $EDGELIMIT_BRIDGE_TOKEN,
+                one of the two is required
+  -h, --help    show this help
+
+Then: new Redis({ url: "http://127.0.0.1:8079", token: T })  (from @upstash/redis)
+`;
+
+/** A command line the CLI cannot run; it prints the message and exits with status 2. */
+export class UsageError extends Error {
+  override name = "UsageError";
+}
+
+/** The bridge options a CLI invocation asks for. */
+export type CliOptions = Required<Pick<BridgeOptions, "redisUrl" | "port" | "host" | "token">>;
+
+/**
+ * Parses `edgelimit-bridge` arguments; `"help"` when help was asked for.
+ *
+ * @example
+ * parseCliArgs(["--port", "0", "--token", "dev"], {});
+ * // { redisUrl: "redis://127.0.0.1:6379", port: 0, host: "127.0.0.1", token: "dev" }
+ */
+export function parseCliArgs(argv: string[], env: Record<string, string | undefined>): CliOptions | "help" {
+  let values: { redis?: string; port?: string; host?: string; token?: string; help?: boolean };
+  try {
+    ({ values } = parseArgs({
+      args: argv,
+      strict: true,
+      allowPositionals: false,
+      options: {
+        redis: { type: "string" },
+        port: { type: "string" },
+        host: { type: "string" },
+        token: { type: "string" },
+        help: { type: "boolean", short: "h" },
+      },
+    }));
+  } catch (error) {
+    throw new UsageError((error as Error).message);
+  }
+  if (values.help) return "help";
+  const redisUrl = values.redis ?? "redis://127.0.0.1:6379";
+  try {
+    parseRedisUrl(redisUrl);
+  } catch (error) {
+    throw new UsageError(`--redis: ${(error as Error).message}`);
+  }
+  const portText = values.port ?? "8079";
+  const port = Number(portText);
+  if (!/^\d+$/.test(portText) || port > 65535) {
+    throw new UsageError(`--port must be an integer from 0 to 65535, got ${JSON.stringify(portText)}`);
+  }
+  const host = values.host ?? "127.0.0.1";
+  if (host === "") throw new UsageError("--host must not be empty");
+  const token = values.token ?? env.EDGELIMIT_BRIDGE_TOKEN ?? "";
+  if (token === "") throw new UsageError("--token is required (or set EDGELIMIT_BRIDGE_TOKEN)");
+  return { redisUrl, port, host, token };
+}

@@ -1,0 +1,440 @@
+/**
+ * A minimal RESP2 client: one socket, commands pipelined (write everything, read replies in order).
+ *
+ * Hand-written rather than a dependency because the bridge needs exact control of reply types: a bulk
+ * string (bytes, `Buffer`) is not a status reply (`string`), errors can sit inside arrays (EXEC, Lua
+ * tables), and integers above 2^53 must keep every digit (`bigint`).
+ */
+import net from "node:net";
+import tls from "node:tls";
+
+/** An error reply from Redis (`-ERR ...`). Returned as a value inside arrays, thrown by `call()`. */
+export class RedisError extends Error {
+  override name = "RedisError";
+}
+
+/**
+ * One RESP2 reply: status → `string`, bulk → `Buffer`, integer → `number` (`bigint` when it would not
+ * fit a double exactly), nil → `null`, error → `RedisError`, array → `Reply[]`.
+ */
+export type Reply = string | Buffer | number | bigint | null | RedisError | Reply[];
+
+/** One command argument. Strings are sent as UTF-8 bytes. */
+export type Arg = string | Buffer | number;
+
+const CR = 13;
+const LF = 10;
+const EMPTY = Buffer.alloc(0);
+const INCOMPLETE = Symbol("incomplete");
+const MIN_SAFE = BigInt(Number.MIN_SAFE_INTEGER);
+const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER);
+
+/**
+ * Encodes commands as RESP arrays of bulk strings, into a single buffer (one socket write).
+ *
+ * @example
+ * encodeCommands([["GET", "k"]]).toString(); // "*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"
+ */
+export function encodeCommands(commands: readonly (readonly Arg[])[]): Buffer {
+  let size = 0;
+  for (const cmd of commands) {
+    size += 3 + digits(cmd.length);
+    for (const arg of cmd) {
+      const len = argLength(arg);
+      size += 5 + digits(len) + len;
+    }
+  }
+  const out = Buffer.allocUnsafe(size);
+  let o = 0;
+  for (const cmd of commands) {
+    o += out.write(`*${cmd.length}\r\n`, o, "latin1");
+    for (const arg of cmd) {
+      if (typeof arg === "string") {
+        const len = Buffer.byteLength(arg, "utf8");
+        o += out.write(`$${len}\r\n`, o, "latin1");
+        o += out.write(arg, o, "utf8");
+      } else if (typeof arg === "number") {
+        const s = String(arg);
+        o += out.write(`$${s.length}\r\n${s}`, o, "latin1");
+      } else {
+        o += out.write(`$${arg.length}\r\n`, o, "latin1");
+        o += arg.copy(out, o);
+      }
+      out[o++] = CR;
+      out[o++] = LF;
+    }
+  }
+  return out;
+}
+
+function argLength(arg: Arg): number {
+  if (typeof arg === "string") return Buffer.byteLength(arg, "utf8");
+  if (typeof arg === "number") return String(arg).length;
+  return arg.length;
+}
+
+function digits(n: number): number {
+  return n < 10 ? 1 : n < 100 ? 2 : String(n).length;
+}
+
+/**
+ * Streaming RESP2 parser. A reply split across TCP chunks is parsed again from its start once enough
+ * bytes are there; `need` remembers how many bytes a pending bulk string requires, so a 1 MB value
+ * arriving in 64 KB chunks is concatenated once, not once per chunk.
+ *
+ * @example
+ * const parser = new RespParser((reply) => console.log(reply));
+ * parser.feed(Buffer.from("$5\r\nhel"));
+ * parser.feed(Buffer.from("lo\r\n:42\r\n")); // logs <Buffer 68 65 6c 6c 6f>, then 42
+ */
+export class RespParser {
+  private buf: Buffer = EMPTY;
+  private chunks: Buffer[] = [];
+  private queued = 0;
+  private need = 0;
+  private pos = 0;
+
+  constructor(private readonly onReply: (reply: Reply) => void) {}
+
+  feed(chunk: Buffer): void {
+    if (this.buf.length === 0) {
+      this.buf = chunk;
+    } else {
+      this.chunks.push(chunk);
+      this.queued += chunk.length;
+      if (this.buf.length + this.queued < this.need) return;
+      this.buf = Buffer.concat([this.buf, ...this.chunks], this.buf.length + this.queued);
+      this.chunks = [];
+      this.queued = 0;
+    }
+    const buf = this.buf;
+    let start = 0;
+    this.need = 0;
+    while (start < buf.length) {
+      this.pos = start;
+      const reply = this.parse(buf);
+      if (reply === INCOMPLETE) {
+        this.need = Math.max(this.need - start, buf.length - start + 1);
+        break;
+      }
+      start = this.pos;
+      this.onReply(reply);
+    }
+    this.buf = start === buf.length ? EMPTY : buf.subarray(start);
+  }
+
+  private parse(buf: Buffer): Reply | typeof INCOMPLETE {
+    const type = buf[this.pos++];
+    switch (type) {
+      case 0x2b: {
+        // '+' status
+        const end = this.lineEnd(buf);
+        if (end < 0) return INCOMPLETE;
+        const s = buf.toString("utf8", this.pos, end);
+        this.pos = end + 2;
+        return s;
+      }
+      case 0x2d: {
+        // '-' error
+        const end = this.lineEnd(buf);
+        if (end < 0) return INCOMPLETE;
+        const e = new RedisError(buf.toString("utf8", this.pos, end));
+        this.pos = end + 2;
+        return e;
+      }
+      case 0x3a: // ':' integer
+        return this.integer(buf);
+      case 0x24: {
+        // '$' bulk string
+        const len = this.length(buf);
+        if (len === INCOMPLETE || len < 0) return len === INCOMPLETE ? INCOMPLETE : null;
+        const end = this.pos + len;
+        if (end + 2 > buf.length) {
+          this.need = end + 2;
+          return INCOMPLETE;
+        }
+        const value = buf.subarray(this.pos, end);
+        this.pos = end + 2;
+        return value;
+      }
+      case 0x2a: {
+        // '*' array
+        const len = this.length(buf);
+        if (len === INCOMPLETE || len < 0) return len === INCOMPLETE ? INCOMPLETE : null;
+        const items: Reply[] = new Array(len);
+        for (let i = 0; i < len; i++) {
+          const item = this.parse(buf);
+          if (item === INCOMPLETE) return INCOMPLETE;
+          items[i] = item;
+        }
+        return items;
+      }
+      case undefined:
+        return INCOMPLETE;
+      default:
+        throw new Error(`RESP protocol error: unexpected byte 0x${type.toString(16)}`);
+    }
+  }
+
+  /** Index of the CR ending the current line, or -1 when the line is not complete yet. */
+  private lineEnd(buf: Buffer): number {
+    const end = buf.indexOf(CR, this.pos);
+    return end < 0 || end + 1 >= buf.length ? -1 : end;
+  }
+
+  private length(buf: Buffer): number | typeof INCOMPLETE {
+    const n = this.integer(buf);
+    return n === INCOMPLETE ? INCOMPLETE : Number(n);
+  }
+
+  private integer(buf: Buffer): number | bigint | typeof INCOMPLETE {
+    const end = this.lineEnd(buf);
+    if (end < 0) return INCOMPLETE;
+    let i = this.pos;
+    const negative = buf[i] === 0x2d;
+    if (negative) i++;
+    let value: number | bigint;
+    if (end - i > 15) {
+      // Beyond 15 digits a double may round: keep every digit.
+      const big = BigInt(buf.toString("latin1", this.pos, end));
+      value = big >= MIN_SAFE && big <= MAX_SAFE ? Number(big) : big;
+    } else {
+      let n = 0;
+      for (; i < end; i++) n = n * 10 + (buf[i]! - 48);
+      value = negative ? -n : n;
+    }
+    this.pos = end + 2;
+    return value;
+  }
+}
+
+interface Pending {
+  replies: Reply[];
+  count: number;
+  resolve: (replies: Reply[]) => void;
+  reject: (error: Error) => void;
+}
+
+/** Options for {@link connectRedis}. */
+export interface ConnectOptions {
+  /** Give up connecting after this many ms (default 5000). */
+  connectTimeout?: number;
+}
+
+/**
+ * One Redis connection. `send()` pipelines: every call writes its commands at once and its replies are
+ * matched in order, so many callers can share the connection without waiting for each other.
+ *
+ * @example
+ * const conn = await connectRedis("redis://127.0.0.1:6379");
+ * const [ok, n] = await conn.send([["SET", "n", "1"], ["INCR", "n"]]); // ["OK", 2]
+ */
+export class RedisConnection {
+  private readonly pending: (Pending | undefined)[] = [];
+  private head = 0;
+  private corked = false;
+  private error: Error | undefined;
+  private isClosed = false;
+  private readonly closeListeners: (() => void)[] = [];
+
+  constructor(private readonly socket: net.Socket) {
+    const parser = new RespParser((reply) => this.onReply(reply));
+    socket.setNoDelay(true);
+    socket.on("data", (chunk: Buffer) => {
+      try {
+        parser.feed(chunk);
+      } catch (error) {
+        socket.destroy(error as Error);
+      }
+    });
+    socket.on("error", (error) => {
+      this.error = error;
+    });
+    socket.on("close", () => this.onClose());
+  }
+
+  /** True once the socket is gone; a closed connection rejects every `send()`. */
+  get closed(): boolean {
+    return this.isClosed;
+  }
+
+  /** Calls `listener` once when the connection closes (for any reason). */
+  onClosed(listener: () => void): void {
+    if (this.isClosed) listener();
+    else this.closeListeners.push(listener);
+  }
+
+  /**
+   * Sends commands in one write and resolves to their replies, in order. Error replies are values
+   * (`RedisError`), not rejections; the promise rejects only when the connection fails.
+   */
+  send(commands: readonly (readonly Arg[])[]): Promise<Reply[]> {
+    if (this.isClosed) return Promise.reject(this.closedError());
+    if (commands.length === 0) return Promise.resolve([]);
+    return new Promise((resolve, reject) => {
+      this.pending.push({ replies: [], count: commands.length, resolve, reject });
+      // Writes issued in the same event-loop turn leave as one syscall.
+      if (!this.corked) {
+        this.corked = true;
+        this.socket.cork();
+        setImmediate(() => {
+          this.corked = false;
+          this.socket.uncork();
+        });
+      }
+      this.socket.write(encodeCommands(commands));
+    });
+  }
+
+  /** Sends one command; resolves to its reply and throws `RedisError` on an error reply. */
+  async call(...args: Arg[]): Promise<Reply> {
+    const [reply] = await this.send([args]);
+    if (reply instanceof RedisError) throw reply;
+    return reply as Reply;
+  }
+
+  /** Closes the socket; pending commands are rejected. */
+  close(): Promise<void> {
+    if (this.isClosed) return Promise.resolve();
+    return new Promise((resolve) => {
+      this.onClosed(resolve);
+      this.socket.destroy();
+    });
+  }
+
+  private onReply(reply: Reply): void {
+    const p = this.pending[this.head];
+    if (!p) {
+      this.socket.destroy(new Error("RESP protocol error: reply without a pending command"));
+      return;
+    }
+    p.replies.push(reply);
+    if (p.replies.length < p.count) return;
+    this.pending[this.head++] = undefined;
+    if (this.head === this.pending.length) {
+      this.pending.length = 0;
+      this.head = 0;
+    } else if (this.head > 1024 && this.head * 2 > this.pending.length) {
+      this.pending.splice(0, this.head);
+      this.head = 0;
+    }
+    p.resolve(p.replies);
+  }
+
+  private onClose(): void {
+    this.isClosed = true;
+    const error = this.closedError();
+    for (let i = this.head; i < this.pending.length; i++) this.pending[i]?.reject(error);
+    this.pending.length = 0;
+    this.head = 0;
+    for (const listener of this.closeListeners.splice(0)) listener();
+  }
+
+  private closedError(): Error {
+    return new Error(`Redis connection closed${this.error ? `: ${this.error.message}` : ""}`, {
+      cause: this.error,
+    });
+  }
+}
+
+/**
+ * Opens a connection to `redis://[user:password@]host[:port][/db]` (or `rediss://` for TLS), sends
+ * AUTH and SELECT when the URL asks for them, and resolves once Redis has answered.
+ *
+ * @example
+ * const redis = await connectRedis("redis://127.0.0.1:6379");
+ * await redis.call("SET", "greeting", "hello");
+ * const value = await redis.call("GET", "greeting"); // Buffer "hello"
+ * await redis.close();
+ */
+export async function connectRedis(url: string, options: ConnectOptions = {}): Promise<RedisConnection> {
+  const target = parseRedisUrl(url);
+  const socket = await openSocket(target, options.connectTimeout ?? 5000);
+  const conn = new RedisConnection(socket);
+  const setup: Arg[][] = [];
+  if (target.password !== undefined) {
+    setup.push(target.username ? ["AUTH", target.username, target.password] : ["AUTH", target.password]);
+  }
+  if (target.db !== 0) setup.push(["SELECT", target.db]);
+  setup.push(["PING"]);
+  const replies = await conn.send(setup);
+  const failed = replies.find((r) => r instanceof RedisError);
+  if (failed) {
+    await conn.close();
+    throw new Error(`Redis at ${redactUrl(url)} refused the connection: ${(failed as RedisError).message}`);
+  }
+  return conn;
+}
+
+interface RedisTarget {
+  host: string;
+  port: number;
+  tls: boolean;
+  username: string;
+  password: string | undefined;
+  db: number;
+}
+
+/**
+ * Parses a redis:// or rediss:// URL; throws a readable error on anything else.
+ *
+ * @example
+ * parseRedisUrl("redis://:secret@localhost:6380/2");
+ * // { host: "localhost", port: 6380, tls: false, username: "", password: "secret", db: 2 }
+ */
+export function parseRedisUrl(url: string): RedisTarget {
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    throw new Error(`Invalid Redis URL: ${JSON.stringify(url)} (expected redis://host:port)`);
+  }
+  if (u.protocol !== "redis:" && u.protocol !== "rediss:") {
+    throw new Error(`Invalid Redis URL: ${JSON.stringify(url)} (expected redis:// or rediss://)`);
+  }
+  const db = u.pathname.length > 1 ? Number(u.pathname.slice(1)) : 0;
+  if (!Number.isInteger(db) || db < 0) throw new Error(`Invalid Redis database in URL: ${u.pathname}`);
+  return {
+    host: u.hostname.replace(/^\[(.*)\]$/, "$1") || "127.0.0.1",
+    port: u.port ? Number(u.port) : 6379,
+    tls: u.protocol === "rediss:",
+    username: decodeURIComponent(u.username),
+    password: u.password ? decodeURIComponent(u.password) : undefined,
+    db,
+  };
+}
+
+/**
+ * The URL without its password, for error messages.
+ *
+ * @example
+ * redactUrl("redis://:secret@localhost:6379"); // "redis://:***@localhost:6379"
+ */
+export function redactUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = "***";
+    return u.toString();
+  } catch {
+    return url;
+  }
+}
+
+function openSocket(target: RedisTarget, timeout: number): Promise<net.Socket> {
+  return new Promise((resolve, reject) => {
+    const socket = target.tls
+      ? tls.connect({ host: target.host, port: target.port, servername: target.host })
+      : net.connect({ host: target.host, port: target.port });
+    const fail = (error: Error) => {
+      socket.destroy();
+      reject(new Error(`Cannot connect to Redis at ${target.host}:${target.port}: ${error.message}`));
+    };
+    socket.setTimeout(timeout, () => fail(new Error(`timed out after ${timeout} ms`)));
+    socket.once("error", fail);
+    socket.once(target.tls ? "secureConnect" : "connect", () => {
+      socket.setTimeout(0);
+      socket.off("error", fail);
+      resolve(socket);
+    });
+  });
+}
