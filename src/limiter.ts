@@ -59,7 +59,8 @@ export class Limiter {
   private readonly cache: DenyCache | undefined;
   private readonly timeout: number;
   private readonly failOpen: boolean;
-  private readonly clock: () => number;
+  /** The caller's clock this limiter decides by (epoch ms); adapters read time from it too. */
+  readonly clock: () => number;
   private readonly ruleArgs: string[];
   private readonly keySuffixes: string[];
 

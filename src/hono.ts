@@ -1,0 +1,121 @@
+import type { Context, Env, MiddlewareHandler } from "hono";
+import { enforce, SHADOW_HEADER, unauthorized } from "./headers.js";
+import type { Limiter } from "./limiter.js";
+import type { Decision } from "./types.js";
+
+/**
+ * What the middleware puts in the context: `c.get("rateLimit")` in handlers downstream. Always set,
+ * except on a request shadow mode let through without a key (there was no decision to make).
+ */
+export type RateLimitVariables = { rateLimit: Decision };
+
+/**
+ * Something worth a log line: a denial shadow mode let through, a request without a key it let through,
+ * or a decision Redis could not make. `message` is a ready-made line; it leaves the key out, since a key
+ * may be a secret (an API key) or personal data.
+ */
+export type RateLimitEvent =
+  | {
+      kind: "shadow-denied" | "error";
+      message: string;
+      key: string;
+      decision: Decision;
+      method: string;
+      path: string;
+    }
+  | { kind: "shadow-no-key"; message: string; method: string; path: string };
+
+/** Options of {@link rateLimit}. Only `limiter` and `key` are required. */
+export interface RateLimitOptions<E extends Env = Env> {
+  limiter: Limiter;
+  /**
+   * Who is asking (user id, API key, IP). `undefined` answers 401 in enforce mode; shadow mode serves
+   * the request marked `EdgeLimit-Shadow: no-key`. `onMissingKey`, when given, answers in both modes.
+   */
+  key: (c: Context<E>) => string | undefined | Promise<string | undefined>;
+  /** Units this request takes (default 1); 0 only reads the state. */
+  cost?: (c: Context<E>) => number | Promise<number>;
+  /** "enforce" (default) refuses with 429; "shadow" lets everything through and reports would-be refusals. */
+  mode?: "enforce" | "shadow";
+  /** Also send X-RateLimit-Limit / -Remaining / -Reset (default false). */
+  legacyHeaders?: boolean;
+  /** Where events go (default: `console.warn(event.message)`). */
+  log?: (event: RateLimitEvent) => void;
+  /** The response when `key` gives undefined (default: see `key`). */
+  onMissingKey?: (c: Context<E>) => Response | Promise<Response>;
+  /** Epoch ms for the `t` and Retry-After arithmetic; give the Limiter's clock (default `Date.now`). */
+  clock?: () => number;
+}
+
+/**
+ * Rate limiting middleware for Hono. Every response of a limited route carries RateLimit-Policy and
+ * RateLimit (draft-ietf-httpapi-ratelimit-headers-10); a refusal is a 429 application/problem+json with
+ * Retry-After. In shadow mode nothing is refused: a request that would have been gets the header
+ * `EdgeLimit-Shadow: denied` (or `no-key`) and a log line. When Redis fails, the Limiter's `onError`
+ * has already decided; the middleware only reports it through `log`.
+ *
+ * @example
+ * const limiter = new Limiter({ redis, rules: { burst: gcra({ limit: 10, period: "1s", burst: 20 }) } });
+ * const app = new Hono<{ Variables: RateLimitVariables }>();
+ * app.use("/api/*", rateLimit({ limiter, key: (c) => c.req.header("x-api-key") }));
+ * app.get("/api/hello", (c) => c.json({ remaining: c.get("rateLimit").remaining }));
+ */
+export const rateLimit = <E extends Env = Env>({
+  limiter,
+  key,
+  cost = () => 1,
+  mode = "enforce",
+  legacyHeaders = false,
+  log = (event) => console.warn(event.message),
+  onMissingKey,
+  clock = Date.now,
+}: RateLimitOptions<E>): MiddlewareHandler<E & { Variables: RateLimitVariables }> => {
+  if (mode !== "enforce" && mode !== "shadow") {
+    throw new Error(`mode: must be "enforce" or "shadow", got ${JSON.stringify(mode)}`);
+  }
+  return async function rateLimit(c, next) {
+    const ctx = c as unknown as Context<E>;
+    const id = await key(ctx);
+    if (id === undefined) {
+      if (onMissingKey) return onMissingKey(ctx);
+      if (mode === "enforce") return unauthorized();
+      const { method, path } = c.req;
+      log({
+        kind: "shadow-no-key",
+        message: `edgelimit shadow: would answer 401 to ${method} ${path} (no key)`,
+        method,
+        path,
+      });
+      await next();
+      c.header(SHADOW_HEADER, "no-key");
+      return;
+    }
+    const decision = await limiter.limit(id, { cost: await cost(ctx) });
+    const now = clock();
+    c.set("rateLimit", decision);
+    const where = { key: id, decision, method: c.req.method, path: c.req.path };
+    if (decision.source === "error") {
+      log({ kind: "error", message: errorLine(decision, where), ...where });
+    }
+    const { refusal, headers, shadowDenied } = enforce(decision, limiter.rules, {
+      mode,
+      legacy: legacyHeaders,
+      now,
+    });
+    if (refusal) return refusal;
+    if (shadowDenied) log({ kind: "shadow-denied", message: shadowLine(decision, where), ...where });
+    await next();
+    // Set after the handler: a handler's own `new Response()` replaces c.res and would drop them.
+    for (const [name, value] of Object.entries(headers)) c.header(name, value);
+  };
+};
+
+function shadowLine(decision: Decision, { method, path }: { method: string; path: string }): string {
+  const retry = Number.isFinite(decision.retryAfter) ? `retry in ${decision.retryAfter} ms` : "never fits";
+  return `edgelimit shadow: would deny ${method} ${path} (rule "${decision.rule}", ${retry})`;
+}
+
+function errorLine(decision: Decision, { method, path }: { method: string; path: string }): string {
+  const outcome = decision.allowed ? "allowed (onError: allow)" : "denied (onError: deny)";
+  return `edgelimit: no decision from Redis for ${method} ${path}, ${outcome}: ${decision.error?.message}`;
+}

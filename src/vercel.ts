@@ -1,0 +1,101 @@
+import { ipAddress } from "@vercel/functions/headers";
+import { next } from "@vercel/functions/middleware";
+import { enforce, unauthorized } from "./headers.js";
+import { formatIp, isIpv4, networkOf, parseIp } from "./ip.js";
+import type { Limiter } from "./limiter.js";
+import { matchesPath, normalizePath, parsePathPattern } from "./routes.js";
+
+/** Options of {@link createMiddleware}. Only `limiter` is required. */
+export interface VercelRateLimitOptions {
+  limiter: Limiter;
+  /**
+   * Who is asking (default: the client IP Vercel's edge puts in x-real-ip, an IPv6 client counted per
+   * /64). `undefined` answers 401 (see `onMissingKey`).
+   */
+  key?: (request: Request) => string | undefined | Promise<string | undefined>;
+  /**
+   * The paths to limit (default: every path the middleware runs for); others pass untouched.
+   * "/login" (that path), "/users/:id" (any one segment there), "/api/*" (/api and all below it).
+   * Paths are compared normalized (case, "//", "/./", "%69"...): every spelling of a route is limited.
+   */
+  routes?: readonly string[];
+  /** Units this request takes (default 1); 0 only reads the state. */
+  cost?: (request: Request) => number | Promise<number>;
+  /** Also send X-RateLimit-Limit / -Remaining / -Reset (default false). */
+  legacyHeaders?: boolean;
+  /** The response when `key` gives undefined (default: a 401 problem+json). */
+  onMissingKey?: (request: Request) => Response | Promise<Response>;
+  /** Epoch ms for the `t` and Retry-After arithmetic; give the Limiter's clock (default `Date.now`). */
+  clock?: () => number;
+}
+
+/**
+ * Vercel edge middleware (Next.js `middleware.ts`, or Vercel Routing Middleware). A request over the
+ * limit gets a 429 application/problem+json with Retry-After; one under it continues to the route, with
+ * RateLimit-Policy and RateLimit added to the route's response (`x-middleware-next`, as
+ * `NextResponse.next()` does). Paths outside `routes` resolve to undefined: continue, nothing added.
+ * There is no background work: the one Redis round trip is the decision the response waits for.
+ *
+ * @example
+ * // middleware.ts
+ * import { Redis } from "@upstash/redis";
+ * import { gcra, Limiter } from "edgelimit";
+ * import { createMiddleware } from "edgelimit/vercel";
+ *
+ * const rules = { burst: gcra({ limit: 10, period: "1s" }) };
+ * const limiter = new Limiter({ redis: Redis.fromEnv(), rules });
+ * export default createMiddleware({ limiter, routes: ["/api/*"] });
+ * export const config = { matcher: "/api/:path*" };
+ */
+export function createMiddleware(
+  options: VercelRateLimitOptions,
+): (request: Request) => Promise<Response | undefined> {
+  const {
+    limiter,
+    key = clientIp,
+    routes,
+    cost = () => 1,
+    legacyHeaders = false,
+    onMissingKey = () => unauthorized(),
+    clock = Date.now,
+  } = options;
+  const limited = routes === undefined ? () => true : routeMatcher(routes);
+  return async function rateLimitMiddleware(request) {
+    if (!limited(new URL(request.url).pathname)) return undefined;
+    const id = await key(request);
+    if (id === undefined) return onMissingKey(request);
+    const decision = await limiter.limit(id, { cost: await cost(request) });
+    const { refusal, headers } = enforce(decision, limiter.rules, { legacy: legacyHeaders, now: clock() });
+    return refusal ?? next({ headers });
+  };
+}
+
+/**
+ * The default key: the client IP from x-real-ip, canonical (so ::ffff:203.0.113.7 and 203.0.113.7 are
+ * one client), and an IPv6 client's /64 (one subscriber usually holds a whole /64 and could otherwise
+ * take a fresh counter per address). Undefined when the header is missing or not an IP (`next dev`).
+ *
+ * @example
+ * clientIp(new Request("https://x.test", { headers: { "x-real-ip": "2001:db8::1" } })) // "2001:db8::/64"
+ */
+export function clientIp(request: Request): string | undefined {
+  const text = ipAddress(request);
+  const address = text === undefined ? undefined : parseIp(text.trim());
+  if (address === undefined) return undefined;
+  return isIpv4(address) ? formatIp(address) : networkOf(address, 64);
+}
+
+/** A predicate over URL paths, from the Worker's own route patterns (`routes.ts`), so both agree. */
+function routeMatcher(routes: readonly string[]): (pathname: string) => boolean {
+  const patterns = routes.map((route, i) => {
+    try {
+      return parsePathPattern(route);
+    } catch (error) {
+      throw new Error(`routes[${i}]: ${(error as Error).message}`);
+    }
+  });
+  return (pathname) => {
+    const path = normalizePath(pathname);
+    return patterns.some((pattern) => matchesPath(pattern, path));
+  };
+}

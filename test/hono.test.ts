@@ -1,0 +1,293 @@
+import { Redis } from "@upstash/redis";
+import { Hono } from "hono";
+import { describe, expect, it } from "vitest";
+import { QUOTA_EXCEEDED } from "../src/headers.js";
+import {
+  type RateLimitEvent,
+  type RateLimitOptions,
+  type RateLimitVariables,
+  rateLimit,
+} from "../src/hono.js";
+import { fixedWindow, gcra, Limiter, type LimiterOptions } from "../src/index.js";
+import { bridgeRedis, manualClock, T0, uniquePrefix } from "./support.js";
+
+// burst: T = 100 ms, 3 at once. hourly: 5 per clock hour; T0 is 14 min past an hour, so its window
+// ends 2760 s after T0.
+const RULES = {
+  burst: gcra({ limit: 10, period: "1s", burst: 3 }),
+  hourly: fixedWindow({ limit: 5, window: "1h" }),
+};
+const POLICY = '"burst";q=10;w=1, "hourly";q=5;w=3600';
+const TITLE = "Request cannot be satisfied as assigned quota has been exceeded";
+
+/** An app with one limited route, a real Limiter on the bridge, and a hand-moved clock. */
+function setup(options: Partial<RateLimitOptions> = {}, limiterOptions: Partial<LimiterOptions> = {}) {
+  const clock = manualClock();
+  const limiter = new Limiter({
+    redis: bridgeRedis(),
+    prefix: uniquePrefix("hono"),
+    rules: RULES,
+    clock,
+    ...limiterOptions,
+  });
+  const events: RateLimitEvent[] = [];
+  const app = new Hono<{ Variables: RateLimitVariables }>();
+  app.use(
+    "/api/*",
+    rateLimit({
+      limiter,
+      key: (c) => c.req.header("x-user"),
+      cost: (c) => Number(c.req.header("x-cost") ?? 1),
+      clock,
+      log: (event) => events.push(event),
+      ...options,
+    }),
+  );
+  app.get("/api/json", (c) =>
+    c.json({ remaining: c.get("rateLimit").remaining, rule: c.get("rateLimit").rule }),
+  );
+  // A handler's own Response replaces c.res wholesale; a redirect's headers are even immutable.
+  app.get("/api/raw", () => new Response("raw", { headers: { "x-handler": "yes" } }));
+  app.get("/api/redirect", () => Response.redirect("https://example.com/elsewhere", 302));
+  app.get("/open", (c) => c.text("not limited"));
+  const get = (path: string, headers: Record<string, string> = { "x-user": "alice" }) =>
+    app.request(path, { headers });
+  return { app, clock, limiter, events, get };
+}
+
+/** The headers of a response, minus the ones that only say what the body is. */
+function rateHeaders(response: Response): Record<string, string> {
+  const all = Object.fromEntries(response.headers);
+  delete all["content-type"];
+  delete all["content-length"];
+  return all;
+}
+
+describe("hono rateLimit (enforce)", () => {
+  it("sets RateLimit-Policy and the binding rule's RateLimit, then a 429 with problem+json", async () => {
+    const { get, clock } = setup();
+    const expected = ['"burst";r=2;t=1', '"burst";r=1;t=1', '"burst";r=0;t=1'];
+    for (const rateLimitValue of expected) {
+      const response = await get("/api/json");
+      expect(response.status).toBe(200);
+      expect(rateHeaders(response)).toEqual({ "ratelimit-policy": POLICY, ratelimit: rateLimitValue });
+    }
+
+    const denied = await get("/api/json");
+    expect(denied.status).toBe(429);
+    expect(Object.fromEntries(denied.headers)).toEqual({
+      "cache-control": "no-store",
+      "content-type": "application/problem+json",
+      "ratelimit-policy": POLICY,
+      ratelimit: '"burst";r=0;t=1',
+      "retry-after": "1",
+    });
+    expect(await denied.json()).toEqual({
+      type: QUOTA_EXCEEDED,
+      title: TITLE,
+      status: 429,
+      detail: 'Quota exceeded for "burst". Retry after 1 second.',
+      "violated-policies": ["burst"],
+      "retry-after": 1,
+    });
+
+    // A second later the burst is back; the hourly rule (2 left) now binds, its window 2759 s from here.
+    clock.set(T0 + 1000);
+    const again = await get("/api/json");
+    expect(again.status).toBe(200);
+    expect(again.headers.get("ratelimit")).toBe('"hourly";r=1;t=2759');
+    expect(await again.json()).toEqual({ remaining: 1, rule: "hourly" });
+    expect((await get("/api/json")).headers.get("ratelimit")).toBe('"hourly";r=0;t=2759');
+
+    const hourly = await get("/api/json");
+    expect(hourly.status).toBe(429);
+    expect(hourly.headers.get("retry-after")).toBe("2759");
+    expect(hourly.headers.get("ratelimit")).toBe('"hourly";r=0;t=2759');
+    expect((await hourly.json())["violated-policies"]).toEqual(["hourly"]);
+  });
+
+  it("puts the headers on a handler's own Response, even one with immutable headers", async () => {
+    const { get } = setup();
+    const raw = await get("/api/raw");
+    expect(await raw.text()).toBe("raw");
+    expect(raw.headers.get("x-handler")).toBe("yes");
+    expect(raw.headers.get("ratelimit")).toBe('"burst";r=2;t=1');
+    expect(raw.headers.get("ratelimit-policy")).toBe(POLICY);
+
+    const redirect = await get("/api/redirect");
+    expect(redirect.status).toBe(302);
+    expect(redirect.headers.get("location")).toBe("https://example.com/elsewhere");
+    expect(redirect.headers.get("ratelimit")).toBe('"burst";r=1;t=1');
+  });
+
+  it("leaves routes outside its path alone", async () => {
+    const { get } = setup();
+    const response = await get("/open");
+    expect(await response.text()).toBe("not limited");
+    expect(response.headers.get("ratelimit")).toBeNull();
+  });
+
+  it("keeps identities apart", async () => {
+    const { get } = setup();
+    for (let i = 0; i < 3; i++) await get("/api/json", { "x-user": "alice" });
+    expect((await get("/api/json", { "x-user": "alice" })).status).toBe(429);
+    const bob = await get("/api/json", { "x-user": "bob" });
+    expect(bob.status).toBe(200);
+    expect(bob.headers.get("ratelimit")).toBe('"burst";r=2;t=1');
+  });
+
+  it("answers 401 problem+json when key gives undefined, and consumes nothing", async () => {
+    const { get, limiter } = setup();
+    const response = await get("/api/json", {});
+    expect(response.status).toBe(401);
+    expect(response.headers.get("content-type")).toBe("application/problem+json");
+    expect(response.headers.get("ratelimit")).toBeNull();
+    expect(await response.json()).toEqual({
+      type: "about:blank",
+      title: "Unauthorized",
+      status: 401,
+      detail: "This endpoint is rate limited per client, and the request does not say who the client is.",
+    });
+    expect((await limiter.limit("alice", { cost: 0 })).remaining).toBe(3);
+  });
+
+  it("lets onMissingKey answer instead", async () => {
+    const { get } = setup({ onMissingKey: (c) => c.text("who are you?", 400) });
+    const response = await get("/api/json", {});
+    expect(response.status).toBe(400);
+    expect(await response.text()).toBe("who are you?");
+  });
+
+  it("charges cost units, and says when a cost can never fit", async () => {
+    const { get } = setup();
+    // Cost 0 reads the state: full, nothing to wait for, nothing consumed.
+    const peek = await get("/api/json", { "x-user": "alice", "x-cost": "0" });
+    expect(peek.status).toBe(200);
+    expect(peek.headers.get("ratelimit")).toBe('"burst";r=3;t=0');
+
+    const heavy = await get("/api/json", { "x-user": "alice", "x-cost": "3" });
+    expect(heavy.status).toBe(200);
+    expect(heavy.headers.get("ratelimit")).toBe('"burst";r=0;t=1');
+
+    const tooBig = await get("/api/json", { "x-user": "bob", "x-cost": "4" });
+    expect(tooBig.status).toBe(429);
+    expect(tooBig.headers.get("retry-after")).toBeNull();
+    expect(tooBig.headers.get("ratelimit")).toBe('"burst";r=3');
+    expect(await tooBig.json()).toEqual({
+      type: QUOTA_EXCEEDED,
+      title: TITLE,
+      status: 429,
+      detail: 'This request needs more quota than "burst" can ever grant; retrying will not help.',
+      "violated-policies": ["burst"],
+    });
+  });
+
+  it("adds the X-RateLimit-* trio when legacyHeaders is set", async () => {
+    const { get } = setup({ legacyHeaders: true });
+    const response = await get("/api/json");
+    expect(rateHeaders(response)).toEqual({
+      "ratelimit-policy": POLICY,
+      ratelimit: '"burst";r=2;t=1',
+      "x-ratelimit-limit": "3",
+      "x-ratelimit-remaining": "2",
+      "x-ratelimit-reset": String((T0 + 1000) / 1000),
+    });
+  });
+});
+
+describe("hono rateLimit (shadow)", () => {
+  it("serves what it would refuse, marks it EdgeLimit-Shadow: denied, and logs it", async () => {
+    const { get, events } = setup({ mode: "shadow" });
+    for (let i = 0; i < 3; i++) expect((await get("/api/json")).headers.get("edgelimit-shadow")).toBeNull();
+    expect(events).toEqual([]);
+
+    const shadowed = await get("/api/json");
+    expect(shadowed.status).toBe(200);
+    expect(rateHeaders(shadowed)).toEqual({
+      "ratelimit-policy": POLICY,
+      ratelimit: '"burst";r=0;t=1',
+      "edgelimit-shadow": "denied",
+    });
+    expect(await shadowed.json()).toEqual({ remaining: 0, rule: "burst" });
+    expect(events).toEqual([
+      {
+        kind: "shadow-denied",
+        key: "alice",
+        method: "GET",
+        path: "/api/json",
+        message: 'edgelimit shadow: would deny GET /api/json (rule "burst", retry in 100 ms)',
+        decision: expect.objectContaining({
+          allowed: false,
+          rule: "burst",
+          retryAfter: 100,
+          source: "redis",
+        }),
+      },
+    ]);
+  });
+
+  it("serves a request without a key too, marked EdgeLimit-Shadow: no-key", async () => {
+    const { get, events } = setup({ mode: "shadow" });
+    const response = await get("/api/raw", {});
+    expect(response.status).toBe(200);
+    expect(await response.text()).toBe("raw");
+    expect(rateHeaders(response)).toEqual({ "x-handler": "yes", "edgelimit-shadow": "no-key" });
+    expect(events).toEqual([
+      {
+        kind: "shadow-no-key",
+        method: "GET",
+        path: "/api/raw",
+        message: "edgelimit shadow: would answer 401 to GET /api/raw (no key)",
+      },
+    ]);
+  });
+
+  it("logs with console.warn by default", async () => {
+    const { app } = setup({ mode: "shadow", log: undefined });
+    const warnings: unknown[][] = [];
+    const original = console.warn;
+    console.warn = (...args: unknown[]) => warnings.push(args);
+    try {
+      for (let i = 0; i < 4; i++) await app.request("/api/json", { headers: { "x-user": "carol" } });
+    } finally {
+      console.warn = original;
+    }
+    expect(warnings).toEqual([
+      ['edgelimit shadow: would deny GET /api/json (rule "burst", retry in 100 ms)'],
+    ]);
+  });
+});
+
+describe("hono rateLimit when Redis fails", () => {
+  // Nothing listens on port 9: every request fails at once, and the Limiter's onError decides.
+  const unreachable = { redis: new Redis({ url: "http://127.0.0.1:9", token: "x", retry: false }) };
+
+  it('onError "allow": serves the request with only the policy header, and logs the failure', async () => {
+    const { get, events } = setup({}, { ...unreachable, onError: "allow" });
+    const response = await get("/api/json");
+    expect(response.status).toBe(200);
+    expect(rateHeaders(response)).toEqual({ "ratelimit-policy": POLICY });
+    expect(events.map((event) => [event.kind, "decision" in event && event.decision.source])).toEqual([
+      ["error", "error"],
+    ]);
+    expect(events[0]!.message).toMatch(/^edgelimit: no decision from Redis for GET \/api\/json, allowed/);
+  });
+
+  it('onError "deny": 429 about:blank with Retry-After, not a quota-exceeded claim', async () => {
+    const { get } = setup({}, { ...unreachable, onError: "deny" });
+    const response = await get("/api/json");
+    expect(response.status).toBe(429);
+    expect(rateHeaders(response)).toEqual({
+      "cache-control": "no-store",
+      "ratelimit-policy": POLICY,
+      "retry-after": "1",
+    });
+    expect(await response.json()).toEqual({
+      type: "about:blank",
+      title: "Too Many Requests",
+      status: 429,
+      detail: "The rate limiter could not decide and refuses requests until it can. Retry after 1 second.",
+      "retry-after": 1,
+    });
+  });
+});
