@@ -43,8 +43,6 @@ export interface RateLimitOptions<E extends Env = Env> {
   log?: (event: RateLimitEvent) => void;
   /** The response when `key` gives undefined (default: see `key`). */
   onMissingKey?: (c: Context<E>) => Response | Promise<Response>;
-  /** Epoch ms for the `t` and Retry-After arithmetic; give the Limiter's clock (default `Date.now`). */
-  clock?: () => number;
 }
 
 /**
@@ -68,7 +66,6 @@ export const rateLimit = <E extends Env = Env>({
   legacyHeaders = false,
   log = (event) => console.warn(event.message),
   onMissingKey,
-  clock = Date.now,
 }: RateLimitOptions<E>): MiddlewareHandler<E & { Variables: RateLimitVariables }> => {
   if (mode !== "enforce" && mode !== "shadow") {
     throw new Error(`mode: must be "enforce" or "shadow", got ${JSON.stringify(mode)}`);
@@ -91,7 +88,7 @@ export const rateLimit = <E extends Env = Env>({
       return;
     }
     const decision = await limiter.limit(id, { cost: await cost(ctx) });
-    const now = clock();
+    const now = limiter.clock();
     c.set("rateLimit", decision);
     const where = { key: id, decision, method: c.req.method, path: c.req.path };
     if (decision.source === "error") {

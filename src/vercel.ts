@@ -25,8 +25,6 @@ export interface VercelRateLimitOptions {
   legacyHeaders?: boolean;
   /** The response when `key` gives undefined (default: a 401 problem+json). */
   onMissingKey?: (request: Request) => Response | Promise<Response>;
-  /** Epoch ms for the `t` and Retry-After arithmetic; give the Limiter's clock (default `Date.now`). */
-  clock?: () => number;
 }
 
 /**
@@ -57,7 +55,6 @@ export function createMiddleware(
     cost = () => 1,
     legacyHeaders = false,
     onMissingKey = () => unauthorized(),
-    clock = Date.now,
   } = options;
   const limited = routes === undefined ? () => true : routeMatcher(routes);
   return async function rateLimitMiddleware(request) {
@@ -65,7 +62,10 @@ export function createMiddleware(
     const id = await key(request);
     if (id === undefined) return onMissingKey(request);
     const decision = await limiter.limit(id, { cost: await cost(request) });
-    const { refusal, headers } = enforce(decision, limiter.rules, { legacy: legacyHeaders, now: clock() });
+    const { refusal, headers } = enforce(decision, limiter.rules, {
+      legacy: legacyHeaders,
+      now: limiter.clock(),
+    });
     return refusal ?? next({ headers });
   };
 }

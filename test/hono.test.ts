@@ -38,7 +38,6 @@ function setup(options: Partial<RateLimitOptions> = {}, limiterOptions: Partial<
       limiter,
       key: (c) => c.req.header("x-user"),
       cost: (c) => Number(c.req.header("x-cost") ?? 1),
-      clock,
       log: (event) => events.push(event),
       ...options,
     }),

@@ -19,7 +19,7 @@ function setup(options: Partial<VercelRateLimitOptions> = {}) {
     },
     clock,
   });
-  const middleware = createMiddleware({ limiter, clock, ...options });
+  const middleware = createMiddleware({ limiter, ...options });
   const call = (path: string, headers: Record<string, string> = { "x-real-ip": "203.0.113.7" }) =>
     middleware(new Request(`https://app.example${path}`, { headers }));
   return { call, clock, limiter };
