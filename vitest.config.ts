@@ -27,6 +27,7 @@ export default defineConfig({
           hookTimeout: 30_000,
         },
       },
+      "./vitest.workers.config.ts",
     ],
   },
 });

@@ -41,5 +41,5 @@ export function toMs(value: unknown, field: string): number {
 export function describe(value: unknown): string {
   if (typeof value === "string") return JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}…` : value);
   if (typeof value === "number" || typeof value === "boolean" || value == null) return String(value);
-  return Array.isArray(value) ? "an array" : `a ${typeof value}`;
+  return Array.isArray(value) ? "an array" : typeof value === "object" ? "an object" : `a ${typeof value}`;
 }

@@ -1,0 +1,332 @@
+// The Worker's configuration: one JSON document (the EDGELIMIT_CONFIG var), validated in full before any
+// request is served. Every problem is reported at once, each with the path of the field at fault
+// (`routes[1].rules.burst.capacity: must be a positive whole number, got 0`), so one deploy fixes all.
+// Unknown fields are errors too: a misspelt option must not be silently ignored.
+//
+// {
+//   "origin": "https://api.example.com",      required; scheme + host (+ port), no path
+//   "routes": [                                required (may be empty); first match applies
+//     { "name": "login",                       required, unique, 1-64 of A-Z a-z 0-9 _ . -
+//       "match": {                             optional; absent matches every request
+//         "path": "/login",                    "/exact", "/users/:id", "/api/*" (also /api), "/*"
+//         "methods": ["POST"] },               optional; any method when absent; GET covers HEAD
+//       "key": "ip",                           "ip" (CF-Connecting-IP; IPv6 per /64), "header:NAME",
+//                                              "cookie:NAME", "path", "global"
+//       "rules": { "perMinute": { "algorithm": "gcra", "limit": 5, "period": "1m" } },
+//                                              required, at least one; as the rule constructors take them
+//       "mode": "enforce",                     or "shadow" (forward, mark EdgeLimit-Shadow, log)
+//       "cost": 1,                             units per request
+//       "timeout": "1s",                       how long a decision waits for Redis (Limiter default 1000 ms)
+//       "onError": "allow" }                   or "deny": the decision when Redis fails or times out
+//   ],
+//   "allow": ["203.0.113.7", "2001:db8::/32"], never limited (IPs and CIDRs, v4 and v6)
+//   "deny": ["198.51.100.0/24"],               refused with 403 on every path; deny wins over allow
+//   "prefix": "edgelimit",                     Redis key namespace
+//   "legacyHeaders": false                     also send X-RateLimit-Limit / -Remaining / -Reset
+// }
+import * as v from "valibot";
+import { compileRule, type RuleConfig } from "./algorithms.js";
+import { describe, toMs } from "./duration.js";
+import { type KeySpec, parseKeySpec } from "./identity.js";
+import { IpSet, parseRange } from "./ip.js";
+import { parsePathPattern, type RouteMatch } from "./routes.js";
+
+/** One route: the requests it matches, who they are counted by, and the rules they are held to. */
+export interface RouteConfig {
+  /** 1-64 of A-Z a-z 0-9 _ . -; unique. Namespaces the route's counters and names it in logs. */
+  readonly name: string;
+  readonly match: RouteMatch;
+  readonly key: KeySpec;
+  /** Validated rule objects, by name (as `compileRule` accepts them). */
+  readonly rules: Readonly<Record<string, RuleConfig>>;
+  /** "enforce" answers 429 when denied; "shadow" forwards anyway and reports what it would have done. */
+  readonly mode: "enforce" | "shadow";
+  /** Units each request takes (default 1). */
+  readonly cost: number;
+  /** Ms a decision waits for Redis (the Limiter's default when absent). */
+  readonly timeout?: number;
+  /** What a decision is when Redis fails or times out (the Limiter's default, "allow", when absent). */
+  readonly onError?: "allow" | "deny";
+}
+
+/** The whole configuration, validated. */
+export interface EdgelimitConfig {
+  /** Where requests go: scheme, host and optional port, e.g. "https://api.example.com". */
+  readonly origin: string;
+  /** Tried in order; the first that matches applies. A request matching none passes unlimited. */
+  readonly routes: readonly RouteConfig[];
+  /** Clients never limited. */
+  readonly allow: IpSet;
+  /** Clients refused with 403 before any route applies. */
+  readonly deny: IpSet;
+  /** Redis key namespace (default "edgelimit"). */
+  readonly prefix: string;
+  /** Also send X-RateLimit-Limit / -Remaining / -Reset (default false). */
+  readonly legacyHeaders: boolean;
+}
+
+/** The outcome of `parseConfig`: the config, or every problem found, each as "path: message". */
+export type ConfigResult =
+  | { readonly ok: true; readonly config: EdgelimitConfig }
+  | { readonly ok: false; readonly errors: readonly string[] };
+
+const ROUTE_NAME = /^[A-Za-z0-9_.-]{1,64}$/;
+const PREFIX = /^[A-Za-z0-9_.:-]{1,64}$/;
+const METHOD = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+
+type Message = (issue: v.BaseIssue<unknown>) => string;
+const got = (issue: v.BaseIssue<unknown>) => `, got ${describe(issue.input)}`;
+
+// One message for every way a strict object can be wrong: not an object, a field missing, a field unknown.
+const objectMessage =
+  (what: string, fields: readonly string[]): Message =>
+  (issue) => {
+    if (!issue.path) return `must be ${what}${got(issue)}`;
+    if (issue.expected === "never") return `is not a known field; use ${fields.join(", ")}`;
+    return "is required";
+  };
+
+function strict<const E extends v.ObjectEntries>(what: string, entries: E) {
+  const message = objectMessage(what, Object.keys(entries));
+  // valibot takes an array for an object; a list where one object belongs is a mistake worth naming.
+  return v.pipe(
+    v.custom<unknown>((input) => !Array.isArray(input), message),
+    v.strictObject(entries, message),
+  );
+}
+
+/** Runs a parser that throws an Error saying what is wrong, and reports that as an issue here. */
+function parsed<I, O>(parse: (input: I) => O) {
+  return v.rawTransform<I, O>(({ dataset, addIssue, NEVER }) => {
+    try {
+      return parse(dataset.value);
+    } catch (error) {
+      addIssue({ message: (error as Error).message });
+      return NEVER;
+    }
+  });
+}
+
+const text = (what: string) => v.string((issue) => `must be ${what}${got(issue)}`);
+
+const positiveWhole = v.pipe(
+  v.number((issue) => `must be a positive whole number${got(issue)}`),
+  v.integer((issue) => `must be a positive whole number${got(issue)}`),
+  v.minValue(1, (issue) => `must be a positive whole number${got(issue)}`),
+);
+
+const duration = v.pipe(
+  v.union(
+    [v.number(), v.string()],
+    (issue) => `must be a duration such as 500, "500ms" or "2s"${got(issue)}`,
+  ),
+  // toMs names the field it was given; the issue path already does, so give it none and trim the ": ".
+  parsed((value: number | string) => {
+    try {
+      return toMs(value, "");
+    } catch (error) {
+      throw new Error((error as Error).message.replace(/^: /, ""));
+    }
+  }),
+);
+
+const origin = v.pipe(
+  text('an http(s) origin such as "https://api.example.com"'),
+  parsed((value: string) => {
+    let url: URL;
+    try {
+      url = new URL(value);
+    } catch {
+      throw new Error(
+        `${JSON.stringify(value)} is not a URL; use an origin such as "https://api.example.com"`,
+      );
+    }
+    if (url.protocol !== "https:" && url.protocol !== "http:") {
+      throw new Error(`must use http or https, got ${JSON.stringify(url.protocol)}`);
+    }
+    if (url.username || url.password) throw new Error("must not carry credentials");
+    if (url.pathname !== "/" || url.search || url.hash) {
+      throw new Error(
+        `must be a scheme and host only (${JSON.stringify(url.origin)}); requests keep their own path and query`,
+      );
+    }
+    return url.origin;
+  }),
+);
+
+const ipRanges = v.array(
+  v.pipe(
+    text('an IP address or CIDR range such as "198.51.100.0/24"'),
+    parsed((value: string) => {
+      parseRange(value);
+      return value;
+    }),
+  ),
+  (issue) => `must be a list of IP addresses and CIDR ranges${got(issue)}`,
+);
+
+const match = strict("an object such as { path, methods }", {
+  path: v.optional(v.pipe(text('a path pattern such as "/login" or "/api/*"'), parsed(parsePathPattern))),
+  methods: v.optional(
+    v.pipe(
+      v.array(
+        v.pipe(
+          text('an HTTP method such as "POST"'),
+          v.regex(METHOD, (issue) => `must be an HTTP method such as "POST"${got(issue)}`),
+          v.toUpperCase(),
+        ),
+        (issue) => `must be a list of HTTP methods such as ["POST"]${got(issue)}`,
+      ),
+      v.minLength(1, "must list at least one method (leave methods out to match any)"),
+      v.transform((methods) => {
+        const set = new Set(methods);
+        if (set.has("GET")) set.add("HEAD");
+        return set as ReadonlySet<string>;
+      }),
+    ),
+  ),
+});
+
+const rules = v.pipe(
+  v.record(v.string(), v.unknown(), (issue) => `must be an object of named rules${got(issue)}`),
+  v.rawTransform(({ dataset, addIssue, NEVER }) => {
+    const entries = Object.entries(dataset.value);
+    if (entries.length === 0) {
+      addIssue({ message: 'give at least one rule, e.g. { "perMinute": { "algorithm": "gcra", ... } }' });
+      return NEVER;
+    }
+    let failed = false;
+    for (const [name, rule] of entries) {
+      try {
+        compileRule(name, rule as RuleConfig);
+      } catch (error) {
+        failed = true;
+        // compileRule names the field as `rules.<name>.<field>: ...`; re-root that path under this route.
+        const message = (error as Error).message;
+        const own = `rules.${name}`;
+        let path: v.IssuePathItem[] = [
+          { type: "unknown", origin: "value", input: rule, key: name, value: rule },
+        ];
+        let rest = message.replace(/^rules: /, "");
+        if (message.startsWith(`${own}.`) || message.startsWith(`${own}:`)) {
+          const after = message.slice(own.length);
+          const field = /^\.([A-Za-z]+): /.exec(after);
+          if (field) {
+            const key = field[1]!;
+            const value = (rule as Record<string, unknown>)[key];
+            path = [...path, { type: "unknown", origin: "value", input: rule, key, value }];
+            rest = after.slice(field[0].length);
+          } else {
+            rest = after.replace(/^:? ?/, "");
+          }
+        }
+        addIssue({ message: rest, path: path as [v.IssuePathItem, ...v.IssuePathItem[]] });
+      }
+    }
+    return failed ? NEVER : (dataset.value as Record<string, RuleConfig>);
+  }),
+);
+
+const route = strict("a route object such as { name, match, key, rules }", {
+  name: v.pipe(
+    text("a route name"),
+    v.regex(ROUTE_NAME, (issue) => `must be 1-64 characters of A-Z a-z 0-9 _ . -${got(issue)}`),
+  ),
+  match: v.optional(match, {}),
+  key: v.pipe(text('a key such as "ip" or "header:x-api-key"'), parsed(parseKeySpec)),
+  rules,
+  mode: v.optional(
+    v.picklist(["enforce", "shadow"], (issue) => `must be "enforce" or "shadow"${got(issue)}`),
+    "enforce",
+  ),
+  cost: v.optional(positiveWhole, 1),
+  timeout: v.optional(duration),
+  onError: v.optional(v.picklist(["allow", "deny"], (issue) => `must be "allow" or "deny"${got(issue)}`)),
+});
+
+const schema = strict("a JSON object such as { origin, routes }", {
+  origin,
+  routes: v.array(route, (issue) => `must be a list of routes${got(issue)}`),
+  allow: v.optional(ipRanges, []),
+  deny: v.optional(ipRanges, []),
+  prefix: v.optional(
+    v.pipe(
+      text("a key prefix"),
+      v.regex(PREFIX, (issue) => `must be 1-64 characters of A-Z a-z 0-9 _ . : -${got(issue)}`),
+    ),
+    "edgelimit",
+  ),
+  legacyHeaders: v.optional(
+    v.boolean((issue) => `must be true or false${got(issue)}`),
+    false,
+  ),
+});
+
+/** Renders an issue path as `routes[1].rules.burst.capacity` (brackets for keys that are not names). */
+function pathText(path: readonly v.IssuePathItem[] | undefined): string {
+  let out = "";
+  for (const item of path ?? []) {
+    const key = item.key;
+    if (typeof key === "number") out += `[${key}]`;
+    else if (typeof key === "string" && /^[A-Za-z_$][\w$]*$/.test(key)) out += out ? `.${key}` : key;
+    else out += `[${JSON.stringify(key)}]`;
+  }
+  return out;
+}
+
+/**
+ * Validates a configuration (the parsed JSON, or the JSON text itself) and compiles it.
+ * Never throws: problems come back as `{ ok: false, errors }`, each "path: message".
+ *
+ * @example
+ * const result = parseConfig(env.EDGELIMIT_CONFIG);
+ * if (!result.ok) console.error(result.errors.join("\n"));
+ */
+export function parseConfig(input: unknown): ConfigResult {
+  let value = input;
+  if (typeof input === "string") {
+    try {
+      value = JSON.parse(input);
+    } catch (error) {
+      return { ok: false, errors: [`EDGELIMIT_CONFIG: not valid JSON (${(error as Error).message})`] };
+    }
+  }
+  const result = v.safeParse(schema, value);
+  const errors = result.success
+    ? []
+    : result.issues.map((issue) => {
+        const at = pathText(issue.path);
+        // A field present but undefined (possible from JS, not JSON) reads like one left out.
+        const message = issue.kind === "schema" && issue.input === undefined ? "is required" : issue.message;
+        return `${at || "EDGELIMIT_CONFIG"}: ${message}`;
+      });
+  errors.push(...duplicateNames(value));
+  if (!result.success || errors.length > 0) return { ok: false, errors };
+  const output = result.output;
+  return {
+    ok: true,
+    config: {
+      ...output,
+      routes: output.routes as RouteConfig[],
+      allow: IpSet.from(output.allow),
+      deny: IpSet.from(output.deny),
+    },
+  };
+}
+
+// Two routes of one name would share counters; reported from the raw input, so it shows up alongside
+// every other problem rather than only after they are fixed.
+function duplicateNames(value: unknown): string[] {
+  const routes = (value as { routes?: unknown } | null)?.routes;
+  if (!Array.isArray(routes)) return [];
+  const seen = new Map<string, number>();
+  const errors: string[] = [];
+  routes.forEach((route, i) => {
+    const name = (route as { name?: unknown } | null)?.name;
+    if (typeof name !== "string") return;
+    const first = seen.get(name);
+    if (first === undefined) seen.set(name, i);
+    else errors.push(`routes[${i}].name: ${JSON.stringify(name)} is already the name of routes[${first}]`);
+  });
+  return errors;
+}

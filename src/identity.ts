@@ -1,0 +1,115 @@
+// Who is asking: the value a route counts requests by. Header and cookie values are credentials more
+// often than not (API keys, session ids), so they are hashed before they become part of a Redis key:
+// reading the keyspace must not hand out anyone's key.
+import { formatIp, type IpAddress, isIpv4, networkOf, parseIp } from "./ip.js";
+import { sha256Hex } from "./sha256.js";
+
+/** What a route counts by, parsed from its `key`. */
+export type KeySpec =
+  | { readonly kind: "ip" }
+  | { readonly kind: "path" }
+  | { readonly kind: "global" }
+  | { readonly kind: "header"; readonly name: string }
+  | { readonly kind: "cookie"; readonly name: string };
+
+const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+// Headers a client writes itself and that are commonly mistaken for the client's address.
+const FORGEABLE = ["x-forwarded-for", "x-real-ip", "forwarded", "true-client-ip", "cf-connecting-ip"];
+
+/**
+ * Parses a route's `key`: "ip", "path", "global", "header:NAME" or "cookie:NAME". Throws an Error
+ * saying what is wrong.
+ *
+ * @example
+ * parseKeySpec("header:X-API-Key") // { kind: "header", name: "x-api-key" }
+ */
+export function parseKeySpec(text: string): KeySpec {
+  if (text === "ip" || text === "path" || text === "global") return { kind: text };
+  const colon = text.indexOf(":");
+  const kind = colon === -1 ? text : text.slice(0, colon);
+  const name = text.slice(colon + 1);
+  if ((kind === "header" || kind === "cookie") && colon !== -1) {
+    if (!TOKEN.test(name)) {
+      throw new Error(`${JSON.stringify(text)}: the ${kind} name must be a non-empty HTTP token`);
+    }
+    if (kind === "header" && FORGEABLE.includes(name.toLowerCase())) {
+      throw new Error(
+        `${JSON.stringify(text)}: a client can send any ${name} it likes; use "ip", which reads CF-Connecting-IP (set by Cloudflare)`,
+      );
+    }
+    return kind === "header" ? { kind, name: name.toLowerCase() } : { kind, name };
+  }
+  throw new Error(
+    `${JSON.stringify(text)} is not a key; use "ip", "path", "global", "header:NAME" or "cookie:NAME"`,
+  );
+}
+
+/**
+ * The client's address from CF-Connecting-IP, which Cloudflare sets on every request and a client
+ * cannot override. X-Forwarded-For and X-Real-IP are never read: clients write them.
+ *
+ * @example
+ * clientIp(request.headers) // the parsed CF-Connecting-IP, or undefined
+ */
+export function clientIp(headers: Headers): IpAddress | undefined {
+  const value = headers.get("cf-connecting-ip");
+  return value === null ? undefined : parseIp(value.trim());
+}
+
+/**
+ * The identifier a request is counted under for `spec`, or undefined when the request does not carry
+ * it (no such header or cookie, no client address). An IPv6 client is counted per /64.
+ *
+ * @example
+ * identify({ kind: "header", name: "x-api-key" }, request, clientIp(request.headers))
+ */
+export function identify(
+  spec: KeySpec,
+  request: Request,
+  ip: IpAddress | undefined,
+  normalizedPath: string,
+): string | undefined {
+  switch (spec.kind) {
+    case "ip":
+      if (!ip) return undefined;
+      return isIpv4(ip) ? formatIp(ip) : networkOf(ip, 64);
+    case "path":
+      return normalizedPath;
+    case "global":
+      return "global";
+    case "header": {
+      const value = request.headers.get(spec.name)?.trim();
+      return value ? hashed(value) : undefined;
+    }
+    case "cookie": {
+      const value = cookie(request.headers.get("cookie"), spec.name);
+      return value ? hashed(value) : undefined;
+    }
+  }
+}
+
+/**
+ * The value of cookie `name` in a Cookie header (the first, if sent twice), unquoted; undefined if absent.
+ *
+ * @example
+ * cookie("a=1; session=abc", "session") // "abc"
+ */
+export function cookie(header: string | null, name: string): string | undefined {
+  if (!header) return undefined;
+  for (const pair of header.split(";")) {
+    const eq = pair.indexOf("=");
+    if (eq === -1 || pair.slice(0, eq).trim() !== name) continue;
+    let value = pair.slice(eq + 1).trim();
+    if (value.length >= 2 && value.startsWith('"') && value.endsWith('"')) value = value.slice(1, -1);
+    return value;
+  }
+  return undefined;
+}
+
+// sha256Hex reads one byte per code unit: hash the UTF-8 bytes so distinct values never collide.
+function hashed(value: string): string {
+  const bytes = new TextEncoder().encode(value);
+  let binary = "";
+  for (const byte of bytes) binary += String.fromCharCode(byte);
+  return `sha256:${sha256Hex(binary)}`;
+}

@@ -1,0 +1,201 @@
+// The Cloudflare Worker: a reverse proxy in front of one origin that rate limits the routes its config
+// names. Configured by one JSON document (the EDGELIMIT_CONFIG var) and two secrets
+// (UPSTASH_REDIS_REST_URL, UPSTASH_REDIS_REST_TOKEN). The config's fields are documented in config.ts.
+//
+// request ─▶ config (parsed once per isolate) ─▶ deny list (403) ─▶ first matching route
+//         ─▶ allow list / no route: straight to the origin
+//         ─▶ route: identity ─▶ rateLimit middleware (429 / 401 / headers) ─▶ origin
+import { Redis } from "@upstash/redis/cloudflare";
+import type { Context, MiddlewareHandler } from "hono";
+import { Hono } from "hono/tiny";
+import { type EdgelimitConfig, parseConfig, type RouteConfig } from "./config.js";
+import { PROBLEM_JSON, SHADOW_HEADER } from "./headers.js";
+import { type RateLimitVariables, rateLimit } from "./hono.js";
+import { clientIp, identify } from "./identity.js";
+import type { IpAddress } from "./ip.js";
+import { Limiter } from "./limiter.js";
+import { forward } from "./proxy.js";
+import { findRoute, normalizePath } from "./routes.js";
+
+/** The Worker's bindings. */
+export interface Env {
+  /** The config: a JSON string (or the same document as a wrangler [vars] table). */
+  EDGELIMIT_CONFIG?: unknown;
+  UPSTASH_REDIS_REST_URL?: string;
+  UPSTASH_REDIS_REST_TOKEN?: string;
+}
+
+interface LimitedRoute extends RouteConfig {
+  /** The route's rateLimit middleware, over a Limiter built once per isolate. */
+  readonly limit: MiddlewareHandler<AppEnv>;
+}
+
+type Setup =
+  | { readonly ok: true; readonly config: EdgelimitConfig; readonly routes: readonly LimitedRoute[] }
+  | { readonly ok: false; readonly errors: readonly string[] };
+
+type AppEnv = {
+  Bindings: Env;
+  Variables: {
+    config: EdgelimitConfig;
+    ip: IpAddress | undefined;
+    path: string;
+    /** The origin's answer, already on its way (shadow routes ask the origin and Redis at once). */
+    upstream: Promise<Response> | undefined;
+  } & RateLimitVariables;
+};
+
+// Parsed configs and the Limiters built from them, per isolate. Keyed by everything they are built
+// from, so a test (or a `wrangler dev` reload) that changes the env gets a fresh setup, and a steady
+// deployment parses its config once. Bounded: envs are few, but nothing here may grow without limit.
+const setups = new Map<string, Setup>();
+const MAX_SETUPS = 8;
+
+function setupFor(env: Env): Setup {
+  const raw = env.EDGELIMIT_CONFIG;
+  const url = env.UPSTASH_REDIS_REST_URL;
+  const token = env.UPSTASH_REDIS_REST_TOKEN;
+  const rawText = typeof raw === "string" ? raw : JSON.stringify(raw ?? null);
+  const cacheKey = JSON.stringify([rawText, url ?? null, token ?? null]);
+  let setup = setups.get(cacheKey);
+  if (setup === undefined) {
+    setup = buildSetup(raw, url, token);
+    if (setups.size >= MAX_SETUPS) setups.delete(setups.keys().next().value as string);
+    setups.set(cacheKey, setup);
+  }
+  return setup;
+}
+
+function buildSetup(raw: unknown, url: string | undefined, token: string | undefined): Setup {
+  const errors: string[] = [];
+  if (raw === undefined || raw === "") {
+    errors.push("EDGELIMIT_CONFIG is not set: put the JSON config under [vars] in wrangler.toml");
+  }
+  // Name the variable, never its value: these messages are logged.
+  if (!url) {
+    errors.push("UPSTASH_REDIS_REST_URL is not set: npx wrangler secret put UPSTASH_REDIS_REST_URL");
+  } else if (!/^https?:\/\/[^\s]+$/.test(url)) {
+    errors.push("UPSTASH_REDIS_REST_URL is not an http(s) URL");
+  }
+  if (!token) {
+    errors.push("UPSTASH_REDIS_REST_TOKEN is not set: npx wrangler secret put UPSTASH_REDIS_REST_TOKEN");
+  }
+  const parsed = raw === undefined || raw === "" ? undefined : parseConfig(raw);
+  if (parsed && !parsed.ok) errors.push(...parsed.errors);
+  if (errors.length > 0 || !parsed?.ok) return { ok: false, errors };
+  const { config } = parsed;
+  try {
+    const redis = new Redis({ url: url!, token: token!, enableTelemetry: false });
+    const routes = config.routes.map((route) => limitedRoute(route, config, redis));
+    return { ok: true, config, routes };
+  } catch (error) {
+    return { ok: false, errors: [`edgelimit could not start: ${(error as Error).message}`] };
+  }
+}
+
+function limitedRoute(route: RouteConfig, config: EdgelimitConfig, redis: Redis): LimitedRoute {
+  const limiter = new Limiter({
+    redis,
+    prefix: config.prefix,
+    rules: route.rules,
+    ...(route.timeout === undefined ? {} : { timeout: route.timeout }),
+    ...(route.onError === undefined ? {} : { onError: route.onError }),
+  });
+  const limit = rateLimit<AppEnv>({
+    limiter,
+    // Counters are namespaced by route (route names hold no ":"), so two routes never share a count.
+    key: (c) => {
+      const id = identify(route.key, c.req.raw, c.get("ip"), c.get("path"));
+      return id === undefined ? undefined : `${route.name}:${id}`;
+    },
+    cost: () => route.cost,
+    mode: route.mode,
+    legacyHeaders: config.legacyHeaders,
+    log: (event) => console.warn(`${event.message} [route "${route.name}"]`),
+    // Shadow mode must not change what clients get, a missing key included: pass, and say so.
+    ...(route.mode === "shadow"
+      ? {
+          onMissingKey: async (c: Context<AppEnv>) => {
+            console.warn(
+              `edgelimit shadow: would answer 401 to ${c.req.method} ${c.req.path} (no ${describeKey(route)}) [route "${route.name}"]`,
+            );
+            const upstream = await origin(c);
+            const response = new Response(upstream.body, upstream);
+            response.headers.set(SHADOW_HEADER, "no-key");
+            return response;
+          },
+        }
+      : {}),
+  });
+  return { ...route, limit };
+}
+
+function describeKey(route: RouteConfig): string {
+  const key = route.key;
+  return key.kind === "header" || key.kind === "cookie" ? `${key.kind} ${key.name}` : key.kind;
+}
+
+// The origin's answer; a network failure on the way there (DNS, refused, reset) is a 502, not a crash.
+async function origin(c: Context<AppEnv>): Promise<Response> {
+  try {
+    return await (c.get("upstream") ?? forward(c.req.raw, c.get("config").origin));
+  } catch (error) {
+    console.error(
+      `edgelimit: ${c.req.method} ${c.req.path}: the origin did not answer: ${(error as Error).message}`,
+    );
+    return problem(502, "Bad Gateway", "The origin could not be reached.");
+  }
+}
+
+function problem(status: number, title: string, detail: string): Response {
+  return new Response(JSON.stringify({ type: "about:blank", title, status, detail }), {
+    status,
+    headers: { "Content-Type": PROBLEM_JSON, "Cache-Control": "no-store" },
+  });
+}
+
+const app = new Hono<AppEnv>();
+
+app.use(async (c, next) => {
+  const setup = setupFor(c.env ?? {});
+  if (!setup.ok) {
+    // Every request, not once per isolate: whoever tails the logs after a bad deploy must see why.
+    console.error(`edgelimit is misconfigured:\n  ${setup.errors.join("\n  ")}`);
+    return c.text("edgelimit is misconfigured", 500);
+  }
+  const { config, routes } = setup;
+  const ip = clientIp(c.req.raw.headers);
+  // Deny wins over allow: an address in both is refused.
+  if (ip && config.deny.has(ip)) {
+    return problem(403, "Forbidden", "Requests from this address are not accepted.");
+  }
+  const path = normalizePath(new URL(c.req.url).pathname);
+  c.set("config", config);
+  c.set("ip", ip);
+  c.set("path", path);
+  const route = findRoute(routes, c.req.method, path);
+  if (route === undefined || (ip && config.allow.has(ip))) return next();
+  if (route.mode === "shadow") {
+    // The decision changes nothing about the response but its headers: ask Redis and the origin at once.
+    const upstream = forward(c.req.raw, config.origin);
+    upstream.catch(() => {}); // awaited by the handler; this only stops an "unhandled rejection" report
+    c.set("upstream", upstream);
+  }
+  return route.limit(c, next);
+});
+
+app.all("*", (c) => origin(c));
+
+app.onError((error, c) => {
+  console.error(`edgelimit: ${c.req.method} ${c.req.path} failed: ${error.stack ?? error.message}`);
+  return problem(500, "Internal Server Error", "edgelimit failed to handle this request.");
+});
+
+/**
+ * The Worker: `export default` of the module wrangler.toml points at.
+ *
+ * @example
+ * // wrangler.toml: main = "src/worker.ts"; [vars] EDGELIMIT_CONFIG = '{"origin": "...", "routes": [...]}'
+ * const response = await worker.fetch(request, env, ctx);
+ */
+export default app;

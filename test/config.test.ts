@@ -1,0 +1,308 @@
+import { describe, expect, test } from "vitest";
+import { parseConfig } from "../src/config.js";
+import { parseIp } from "../src/ip.js";
+
+const login = {
+  name: "login",
+  match: { path: "/login", methods: ["POST"] },
+  key: "ip",
+  rules: { perMinute: { algorithm: "gcra", limit: 5, period: "1m" } },
+};
+const base = { origin: "https://api.example.com", routes: [login] };
+
+/** The errors of a config that must fail. */
+function errorsOf(input: unknown): readonly string[] {
+  const result = parseConfig(input);
+  if (result.ok) throw new Error("expected the config to be rejected");
+  return result.errors;
+}
+
+describe("a valid config", () => {
+  test("the README example compiles, with every default filled in", () => {
+    const result = parseConfig(
+      JSON.stringify({
+        origin: "https://api.example.com",
+        routes: [
+          login,
+          {
+            name: "api",
+            match: { path: "/api/*" },
+            key: "header:x-api-key",
+            mode: "shadow",
+            rules: {
+              burst: { algorithm: "tokenBucket", capacity: 20, refillRate: 10, interval: "1s" },
+              daily: { algorithm: "fixedWindow", limit: 10000, window: "1d" },
+            },
+          },
+        ],
+        allow: ["203.0.113.7"],
+        deny: ["198.51.100.0/24"],
+      }),
+    );
+    if (!result.ok) throw new Error(result.errors.join("\n"));
+    const { config } = result;
+    expect(config.origin).toBe("https://api.example.com");
+    expect(config.prefix).toBe("edgelimit");
+    expect(config.legacyHeaders).toBe(false);
+    expect(config.allow.has(parseIp("203.0.113.7")!)).toBe(true);
+    expect(config.deny.has(parseIp("198.51.100.9")!)).toBe(true);
+    expect(config.deny.has(parseIp("203.0.113.7")!)).toBe(false);
+    const [first, second] = config.routes;
+    expect(first).toEqual({
+      name: "login",
+      match: {
+        path: { source: "/login", segments: ["login"], rest: false },
+        methods: new Set(["POST"]),
+      },
+      key: { kind: "ip" },
+      rules: { perMinute: { algorithm: "gcra", limit: 5, period: "1m" } },
+      mode: "enforce",
+      cost: 1,
+    });
+    expect(second).toEqual({
+      name: "api",
+      match: { path: { source: "/api/*", segments: ["api"], rest: true } },
+      key: { kind: "header", name: "x-api-key" },
+      rules: {
+        burst: { algorithm: "tokenBucket", capacity: 20, refillRate: 10, interval: "1s" },
+        daily: { algorithm: "fixedWindow", limit: 10000, window: "1d" },
+      },
+      mode: "shadow",
+      cost: 1,
+    });
+  });
+
+  test("optional fields: methods are uppercased and GET brings HEAD; durations become ms", () => {
+    const result = parseConfig({
+      origin: "http://127.0.0.1:8787/",
+      prefix: "my-app:v2",
+      legacyHeaders: true,
+      routes: [{ ...login, match: { methods: ["get", "Post"] }, cost: 3, timeout: "250ms", onError: "deny" }],
+    });
+    if (!result.ok) throw new Error(result.errors.join("\n"));
+    const route = result.config.routes[0]!;
+    expect(result.config.origin).toBe("http://127.0.0.1:8787");
+    expect(result.config.prefix).toBe("my-app:v2");
+    expect(result.config.legacyHeaders).toBe(true);
+    expect(route.match).toEqual({ methods: new Set(["GET", "POST", "HEAD"]) });
+    expect([route.cost, route.timeout, route.onError]).toEqual([3, 250, "deny"]);
+  });
+
+  test("no routes at all is valid: the Worker then only applies allow and deny", () => {
+    expect(parseConfig({ origin: "https://a.example", routes: [], deny: ["::/0"] }).ok).toBe(true);
+  });
+});
+
+describe("every error names the path of the field at fault", () => {
+  test.each([
+    [{ ...base, origin: undefined }, ["origin: is required"]],
+    [
+      { ...base, origin: "api.example.com" },
+      ['origin: "api.example.com" is not a URL; use an origin such as "https://api.example.com"'],
+    ],
+    [{ ...base, origin: "ftp://api.example.com" }, ['origin: must use http or https, got "ftp:"']],
+    [{ ...base, origin: "https://user:pw@api.example.com" }, ["origin: must not carry credentials"]],
+    [
+      { ...base, origin: "https://api.example.com/v1" },
+      [
+        'origin: must be a scheme and host only ("https://api.example.com"); requests keep their own path and query',
+      ],
+    ],
+    [
+      { ...base, origin: 42 },
+      ['origin: must be an http(s) origin such as "https://api.example.com", got 42'],
+    ],
+    [{ origin: base.origin }, ["routes: is required"]],
+    [{ ...base, routes: "login" }, ['routes: must be a list of routes, got "login"']],
+    [
+      { ...base, routes: [null] },
+      ["routes[0]: must be a route object such as { name, match, key, rules }, got null"],
+    ],
+    [
+      { ...base, routez: [] },
+      ["routez: is not a known field; use origin, routes, allow, deny, prefix, legacyHeaders"],
+    ],
+    [{ ...base, routes: [{ ...login, name: undefined }] }, ["routes[0].name: is required"]],
+    [
+      { ...base, routes: [{ ...login, name: "log in" }] },
+      ['routes[0].name: must be 1-64 characters of A-Z a-z 0-9 _ . -, got "log in"'],
+    ],
+    [
+      { ...base, routes: [login, { ...login }] },
+      ['routes[1].name: "login" is already the name of routes[0]'],
+    ],
+    [
+      { ...base, routes: [{ ...login, match: { path: "login" } }] },
+      ['routes[0].match.path: "login" must start with "/", e.g. "/login" or "/api/*"'],
+    ],
+    [
+      { ...base, routes: [{ ...login, match: { path: "/api*" } }] },
+      ['routes[0].match.path: "/api*": "*" may only be the whole last segment, as in "/api/*"'],
+    ],
+    [
+      { ...base, routes: [{ ...login, match: { methods: [] } }] },
+      ["routes[0].match.methods: must list at least one method (leave methods out to match any)"],
+    ],
+    [
+      { ...base, routes: [{ ...login, match: { methods: ["POST", "GE T"] } }] },
+      ['routes[0].match.methods[1]: must be an HTTP method such as "POST", got "GE T"'],
+    ],
+    [
+      { ...base, routes: [{ ...login, match: { paths: ["/a"] } }] },
+      ["routes[0].match.paths: is not a known field; use path, methods"],
+    ],
+    [
+      { ...base, routes: [{ ...login, key: "ip:v6" }] },
+      ['routes[0].key: "ip:v6" is not a key; use "ip", "path", "global", "header:NAME" or "cookie:NAME"'],
+    ],
+    [
+      { ...base, routes: [{ ...login, key: "header:X-Real-IP" }] },
+      [
+        'routes[0].key: "header:X-Real-IP": a client can send any X-Real-IP it likes; use "ip", which reads CF-Connecting-IP (set by Cloudflare)',
+      ],
+    ],
+    [
+      { ...base, routes: [{ ...login, key: "cookie:a b" }] },
+      ['routes[0].key: "cookie:a b": the cookie name must be a non-empty HTTP token'],
+    ],
+    [
+      { ...base, routes: [{ ...login, rules: {} }] },
+      ['routes[0].rules: give at least one rule, e.g. { "perMinute": { "algorithm": "gcra", ... } }'],
+    ],
+    [
+      { ...base, routes: [{ ...login, rules: [] }] },
+      ['routes[0].rules: give at least one rule, e.g. { "perMinute": { "algorithm": "gcra", ... } }'],
+    ],
+    [
+      {
+        ...base,
+        routes: [
+          login,
+          {
+            ...login,
+            name: "api",
+            rules: { burst: { algorithm: "tokenBucket", capacity: 0, refillRate: 10, interval: "1s" } },
+          },
+        ],
+      },
+      ["routes[1].rules.burst.capacity: must be a positive whole number, got 0"],
+    ],
+    [
+      {
+        ...base,
+        routes: [{ ...login, rules: { daily: { algorithm: "fixedWindow", limit: 5, window: "1 day" } } }],
+      },
+      [
+        'routes[0].rules.daily.window: "1 day" is not a duration; use milliseconds or a string like "500ms", "10s", "1m", "1h", "1d"',
+      ],
+    ],
+    [
+      { ...base, routes: [{ ...login, rules: { "per.minute": { algorithm: "gcra", limit: 5 } } }] },
+      [
+        'routes[0].rules["per.minute"].period: expected a duration (milliseconds or a string like "10s"), got undefined',
+      ],
+    ],
+    [
+      { ...base, routes: [{ ...login, rules: { x: { algorithm: "leakyBucket", limit: 5 } } }] },
+      [
+        'routes[0].rules.x.algorithm: unknown algorithm "leakyBucket"; use one of gcra, tokenBucket, fixedWindow, slidingWindow, slidingLog',
+      ],
+    ],
+    [
+      {
+        ...base,
+        routes: [{ ...login, rules: { x: { algorithm: "gcra", limit: 5, period: "1m", window: "1m" } } }],
+      },
+      ["routes[0].rules.x.window: not an option of gcra; it takes limit, period, burst"],
+    ],
+    [
+      { ...base, routes: [{ ...login, rules: { x: "gcra" } }] },
+      ['routes[0].rules.x: expected a rule such as gcra({ limit, period }), got "gcra"'],
+    ],
+    [
+      {
+        ...base,
+        routes: [{ ...login, rules: { "bad name": { algorithm: "gcra", limit: 5, period: "1m" } } }],
+      },
+      ['routes[0].rules["bad name"]: rule name "bad name" must be 1-64 characters of A-Z a-z 0-9 _ . -'],
+    ],
+    [
+      { ...base, routes: [{ ...login, mode: "dry-run" }] },
+      ['routes[0].mode: must be "enforce" or "shadow", got "dry-run"'],
+    ],
+    [
+      { ...base, routes: [{ ...login, cost: 1.5 }] },
+      ["routes[0].cost: must be a positive whole number, got 1.5"],
+    ],
+    [
+      { ...base, routes: [{ ...login, cost: 0 }] },
+      ["routes[0].cost: must be a positive whole number, got 0"],
+    ],
+    [
+      { ...base, routes: [{ ...login, timeout: "soon" }] },
+      [
+        'routes[0].timeout: "soon" is not a duration; use milliseconds or a string like "500ms", "10s", "1m", "1h", "1d"',
+      ],
+    ],
+    [
+      { ...base, routes: [{ ...login, timeout: -5 }] },
+      ["routes[0].timeout: must be a positive whole number of milliseconds, got -5"],
+    ],
+    [
+      { ...base, routes: [{ ...login, onError: "fail" }] },
+      ['routes[0].onError: must be "allow" or "deny", got "fail"'],
+    ],
+    [
+      { ...base, allow: ["203.0.113.7", "10.1.2.3/8"] },
+      ['allow[1]: "10.1.2.3/8" has host bits set; did you mean 10.0.0.0/8?'],
+    ],
+    [
+      { ...base, deny: ["2001:db8::/129"] },
+      ['deny[0]: "2001:db8::/129": the prefix length must be a whole number from 0 to 128'],
+    ],
+    [{ ...base, deny: ["localhost"] }, ['deny[0]: "localhost" is not an IP address or CIDR range']],
+    [
+      { ...base, deny: [42] },
+      ['deny[0]: must be an IP address or CIDR range such as "198.51.100.0/24", got 42'],
+    ],
+    [{ ...base, deny: "1.2.3.4" }, ['deny: must be a list of IP addresses and CIDR ranges, got "1.2.3.4"']],
+    [{ ...base, prefix: "" }, ['prefix: must be 1-64 characters of A-Z a-z 0-9 _ . : -, got ""']],
+    [{ ...base, legacyHeaders: "yes" }, ['legacyHeaders: must be true or false, got "yes"']],
+  ])("%j", (input, expected) => {
+    expect(errorsOf(input)).toEqual(expected);
+  });
+
+  test("every problem is reported at once, in document order (duplicate names last)", () => {
+    expect(
+      errorsOf({
+        origin: "https://api.example.com",
+        routes: [
+          {
+            ...login,
+            rules: { a: { algorithm: "gcra", limit: 0, period: "1m" }, b: { algorithm: "gcra", limit: 1 } },
+          },
+          { ...login, key: "nope", mode: "x" },
+        ],
+        deny: ["bad"],
+      }),
+    ).toEqual([
+      "routes[0].rules.a.limit: must be a positive whole number, got 0",
+      'routes[0].rules.b.period: expected a duration (milliseconds or a string like "10s"), got undefined',
+      'routes[1].key: "nope" is not a key; use "ip", "path", "global", "header:NAME" or "cookie:NAME"',
+      'routes[1].mode: must be "enforce" or "shadow", got "x"',
+      'deny[0]: "bad" is not an IP address or CIDR range',
+      'routes[1].name: "login" is already the name of routes[0]',
+    ]);
+  });
+
+  test("text that is not JSON, and JSON that is not an object", () => {
+    expect(errorsOf("{ origin: 1 }")).toHaveLength(1);
+    expect(errorsOf("{ origin: 1 }")[0]).toMatch(/^EDGELIMIT_CONFIG: not valid JSON \(.+\)$/);
+    expect(errorsOf("[]")).toEqual([
+      "EDGELIMIT_CONFIG: must be a JSON object such as { origin, routes }, got an array",
+    ]);
+    expect(errorsOf("null")).toEqual([
+      "EDGELIMIT_CONFIG: must be a JSON object such as { origin, routes }, got null",
+    ]);
+  });
+});

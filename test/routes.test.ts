@@ -1,0 +1,137 @@
+import { describe, expect, test } from "vitest";
+import { cookie, identify, parseKeySpec } from "../src/identity.js";
+import { parseIp } from "../src/ip.js";
+import { findRoute, matchesPath, normalizePath, parsePathPattern } from "../src/routes.js";
+import { sha256Hex } from "../src/sha256.js";
+
+describe("normalizePath", () => {
+  test.each([
+    ["/", "/"],
+    ["", "/"],
+    ["/login", "/login"],
+    ["/Login/", "/login"],
+    ["//login//", "/login"],
+    ["/a/./b/../login", "/a/login"],
+    ["/../../login", "/login"],
+    ["/log%69n", "/login"],
+    ["/%7Euser", "/~user"],
+    ["/a%2Fb", "/a%2fb"], // an escaped slash stays escaped: it is not a separator
+    ["/a%20b", "/a%20b"],
+    ["/%2e%2e/login", "/login"], // an escaped dot segment is still a dot segment once decoded
+  ])("%j → %j", (input, expected) => {
+    expect(normalizePath(input)).toBe(expected);
+  });
+});
+
+describe("path patterns", () => {
+  test.each([
+    // [pattern, path, matches]
+    ["/login", "/login", true],
+    ["/login", "/login/x", false],
+    ["/login", "/", false],
+    ["/", "/", true],
+    ["/", "/x", false],
+    ["/*", "/", true],
+    ["/*", "/any/thing", true],
+    ["/api/*", "/api", true],
+    ["/api/*", "/api/v1/users", true],
+    ["/api/*", "/apix", false],
+    ["/api/*", "/", false],
+    ["/users/:id", "/users/42", true],
+    ["/users/:id", "/users", false],
+    ["/users/:id", "/users/42/posts", false],
+    ["/users/:id/*", "/users/42/posts/1", true],
+    ["/API/Login", "/api/login", true],
+  ])("%s ~ %s: %s", (pattern, path, expected) => {
+    expect(matchesPath(parsePathPattern(pattern), normalizePath(path))).toBe(expected);
+  });
+
+  test.each([
+    ["login", '"login" must start with "/", e.g. "/login" or "/api/*"'],
+    ["/api*", '"/api*": "*" may only be the whole last segment, as in "/api/*"'],
+    ["/*/x", '"/*/x": "*" may only be the whole last segment, as in "/api/*"'],
+    ["/users/:", '"/users/:": name the parameter, as in "/:id"'],
+  ])("rejects %j", (pattern, message) => {
+    expect(() => parsePathPattern(pattern)).toThrow(new Error(message));
+  });
+
+  test("findRoute: the first route whose path and method both match", () => {
+    const routes = [
+      { name: "a", match: { path: parsePathPattern("/login"), methods: new Set(["POST"]) } },
+      { name: "b", match: { path: parsePathPattern("/*") } },
+      { name: "c", match: {} },
+    ];
+    expect(findRoute(routes, "post", "/login")?.name).toBe("a");
+    expect(findRoute(routes, "GET", "/login")?.name).toBe("b");
+    expect(findRoute(routes.slice(0, 1), "GET", "/login")).toBeUndefined();
+    expect(findRoute(routes.slice(2), "DELETE", "/x")?.name).toBe("c");
+  });
+});
+
+describe("keys", () => {
+  test.each([
+    ["ip", { kind: "ip" }],
+    ["path", { kind: "path" }],
+    ["global", { kind: "global" }],
+    ["header:X-API-Key", { kind: "header", name: "x-api-key" }],
+    ["cookie:Session_ID", { kind: "cookie", name: "Session_ID" }],
+  ])("parseKeySpec(%j)", (text, expected) => {
+    expect(parseKeySpec(text)).toEqual(expected);
+  });
+
+  test.each(["", "IP", "header", "header:", "header:a b", "cookie", "query:x", "ip:64"])(
+    "rejects %j",
+    (text) => {
+      expect(() => parseKeySpec(text)).toThrow();
+    },
+  );
+
+  test.each(["x-forwarded-for", "X-Real-IP", "forwarded", "true-client-ip", "CF-Connecting-IP"])(
+    "refuses header:%s, which clients forge",
+    (name) => {
+      expect(() => parseKeySpec(`header:${name}`)).toThrow(
+        new Error(
+          `"header:${name}": a client can send any ${name} it likes; use "ip", which reads CF-Connecting-IP (set by Cloudflare)`,
+        ),
+      );
+    },
+  );
+
+  test("identify: each kind, header and cookie values hashed as UTF-8", () => {
+    const request = new Request("https://edge.example/x", {
+      headers: { "x-api-key": " key-1 ", cookie: "a=1; sid=s3cr3t" },
+    });
+    const v4 = parseIp("203.0.113.7");
+    const v6 = parseIp("2001:db8:1:2:3:4:5:6");
+    expect(identify({ kind: "ip" }, request, v4, "/x")).toBe("203.0.113.7");
+    expect(identify({ kind: "ip" }, request, v6, "/x")).toBe("2001:db8:1:2::/64");
+    expect(identify({ kind: "ip" }, request, undefined, "/x")).toBeUndefined();
+    expect(identify({ kind: "path" }, request, v4, "/x")).toBe("/x");
+    expect(identify({ kind: "global" }, request, v4, "/x")).toBe("global");
+    expect(identify({ kind: "header", name: "x-api-key" }, request, v4, "/x")).toBe(
+      `sha256:${sha256Hex("key-1")}`,
+    );
+    expect(identify({ kind: "header", name: "x-other" }, request, v4, "/x")).toBeUndefined();
+    expect(identify({ kind: "cookie", name: "sid" }, request, v4, "/x")).toBe(
+      `sha256:${sha256Hex("s3cr3t")}`,
+    );
+    expect(identify({ kind: "cookie", name: "nope" }, request, v4, "/x")).toBeUndefined();
+    // "é" is two UTF-8 bytes (c3 a9): hashed as those, so it cannot collide with the one byte e9.
+    const accented = new Request("https://edge.example/", { headers: { "x-k": "é" } });
+    expect(identify({ kind: "header", name: "x-k" }, accented, v4, "/")).toBe(
+      `sha256:${sha256Hex("\u00c3\u00a9")}`,
+    );
+  });
+
+  test.each([
+    ["a=1; sid=abc; b=2", "sid", "abc"],
+    ["sid=abc", "sid", "abc"],
+    ['sid="quoted"', "sid", "quoted"],
+    ["sid=first; sid=second", "sid", "first"],
+    ["xsid=1; sidx=2", "sid", undefined],
+    ["sid=", "sid", ""],
+    ["", "sid", undefined],
+  ])("cookie(%j, %j) → %j", (header, name, expected) => {
+    expect(cookie(header, name)).toBe(expected);
+  });
+});

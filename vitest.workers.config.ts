@@ -1,0 +1,16 @@
+import { cloudflareTest } from "@cloudflare/vitest-pool-workers";
+import { defineProject } from "vitest/config";
+
+// The Worker's tests, inside workerd. They call the Worker's fetch with an env built per test (origin,
+// bridge and config), so one project covers every configuration. The bridge (and its redis-server)
+// and a stand-in origin run in Node, started by the global setups; workerd reaches them on 127.0.0.1.
+export default defineProject({
+  plugins: [cloudflareTest({ wrangler: { configPath: "./wrangler.toml" } })],
+  test: {
+    name: "workers",
+    include: ["test/worker/**/*.test.ts"],
+    globalSetup: ["test/global-setup.ts", "test/worker/global-setup.ts"],
+    testTimeout: 20_000,
+    hookTimeout: 30_000,
+  },
+});
