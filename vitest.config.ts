@@ -6,6 +6,7 @@ import { defineConfig } from "vitest/config";
 //  - workers: the Cloudflare Worker inside workerd (vitest.workers.config.ts)
 export default defineConfig({
   test: {
+    reporters: ["default", "./test/summary-reporter.ts"],
     projects: [
       {
         test: {
