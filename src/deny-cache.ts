@@ -55,18 +55,3 @@ export class DenyCache {
     this.entries.delete(identifier);
   }
 }
-
-// One cache per limiter configuration for the whole isolate: a Worker that builds its Limiter inside
-// each request still answers repeat offenders from memory.
-const caches = new Map<string, DenyCache>();
-
-/** The isolate-wide deny cache for a limiter configuration (`fingerprint`), created on first use. */
-export function sharedDenyCache(fingerprint: string, maxEntries: number): DenyCache {
-  const key = `${maxEntries}|${fingerprint}`;
-  let cache = caches.get(key);
-  if (cache === undefined) {
-    cache = new DenyCache(maxEntries);
-    caches.set(key, cache);
-  }
-  return cache;
-}

@@ -1,6 +1,6 @@
 import { compileRule, type Rule, type RuleConfig } from "./algorithms.js";
 import { Batcher, type Call, type Reply, type Requester } from "./batch.js";
-import { type DenyCache, sharedDenyCache } from "./deny-cache.js";
+import { DenyCache } from "./deny-cache.js";
 import { describe } from "./duration.js";
 import { SCRIPT, SCRIPT_SHA1 } from "./generated/script.js";
 import { checkPrefix, keyTag } from "./keys.js";
@@ -14,7 +14,10 @@ export interface LimiterOptions {
   prefix?: string;
   /** The rules every decision checks, by name; a request is admitted only if all of them admit it. */
   rules: Record<string, RuleConfig>;
-  /** The in-isolate cache of deny decisions (default `{ maxEntries: 10_000 }`), or `false`. */
+  /**
+   * The in-isolate cache of deny decisions (default `{ maxEntries: 10_000 }`), or `false`. It belongs to
+   * this Limiter: build the Limiter once per isolate (module scope), not per request.
+   */
   denyCache?: { maxEntries: number } | false;
   /** Ms a decision waits for Redis before following `onError` (default 1000). */
   timeout?: number;
@@ -105,10 +108,7 @@ export class Limiter {
       if (typeof maxEntries !== "number" || !Number.isInteger(maxEntries) || maxEntries <= 0) {
         throw new Error(`denyCache.maxEntries: must be a positive whole number, got ${describe(maxEntries)}`);
       }
-      this.cache = sharedDenyCache(
-        `${this.prefix}|${this.ruleArgs.join(",")}|${this.keySuffixes.join("")}`,
-        maxEntries,
-      );
+      this.cache = new DenyCache(maxEntries);
     }
   }
 

@@ -265,8 +265,8 @@ describe("deny cache", () => {
     expect(bridge.stats.requests).toBe(0);
   });
 
-  it("is shared by limiters built with the same configuration in one isolate", async () => {
-    const prefix = uniquePrefix("shared");
+  it("belongs to its limiter: another limiter with the same rules asks Redis", async () => {
+    const prefix = uniquePrefix("own");
     const clock = manualClock();
     const make = () =>
       new Limiter({
@@ -275,11 +275,14 @@ describe("deny cache", () => {
         rules: { r: gcra({ limit: 1, period: "1m" }) },
         clock,
       });
-    await make().limit("s");
-    await make().limit("s");
+    const first = make();
+    await first.limit("s");
+    await first.limit("s");
     bridge.stats.reset();
-    expect((await make().limit("s")).source).toBe("cache");
+    expect((await first.limit("s")).source).toBe("cache");
     expect(bridge.stats.requests).toBe(0);
+    expect(await make().limit("s")).toMatchObject({ allowed: false, source: "redis" });
+    expect(bridge.stats.requests).toBe(1);
   });
 });
 
