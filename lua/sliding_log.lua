@@ -28,12 +28,17 @@ algorithms.slidingLog = function(key, now, cost, limit, window)
   r.ok, r.left, r.reset = true, limit - count - cost, stamp + window
   r.write = function()
     redis.call("ZREMRANGEBYSCORE", key, "-inf", stamp - window)
-    local entries = {}
-    for i = 1, cost do
-      entries[2 * i - 1] = stamp
-      entries[2 * i] = int(stamp) .. ":" .. int(count + i)
+    -- unpack() fails past a few thousand values, and a write must not fail after others were made
+    -- (a script error does not undo them): add at most ZADD_CHUNK entries per call.
+    local prefix = int(stamp) .. ":"
+    for first = 1, cost, ZADD_CHUNK do
+      local entries = {}
+      for i = first, math.min(cost, first + ZADD_CHUNK - 1) do
+        entries[#entries + 1] = stamp
+        entries[#entries + 1] = prefix .. int(count + i)
+      end
+      redis.call("ZADD", key, unpack(entries))
     end
-    redis.call("ZADD", key, unpack(entries))
     redis.call("PEXPIRE", key, stamp + window - now)
   end
   return r

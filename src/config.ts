@@ -240,7 +240,12 @@ const route = strict("a route object such as { name, match, key, rules }", {
     "enforce",
   ),
   cost: v.optional(positiveWhole, 1),
-  timeout: v.optional(duration),
+  timeout: v.optional(
+    v.pipe(
+      duration,
+      v.maxValue(2 ** 31 - 1, (issue) => `must be at most 2147483647 ms (about 24.8 days)${got(issue)}`),
+    ),
+  ),
   onError: v.optional(v.picklist(["allow", "deny"], (issue) => `must be "allow" or "deny"${got(issue)}`)),
 });
 

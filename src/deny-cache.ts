@@ -1,7 +1,8 @@
 import type { Decision } from "./types.js";
 
 interface Entry {
-  /** The smallest cost that was denied: any cost at least this large is denied too until `until`. */
+  /** The cost that was denied. Only the same cost is answered: a larger one is denied too, but for
+   * longer (or never), and only Redis knows how much longer. */
   cost: number;
   /** Epoch ms at which the identifier could be admitted again: the entry is a hit strictly before it. */
   until: number;
@@ -31,13 +32,14 @@ export class DenyCache {
       this.entries.delete(identifier);
       return undefined;
     }
-    if (cost < entry.cost) return undefined;
+    if (cost !== entry.cost) return undefined;
     this.entries.delete(identifier);
     this.entries.set(identifier, entry);
     const elapsed = now - entry.decidedAt;
     const rules: Decision["rules"] = {};
     for (const [name, rule] of Object.entries(entry.decision.rules)) {
-      rules[name] = { ...rule, retryAfter: Math.max(0, rule.retryAfter - elapsed) };
+      const retryAfter = Math.max(0, rule.retryAfter - elapsed);
+      rules[name] = { ...rule, allowed: rule.allowed || retryAfter === 0, retryAfter };
     }
     return { ...entry.decision, retryAfter: entry.until - now, source: "cache", rules };
   }

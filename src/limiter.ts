@@ -87,9 +87,11 @@ export class Limiter {
     }
     this.rules = Object.entries(rules).map(([name, config]) => compileRule(name, config));
     this.ruleArgs = this.rules.flatMap((rule) => rule.args);
-    this.keySuffixes = this.rules.map((rule) => `:${rule.name}`);
+    // The algorithm is part of the key: a rule whose algorithm changes starts afresh instead of
+    // reading state written in another algorithm's format.
+    this.keySuffixes = this.rules.map((rule) => `:${rule.name}:${rule.algorithm}`);
 
-    this.timeout = positive(options.timeout ?? 1000, "timeout");
+    this.timeout = delay(options.timeout ?? 1000, "timeout", true);
     const onError = options.onError ?? "allow";
     if (onError !== "allow" && onError !== "deny") {
       throw new Error(`onError: must be "allow" or "deny", got ${describe(onError)}`);
@@ -99,7 +101,7 @@ export class Limiter {
     if (typeof clock !== "function") throw new Error("clock: must be a function returning epoch ms");
     this.clock = clock;
     const batchWindow = options.batchWindow ?? 0;
-    if (batchWindow !== 0) positive(batchWindow, "batchWindow");
+    if (batchWindow !== 0) delay(batchWindow, "batchWindow", false);
     this.batcher = new Batcher(redis.client, batchWindow);
 
     const denyCache = options.denyCache ?? { maxEntries: 10_000 };
@@ -173,7 +175,7 @@ export class Limiter {
         clearTimeout(timer);
         resolve(decision);
       };
-      const fail = (error: unknown) => finish(this.failure(error, now));
+      const fail = (error: unknown) => finish(this.failure(scrub(error), now));
       const onReply = (reply: Reply, retried: boolean) => {
         if (done) return;
         if (reply.error !== undefined) {
@@ -274,9 +276,25 @@ function binds(candidate: RuleResult, current: RuleResult): boolean {
   return candidate.remaining < current.remaining;
 }
 
-function positive(value: unknown, field: string): number {
-  if (typeof value !== "number" || Number.isNaN(value) || value <= 0) {
-    throw new Error(`${field}: must be a positive number of milliseconds, got ${describe(value)}`);
+/** Timers clamp a delay above 2^31 - 1 ms to 1 ms: a longer timeout would fire at once. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+function delay(value: unknown, field: string, infinite: boolean): number {
+  if (infinite && value === Number.POSITIVE_INFINITY) return value;
+  if (typeof value !== "number" || !Number.isFinite(value) || value <= 0 || value > MAX_TIMER_MS) {
+    const range = `a positive number of milliseconds up to ${MAX_TIMER_MS}${infinite ? " (or Infinity)" : ""}`;
+    throw new Error(`${field}: must be ${range}, got ${describe(value)}`);
   }
   return value;
+}
+
+/**
+ * The error without the request it came from: @upstash/redis appends ", command was: <body>" to an
+ * HTTP error, and that body holds the keys (identifiers, maybe API keys) of every decision in the batch.
+ */
+function scrub(error: unknown): Error {
+  const message = error instanceof Error ? error.message : String(error);
+  const cut = message.indexOf(", command was:");
+  if (cut === -1) return error instanceof Error ? error : new Error(message);
+  return new Error(message.slice(0, cut));
 }
