@@ -89,7 +89,8 @@ export const slidingLog = (options: WindowOptions): RuleConfig => ({ algorithm: 
 // Integers in the scripts stay exact below 2^53; keep every product they form well under it.
 const MAX_PRODUCT = 2 ** 50;
 const MAX_LOG_LIMIT = 100_000;
-const RULE_NAME = /^[A-Za-z0-9_.-]{1,64}$/;
+/** What a rule name (and a Worker route name) may be: it becomes part of Redis keys. */
+export const NAME = /^[A-Za-z0-9_.-]{1,64}$/;
 
 const FIELDS: Record<Algorithm, readonly string[]> = {
   gcra: ["limit", "period", "burst"],
@@ -106,7 +107,7 @@ const FIELDS: Record<Algorithm, readonly string[]> = {
  * compileRule("daily", fixedWindow({ limit: 1000, window: "1d" })).args // ["fixedWindow", "1000", "86400000", "0"]
  */
 export function compileRule(name: string, config: RuleConfig): Rule {
-  if (!RULE_NAME.test(name)) {
+  if (!NAME.test(name)) {
     throw new Error(`rules: rule name ${describe(name)} must be 1-64 characters of A-Z a-z 0-9 _ . -`);
   }
   const at = `rules.${name}`;

@@ -25,10 +25,11 @@
 //   "legacyHeaders": false                     also send X-RateLimit-Limit / -Remaining / -Reset
 // }
 import * as v from "valibot";
-import { compileRule, type RuleConfig } from "./algorithms.js";
+import { compileRule, NAME, type RuleConfig } from "./algorithms.js";
 import { describe, toMs } from "./duration.js";
 import { type KeySpec, parseKeySpec } from "./identity.js";
 import { IpSet, parseRange } from "./ip.js";
+import { PREFIX } from "./keys.js";
 import { parsePathPattern, type RouteMatch } from "./routes.js";
 
 /** One route: the requests it matches, who they are counted by, and the rules they are held to. */
@@ -70,8 +71,6 @@ export type ConfigResult =
   | { readonly ok: true; readonly config: EdgelimitConfig }
   | { readonly ok: false; readonly errors: readonly string[] };
 
-const ROUTE_NAME = /^[A-Za-z0-9_.-]{1,64}$/;
-const PREFIX = /^[A-Za-z0-9_.:-]{1,64}$/;
 const METHOD = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 
 type Message = (issue: v.BaseIssue<unknown>) => string;
@@ -230,7 +229,7 @@ const rules = v.pipe(
 const route = strict("a route object such as { name, match, key, rules }", {
   name: v.pipe(
     text("a route name"),
-    v.regex(ROUTE_NAME, (issue) => `must be 1-64 characters of A-Z a-z 0-9 _ . -${got(issue)}`),
+    v.regex(NAME, (issue) => `must be 1-64 characters of A-Z a-z 0-9 _ . -${got(issue)}`),
   ),
   match: v.optional(match, {}),
   key: v.pipe(text('a key such as "ip" or "header:x-api-key"'), parsed(parseKeySpec)),

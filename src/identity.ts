@@ -57,6 +57,18 @@ export function clientIp(headers: Headers): IpAddress | undefined {
 }
 
 /**
+ * The identifier of a client address: IPv4 as written canonically (an IPv4-mapped IPv6 address is its
+ * IPv4 address), IPv6 by its /64, since one subscriber usually holds a whole /64 and could otherwise
+ * take a fresh counter per address.
+ *
+ * @example
+ * clientKey(parseIp("2001:db8::1")!) // "2001:db8::/64"
+ */
+export function clientKey(ip: IpAddress): string {
+  return isIpv4(ip) ? formatIp(ip) : networkOf(ip, 64);
+}
+
+/**
  * The identifier a request is counted under for `spec`, or undefined when the request does not carry
  * it (no such header or cookie, no client address). An IPv6 client is counted per /64.
  *
@@ -71,8 +83,7 @@ export function identify(
 ): string | undefined {
   switch (spec.kind) {
     case "ip":
-      if (!ip) return undefined;
-      return isIpv4(ip) ? formatIp(ip) : networkOf(ip, 64);
+      return ip && clientKey(ip);
     case "path":
       return normalizedPath;
     case "global":
@@ -106,8 +117,15 @@ export function cookie(header: string | null, name: string): string | undefined 
   return undefined;
 }
 
-// sha256Hex reads one byte per code unit: hash the UTF-8 bytes so distinct values never collide.
-function hashed(value: string): string {
+/**
+ * An identifier for a secret (API key, session id): its SHA-256, so the secret never appears in a Redis
+ * key name. sha256Hex reads one byte per code unit, so the UTF-8 bytes are hashed: distinct values
+ * never collide.
+ *
+ * @example
+ * limiter.limit(hashed(apiKey))
+ */
+export function hashed(value: string): string {
   const bytes = new TextEncoder().encode(value);
   let binary = "";
   for (const byte of bytes) binary += String.fromCharCode(byte);

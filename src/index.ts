@@ -28,5 +28,6 @@ export {
   tooManyRequests,
   unauthorized,
 } from "./headers.js";
+export { hashed } from "./identity.js";
 export { Limiter, type LimiterOptions, type LimitOptions } from "./limiter.js";
 export type { Decision, RuleResult } from "./types.js";

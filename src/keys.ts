@@ -9,7 +9,8 @@ import { sha256Hex } from "./sha256.js";
 //         still give short keys. The leading "=" / "#" keeps the two forms apart, and makes the tag
 //         non-empty (an empty "{}" would not be a hash tag at all).
 const MAX_PLAIN = 128;
-const PREFIX = /^[A-Za-z0-9_.:-]{1,64}$/;
+/** What a key prefix may be: no braces, which would move the hash tag. */
+export const PREFIX = /^[A-Za-z0-9_.:-]{1,64}$/;
 
 /** Validates a key prefix, or throws naming the field. */
 export function checkPrefix(prefix: unknown): string {

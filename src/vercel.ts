@@ -1,7 +1,8 @@
 import { ipAddress } from "@vercel/functions/headers";
 import { next } from "@vercel/functions/middleware";
 import { enforce, unauthorized } from "./headers.js";
-import { formatIp, isIpv4, networkOf, parseIp } from "./ip.js";
+import { clientKey } from "./identity.js";
+import { parseIp } from "./ip.js";
 import type { Limiter } from "./limiter.js";
 import { matchesPath, normalizePath, parsePathPattern } from "./routes.js";
 
@@ -81,8 +82,7 @@ export function createMiddleware(
 export function clientIp(request: Request): string | undefined {
   const text = ipAddress(request);
   const address = text === undefined ? undefined : parseIp(text.trim());
-  if (address === undefined) return undefined;
-  return isIpv4(address) ? formatIp(address) : networkOf(address, 64);
+  return address && clientKey(address);
 }
 
 /** A predicate over URL paths, from the Worker's own route patterns (`routes.ts`), so both agree. */
