@@ -112,27 +112,8 @@ function limitedRoute(route: RouteConfig, config: EdgelimitConfig, redis: Redis)
     mode: route.mode,
     legacyHeaders: config.legacyHeaders,
     log: (event) => console.warn(`${event.message} [route "${route.name}"]`),
-    // Shadow mode must not change what clients get, a missing key included: pass, and say so.
-    ...(route.mode === "shadow"
-      ? {
-          onMissingKey: async (c: Context<AppEnv>) => {
-            console.warn(
-              `edgelimit shadow: would answer 401 to ${c.req.method} ${c.req.path} (no ${describeKey(route)}) [route "${route.name}"]`,
-            );
-            const upstream = await origin(c);
-            const response = new Response(upstream.body, upstream);
-            response.headers.set(SHADOW_HEADER, "no-key");
-            return response;
-          },
-        }
-      : {}),
   });
   return { ...route, limit };
-}
-
-function describeKey(route: RouteConfig): string {
-  const key = route.key;
-  return key.kind === "header" || key.kind === "cookie" ? `${key.kind} ${key.name}` : key.kind;
 }
 
 // The origin's answer; a network failure on the way there (DNS, refused, reset) is a 502, not a crash.

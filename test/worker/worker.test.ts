@@ -268,7 +268,7 @@ describe("shadow mode", () => {
     expect(await response.text()).toBe("origin says 404");
     expect(limitHeaders(response)).toEqual({ "edgelimit-shadow": "no-key" });
     expect(warn.mock.calls).toEqual([
-      ['edgelimit shadow: would answer 401 to GET /status/404 (no header x-api-key) [route "trial"]'],
+      ['edgelimit shadow: would answer 401 to GET /status/404 (no key) [route "trial"]'],
     ]);
   });
 });
