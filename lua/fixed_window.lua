@@ -8,22 +8,13 @@ algorithms.fixedWindow = function(key, now, cost, limit, window)
   local stored = redis.call("GET", key)
   if stored then
     local s, c = string.match(stored, "^(%-?%d+):(%d+)$")
-    s, c = tonumber(s), tonumber(c)
-    if s >= start then start, count = s, c end
+    s = tonumber(s)
+    if s >= start then start, count = s, tonumber(c) end
   end
   local ends = start + window
-  local r = { limit = limit, left_now = limit - count, reset_now = count > 0 and ends or now }
-  if cost > limit then
-    r.ok, r.retry = false, NEVER
-    return r
-  end
-  if count + cost > limit then
-    r.ok, r.retry = false, ends - now
-    return r
-  end
-  r.ok, r.left, r.reset = true, limit - count - cost, ends
-  r.write = function()
-    redis.call("SET", key, int(start) .. ":" .. int(count + cost), "PX", ends - now)
-  end
-  return r
+  local reset_now = count > 0 and ends or now
+  if cost > limit then return false, NEVER, limit - count, reset_now end
+  if count + cost > limit then return false, ends - now, limit - count, reset_now end
+  return true, 0, limit - count, reset_now, limit - count - cost, ends,
+    set_px, int(start) .. ":" .. int(count + cost), ends - now
 end

@@ -20,27 +20,14 @@ algorithms.gcra = function(key, now, cost, limit, period, burst)
     a, b = tonumber(a), tonumber(b)
     if a > now or (a == now and b > 0) then d = (a - now) * limit + b end
   end
-  local r = {
-    limit = burst,
-    left_now = math.floor((capacity - d) / period),
-    reset_now = now + ceil_div(d, limit),
-  }
-  if cost > burst then
-    r.ok, r.retry = false, NEVER
-    return r
-  end
+  local left_now = math.floor((capacity - d) / period)
+  local reset_now = now + ceil_div(d, limit)
+  if cost > burst then return false, NEVER, left_now, reset_now end
   local next_d = d + cost * period
-  if next_d > capacity then
-    r.ok, r.retry = false, ceil_div(next_d - capacity, limit)
-    return r
-  end
-  r.ok = true
-  r.left = math.floor((capacity - next_d) / period)
-  r.reset = now + ceil_div(next_d, limit)
+  if next_d > capacity then return false, ceil_div(next_d - capacity, limit), left_now, reset_now end
   -- TAT never moves backwards: a caller whose clock lags sees a larger d and is only held back more.
   local whole = math.floor(next_d / limit)
-  r.write = function()
-    redis.call("SET", key, int(now + whole) .. ":" .. int(next_d - whole * limit), "PX", ceil_div(next_d, limit))
-  end
-  return r
+  local ttl = ceil_div(next_d, limit)
+  return true, 0, left_now, reset_now, math.floor((capacity - next_d) / period), now + ttl,
+    set_px, int(now + whole) .. ":" .. int(next_d - whole * limit), ttl
 end

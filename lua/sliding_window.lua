@@ -24,38 +24,20 @@ algorithms.slidingWindow = function(key, now, cost, limit, window)
   local elapsed = math.max(0, now - start)
   local used = previous * (window - elapsed) + current * window
   local budget = limit * window
-  local function reset_for(cur)
-    if cur > 0 then return start + 2 * window end
-    if previous > 0 then return start + window end
-    return now
-  end
-  local r = {
-    limit = limit,
-    left_now = math.max(0, math.floor((budget - used) / window)),
-    reset_now = reset_for(current),
-  }
-  if cost > limit then
-    r.ok, r.retry = false, NEVER
-    return r
-  end
+  local left_now = math.max(0, math.floor((budget - used) / window))
+  -- back to the full limit once every counted unit has faded out
+  local reset_now = current > 0 and start + 2 * window or previous > 0 and start + window or now
+  if cost > limit then return false, NEVER, left_now, reset_now end
   if used + cost * window > budget then
-    r.ok = false
     if current + cost <= limit then
       -- the previous window's weight has to fade: smallest e with previous*(window-e) <= room
       local fade = window - math.floor((limit - current - cost) * window / previous)
-      r.retry = math.max(1, fade - elapsed)
-    else
-      -- only the next window can admit it, once this window's count has faded enough
-      local fade = window - math.floor((limit - cost) * window / current)
-      r.retry = (start + window - now) + fade
+      return false, math.max(1, fade - elapsed), left_now, reset_now
     end
-    return r
+    -- only the next window can admit it, once this window's count has faded enough
+    local fade = window - math.floor((limit - cost) * window / current)
+    return false, (start + window - now) + fade, left_now, reset_now
   end
-  r.ok = true
-  r.left = math.floor((budget - used - cost * window) / window)
-  r.reset = reset_for(current + cost)
-  r.write = function()
-    redis.call("SET", key, int(start) .. ":" .. int(current + cost) .. ":" .. int(previous), "PX", start + 2 * window - now)
-  end
-  return r
+  return true, 0, left_now, reset_now, math.floor((budget - used - cost * window) / window), start + 2 * window,
+    set_px, int(start) .. ":" .. int(current + cost) .. ":" .. int(previous), start + 2 * window - now
 end

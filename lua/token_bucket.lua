@@ -17,28 +17,14 @@ algorithms.tokenBucket = function(key, now, cost, capacity, refill, interval)
       at = now
     end
   end
-  local r = {
-    limit = capacity,
-    left_now = math.floor(tokens / interval),
-    reset_now = at + ceil_div(full - tokens, refill),
-  }
-  if cost > capacity then
-    r.ok, r.retry = false, NEVER
-    return r
-  end
+  local left_now = math.floor(tokens / interval)
+  local reset_now = at + ceil_div(full - tokens, refill)
+  if cost > capacity then return false, NEVER, left_now, reset_now end
   local need = cost * interval
-  if need > tokens then
-    r.ok, r.retry = false, (at - now) + ceil_div(need - tokens, refill)
-    return r
-  end
+  if need > tokens then return false, (at - now) + ceil_div(need - tokens, refill), left_now, reset_now end
   local left = tokens - need
   local refill_ms = ceil_div(full - left, refill)
-  r.ok = true
-  r.left = math.floor(left / interval)
-  r.reset = at + refill_ms
   -- once full again the state equals "no key", so it lives exactly as long as the refill takes
-  r.write = function()
-    redis.call("SET", key, int(left) .. ":" .. int(at), "PX", math.max(1, at - now + refill_ms))
-  end
-  return r
+  return true, 0, left_now, reset_now, math.floor(left / interval), at + refill_ms,
+    set_px, int(left) .. ":" .. int(at), math.max(1, at - now + refill_ms)
 end
