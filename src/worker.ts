@@ -9,7 +9,7 @@ import { Redis } from "@upstash/redis/cloudflare";
 import type { Context, MiddlewareHandler } from "hono";
 import { Hono } from "hono/tiny";
 import { type EdgelimitConfig, parseConfig, type RouteConfig } from "./config.js";
-import { PROBLEM_JSON, SHADOW_HEADER } from "./headers.js";
+import { PROBLEM_JSON } from "./headers.js";
 import { type RateLimitVariables, rateLimit } from "./hono.js";
 import { clientIp, identify } from "./identity.js";
 import type { IpAddress } from "./ip.js";
