@@ -141,8 +141,8 @@ Throughput (decisions/s, median of the interleaved rounds; the verdict is the me
 
 ${table(["pair", "in flight", "A", "B", "who is faster"], rows)}
 
-Redis commands per decision (EVALSHA plus every command the script runs; Upstash bills commands, and per
-DESIGN.md counts those inside scripts too), one rule, deny caches off:
+Redis commands per decision (EVALSHA plus every command the script runs: Upstash bills commands, those a
+script runs included), one rule, deny caches off:
 
 ${table(["pair", "path", "edgelimit", "@upstash/ratelimit"], costRows)}
 
@@ -321,7 +321,7 @@ its own HTTP request unless a library merges them), deny caches off. Every rule 
 window (1 h; rules 2 and 3 of a 3-rule set: 2 h and 3 h), so an identifier's first call is the
 "first in window" admission, its second an admission with state already there, its third a denial.
 "Inside the script" is per decision. Upstash counts commands, so the "Redis commands" column is what a
-decision costs there (per DESIGN.md's reading of Upstash billing: script-internal commands included).
+decision costs there (the commands a script runs included).
 
 ${table(["contestant", "path", "HTTP requests", "EVALSHA", "Redis commands", "inside the script", ""], rows)}
 
