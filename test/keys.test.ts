@@ -1,5 +1,7 @@
+import { Redis } from "@upstash/redis";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
+import { fixedWindow, gcra, Limiter, slidingLog, slidingWindow, tokenBucket } from "../src/index.js";
 import { keyTag } from "../src/keys.js";
 import { sha256Hex } from "../src/sha256.js";
 
@@ -55,6 +57,56 @@ describe("sha256Hex", () => {
     expect(sha256Hex("")).toBe("e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
     expect(sha256Hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq")).toBe(
       "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1",
+    );
+  });
+});
+
+// Redis Cluster's key → slot function (CRC16/XMODEM of the hash tag, mod 16384), as the cluster spec
+// defines it, so the test checks what a cluster would do rather than how keyTag is written.
+function crc16(bytes: Uint8Array): number {
+  let crc = 0;
+  for (const byte of bytes) {
+    crc ^= byte << 8;
+    for (let bit = 0; bit < 8; bit++)
+      crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
+  }
+  return crc;
+}
+function clusterSlot(key: string): number {
+  const open = key.indexOf("{");
+  const close = open === -1 ? -1 : key.indexOf("}", open + 1);
+  const hashed = close > open + 1 ? key.slice(open + 1, close) : key;
+  return crc16(new TextEncoder().encode(hashed)) % 16384;
+}
+
+describe("cluster slots", () => {
+  it("computes slots as the cluster spec's reference values do", () => {
+    expect(crc16(new TextEncoder().encode("123456789"))).toBe(0x31c3);
+    expect(clusterSlot("{user1000}.following")).toBe(clusterSlot("{user1000}.followers"));
+  });
+
+  it("puts every key of one call in one slot, whatever the identifier and rules", () => {
+    const { Redis } = await import("@upstash/redis");
+    const { Limiter, fixedWindow, gcra, slidingLog, slidingWindow, tokenBucket } = await import(
+      "../src/index.js"
+    );
+    const limiter = new Limiter({
+      redis: new Redis({ url: "http://127.0.0.1:1", token: "unused" }),
+      prefix: "app:v1",
+      rules: {
+        a: gcra({ limit: 1, period: "1s" }),
+        "b.c": tokenBucket({ capacity: 1, refillRate: 1 }),
+        d_e: fixedWindow({ limit: 1, window: "1m" }),
+        f: slidingWindow({ limit: 1, window: "1m" }),
+        g: slidingLog({ limit: 1, window: "1m" }),
+      },
+    });
+    fc.assert(
+      fc.property(identifier, (id) => {
+        const slots = new Set(limiter.keys(id).map(clusterSlot));
+        expect(slots.size).toBe(1);
+      }),
+      { numRuns: 5_000 },
     );
   });
 });
