@@ -86,10 +86,6 @@ describe("cluster slots", () => {
   });
 
   it("puts every key of one call in one slot, whatever the identifier and rules", () => {
-    const { Redis } = await import("@upstash/redis");
-    const { Limiter, fixedWindow, gcra, slidingLog, slidingWindow, tokenBucket } = await import(
-      "../src/index.js"
-    );
     const limiter = new Limiter({
       redis: new Redis({ url: "http://127.0.0.1:1", token: "unused" }),
       prefix: "app:v1",
