@@ -28,6 +28,8 @@ interface Waiter {
 
 interface Batch {
   waiters: Waiter[];
+  /** A command sent first, whose reply nobody waits for (see `sendAhead`). */
+  ahead: unknown[] | undefined;
   controller: AbortController | undefined;
 }
 
@@ -49,14 +51,7 @@ export class Batcher {
   ) {}
 
   send(command: unknown[]): Call {
-    let batch = this.open;
-    if (batch === undefined) {
-      batch = { waiters: [], controller: undefined };
-      this.open = batch;
-      const ready = batch;
-      if (this.window > 0) setTimeout(() => this.flush(ready), this.window);
-      else queueMicrotask(() => this.flush(ready));
-    }
+    const batch = this.openBatch();
     let waiter!: Waiter;
     const reply = new Promise<Reply>((resolve, reject) => {
       waiter = { command, waiting: true, resolve, reject };
@@ -73,21 +68,42 @@ export class Batcher {
     };
   }
 
+  /**
+   * Puts `command` at the head of the next request, once however often it is asked for in one batch,
+   * and waits for no reply: what comes after it in the pipeline sees its effect (SCRIPT LOAD before
+   * the EVALSHAs that need it). It is sent only along with commands someone waits for.
+   */
+  sendAhead(command: unknown[]): void {
+    this.openBatch().ahead ??= command;
+  }
+
+  private openBatch(): Batch {
+    if (this.open) return this.open;
+    const batch: Batch = { waiters: [], ahead: undefined, controller: undefined };
+    this.open = batch;
+    if (this.window > 0) setTimeout(() => this.flush(batch), this.window);
+    else queueMicrotask(() => this.flush(batch));
+    return batch;
+  }
+
   private flush(batch: Batch): void {
     if (this.open === batch) this.open = undefined;
     const waiters = batch.waiters.filter((w) => w.waiting);
     if (waiters.length === 0) return;
     const controller = new AbortController();
     batch.controller = controller;
+    const body = waiters.map((w) => w.command);
+    if (batch.ahead) body.unshift(batch.ahead);
+    const skip = body.length - waiters.length;
     this.requester
-      .request({ path: ["pipeline"], body: waiters.map((w) => w.command), signal: () => controller.signal })
+      .request({ path: ["pipeline"], body, signal: () => controller.signal })
       .then((replies) => {
-        if (!Array.isArray(replies) || replies.length !== waiters.length) {
-          throw new Error(`pipeline answered ${describeReply(replies)} for ${waiters.length} commands`);
+        if (!Array.isArray(replies) || replies.length !== body.length) {
+          throw new Error(`pipeline answered ${describeReply(replies)} for ${body.length} commands`);
         }
         waiters.forEach((w, i) => {
           w.waiting = false;
-          w.resolve(replies[i] as Reply);
+          w.resolve(replies[i + skip] as Reply);
         });
       })
       .catch((error: unknown) => {

@@ -165,7 +165,15 @@ export class Limiter {
 
   private decide(identifier: string, cost: number, now: number): Promise<Decision> {
     const keys = this.keys(identifier);
-    const tail = [String(keys.length), ...keys, String(now), String(cost), ...this.ruleArgs];
+    const command = [
+      "EVALSHA",
+      SCRIPT_SHA1,
+      String(keys.length),
+      ...keys,
+      String(now),
+      String(cost),
+      ...this.ruleArgs,
+    ];
     return new Promise<Decision>((resolve) => {
       let call: Call;
       let done = false;
@@ -180,8 +188,10 @@ export class Limiter {
         if (done) return;
         if (reply.error !== undefined) {
           if (!retried && reply.error.startsWith("NOSCRIPT")) {
-            // The script cache was flushed (or this Redis never saw us): EVAL sends the text and loads it.
-            call = this.batcher.send(["EVAL", SCRIPT, ...tail]);
+            // The script cache was flushed (or this Redis never saw us). The next request loads the
+            // script once, ahead of every decision that met NOSCRIPT in this batch, and asks again.
+            this.batcher.sendAhead(["SCRIPT", "LOAD", SCRIPT]);
+            call = this.batcher.send(command);
             call.reply.then((again) => onReply(again, true), fail);
             return;
           }
@@ -203,7 +213,7 @@ export class Limiter {
               call.abandon();
               fail(new Error(`edgelimit: Redis did not answer within ${this.timeout} ms`));
             }, this.timeout);
-      call = this.batcher.send(["EVALSHA", SCRIPT_SHA1, ...tail]);
+      call = this.batcher.send(command);
       call.reply.then((reply) => onReply(reply, false), fail);
     });
   }

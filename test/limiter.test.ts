@@ -187,13 +187,13 @@ describe("script cache", () => {
     return { redis, limiter };
   };
 
-  it("recovers from SCRIPT FLUSH by falling back to EVAL, then uses EVALSHA again", async () => {
+  it("recovers from SCRIPT FLUSH by loading the script again, then uses EVALSHA as before", async () => {
     const { redis, limiter } = make();
     await limiter.limit("f");
     await redis.scriptFlush();
     own.bridge.stats.reset();
     expect(await limiter.limit("f")).toMatchObject({ allowed: true, remaining: 3, source: "redis" });
-    expect(own.bridge.stats.requests).toBe(2); // EVALSHA → NOSCRIPT, then EVAL
+    expect(own.bridge.stats.requests).toBe(2); // EVALSHA → NOSCRIPT, then SCRIPT LOAD + EVALSHA
     own.bridge.stats.reset();
     expect(await limiter.limit("f")).toMatchObject({ allowed: true, remaining: 2, source: "redis" });
     expect(own.bridge.stats.requests).toBe(1);
@@ -205,6 +205,8 @@ describe("script cache", () => {
     own.bridge.stats.reset();
     const all = await Promise.all(Array.from({ length: 20 }, (_, i) => limiter.limit(`batch-${i % 4}`)));
     expect(own.bridge.stats.requests).toBe(2);
+    // 20 EVALSHA meet NOSCRIPT; then one SCRIPT LOAD rides ahead of the 20 again: the text is sent once
+    expect(own.bridge.stats.commands).toBe(20 + 1 + 20);
     expect(all.every((d) => d.source === "redis")).toBe(true);
     expect(all.filter((d) => d.allowed)).toHaveLength(20);
   });
