@@ -17,6 +17,8 @@ export interface RedisServerOptions {
   bin?: string;
   /** Give up when Redis does not answer PING within this many ms (default 10000). */
   startTimeout?: number;
+  /** More redis-server arguments, e.g. `["--cluster-enabled", "yes"]`. */
+  args?: readonly string[];
 }
 
 /** A running redis-server. */
@@ -62,7 +64,17 @@ async function startOn(port: number, options: RedisServerOptions): Promise<Redis
   const dir = await mkdtemp(join(tmpdir(), "edgelimit-redis-"));
   const bin = options.bin ?? "redis-server";
   const args = ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"];
-  args.push("--dir", dir, "--daemonize", "no", "--logfile", "", "--loglevel", "warning");
+  args.push(
+    "--dir",
+    dir,
+    "--daemonize",
+    "no",
+    "--logfile",
+    "",
+    "--loglevel",
+    "warning",
+    ...(options.args ?? []),
+  );
   const child = spawn(bin, args, { stdio: ["ignore", "pipe", "pipe"] });
   let output = "";
   const collect = (chunk: Buffer) => {
