@@ -17,6 +17,14 @@ function verdict(ratio: number): string {
   return `even (${ratio.toFixed(2)}×)`;
 }
 
+/** The algorithm pairs compared side by side: edgelimit's, then @upstash/ratelimit's. */
+const PAIRS = [
+  ["fixedWindow", "fixedWindow"],
+  ["slidingWindow", "slidingWindow"],
+  ["tokenBucket", "tokenBucket"],
+  ["gcra", "tokenBucket"],
+] as const;
+
 export function renderReport(r: BenchResults): string {
   const out: string[] = [];
   const v = r.versions;
@@ -83,12 +91,7 @@ function headline(r: BenchResults): string {
   const cost = (lib: string, algo: string, phase: string) =>
     r.cost.find((c) => c.lib === lib && c.algo === algo && c.rules === 1 && c.phase === phase);
   const costRows: string[][] = [];
-  for (const [el, up] of [
-    ["fixedWindow", "fixedWindow"],
-    ["slidingWindow", "slidingWindow"],
-    ["tokenBucket", "tokenBucket"],
-    ["gcra", "tokenBucket"],
-  ] as const) {
+  for (const [el, up] of PAIRS) {
     for (const phase of PHASES) {
       const a = cost("edgelimit", el, phase);
       const b = cost("upstash", up, phase);
@@ -119,12 +122,7 @@ function headline(r: BenchResults): string {
   const lua = (lib: string, algo: string, path: string) =>
     r.lua.find((l) => l.lib === lib && l.algo === algo && l.path === path);
   const luaRows: string[][] = [];
-  for (const [el, up] of [
-    ["fixedWindow", "fixedWindow"],
-    ["slidingWindow", "slidingWindow"],
-    ["tokenBucket", "tokenBucket"],
-    ["gcra", "tokenBucket"],
-  ] as const) {
+  for (const [el, up] of PAIRS) {
     const a = lua("edgelimit", el, "allowed");
     const b = lua("upstash", up, "allowed");
     if (a && b)
@@ -167,13 +165,7 @@ function scorecard(r: BenchResults): string {
     if (t.lib === "edgelimit") continue;
     put(1 / t.ratioToFirst, `throughput, ${t.concurrency} in flight, ${t.group} (vs ${t.label})`);
   }
-  const pairs = [
-    ["fixedWindow", "fixedWindow"],
-    ["slidingWindow", "slidingWindow"],
-    ["tokenBucket", "tokenBucket"],
-    ["gcra", "tokenBucket"],
-  ] as const;
-  for (const [el, up] of pairs) {
+  for (const [el, up] of PAIRS) {
     for (const phase of PHASES) {
       const a = r.cost.find(
         (c) => c.lib === "edgelimit" && c.algo === el && c.rules === 1 && c.phase === phase,
@@ -193,7 +185,7 @@ function scorecard(r: BenchResults): string {
       if (a && b) put(b.usecPerCall / a.usecPerCall, `Redis time per decision, ${el} ↔ ${up}, ${path}`);
     }
   }
-  for (const [el, up] of pairs) {
+  for (const [el, up] of PAIRS) {
     const a = r.memory.find((m) => m.lib === "edgelimit" && m.algo === el);
     const b = r.memory.find((m) => m.lib === "upstash" && m.algo === up && m.limit === a?.limit);
     if (a && b)
