@@ -2,7 +2,7 @@ import { defineConfig } from "vitest/config";
 
 // Three environments, one command (`npm test`):
 //  - node:  the engine, the bridge, the Hono middleware (test/**/*.test.ts)
-//  - edge:  the Vercel middleware inside edge-runtime (test/edge/**/*.test.ts)
+//  - edge:  the Vercel middleware inside edge-runtime (test/adapters/vercel/**/*.test.ts)
 //  - workers: the Cloudflare Worker inside workerd (vitest.workers.config.ts)
 export default defineConfig({
   test: {
@@ -12,7 +12,7 @@ export default defineConfig({
         test: {
           name: "node",
           include: ["test/**/*.test.ts"],
-          exclude: ["test/edge/**", "test/worker/**"],
+          exclude: ["test/adapters/vercel/**", "test/adapters/worker/**"],
           globalSetup: ["test/global-setup.ts"],
           testTimeout: 20_000,
           hookTimeout: 30_000,
@@ -21,7 +21,7 @@ export default defineConfig({
       {
         test: {
           name: "edge",
-          include: ["test/edge/**/*.test.ts"],
+          include: ["test/adapters/vercel/**/*.test.ts"],
           environment: "edge-runtime",
           globalSetup: ["test/global-setup.ts"],
           testTimeout: 20_000,

@@ -8,8 +8,8 @@ export default defineProject({
   plugins: [cloudflareTest({ wrangler: { configPath: "./wrangler.toml" } })],
   test: {
     name: "workers",
-    include: ["test/worker/**/*.test.ts"],
-    globalSetup: ["test/global-setup.ts", "test/worker/global-setup.ts"],
+    include: ["test/adapters/worker/**/*.test.ts"],
+    globalSetup: ["test/global-setup.ts", "test/adapters/worker/global-setup.ts"],
     testTimeout: 20_000,
     hookTimeout: 30_000,
   },

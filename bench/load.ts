@@ -22,9 +22,9 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 import ts from "typescript";
 import type * as BridgeModule from "../src/bridge/index.js";
 import type * as ScriptsModule from "../src/bridge/scripts.js";
-import type * as ScriptModule from "../src/generated/script.js";
+import type * as ScriptModule from "../src/engine/generated/scripts.js";
+import type * as KeysModule from "../src/engine/keys.js";
 import type * as IndexModule from "../src/index.js";
-import type * as KeysModule from "../src/keys.js";
 
 export const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
 const SRC = join(ROOT, "src");
@@ -94,5 +94,5 @@ const load = async <T>(path: string): Promise<T> =>
 export const edgelimit = await load<typeof IndexModule>("index.js");
 export const bridge = await load<typeof BridgeModule>("bridge/index.js");
 export const bridgeScripts = await load<typeof ScriptsModule>("bridge/scripts.js");
-export const generated = await load<typeof ScriptModule>("generated/script.js");
-export const keys = await load<typeof KeysModule>("keys.js");
+export const generated = await load<typeof ScriptModule>("engine/generated/scripts.js");
+export const keys = await load<typeof KeysModule>("engine/keys.js");

@@ -484,8 +484,8 @@ function workerSection(r: BenchResults): string {
 
 \`wrangler dev\` (local workerd, \`CLOUDFLARE_CF_FETCH_ENABLED=false\`) in front of a local origin that
 answers \`ok\`. Four targets: the origin directly; a minimal proxy Worker (a 5-line \`fetch\` forwarder, no
-edgelimit) to separate what wrangler dev itself costs; src/worker.ts on a route no rule matches
-(pass-through); and src/worker.ts on a route limited by one gcra rule far above the load (every request
+edgelimit) to separate what wrangler dev itself costs; src/adapters/worker/index.ts on a route no rule matches
+(pass-through); and src/adapters/worker/index.ts on a route limited by one gcra rule far above the load (every request
 admitted, each costs a decision; one identifier, from an \`x-bench-key\` header). Both wrangler dev servers
 run side by side and the targets take turns: one request at a time for ${r.workerConfig.sequentialMs / 1000} s per target in 3 rounds (fetch,
 sub-ms timing, percentiles over all rounds), then autocannon with 64 connections for ${r.workerConfig.cannonSeconds} s per target in 2 rounds

@@ -1,4 +1,4 @@
-// Part 8: what the Worker adds in front of an origin. `wrangler dev` (local workerd) runs src/worker.ts
+// Part 8: what the Worker adds in front of an origin. `wrangler dev` (local workerd) runs src/adapters/worker/index.ts
 // with a config of two routes, one passing through (no route matches it: forwarded unlimited) and one
 // limited (a limit far above the load, so every request is admitted and pays for one decision), in
 // front of a local origin. autocannon drives 64 connections for a fixed time; a sequential fetch loop
@@ -188,13 +188,17 @@ export async function runWorker(
   env: BenchEnv,
   cfg: { cannonSeconds: number; sequentialMs: number },
 ): Promise<WorkerResult> {
-  const workerFile = join(ROOT, "src", "worker.ts");
+  const workerFile = join(ROOT, "src", "adapters", "worker", "index.ts");
   let repoToml: string;
   try {
     readFileSync(workerFile);
     repoToml = readFileSync(join(ROOT, "wrangler.toml"), "utf8");
   } catch {
-    return { status: "pending", reason: "src/worker.ts or wrangler.toml is missing", rows: [] };
+    return {
+      status: "pending",
+      reason: "src/adapters/worker/index.ts or wrangler.toml is missing",
+      rows: [],
+    };
   }
   const origin = http.createServer((_req, res) => {
     res.writeHead(200, { "content-type": "text/plain", "content-length": "2" });
@@ -302,7 +306,7 @@ export async function runWorker(
   try {
     log("worker: starting wrangler dev (minimal proxy Worker)");
     minimal = await startWrangler(dir, "minimal.toml");
-    log("worker: starting wrangler dev (src/worker.ts)");
+    log("worker: starting wrangler dev (src/adapters/worker/index.ts)");
     worker = await startWrangler(dir, "wrangler.toml");
     // the limited route must really be limited: a decision's headers come back
     const probe = await fetch(`${worker.base}/limited/x`, { headers });

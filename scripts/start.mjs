@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// npm start [-- CONFIG.json]: the real Worker (src/worker.ts under `wrangler dev`, local mode) on this
+// npm start [-- CONFIG.json]: the real Worker (src/adapters/worker/index.ts under `wrangler dev`, local mode) on this
 // machine, in one command. Without UPSTASH_REDIS_REST_URL it starts a private redis-server (free port,
 // no persistence) and the REST bridge in front of it; without a config file it also starts a small demo
 // origin and limits POST /login (5 a minute per IP) and /api/* (per x-api-key). Ctrl-C or SIGTERM stops

@@ -11,8 +11,10 @@ export {
   type TokenBucketOptions,
   tokenBucket,
   type WindowOptions,
-} from "./algorithms.js";
-export { type Duration, toMs } from "./duration.js";
+} from "./engine/algorithms.js";
+export { type Duration, toMs } from "./engine/duration.js";
+export { Limiter, type LimiterOptions, type LimitOptions } from "./engine/limiter.js";
+export type { Decision, RuleResult } from "./engine/types.js";
 export {
   type Enforcement,
   enforce,
@@ -27,7 +29,5 @@ export {
   SHADOW_HEADER,
   tooManyRequests,
   unauthorized,
-} from "./headers.js";
-export { hashed } from "./identity.js";
-export { Limiter, type LimiterOptions, type LimitOptions } from "./limiter.js";
-export type { Decision, RuleResult } from "./types.js";
+} from "./http/headers.js";
+export { hashed } from "./http/identity.js";

@@ -1,7 +1,7 @@
 import type { Context, Env, MiddlewareHandler } from "hono";
-import { enforce, SHADOW_HEADER, unauthorized } from "./headers.js";
-import type { Limiter } from "./limiter.js";
-import type { Decision } from "./types.js";
+import type { Limiter } from "../../engine/limiter.js";
+import type { Decision } from "../../engine/types.js";
+import { enforce, SHADOW_HEADER, unauthorized } from "../../http/headers.js";
 
 /**
  * What the middleware puts in the context: `c.get("rateLimit")` in handlers downstream. Always set,

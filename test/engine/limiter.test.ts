@@ -2,7 +2,7 @@ import { createServer, type IncomingMessage, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { Redis } from "@upstash/redis";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
-import { startBridge, startRedisServer } from "../src/bridge/index.js";
+import { startBridge, startRedisServer } from "../../src/bridge/index.js";
 import {
   fixedWindow,
   gcra,
@@ -11,8 +11,8 @@ import {
   slidingLog,
   slidingWindow,
   tokenBucket,
-} from "../src/index.js";
-import { bridgeRedis, manualClock, T0, uniquePrefix } from "./support.js";
+} from "../../src/index.js";
+import { bridgeRedis, manualClock, T0, uniquePrefix } from "../support.js";
 
 type Bridge = Awaited<ReturnType<typeof startBridge>>;
 let bridge: Bridge;

@@ -1,8 +1,8 @@
 import { describe, expect, test } from "vitest";
-import { cookie, identify, parseKeySpec } from "../src/identity.js";
-import { parseIp } from "../src/ip.js";
-import { findRoute, matchesPath, normalizePath, parsePathPattern } from "../src/routes.js";
-import { sha256Hex } from "../src/sha256.js";
+import { sha256Hex } from "../../src/engine/sha256.js";
+import { cookie, identify, parseKeySpec } from "../../src/http/identity.js";
+import { parseIp } from "../../src/http/ip.js";
+import { findRoute, matchesPath, normalizePath, parsePathPattern } from "../../src/http/routes.js";
 
 describe("normalizePath", () => {
   test.each([

@@ -8,14 +8,14 @@
 import { Redis } from "@upstash/redis/cloudflare";
 import type { Context, MiddlewareHandler } from "hono";
 import { Hono } from "hono/tiny";
-import { type EdgelimitConfig, parseConfig, type RouteConfig } from "./config.js";
-import { PROBLEM_JSON } from "./headers.js";
-import { type RateLimitVariables, rateLimit } from "./hono.js";
-import { clientIp, identify } from "./identity.js";
-import type { IpAddress } from "./ip.js";
-import { Limiter } from "./limiter.js";
-import { forward } from "./proxy.js";
-import { findRoute, normalizePath } from "./routes.js";
+import { Limiter } from "../../engine/limiter.js";
+import { type EdgelimitConfig, parseConfig, type RouteConfig } from "../../http/config.js";
+import { PROBLEM_JSON } from "../../http/headers.js";
+import { clientIp, identify } from "../../http/identity.js";
+import type { IpAddress } from "../../http/ip.js";
+import { forward } from "../../http/proxy.js";
+import { findRoute, normalizePath } from "../../http/routes.js";
+import { type RateLimitVariables, rateLimit } from "../hono/index.js";
 
 /** The Worker's bindings. */
 export interface Env {

@@ -1,8 +1,12 @@
 import { describe, expect, it } from "vitest";
-import { QUOTA_EXCEEDED } from "../../src/headers.js";
-import { fixedWindow, gcra, Limiter } from "../../src/index.js";
-import { clientIp, createMiddleware, type VercelRateLimitOptions } from "../../src/vercel.js";
-import { bridgeRedis, manualClock, T0, uniquePrefix } from "../support.js";
+import {
+  clientIp,
+  createMiddleware,
+  type VercelRateLimitOptions,
+} from "../../../src/adapters/vercel/index.js";
+import { QUOTA_EXCEEDED } from "../../../src/http/headers.js";
+import { fixedWindow, gcra, Limiter } from "../../../src/index.js";
+import { bridgeRedis, manualClock, T0, uniquePrefix } from "../../support.js";
 
 // Runs inside edge-runtime (the Vercel edge sandbox), against the real bridge.
 // burst: T = 100 ms, 3 at once. hourly: 5 per clock hour, whose window ends 2760 s after T0.

@@ -1,15 +1,15 @@
 import { Redis } from "@upstash/redis";
 import { Hono } from "hono";
 import { describe, expect, it } from "vitest";
-import { QUOTA_EXCEEDED } from "../src/headers.js";
 import {
   type RateLimitEvent,
   type RateLimitOptions,
   type RateLimitVariables,
   rateLimit,
-} from "../src/hono.js";
-import { fixedWindow, gcra, Limiter, type LimiterOptions } from "../src/index.js";
-import { bridgeRedis, manualClock, T0, uniquePrefix } from "./support.js";
+} from "../../../src/adapters/hono/index.js";
+import { QUOTA_EXCEEDED } from "../../../src/http/headers.js";
+import { fixedWindow, gcra, Limiter, type LimiterOptions } from "../../../src/index.js";
+import { bridgeRedis, manualClock, T0, uniquePrefix } from "../../support.js";
 
 // burst: T = 100 ms, 3 at once. hourly: 5 per clock hour; T0 is 14 min past an hour, so its window
 // ends 2760 s after T0.

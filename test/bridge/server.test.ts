@@ -4,16 +4,16 @@ import { createRequire } from "node:module";
 import { Ratelimit } from "@upstash/ratelimit";
 import { Redis, type RedisConfigNodejs } from "@upstash/redis";
 import { afterAll, beforeAll, describe, expect, inject, it, vi } from "vitest";
-import { parseCliArgs, USAGE, UsageError } from "../src/bridge/cli-args.js";
+import { parseCliArgs, USAGE, UsageError } from "../../src/bridge/cli-args.js";
 import {
   connectRedis,
   type RedisConnection,
   RedisError,
   startBridge,
   startRedisServer,
-} from "../src/bridge/index.js";
-import { encodeCommands, type Reply, RespParser } from "../src/bridge/resp.js";
-import { stripUnknownShebangFlags } from "../src/bridge/scripts.js";
+} from "../../src/bridge/index.js";
+import { encodeCommands, type Reply, RespParser } from "../../src/bridge/resp.js";
+import { stripUnknownShebangFlags } from "../../src/bridge/scripts.js";
 
 const redisUrl = inject("redisUrl");
 const bridgeUrl = inject("bridgeUrl");

@@ -2,7 +2,7 @@ import { compileRule, type Rule, type RuleConfig } from "./algorithms.js";
 import { Batcher, type Call, type Reply, type Requester } from "./batch.js";
 import { DenyCache } from "./deny-cache.js";
 import { describe } from "./duration.js";
-import { SCRIPT, SCRIPT_SHA1 } from "./generated/script.js";
+import { SCRIPT, SCRIPT_SHA1 } from "./generated/scripts.js";
 import { checkPrefix, keyTag } from "./keys.js";
 import type { Decision, RuleResult } from "./types.js";
 

@@ -7,8 +7,8 @@ import {
   slidingLog,
   slidingWindow,
   tokenBucket,
-} from "../src/index.js";
-import { bridgeRedis, manualClock, T0, uniquePrefix } from "./support.js";
+} from "../../src/index.js";
+import { bridgeRedis, manualClock, T0, uniquePrefix } from "../support.js";
 
 // Each case: a sequence of requests at explicit times, and the exact answer for each.
 // [at (ms after T0), cost, allowed, remaining, resetAt (ms after T0), retryAfter (ms)]

@@ -25,11 +25,11 @@
 //   "legacyHeaders": false                     also send X-RateLimit-Limit / -Remaining / -Reset
 // }
 import * as v from "valibot";
-import { compileRule, NAME, type RuleConfig } from "./algorithms.js";
-import { describe, toMs } from "./duration.js";
+import { compileRule, NAME, type RuleConfig } from "../engine/algorithms.js";
+import { describe, toMs } from "../engine/duration.js";
+import { PREFIX } from "../engine/keys.js";
 import { type KeySpec, parseKeySpec } from "./identity.js";
 import { IpSet, parseRange } from "./ip.js";
-import { PREFIX } from "./keys.js";
 import { parsePathPattern, type RouteMatch } from "./routes.js";
 
 /** One route: the requests it matches, who they are counted by, and the rules they are held to. */

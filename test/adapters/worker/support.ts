@@ -1,7 +1,7 @@
 // Helpers for the Worker tests: an env per test (its own key prefix, so tests share one Redis without
 // sharing counters), and a way to call the Worker the way the runtime does.
 import { inject } from "vitest";
-import worker, { type Env } from "../../src/worker.js";
+import worker, { type Env } from "../../../src/adapters/worker/index.js";
 
 let counter = 0;
 

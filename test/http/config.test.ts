@@ -1,6 +1,6 @@
 import { describe, expect, test } from "vitest";
-import { parseConfig } from "../src/config.js";
-import { parseIp } from "../src/ip.js";
+import { parseConfig } from "../../src/http/config.js";
+import { parseIp } from "../../src/http/ip.js";
 
 const login = {
   name: "login",

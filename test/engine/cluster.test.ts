@@ -10,10 +10,10 @@ import {
   type RedisServer,
   type Reply,
   startRedisServer,
-} from "../src/bridge/index.js";
-import { SCRIPT } from "../src/generated/script.js";
-import { fixedWindow, gcra, Limiter, slidingLog, slidingWindow, tokenBucket } from "../src/index.js";
-import { T0 } from "./support.js";
+} from "../../src/bridge/index.js";
+import { SCRIPT } from "../../src/engine/generated/scripts.js";
+import { fixedWindow, gcra, Limiter, slidingLog, slidingWindow, tokenBucket } from "../../src/index.js";
+import { T0 } from "../support.js";
 
 interface Node {
   server: RedisServer;

@@ -7,8 +7,15 @@ import {
   rateLimitHeaders,
   tooManyRequests,
   unauthorized,
-} from "../src/headers.js";
-import { compileRule, type Decision, fixedWindow, gcra, type RuleResult, tokenBucket } from "../src/index.js";
+} from "../../src/http/headers.js";
+import {
+  compileRule,
+  type Decision,
+  fixedWindow,
+  gcra,
+  type RuleResult,
+  tokenBucket,
+} from "../../src/index.js";
 
 // Expected strings are copied from draft-ietf-httpapi-ratelimit-headers-10 where the draft has an
 // example; the section is named beside each.

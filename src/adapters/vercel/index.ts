@@ -1,10 +1,10 @@
 import { ipAddress } from "@vercel/functions/headers";
 import { next } from "@vercel/functions/middleware";
-import { enforce, unauthorized } from "./headers.js";
-import { clientKey } from "./identity.js";
-import { parseIp } from "./ip.js";
-import type { Limiter } from "./limiter.js";
-import { matchesPath, normalizePath, parsePathPattern } from "./routes.js";
+import type { Limiter } from "../../engine/limiter.js";
+import { enforce, unauthorized } from "../../http/headers.js";
+import { clientKey } from "../../http/identity.js";
+import { parseIp } from "../../http/ip.js";
+import { matchesPath, normalizePath, parsePathPattern } from "../../http/routes.js";
 
 /** Options of {@link createMiddleware}. Only `limiter` is required. */
 export interface VercelRateLimitOptions {

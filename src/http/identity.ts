@@ -1,8 +1,9 @@
 // Who is asking: the value a route counts requests by. Header and cookie values are credentials more
 // often than not (API keys, session ids), so they are hashed before they become part of a Redis key:
 // reading the keyspace must not hand out anyone's key.
+
+import { sha256Hex } from "../engine/sha256.js";
 import { formatIp, type IpAddress, isIpv4, networkOf, parseIp } from "./ip.js";
-import { sha256Hex } from "./sha256.js";
 
 /** What a route counts by, parsed from its `key`. */
 export type KeySpec =

@@ -21,8 +21,8 @@
 //   source "error"    Redis did not answer, the state is unknown: RateLimit and the X-RateLimit-* fields
 //                     are left out rather than invented; RateLimit-Policy (static) stays. A fail-closed
 //                     denial gets Retry-After and an "about:blank" 429: no quota was exceeded.
-import type { Rule } from "./algorithms.js";
-import type { Decision } from "./types.js";
+import type { Rule } from "../engine/algorithms.js";
+import type { Decision } from "../engine/types.js";
 
 /** What the header functions read of a rule: `limiter.rules` fits. */
 export type PolicyRule = Pick<Rule, "name" | "policy">;
