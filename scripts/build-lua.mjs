@@ -4,7 +4,7 @@
 //    put first when its first line is `-- uses: prelude`.
 // Writes src/engine/generated/scripts.ts (ignored by git; rebuilt by build, test, typecheck, prepare).
 import { createHash } from "node:crypto";
-import { mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -56,4 +56,10 @@ const lines = [
   `export const SCRIPT_ALGORITHMS = ${JSON.stringify(algorithms)} as const;`,
   "",
 ];
-writeFileSync(out, lines.join("\n"));
+// Written only when it changed, and atomically: several runs may build at once.
+const text = lines.join("\n");
+if (!existsSync(out) || readFileSync(out, "utf8") !== text) {
+  const tmp = `${out}.${process.pid}.tmp`;
+  writeFileSync(tmp, text);
+  renameSync(tmp, out);
+}
