@@ -1,5 +1,5 @@
 const UNITS: Record<string, number> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 };
-const PATTERN = /^(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)$/;
+const PATTERN = /^(\d+)(?:\.(\d+))?\s*(ms|s|m|h|d)$/;
 
 /** A duration: milliseconds as a number, or a string such as `"500ms"`, `"10s"`, `"1m"`, `"1h"`, `"1d"`. */
 export type Duration =
@@ -25,7 +25,7 @@ export function toMs(value: unknown, field: string): number {
         `${field}: "${value}" is not a duration; use milliseconds or a string like "500ms", "10s", "1m", "1h", "1d"`,
       );
     }
-    ms = Number(match[1]) * UNITS[match[2]!]!;
+    ms = decimalMs(match[1]!, match[2] ?? "", UNITS[match[3]!]!, field, value);
   } else {
     throw new Error(
       `${field}: expected a duration (milliseconds or a string like "10s"), got ${describe(value)}`,
@@ -35,6 +35,19 @@ export function toMs(value: unknown, field: string): number {
     throw new Error(`${field}: must be a positive whole number of milliseconds, got ${describe(value)}`);
   }
   return ms;
+}
+
+// "2.01s" is 2010 ms exactly, but 2.01 * 1000 is 2009.9999999999998 in floating point: the digits are
+// scaled as integers (BigInt), so a decimal that names a whole number of ms is always accepted, and one
+// that does not ("1.0005s") is refused by the same test.
+function decimalMs(whole: string, fraction: string, unit: number, field: string, value: string): number {
+  const scale = 10n ** BigInt(fraction.length);
+  const scaled = BigInt(whole + fraction) * BigInt(unit);
+  if (scaled % scale !== 0n) {
+    throw new Error(`${field}: must be a positive whole number of milliseconds, got ${describe(value)}`);
+  }
+  const ms = scaled / scale;
+  return ms > BigInt(Number.MAX_SAFE_INTEGER) ? Number.POSITIVE_INFINITY : Number(ms);
 }
 
 /** A short, safe rendering of a bad value for error messages. */
