@@ -120,15 +120,50 @@ export function cookie(header: string | null, name: string): string | undefined 
 
 /**
  * An identifier for a secret (API key, session id): its SHA-256, so the secret never appears in a Redis
- * key name. sha256Hex reads one byte per code unit, so the UTF-8 bytes are hashed: distinct values
- * never collide.
+ * key name. Distinct strings never share an input to the hash: the string's exact UTF-16 code units are
+ * hashed, as WTF-8 (UTF-8 that also encodes a lone surrogate, as 3 bytes, instead of replacing it with
+ * U+FFFD as TextEncoder does). For every well-formed string that is its UTF-8, so the hash is the usual
+ * SHA-256 of the text.
  *
  * @example
  * limiter.limit(hashed(apiKey))
  */
 export function hashed(value: string): string {
-  const bytes = new TextEncoder().encode(value);
-  let binary = "";
-  for (const byte of bytes) binary += String.fromCharCode(byte);
-  return `sha256:${sha256Hex(binary)}`;
+  return `sha256:${sha256Hex(wtf8(value))}`;
+}
+
+/**
+ * The WTF-8 bytes of a string, one char per byte: one-to-one on sequences of UTF-16 code units. A
+ * surrogate pair is one code point (4 bytes); any other surrogate is encoded on its own (3 bytes).
+ *
+ * @example
+ * wtf8("é") // "\xc3\xa9"
+ */
+export function wtf8(value: string): string {
+  let bytes = "";
+  for (let i = 0; i < value.length; i++) {
+    let code = value.charCodeAt(i);
+    if (code < 0x80) {
+      bytes += value[i];
+      continue;
+    }
+    if (code < 0x800) {
+      bytes += String.fromCharCode(0xc0 | (code >> 6), 0x80 | (code & 0x3f));
+      continue;
+    }
+    const next = value.charCodeAt(i + 1);
+    if (code >= 0xd800 && code <= 0xdbff && next >= 0xdc00 && next <= 0xdfff) {
+      code = 0x10000 + ((code - 0xd800) << 10) + (next - 0xdc00);
+      i++;
+      bytes += String.fromCharCode(
+        0xf0 | (code >> 18),
+        0x80 | ((code >> 12) & 0x3f),
+        0x80 | ((code >> 6) & 0x3f),
+        0x80 | (code & 0x3f),
+      );
+      continue;
+    }
+    bytes += String.fromCharCode(0xe0 | (code >> 12), 0x80 | ((code >> 6) & 0x3f), 0x80 | (code & 0x3f));
+  }
+  return bytes;
 }
