@@ -1,3 +1,4 @@
+import { describe } from "./duration.js";
 import { sha256Hex } from "./sha256.js";
 
 // Keys look like `<prefix>:{<tag>}:<rule>`. The tag is the Redis Cluster hash tag shared by every key of
@@ -37,4 +38,24 @@ export function keyTag(identifier: string): string {
   }
   escaped = plainFrom === 0 ? identifier : escaped + identifier.slice(plainFrom);
   return escaped.length <= MAX_PLAIN ? `{=${escaped}}` : `{#${sha256Hex(escaped)}}`;
+}
+
+/**
+ * Validates the identifier of a `limit()` or `reset()` call: a non-empty string. An empty one is
+ * refused rather than counted, since every caller whose id came out empty (a missing header read as
+ * "", an unset variable) would otherwise share one bucket. Throws a TypeError or RangeError naming it.
+ *
+ * @example
+ * checkIdentifier("user:42") // "user:42"
+ */
+export function checkIdentifier(identifier: unknown): string {
+  if (typeof identifier !== "string") {
+    throw new TypeError(`identifier: expected a string, got ${describe(identifier)}`);
+  }
+  if (identifier === "") {
+    throw new RangeError(
+      "identifier: must not be empty (an empty id would put every such caller in one bucket); answer the request yourself, e.g. with a 401, when it carries no id",
+    );
+  }
+  return identifier;
 }

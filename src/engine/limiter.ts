@@ -3,7 +3,7 @@ import { Batcher, type Call, type Reply, type Requester } from "./batch.js";
 import { DenyCache } from "./deny-cache.js";
 import { describe } from "./duration.js";
 import { SCRIPT, SCRIPT_SHA1 } from "./generated/scripts.js";
-import { checkPrefix, keyTag } from "./keys.js";
+import { checkIdentifier, checkPrefix, keyTag } from "./keys.js";
 import type { Decision, RuleResult } from "./types.js";
 
 /** What `new Limiter()` takes. Only `redis` and `rules` are required. */
@@ -122,9 +122,7 @@ export class Limiter {
    * const { allowed, remaining, retryAfter } = await limiter.limit("203.0.113.7", { cost: 1 });
    */
   limit(identifier: string, options?: LimitOptions): Promise<Decision> {
-    if (typeof identifier !== "string") {
-      throw new TypeError(`identifier: expected a string, got ${describe(identifier)}`);
-    }
+    checkIdentifier(identifier);
     const cost = options?.cost ?? 1;
     if (typeof cost !== "number" || !Number.isInteger(cost) || cost < 0) {
       throw new RangeError(`cost: must be a whole number of units, 0 or more, got ${describe(cost)}`);
@@ -142,9 +140,7 @@ export class Limiter {
    * await limiter.reset("user:42");
    */
   async reset(identifier: string): Promise<void> {
-    if (typeof identifier !== "string") {
-      throw new TypeError(`identifier: expected a string, got ${describe(identifier)}`);
-    }
+    checkIdentifier(identifier);
     this.cache?.delete(identifier);
     await this.redis.del(...this.keys(identifier));
   }

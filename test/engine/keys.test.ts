@@ -1,7 +1,7 @@
 import { Redis } from "@upstash/redis";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { keyTag } from "../../src/engine/keys.js";
+import { checkIdentifier, keyTag } from "../../src/engine/keys.js";
 import { sha256Hex } from "../../src/engine/sha256.js";
 import { fixedWindow, gcra, Limiter, slidingLog, slidingWindow, tokenBucket } from "../../src/index.js";
 
@@ -104,5 +104,29 @@ describe("cluster slots", () => {
       }),
       { numRuns: 5_000 },
     );
+  });
+});
+
+describe("identifiers", () => {
+  // Never reaches Redis: the call throws before anything is sent.
+  const limiter = new Limiter({
+    redis: new Redis({ url: "http://127.0.0.1:9", token: "unused", enableTelemetry: false }),
+    rules: { perMinute: gcra({ limit: 5, period: "1m" }) },
+  });
+
+  it("refuses an empty identifier at the call, naming it, for limit() and reset()", async () => {
+    expect(() => limiter.limit("")).toThrow(RangeError);
+    expect(() => limiter.limit("")).toThrow(/^identifier: must not be empty/);
+    await expect(limiter.reset("")).rejects.toThrow(/^identifier: must not be empty/);
+  });
+
+  it("refuses an identifier that is not a string with a TypeError naming it", () => {
+    expect(() => limiter.limit(undefined as unknown as string)).toThrow(TypeError);
+    expect(() => limiter.limit(42 as unknown as string)).toThrow(/^identifier: expected a string, got 42/);
+  });
+
+  it("accepts any non-empty string, whitespace included", () => {
+    expect(() => checkIdentifier(" ")).not.toThrow();
+    expect(checkIdentifier("\ud800")).toBe("\ud800");
   });
 });
