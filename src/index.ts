@@ -12,7 +12,9 @@ export {
   tokenBucket,
   type WindowOptions,
 } from "./engine/algorithms.js";
+export { BREAKER_DEFAULTS, type BreakerOptions } from "./engine/breaker.js";
 export { type Duration, toMs } from "./engine/duration.js";
+export { RedisCallError, type RedisErrorKind } from "./engine/errors.js";
 export { Limiter, type LimiterOptions, type LimitOptions } from "./engine/limiter.js";
 export type { Decision, RuleResult } from "./engine/types.js";
 export {

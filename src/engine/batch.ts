@@ -1,16 +1,26 @@
-// Shares one HTTP request among the commands issued in the same tick, as @upstash/redis's
-// auto-pipelining does, but keeps a handle on that request: each caller can stop waiting on its own
-// (a timeout), and once no caller waits any more the request is aborted, not left running.
-
-/** The part of an @upstash/redis client's HTTP requester this module uses. */
-export interface Requester {
-  request(req: { path?: string[]; body?: unknown; signal?: () => AbortSignal }): Promise<unknown>;
-}
+// Shares one HTTP request among the commands issued in the same tick (or batching window), as
+// @upstash/redis's auto-pipelining does, but keeps a handle on that request: each caller can stop
+// waiting on its own (a timeout), and once no caller waits any more the request is aborted, not left
+// running.
 
 /** One command's reply inside a pipeline. */
 export interface Reply {
   result?: unknown;
   error?: string;
+}
+
+/**
+ * Sends one `/pipeline` request: the replies, one per command, in order. Rejects when there is no
+ * usable answer. Sends at most once: it never repeats a request that may have reached Redis.
+ */
+export type Sender = (commands: unknown[][], signal: AbortSignal) => Promise<Reply[]>;
+
+/**
+ * An @upstash/redis client's own requester (`redis.client`). Deprecated here: it retries a failed
+ * POST, so a request that reached Redis can run again. Use the transport (transport.ts) instead.
+ */
+export interface Requester {
+  request(req: { path?: string[]; body?: unknown; signal?: () => AbortSignal }): Promise<unknown>;
 }
 
 /** A command on its way: its reply, and a way to stop waiting for it. */
@@ -28,8 +38,8 @@ interface Waiter {
 
 interface Batch {
   waiters: Waiter[];
-  /** A command sent first, whose reply nobody waits for (see `sendAhead`). */
-  ahead: unknown[] | undefined;
+  /** Commands sent first, whose replies nobody waits for (see `sendAhead`). */
+  ahead: unknown[][];
   controller: AbortController | undefined;
 }
 
@@ -38,17 +48,36 @@ interface Batch {
  * `/pipeline` request.
  *
  * @example
- * const batcher = new Batcher(redis.client, 0);
+ * const batcher = new Batcher(sender, 0);
  * const call = batcher.send(["PING"]);
  * const reply = await call.reply; // { result: "PONG" }
  */
 export class Batcher {
   private open: Batch | undefined;
+  /** Pipeline requests sent so far (tests count them). */
+  requests = 0;
+
+  private readonly sender: Sender;
 
   constructor(
-    private readonly requester: Requester,
-    private readonly window: number,
-  ) {}
+    sender: Sender | Requester,
+    readonly window: number,
+  ) {
+    this.sender =
+      typeof sender === "function"
+        ? sender
+        : async (commands, signal) => {
+            const replies = await sender.request({
+              path: ["pipeline"],
+              body: commands,
+              signal: () => signal,
+            });
+            if (!Array.isArray(replies) || replies.length !== commands.length) {
+              throw new Error(`pipeline answered ${typeof replies} for ${commands.length} commands`);
+            }
+            return replies as Reply[];
+          };
+  }
 
   send(command: unknown[]): Call {
     const batch = this.openBatch();
@@ -74,12 +103,14 @@ export class Batcher {
    * the EVALSHAs that need it). It is sent only along with commands someone waits for.
    */
   sendAhead(command: unknown[]): void {
-    this.openBatch().ahead ??= command;
+    const batch = this.openBatch();
+    const same = (c: unknown[]) => c.length === command.length && c.every((part, i) => part === command[i]);
+    if (!batch.ahead.some(same)) batch.ahead.push(command);
   }
 
   private openBatch(): Batch {
     if (this.open) return this.open;
-    const batch: Batch = { waiters: [], ahead: undefined, controller: undefined };
+    const batch: Batch = { waiters: [], ahead: [], controller: undefined };
     this.open = batch;
     if (this.window > 0) setTimeout(() => this.flush(batch), this.window);
     else queueMicrotask(() => this.flush(batch));
@@ -92,16 +123,19 @@ export class Batcher {
     if (waiters.length === 0) return;
     const controller = new AbortController();
     batch.controller = controller;
-    const body = waiters.map((w) => w.command);
-    if (batch.ahead) body.unshift(batch.ahead);
-    const skip = body.length - waiters.length;
-    this.requester
-      .request({ path: ["pipeline"], body, signal: () => controller.signal })
+    const body = [...batch.ahead, ...waiters.map((w) => w.command)];
+    const skip = batch.ahead.length;
+    this.requests += 1;
+    let sent: Promise<Reply[]>;
+    try {
+      sent = this.sender(body, controller.signal);
+    } catch (error) {
+      sent = Promise.reject(error);
+    }
+    sent
       .then((replies) => {
-        if (!Array.isArray(replies) || replies.length !== body.length) {
-          throw new Error(`pipeline answered ${describeReply(replies)} for ${body.length} commands`);
-        }
         waiters.forEach((w, i) => {
+          if (!w.waiting) return;
           w.waiting = false;
           w.resolve(replies[i + skip] as Reply);
         });
@@ -114,8 +148,4 @@ export class Batcher {
         }
       });
   }
-}
-
-function describeReply(replies: unknown): string {
-  return Array.isArray(replies) ? `${replies.length} replies` : typeof replies;
 }

@@ -1,9 +1,11 @@
 import { compileRule, type Rule, type RuleConfig } from "./algorithms.js";
-import { Batcher, type Call, type Reply, type Requester } from "./batch.js";
+import type { BreakerOptions } from "./breaker.js";
 import { DenyCache } from "./deny-cache.js";
 import { describe } from "./duration.js";
+import { RedisCallError } from "./errors.js";
 import { SCRIPT, SCRIPT_SHA1 } from "./generated/scripts.js";
 import { checkIdentifier, checkPrefix, keyTag } from "./keys.js";
+import { type Transport, transportFor } from "./transport.js";
 import type { Decision, RuleResult } from "./types.js";
 
 /** What `new Limiter()` takes. Only `redis` and `rules` are required. */
@@ -30,6 +32,14 @@ export interface LimiterOptions {
    * window (1-2 ms) lets independent requests in one isolate share a pipeline.
    */
   batchWindow?: number;
+  /**
+   * The circuit breaker (default `{ failures: 5, cooldown: 1000, maxCooldown: 4000 }`), or `false`.
+   * After `failures` consecutive failed calls, decisions follow `onError` at once without asking Redis;
+   * after `cooldown` ms one decision probes Redis: success closes the breaker, failure reopens it with
+   * the cooldown doubled up to `maxCooldown`. It belongs to the Redis client, not to this Limiter:
+   * every Limiter on one client shares it (one per isolate on Workers).
+   */
+  breaker?: BreakerOptions | false;
 }
 
 /** Options of one decision. */
@@ -40,7 +50,18 @@ export interface LimitOptions {
 
 /** How long a caller is told to wait after a decision denied by `onError: "deny"`. */
 const ERROR_RETRY_MS = 1000;
-const OPTIONS = ["redis", "prefix", "rules", "denyCache", "timeout", "onError", "clock", "batchWindow"];
+const SCRIPT_TEXT = { text: SCRIPT, sha1: SCRIPT_SHA1 };
+const OPTIONS = [
+  "redis",
+  "prefix",
+  "rules",
+  "denyCache",
+  "timeout",
+  "onError",
+  "clock",
+  "batchWindow",
+  "breaker",
+];
 
 /**
  * Decides whether an identifier may proceed under every rule, in one Redis round trip.
@@ -58,7 +79,9 @@ export class Limiter {
   /** The validated rules, in the order they were given. */
   readonly rules: readonly Rule[];
   private readonly redis: { del(...keys: string[]): Promise<unknown> };
-  private readonly batcher: Batcher;
+  private readonly transport: Transport;
+  private readonly batchWindow: number;
+  private readonly useBreaker: boolean;
   private readonly cache: DenyCache | undefined;
   private readonly timeout: number;
   private readonly failOpen: boolean;
@@ -74,7 +97,7 @@ export class Limiter {
       if (!OPTIONS.includes(field))
         throw new Error(`${field}: not a Limiter option; it takes ${OPTIONS.join(", ")}`);
     }
-    const redis = options.redis as { client?: Requester; del?: unknown } | null | undefined;
+    const redis = options.redis as { client?: { request?: unknown }; del?: unknown } | null | undefined;
     if (typeof redis?.client?.request !== "function" || typeof redis.del !== "function") {
       throw new Error("redis: expected an @upstash/redis client, e.g. new Redis({ url, token })");
     }
@@ -102,7 +125,10 @@ export class Limiter {
     this.clock = clock;
     const batchWindow = options.batchWindow ?? 0;
     if (batchWindow !== 0) delay(batchWindow, "batchWindow", false);
-    this.batcher = new Batcher(redis.client, batchWindow);
+    this.batchWindow = batchWindow;
+    const breaker = options.breaker;
+    this.useBreaker = breaker !== false;
+    this.transport = transportFor(redis, { breaker: breaker === false ? undefined : breaker });
 
     const denyCache = options.denyCache ?? { maxEntries: 10_000 };
     if (denyCache !== false) {
@@ -159,7 +185,7 @@ export class Limiter {
     return Math.floor(now);
   }
 
-  private decide(identifier: string, cost: number, now: number): Promise<Decision> {
+  private async decide(identifier: string, cost: number, now: number): Promise<Decision> {
     const keys = this.keys(identifier);
     const command = [
       "EVALSHA",
@@ -170,53 +196,28 @@ export class Limiter {
       String(cost),
       ...this.ruleArgs,
     ];
-    return new Promise<Decision>((resolve) => {
-      let call: Call;
-      let done = false;
-      const finish = (decision: Decision) => {
-        if (done) return;
-        done = true;
-        clearTimeout(timer);
-        resolve(decision);
-      };
-      const fail = (error: unknown) => finish(this.failure(scrub(error), now));
-      const onReply = (reply: Reply, retried: boolean) => {
-        if (done) return;
-        if (reply.error !== undefined) {
-          if (!retried && reply.error.startsWith("NOSCRIPT")) {
-            // The script cache was flushed (or this Redis never saw us). The next request loads the
-            // script once, ahead of every decision that met NOSCRIPT in this batch, and asks again.
-            this.batcher.sendAhead(["SCRIPT", "LOAD", SCRIPT]);
-            call = this.batcher.send(command);
-            call.reply.then((again) => onReply(again, true), fail);
-            return;
-          }
-          return fail(new Error(`Redis: ${reply.error}`));
-        }
-        let decision: Decision;
-        try {
-          decision = this.decode(reply.result);
-        } catch (error) {
-          return fail(error);
-        }
-        if (!decision.allowed) this.cache?.set(identifier, Math.max(cost, 1), now, decision);
-        finish(decision);
-      };
-      const timer =
-        this.timeout === Number.POSITIVE_INFINITY
-          ? undefined
-          : setTimeout(() => {
-              call.abandon();
-              fail(new Error(`edgelimit: Redis did not answer within ${this.timeout} ms`));
-            }, this.timeout);
-      call = this.batcher.send(command);
-      call.reply.then((reply) => onReply(reply, false), fail);
+    // Sent at most once (NOSCRIPT aside: the script did not run), with its own timeout, through the
+    // client's breaker; never rejects.
+    const reply = await this.transport.call(command, {
+      timeout: this.timeout,
+      batchWindow: this.batchWindow,
+      breaker: this.useBreaker,
+      script: SCRIPT_TEXT,
     });
+    if (!reply.ok) return this.failure(reply.error, now);
+    let decision: Decision;
+    try {
+      decision = this.decode(reply.result);
+    } catch (error) {
+      return this.failure(error, now);
+    }
+    if (!decision.allowed) this.cache?.set(identifier, Math.max(cost, 1), now, decision);
+    return decision;
   }
 
   private decode(result: unknown): Decision {
     if (!Array.isArray(result) || result.length !== this.rules.length * 4) {
-      throw new Error(`edgelimit: unexpected script result ${describe(result)}`);
+      throw new RedisCallError("redis", `edgelimit: unexpected script result ${describe(result)}`);
     }
     const rules: Record<string, RuleResult> = {};
     let binding: Rule | undefined;
@@ -292,15 +293,4 @@ function delay(value: unknown, field: string, infinite: boolean): number {
     throw new Error(`${field}: must be ${range}, got ${describe(value)}`);
   }
   return value;
-}
-
-/**
- * The error without the request it came from: @upstash/redis appends ", command was: <body>" to an
- * HTTP error, and that body holds the keys (identifiers, maybe API keys) of every decision in the batch.
- */
-function scrub(error: unknown): Error {
-  const message = error instanceof Error ? error.message : String(error);
-  const cut = message.indexOf(", command was:");
-  if (cut === -1) return error instanceof Error ? error : new Error(message);
-  return new Error(message.slice(0, cut));
 }
