@@ -13,9 +13,25 @@ export {
   type WindowOptions,
 } from "./engine/algorithms.js";
 export { BREAKER_DEFAULTS, type BreakerOptions } from "./engine/breaker.js";
+export {
+  Concurrency,
+  type ConcurrencyDecision,
+  type ConcurrencyOptions,
+} from "./engine/concurrency.js";
 export { type Duration, toMs } from "./engine/duration.js";
 export { RedisCallError, type RedisErrorKind } from "./engine/errors.js";
 export { Limiter, type LimiterOptions, type LimitOptions } from "./engine/limiter.js";
+export {
+  type AcquireOptions,
+  type ExtendResult,
+  Lock,
+  LockLostError,
+  type LockOptions,
+  type LockResult,
+  LockUnavailableError,
+  type ReleaseResult,
+  type WithLockOptions,
+} from "./engine/lock.js";
 export type { Decision, RuleResult } from "./engine/types.js";
 export {
   type Enforcement,

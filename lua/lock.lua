@@ -1,0 +1,82 @@
+-- uses: prelude
+-- A reentrant lock with a lease and a fencing token, one HASH per lock name.
+--
+-- KEYS[1]  the lock's HASH: owner, count (reentrancy depth), expires (epoch ms, caller's clock), fence
+-- ARGV[1]  "acquire" | "release" | "extend"
+-- ARGV[2]  now, epoch ms, from the caller's clock
+-- ARGV[3]  owner (already encoded by the caller: printable, at most 129 bytes)
+-- ARGV[4]  lease, ms (acquire, extend)
+-- ARGV[5]  margin, ms: how long the fence outlives the lock (see below)
+--
+-- Returns { ok (1/0), fence, count, expires }:
+--   acquire  ok 1: held by owner now (count 1 is a fresh hold with a new fence, more is a re-entry);
+--            ok 0: held by someone else until `expires` (fence and count 0)
+--   release  ok 1: count is the depth left (0: the lock is free); ok 0: owner did not hold it
+--   extend   ok 1: held until `expires`; ok 0: owner does not hold it (any more)
+--
+-- The lease is judged by the caller's clock (the stored `expires`), never by Redis's: a hold whose
+-- `expires` has passed is lost, whoever asks, and the next acquire takes it over with a new fence.
+--
+-- Fencing token. A fresh hold gets fence = max(stored fence + 1, now). While the HASH lives, the
+-- stored fence makes each token larger than the last. The HASH carries a TTL all the same, of
+-- max(expires, fence) - now + margin, refreshed by every write (release keeps the fence, drops the
+-- rest). So when it has expired, at least `margin` ms have passed since the largest fence it held
+-- stopped being the future: the next token, `now`, is larger, as long as no caller's clock runs more
+-- than `margin` ms behind the clock of the caller who wrote it. Tokens track the caller's clock, and
+-- run ahead of it only while holders follow each other more than once a millisecond.
+local key = KEYS[1]
+local op = ARGV[1]
+local now = tonumber(ARGV[2])
+local owner = ARGV[3]
+local margin = tonumber(ARGV[5])
+
+local state = redis.call("HMGET", key, "owner", "count", "expires", "fence")
+local holder = state[1]
+local count = tonumber(state[2]) or 0
+local expires = tonumber(state[3]) or 0
+local fence = tonumber(state[4]) or 0
+-- a lease that ran out is no hold at all, for its owner as for anyone else
+if holder and expires <= now then holder = false end
+
+local function keep(until_)
+  redis.call("PEXPIRE", key, math.max(until_, fence) - now + margin)
+end
+
+if op == "acquire" then
+  local lease = tonumber(ARGV[4])
+  if holder and holder ~= owner then return { 0, 0, 0, expires } end
+  if holder then
+    count = count + 1
+    expires = math.max(expires, now + lease)
+    redis.call("HSET", key, "count", int(count), "expires", int(expires))
+  else
+    fence = math.max(fence + 1, now)
+    count = 1
+    expires = now + lease
+    redis.call("HSET", key, "owner", owner, "count", 1, "expires", int(expires), "fence", int(fence))
+  end
+  keep(expires)
+  return { 1, fence, count, expires }
+end
+
+if holder ~= owner then return { 0, 0, 0, 0 } end
+
+if op == "release" then
+  count = count - 1
+  if count > 0 then
+    redis.call("HSET", key, "count", int(count))
+    return { 1, fence, count, expires }
+  end
+  redis.call("HDEL", key, "owner", "count", "expires")
+  keep(now)
+  return { 1, fence, 0, now }
+end
+
+if op == "extend" then
+  expires = math.max(expires, now + tonumber(ARGV[4]))
+  redis.call("HSET", key, "expires", int(expires))
+  keep(expires)
+  return { 1, fence, count, expires }
+end
+
+error("edgelimit: unknown lock operation " .. tostring(op))

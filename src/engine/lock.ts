@@ -1,0 +1,426 @@
+import { describe, toMs } from "./duration.js";
+import { SCRIPTS } from "./generated/scripts.js";
+import { checkPrefix, keyTag } from "./keys.js";
+import { type Script, type Transport, transportFor } from "./transport.js";
+
+/** Timers clamp a delay above 2^31 - 1 ms to 1 ms: no lease, wait or timeout may be longer. */
+const MAX_MS = 2 ** 31 - 1;
+/**
+ * How long a lock's fence outlives its last hold (ms). The fence stays strictly increasing across an
+ * expired key as long as no caller's clock runs this far behind another's (see lua/lock.lua).
+ */
+export const FENCE_MARGIN_MS = 3_600_000;
+const DEFAULT_LEASE_MS = 30_000;
+/** First and longest pause between two tries of an `acquire` that waits. */
+const POLL_FIRST_MS = 10;
+const POLL_MAX_MS = 500;
+
+/** What `new Lock()` takes. Only `redis` is required. */
+export interface LockOptions {
+  /** An @upstash/redis client (`new Redis({ url, token })`). */
+  redis: unknown;
+  /** Key namespace (default "edgelimit"): 1-64 characters of A-Z a-z 0-9 _ . : - */
+  prefix?: string;
+  /** How long a hold lasts unless extended (default "30s"); up to 2^31 - 1 ms. */
+  lease?: number | string;
+  /** Ms a call waits for Redis before it counts as failed (default 1000). */
+  timeout?: number;
+  /** The caller's clock, epoch ms (default `Date.now`). Leases and fences are reckoned by it. */
+  clock?: () => number;
+}
+
+/** Options of {@link Lock.acquire}. */
+export interface AcquireOptions {
+  /** Who holds the lock (default: a random id, returned in the result). The same owner re-enters. */
+  owner?: string;
+  /** How long to keep trying while another owner holds it (default 0: answer at once). */
+  wait?: number | string;
+  /** This hold's lease (default: the Lock's). */
+  lease?: number | string;
+}
+
+/** The outcome of {@link Lock.acquire}. */
+export interface LockResult {
+  /** Whether `owner` holds the lock now. */
+  acquired: boolean;
+  /** The owner asked for (or generated): pass it to `release` and `extend`. */
+  owner: string;
+  /**
+   * The fencing token of this hold: larger than that of every earlier holder of this name, the same on
+   * re-entry. Hand it to the resource the lock protects, which refuses writes carrying a smaller one.
+   * 0 when not acquired.
+   */
+  fence: number;
+  /** Reentrancy depth: 1 for a fresh hold, more on re-entry; 0 when not acquired. */
+  count: number;
+  /**
+   * Epoch ms (the Lock's clock) at which the hold lapses unless extended; when refused, when the
+   * current holder's lapses (0 when Redis did not answer).
+   */
+  expiresAt: number;
+  /** Set when Redis failed or timed out: the lock is not known to be held. */
+  error?: Error;
+}
+
+/** The outcome of {@link Lock.release}. */
+export interface ReleaseResult {
+  /** False when `owner` did not hold the lock (never held, released already, lapsed, or taken over). */
+  released: boolean;
+  /** The depth still held by `owner` (0: the lock is free). */
+  count: number;
+  /** Set when Redis failed or timed out: the lease still runs out on its own. */
+  error?: Error;
+}
+
+/** The outcome of {@link Lock.extend}. */
+export interface ExtendResult {
+  /** False when `owner` does not hold the lock (any more). */
+  extended: boolean;
+  /** Epoch ms at which the hold now lapses; 0 when not extended. */
+  expiresAt: number;
+  /** Set when Redis failed or timed out: whether the lock is still held is not known. */
+  error?: Error;
+}
+
+/** Options of {@link Lock.withLock}. */
+export interface WithLockOptions {
+  /** The owner (default: a random id). Re-entry works when the caller already holds it as this owner. */
+  owner?: string;
+  /** The lease (default: the Lock's); renewed at a third of it while `fn` runs. */
+  lease?: number | string;
+  /** How long to wait for the lock (default 0). */
+  wait?: number | string;
+  /** Renew the lease while `fn` runs (default true). Without it, `signal` aborts when the lease runs out. */
+  renew?: boolean;
+  /**
+   * Keeps the work alive past the response on runtimes that stop it otherwise: `ctx.waitUntil` on
+   * Cloudflare Workers, `waitUntil` from `@vercel/functions`. It receives the whole run (renewals and
+   * the final release).
+   */
+  waitUntil?: (promise: Promise<unknown>) => void;
+}
+
+/** Thrown by {@link Lock.withLock} when the lock could not be acquired. */
+export class LockUnavailableError extends Error {
+  override readonly name = "LockUnavailableError";
+  constructor(
+    message: string,
+    /** What acquire answered: who-holds-until in `expiresAt`, or the Redis failure in `error`. */
+    readonly result: LockResult,
+  ) {
+    super(message, result.error === undefined ? undefined : { cause: result.error });
+  }
+}
+
+/** Why `signal` aborted in {@link Lock.withLock}. */
+export class LockLostError extends Error {
+  override readonly name = "LockLostError";
+}
+
+const OPTIONS = ["redis", "prefix", "lease", "timeout", "clock"];
+
+/**
+ * A reentrant lock with a lease, a fencing token and renewal, kept in Redis (one hash per name).
+ *
+ * @example
+ * const lock = new Lock({ redis: new Redis({ url, token }), lease: "30s" });
+ * await lock.withLock("invoice:42", async (signal, fence) => {
+ *   await db.write({ invoice: 42, fence }, { signal }); // the store refuses a fence older than its last
+ * });
+ */
+export class Lock {
+  readonly prefix: string;
+  /** The default lease, ms. */
+  readonly lease: number;
+  /** The clock leases are reckoned by (epoch ms). */
+  readonly clock: () => number;
+  private readonly transport: Transport;
+  private readonly timeout: number;
+
+  constructor(options: LockOptions) {
+    if (options === null || typeof options !== "object") throw new Error("Lock: expected an options object");
+    for (const field of Object.keys(options)) {
+      if (!OPTIONS.includes(field))
+        throw new Error(`${field}: not a Lock option; it takes ${OPTIONS.join(", ")}`);
+    }
+    this.transport = transportOf(options.redis);
+    this.prefix = checkPrefix(options.prefix ?? "edgelimit");
+    this.lease = options.lease === undefined ? DEFAULT_LEASE_MS : leaseMs(options.lease, "lease");
+    this.timeout = timeoutMs(options.timeout ?? 1000, "timeout");
+    this.clock = checkClock(options.clock ?? Date.now);
+  }
+
+  /** The Redis key of the lock `name`. */
+  key(name: string): string {
+    return `${this.prefix}:lock:${keyTag(checkString(name, "name"))}`;
+  }
+
+  /**
+   * Takes the lock for `owner`, or re-enters it (count + 1) when `owner` holds it already. When another
+   * owner holds it, answers `acquired: false` at once, or keeps trying for up to `wait`, pausing between
+   * tries with exponential backoff and jitter (never past the holder's lease). Never rejects for Redis
+   * trouble: the result carries `error` instead.
+   *
+   * @example
+   * const hold = await lock.acquire("report", { owner: "worker-1", wait: "2s" });
+   * if (hold.acquired) try { await build(hold.fence); } finally { await lock.release("report", { owner: "worker-1" }); }
+   */
+  async acquire(name: string, options: AcquireOptions = {}): Promise<LockResult> {
+    const key = this.key(name);
+    const owner = options.owner === undefined ? crypto.randomUUID() : checkString(options.owner, "owner");
+    const lease = options.lease === undefined ? this.lease : leaseMs(options.lease, "lease");
+    const wait = options.wait === undefined || options.wait === 0 ? 0 : leaseMs(options.wait, "wait");
+    const deadline = Date.now() + wait;
+    for (let attempt = 0; ; attempt++) {
+      const now = this.now();
+      let result: LockResult;
+      try {
+        const [ok, fence, count, expires] = ints4(await this.run(key, "acquire", now, owner, lease));
+        result = { acquired: ok === 1, owner, fence, count, expiresAt: expires };
+      } catch (error) {
+        result = { acquired: false, owner, fence: 0, count: 0, expiresAt: 0, error: asError(error) };
+      }
+      const left = deadline - Date.now();
+      if (result.acquired || left <= 0) return result;
+      // Backoff with jitter: contenders spread out instead of polling in step; the holder's lease end
+      // is the latest worth sleeping to, since the lock is free by then if nobody renews it.
+      const backoff = Math.min(POLL_MAX_MS, POLL_FIRST_MS * 2 ** Math.min(attempt, 10));
+      let pause = backoff / 2 + Math.random() * (backoff / 2);
+      if (result.expiresAt > now) pause = Math.min(pause, result.expiresAt - now + 1);
+      await sleep(Math.max(1, Math.min(pause, left)));
+    }
+  }
+
+  /**
+   * Gives up one level of `owner`'s hold; at depth 0 the lock is free. A wrong owner gets
+   * `{ released: false }` and the holder keeps the lock.
+   *
+   * @example
+   * await lock.release("report", { owner: "worker-1" }); // { released: true, count: 0 }
+   */
+  async release(name: string, options: { owner: string }): Promise<ReleaseResult> {
+    const key = this.key(name);
+    const owner = checkString(options?.owner, "owner");
+    try {
+      const [ok, , count] = ints4(await this.run(key, "release", this.now(), owner, 0));
+      return { released: ok === 1, count };
+    } catch (error) {
+      return { released: false, count: 0, error: asError(error) };
+    }
+  }
+
+  /**
+   * Pushes the end of `owner`'s hold to now + `lease` (ms or a duration; default the Lock's lease).
+   * Never shortens it. `{ extended: false }` when `owner` does not hold the lock.
+   *
+   * @example
+   * const { extended, expiresAt } = await lock.extend("report", { owner: "worker-1", lease: 500 });
+   */
+  async extend(name: string, options: { owner: string; lease?: number | string }): Promise<ExtendResult> {
+    const key = this.key(name);
+    const owner = checkString(options?.owner, "owner");
+    const lease = options.lease === undefined ? this.lease : leaseMs(options.lease, "lease");
+    try {
+      const [ok, , , expires] = ints4(await this.run(key, "extend", this.now(), owner, lease));
+      return { extended: ok === 1, expiresAt: ok === 1 ? expires : 0 };
+    } catch (error) {
+      return { extended: false, expiresAt: 0, error: asError(error) };
+    }
+  }
+
+  /**
+   * Runs `fn(signal, fence)` holding the lock, renews the lease at a third of its length while `fn`
+   * runs, and releases it afterwards, however `fn` ends. `signal` aborts (with a LockLostError) the
+   * moment the hold is known to be lost: Redis says another owner has it, or the lease ran out before a
+   * renewal got through. `fn` should stop writing then; the fence is what keeps a late write out.
+   * Rejects with LockUnavailableError when the lock cannot be had within `wait`.
+   *
+   * @example
+   * await lock.withLock("nightly", async (signal, fence) => {
+   *   for (const batch of batches) { signal.throwIfAborted(); await store.put(batch, { fence }); }
+   * }, { lease: "10s", waitUntil: (p) => ctx.waitUntil(p) });
+   */
+  withLock<T>(
+    name: string,
+    fn: (signal: AbortSignal, fence: number) => T | Promise<T>,
+    options: WithLockOptions = {},
+  ): Promise<T> {
+    if (typeof fn !== "function") throw new TypeError(`fn: expected a function, got ${describe(fn)}`);
+    const owner = options.owner === undefined ? crypto.randomUUID() : checkString(options.owner, "owner");
+    const lease = options.lease === undefined ? this.lease : leaseMs(options.lease, "lease");
+    const renew = options.renew ?? true;
+    if (typeof renew !== "boolean")
+      throw new TypeError(`renew: expected true or false, got ${describe(renew)}`);
+    const waitUntil = options.waitUntil;
+    if (waitUntil !== undefined && typeof waitUntil !== "function") {
+      throw new TypeError(
+        `waitUntil: expected a function such as (p) => ctx.waitUntil(p), got ${describe(waitUntil)}`,
+      );
+    }
+    this.key(name);
+    const run = this.hold(name, fn, { owner, lease, renew, wait: options.wait });
+    waitUntil?.(run.catch(() => {}));
+    return run;
+  }
+
+  private async hold<T>(
+    name: string,
+    fn: (signal: AbortSignal, fence: number) => T | Promise<T>,
+    options: { owner: string; lease: number; renew: boolean; wait: number | string | undefined },
+  ): Promise<T> {
+    const { owner, lease, renew } = options;
+    const got = await this.acquire(name, {
+      owner,
+      lease,
+      ...(options.wait === undefined ? {} : { wait: options.wait }),
+    });
+    if (!got.acquired) {
+      const why = got.error
+        ? `Redis did not answer (${got.error.message})`
+        : `held by another owner until ${new Date(got.expiresAt).toISOString()}`;
+      throw new LockUnavailableError(`lock ${describe(name)}: ${why}`, got);
+    }
+    const controller = new AbortController();
+    let expiresAt = got.expiresAt;
+    let stopped = false;
+    let lapseTimer: ReturnType<typeof setTimeout> | undefined;
+    let renewTimer: ReturnType<typeof setTimeout> | undefined;
+    const lost = (why: string) => {
+      if (controller.signal.aborted) return;
+      controller.abort(new LockLostError(`lock ${describe(name)}: ${why}`));
+    };
+    // The hold is gone once its lease has run out by our clock, whatever a renewal still in flight says.
+    const armLapse = () => {
+      clearTimeout(lapseTimer);
+      lapseTimer = setTimeout(
+        () => lost("the lease ran out before it could be renewed"),
+        Math.max(0, Math.min(MAX_MS, expiresAt - this.clock())),
+      );
+    };
+    const scheduleRenewal = (ms: number) => {
+      renewTimer = setTimeout(async () => {
+        if (stopped || controller.signal.aborted) return;
+        const result = await this.extend(name, { owner, lease });
+        if (stopped || controller.signal.aborted) return;
+        if (result.extended) {
+          expiresAt = result.expiresAt;
+          armLapse();
+          scheduleRenewal(lease / 3);
+        } else if (result.error === undefined) {
+          lost("another owner holds it now (the lease had run out)");
+        } else {
+          // Not known to be lost yet: try again soon, while the lease lasts.
+          scheduleRenewal(Math.max(1, Math.min(lease / 3, (expiresAt - this.clock()) / 3)));
+        }
+      }, ms);
+    };
+    armLapse();
+    if (renew) scheduleRenewal(lease / 3);
+    try {
+      return await fn(controller.signal, got.fence);
+    } finally {
+      stopped = true;
+      clearTimeout(lapseTimer);
+      clearTimeout(renewTimer);
+      await this.release(name, { owner });
+    }
+  }
+
+  private now(): number {
+    const now = this.clock();
+    if (typeof now !== "number" || !Number.isFinite(now)) {
+      throw new TypeError(`clock: returned ${describe(now)}, expected epoch milliseconds`);
+    }
+    return Math.floor(now);
+  }
+
+  private run(key: string, op: string, now: number, owner: string, lease: number): Promise<unknown> {
+    const args = [op, String(now), ownerArg(owner), String(lease), String(FENCE_MARGIN_MS)];
+    return runScript(this.transport, SCRIPTS.lock, [key], args, this.timeout);
+  }
+}
+
+/** An owner as stored: escaped like an identifier, hashed when long. */
+function ownerArg(owner: string): string {
+  return keyTag(owner).slice(1, -1);
+}
+
+// ---- shared with concurrency.ts -------------------------------------------------------------------
+
+/** The shared transport of an @upstash/redis client, or an Error naming the field. */
+export function transportOf(redis: unknown): Transport {
+  const client = (redis as { client?: unknown } | null | undefined)?.client;
+  if (client === null || typeof client !== "object") {
+    throw new Error("redis: expected an @upstash/redis client, e.g. new Redis({ url, token })");
+  }
+  return transportFor(redis as object);
+}
+
+/** A lease, wait or other positive duration up to 2^31 - 1 ms, or an Error naming `field`. */
+export function leaseMs(value: unknown, field: string): number {
+  if (typeof value === "number" && (!Number.isFinite(value) || value <= 0)) {
+    throw new Error(
+      `${field}: must be a positive number of milliseconds up to ${MAX_MS}, got ${describe(value)}`,
+    );
+  }
+  const ms = toMs(value, field);
+  if (ms > MAX_MS)
+    throw new Error(`${field}: must be at most ${MAX_MS} ms (about 24.8 days), got ${describe(value)}`);
+  return ms;
+}
+
+export function timeoutMs(value: unknown, field: string): number {
+  if (value === Number.POSITIVE_INFINITY) return value;
+  if (typeof value !== "number" || !Number.isFinite(value) || value <= 0 || value > MAX_MS) {
+    throw new Error(
+      `${field}: must be a positive number of milliseconds up to ${MAX_MS} (or Infinity), got ${describe(value)}`,
+    );
+  }
+  return value;
+}
+
+export function checkClock(clock: unknown): () => number {
+  if (typeof clock !== "function") throw new Error("clock: must be a function returning epoch ms");
+  return clock as () => number;
+}
+
+export function checkString(value: unknown, field: string): string {
+  if (typeof value !== "string") throw new TypeError(`${field}: expected a string, got ${describe(value)}`);
+  return value;
+}
+
+/**
+ * Runs a script through the client's shared transport (batching, timeout, breaker, NOSCRIPT). Rejects
+ * with the transport's RedisCallError on any failure, for the callers' catch.
+ */
+export async function runScript(
+  transport: Transport,
+  script: Script,
+  keys: string[],
+  args: string[],
+  timeout: number,
+): Promise<unknown> {
+  const outcome = await transport.eval(script, keys, args, { timeout });
+  if (!outcome.ok) throw outcome.error;
+  return outcome.result;
+}
+
+/** A script's reply of 4 integers, or an Error. */
+export function ints4(result: unknown): [number, number, number, number] {
+  if (!Array.isArray(result) || result.length !== 4 || !result.every((x) => typeof x === "number")) {
+    throw new Error(`edgelimit: unexpected script result ${describe(result)}`);
+  }
+  return result as [number, number, number, number];
+}
+
+export function asError(error: unknown): Error {
+  const message = error instanceof Error ? error.message : String(error);
+  // @upstash/redis appends the request body, which holds other calls' keys: never pass that on.
+  const cut = message.indexOf(", command was:");
+  if (cut !== -1) return new Error(message.slice(0, cut));
+  return error instanceof Error ? error : new Error(message);
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}

@@ -1,0 +1,405 @@
+// The Lock against a real redis-server behind the REST bridge: reentrancy, owners, leases judged by an
+// injected clock, fencing tokens across expiry, renewal, and mutual exclusion under 200 contenders.
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
+import { type Bridge, connectRedis, type RedisConnection, startBridge } from "../../src/bridge/index.js";
+import { FENCE_MARGIN_MS } from "../../src/engine/lock.js";
+import { Lock, LockLostError, LockUnavailableError } from "../../src/index.js";
+import { bridgeRedis, manualClock, T0, uniquePrefix } from "../support.js";
+
+let direct: RedisConnection;
+beforeAll(async () => {
+  direct = await connectRedis(inject("redisUrl"));
+});
+afterAll(async () => {
+  await direct.close();
+});
+
+function lockWith(options: Partial<ConstructorParameters<typeof Lock>[0]> = {}) {
+  const clock = manualClock();
+  const lock = new Lock({
+    redis: bridgeRedis(),
+    prefix: uniquePrefix("lock"),
+    lease: 1000,
+    clock,
+    ...options,
+  });
+  return { lock, clock };
+}
+
+/** PTTL of every key under `prefix`, by key. */
+async function ttls(prefix: string): Promise<Record<string, number>> {
+  const keys = (await direct.call("KEYS", `${prefix}:*`)) as Buffer[];
+  const out: Record<string, number> = {};
+  for (const key of keys) out[key.toString()] = Number(await direct.call("PTTL", key));
+  return out;
+}
+
+describe("acquire and release", () => {
+  it("re-enters for the same owner, refuses another, and frees the lock at depth 0", async () => {
+    const { lock } = lockWith();
+    const a = { owner: "alice" };
+    expect(await lock.acquire("job", a)).toEqual({
+      acquired: true,
+      owner: "alice",
+      fence: T0,
+      count: 1,
+      expiresAt: T0 + 1000,
+    });
+    expect(await lock.acquire("job", a)).toMatchObject({ acquired: true, fence: T0, count: 2 });
+    expect(await lock.acquire("job", a)).toMatchObject({ acquired: true, fence: T0, count: 3 });
+    expect(await lock.acquire("job", { owner: "bob" })).toEqual({
+      acquired: false,
+      owner: "bob",
+      fence: 0,
+      count: 0,
+      expiresAt: T0 + 1000,
+    });
+    // a wrong owner is told no, and the holder keeps every level
+    expect(await lock.release("job", { owner: "bob" })).toEqual({ released: false, count: 0 });
+    expect(await lock.release("job", a)).toEqual({ released: true, count: 2 });
+    expect(await lock.release("job", a)).toEqual({ released: true, count: 1 });
+    expect(await lock.acquire("job", { owner: "bob" })).toMatchObject({ acquired: false });
+    expect(await lock.release("job", a)).toEqual({ released: true, count: 0 });
+    expect(await lock.release("job", a)).toEqual({ released: false, count: 0 });
+    // free: bob takes it, with a larger fence although the clock has not moved
+    expect(await lock.acquire("job", { owner: "bob" })).toEqual({
+      acquired: true,
+      owner: "bob",
+      fence: T0 + 1,
+      count: 1,
+      expiresAt: T0 + 1000,
+    });
+  });
+
+  it("counts reentrancy 50 levels deep", async () => {
+    const { lock } = lockWith();
+    for (let depth = 1; depth <= 50; depth++) {
+      expect((await lock.acquire("deep", { owner: "o" })).count).toBe(depth);
+    }
+    for (let depth = 49; depth >= 0; depth--) {
+      expect(await lock.release("deep", { owner: "o" })).toEqual({ released: true, count: depth });
+    }
+    expect((await lock.acquire("deep", { owner: "p" })).acquired).toBe(true);
+  });
+
+  it("generates an owner when none is given", async () => {
+    const { lock } = lockWith();
+    const first = await lock.acquire("anon");
+    expect(first.acquired).toBe(true);
+    expect(first.owner).toMatch(/^[0-9a-f-]{36}$/);
+    expect((await lock.acquire("anon")).acquired).toBe(false);
+    expect(await lock.release("anon", { owner: first.owner })).toEqual({ released: true, count: 0 });
+  });
+
+  it("keeps locks of different names apart, whatever the names", async () => {
+    const { lock } = lockWith();
+    const names = ["", "a", "{a}", "}{", "a:b", "%7b", "\u{1F600}", "x".repeat(10_000), "x".repeat(10_001)];
+    for (const name of names) expect((await lock.acquire(name, { owner: "o" })).acquired).toBe(true);
+    for (const name of names) expect((await lock.acquire(name, { owner: "p" })).acquired).toBe(false);
+    const keys = new Set(names.map((name) => lock.key(name)));
+    expect(keys.size).toBe(names.length);
+    for (const key of keys) {
+      expect(key.length).toBeLessThan(200);
+      expect(key.match(/[{}]/g)).toEqual(["{", "}"]); // one hash tag, nothing else that could move it
+    }
+  });
+
+  it("tells owners apart however long they are (long ones are hashed)", async () => {
+    const { lock } = lockWith();
+    const long = "o".repeat(10_000);
+    expect((await lock.acquire("n", { owner: long })).acquired).toBe(true);
+    expect((await lock.acquire("n", { owner: `${long}x` })).acquired).toBe(false);
+    expect((await lock.acquire("n", { owner: long })).count).toBe(2);
+  });
+});
+
+describe("leases and fences", () => {
+  it("lets a lapsed hold be taken over with a larger fence; the old owner can neither release nor extend", async () => {
+    const { lock, clock } = lockWith();
+    const old = await lock.acquire("res", { owner: "old" });
+    clock.set(T0 + 999);
+    expect((await lock.acquire("res", { owner: "new" })).acquired).toBe(false);
+    clock.set(T0 + 1000); // the lease ends at T0 + 1000: from then on it is not held
+    const taken = await lock.acquire("res", { owner: "new" });
+    expect(taken).toEqual({ acquired: true, owner: "new", fence: T0 + 1000, count: 1, expiresAt: T0 + 2000 });
+    expect(taken.fence).toBeGreaterThan(old.fence);
+    expect(await lock.release("res", { owner: "old" })).toEqual({ released: false, count: 0 });
+    expect(await lock.extend("res", { owner: "old" })).toEqual({ extended: false, expiresAt: 0 });
+    expect((await lock.acquire("res", { owner: "new" })).count).toBe(2);
+  });
+
+  it("a lapsed owner that comes back starts a new hold, with a new fence and depth 1", async () => {
+    const { lock, clock } = lockWith();
+    await lock.acquire("r", { owner: "o" });
+    await lock.acquire("r", { owner: "o" });
+    clock.set(T0 + 5000);
+    expect(await lock.acquire("r", { owner: "o" })).toMatchObject({
+      acquired: true,
+      fence: T0 + 5000,
+      count: 1,
+    });
+  });
+
+  it("keeps fences increasing when holders follow each other faster than the clock", async () => {
+    const { lock, clock } = lockWith();
+    const fences: number[] = [];
+    for (let i = 0; i < 5; i++) {
+      const hold = await lock.acquire("fast", { owner: `o${i}` });
+      fences.push(hold.fence);
+      await lock.release("fast", { owner: `o${i}` });
+    }
+    expect(fences).toEqual([T0, T0 + 1, T0 + 2, T0 + 3, T0 + 4]);
+    // the clock catches up: the stored fence still wins while it is ahead
+    clock.set(T0 + 2);
+    expect((await lock.acquire("fast", { owner: "p" })).fence).toBe(T0 + 5);
+  });
+
+  it("keeps fences increasing after the lock's key itself expired", async () => {
+    const { lock, clock } = lockWith();
+    const first = await lock.acquire("gone", { owner: "a" });
+    await lock.release("gone", { owner: "a" });
+    // The key lives FENCE_MARGIN_MS past the fence; expire it as Redis would once that time has passed.
+    const [key, ttl] = Object.entries(await ttls(lock.prefix))[0]!;
+    expect(ttl).toBeGreaterThan(FENCE_MARGIN_MS - 5000);
+    expect(ttl).toBeLessThanOrEqual(FENCE_MARGIN_MS);
+    clock.set(T0 + FENCE_MARGIN_MS);
+    await direct.call("PEXPIRE", key, 1);
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    expect(await direct.call("EXISTS", key)).toBe(0);
+    const next = await lock.acquire("gone", { owner: "b" });
+    expect(next.fence).toBe(T0 + FENCE_MARGIN_MS);
+    expect(next.fence).toBeGreaterThan(first.fence);
+  });
+
+  it("extends in milliseconds, never shortens, and only for the owner", async () => {
+    const { lock, clock } = lockWith({ lease: 250 });
+    await lock.acquire("e", { owner: "o" });
+    clock.set(T0 + 200);
+    expect(await lock.extend("e", { owner: "o", lease: 120 })).toEqual({
+      extended: true,
+      expiresAt: T0 + 320,
+    });
+    expect(await lock.extend("e", { owner: "o", lease: 1 })).toEqual({ extended: true, expiresAt: T0 + 320 });
+    expect(await lock.extend("e", { owner: "x" })).toEqual({ extended: false, expiresAt: 0 });
+    clock.set(T0 + 319);
+    expect((await lock.acquire("e", { owner: "x" })).acquired).toBe(false);
+    expect(await lock.extend("e", { owner: "o" })).toEqual({ extended: true, expiresAt: T0 + 569 });
+  });
+
+  it("puts a TTL on every key it writes, in every state", async () => {
+    const { lock, clock } = lockWith({ lease: 1000 });
+    const check = async () => {
+      const all = await ttls(lock.prefix);
+      expect(Object.keys(all).length).toBeGreaterThan(0);
+      for (const [key, ttl] of Object.entries(all)) {
+        expect({ key, positive: ttl > 0 && ttl <= 1000 + FENCE_MARGIN_MS }).toEqual({ key, positive: true });
+      }
+    };
+    await lock.acquire("t1", { owner: "o" });
+    await check();
+    await lock.acquire("t1", { owner: "o" });
+    await lock.extend("t1", { owner: "o", lease: 500 });
+    await check();
+    await lock.release("t1", { owner: "o" });
+    await lock.release("t1", { owner: "o" });
+    await check();
+    clock.set(T0 + 10_000);
+    await lock.acquire("t1", { owner: "p" });
+    await lock.acquire("t2", { owner: "p" });
+    await lock.acquire("t2", { owner: "q" });
+    await check();
+  });
+});
+
+describe("bad input", () => {
+  const redis = bridgeRedis();
+  it.each([0, -1, Number.NaN, 2 ** 31, Number.POSITIVE_INFINITY, 1.5, "0s", "soon", null])(
+    "refuses a lease of %s, naming the field",
+    async (lease) => {
+      expect(() => new Lock({ redis, lease: lease as number })).toThrow(/^lease: /);
+      const lock = new Lock({ redis });
+      await expect(lock.acquire("n", { lease: lease as number })).rejects.toThrow(/^lease: /);
+      await expect(lock.extend("n", { owner: "o", lease: lease as number })).rejects.toThrow(/^lease: /);
+      expect(() => lock.withLock("n", () => {}, { lease: lease as number })).toThrow(/^lease: /);
+    },
+  );
+
+  it("accepts the largest lease a timer can hold", () => {
+    expect(new Lock({ redis, lease: 2 ** 31 - 1 }).lease).toBe(2 ** 31 - 1);
+    expect(new Lock({ redis }).lease).toBe(30_000);
+    expect(new Lock({ redis, lease: "2.5s" }).lease).toBe(2500);
+  });
+
+  it("names the field of every other mistake", async () => {
+    expect(() => new Lock({ redis: {} })).toThrow(/^redis: /);
+    expect(() => new Lock({ redis, prefix: "a{b}" })).toThrow(/^prefix: /);
+    expect(() => new Lock({ redis, timeout: 0 })).toThrow(/^timeout: /);
+    expect(() => new Lock({ redis, clock: 5 as unknown as () => number })).toThrow(/^clock: /);
+    expect(() => new Lock({ redis, leese: 5 } as never)).toThrow(/^leese: not a Lock option/);
+    const lock = new Lock({ redis });
+    await expect(lock.acquire(5 as unknown as string)).rejects.toThrow(/^name: /);
+    await expect(lock.acquire("n", { owner: 5 as unknown as string })).rejects.toThrow(/^owner: /);
+    await expect(lock.acquire("n", { wait: -1 })).rejects.toThrow(/^wait: /);
+    await expect(lock.release("n", {} as { owner: string })).rejects.toThrow(/^owner: /);
+    expect(() => lock.withLock("n", 5 as never)).toThrow(/^fn: /);
+  });
+});
+
+describe("mutual exclusion", () => {
+  it("200 contenders on 8 Lock instances: one holder at a time, fences rising in order", async () => {
+    const prefix = uniquePrefix("mutex");
+    const locks = Array.from({ length: 8 }, () => new Lock({ redis: bridgeRedis(), prefix, lease: "10s" }));
+    const intervals: { start: number; end: number; fence: number }[] = [];
+    let holders = 0;
+    let maxHolders = 0;
+    const contenders = Array.from({ length: 200 }, async (_, i) => {
+      const lock = locks[i % locks.length]!;
+      const owner = `c${i}`;
+      const hold = await lock.acquire("the-one", { owner, wait: "120s" });
+      if (!hold.acquired) throw new Error(`${owner} gave up: ${hold.error?.message ?? "timed out"}`);
+      const start = performance.now();
+      holders += 1;
+      maxHolders = Math.max(maxHolders, holders);
+      await new Promise((resolve) => setTimeout(resolve, 1));
+      holders -= 1;
+      const end = performance.now();
+      intervals.push({ start, end, fence: hold.fence });
+      const released = await lock.release("the-one", { owner });
+      if (!released.released) throw new Error(`${owner} could not release`);
+    });
+    await Promise.all(contenders);
+    expect(intervals.length).toBe(200);
+    expect(maxHolders).toBe(1);
+    intervals.sort((a, b) => a.start - b.start);
+    let overlaps = 0;
+    let fenceOutOfOrder = 0;
+    for (let i = 1; i < intervals.length; i++) {
+      if (intervals[i]!.start < intervals[i - 1]!.end) overlaps++;
+      if (intervals[i]!.fence <= intervals[i - 1]!.fence) fenceOutOfOrder++;
+    }
+    expect({ overlaps, fenceOutOfOrder }).toEqual({ overlaps: 0, fenceOutOfOrder: 0 });
+  }, 180_000);
+});
+
+describe("withLock", () => {
+  it("holds the lock past several leases while renewing, then releases it", async () => {
+    const prefix = uniquePrefix("renew");
+    const lock = new Lock({ redis: bridgeRedis(), prefix, lease: 300 });
+    const rival = new Lock({ redis: bridgeRedis(), prefix, lease: 300 });
+    let rivalWins = 0;
+    let rivalTries = 0;
+    let aborted = false;
+    const fence = await lock.withLock("long", async (signal, fence) => {
+      signal.addEventListener("abort", () => {
+        aborted = true;
+      });
+      // 1.5 s: five leases; the rival tries every 50 ms and must never get in
+      for (let i = 0; i < 30; i++) {
+        await new Promise((resolve) => setTimeout(resolve, 50));
+        rivalTries += 1;
+        if ((await rival.acquire("long", { owner: "rival" })).acquired) rivalWins += 1;
+      }
+      return fence;
+    });
+    expect({ rivalWins, rivalTries, aborted }).toEqual({ rivalWins: 0, rivalTries: 30, aborted: false });
+    const after = await rival.acquire("long", { owner: "rival" });
+    expect(after.acquired).toBe(true);
+    expect(after.fence).toBeGreaterThan(fence);
+  });
+
+  it("without renewal the lease runs out: signal aborts and a rival gets in", async () => {
+    const prefix = uniquePrefix("norenew");
+    const lock = new Lock({ redis: bridgeRedis(), prefix, lease: 200 });
+    const result = await lock.withLock(
+      "short",
+      async (signal) => {
+        await new Promise((resolve) => signal.addEventListener("abort", resolve));
+        return [
+          signal.reason instanceof LockLostError,
+          (await lock.acquire("short", { owner: "rival" })).acquired,
+        ];
+      },
+      { renew: false },
+    );
+    expect(result).toEqual([true, true]);
+  });
+
+  it("aborts signal when a renewal finds another owner holding the lock", async () => {
+    const prefix = uniquePrefix("stolen");
+    let offset = 0;
+    const clock = () => Date.now() + offset;
+    const lock = new Lock({ redis: bridgeRedis(), prefix, lease: 3000, clock });
+    let stolenFence = 0;
+    const reason = await lock.withLock("x", async (signal, fence) => {
+      offset += 3000; // by the shared clock the lease has run out: a rival takes over
+      const rival = await lock.acquire("x", { owner: "rival" });
+      expect(rival.acquired).toBe(true);
+      expect(rival.fence).toBeGreaterThan(fence);
+      stolenFence = rival.fence;
+      await new Promise((resolve) => signal.addEventListener("abort", resolve));
+      return signal.reason as Error;
+    });
+    expect(reason).toBeInstanceOf(LockLostError);
+    expect(reason.message).toMatch(/another owner holds it/);
+    // the final release did not take the rival's lock away
+    expect(await lock.acquire("x", { owner: "rival" })).toMatchObject({ count: 2, fence: stolenFence });
+  });
+
+  it("aborts signal when renewals fail because the bridge is gone", async () => {
+    const bridge: Bridge = await startBridge({
+      redisUrl: inject("redisUrl"),
+      port: 0,
+      token: inject("bridgeToken"),
+    });
+    const prefix = uniquePrefix("cut");
+    const lock = new Lock({ redis: bridgeRedis(bridge.url), prefix, lease: 600, timeout: 150 });
+    const watcher = new Lock({ redis: bridgeRedis(), prefix, lease: 600 });
+    const outcome = await lock.withLock("cut", async (signal, fence) => {
+      await bridge.close();
+      await new Promise((resolve) => signal.addEventListener("abort", resolve));
+      // the lock really is free now (its lease ran out): the watcher, on the shared bridge, gets it
+      const hold = await watcher.acquire("cut", { owner: "watcher" });
+      return { lost: signal.reason instanceof LockLostError, free: hold.acquired, newer: hold.fence > fence };
+    });
+    expect(outcome).toEqual({ lost: true, free: true, newer: true });
+  });
+
+  it("rejects with LockUnavailableError when the lock is held, and runs nothing", async () => {
+    const { lock } = lockWith();
+    await lock.acquire("busy", { owner: "holder" });
+    let ran = false;
+    const attempt = lock.withLock("busy", () => {
+      ran = true;
+    });
+    await expect(attempt).rejects.toBeInstanceOf(LockUnavailableError);
+    expect(ran).toBe(false);
+  });
+
+  it("releases when fn throws, and hands the run to waitUntil", async () => {
+    const { lock } = lockWith();
+    const kept: Promise<unknown>[] = [];
+    const run = lock.withLock(
+      "boom",
+      () => {
+        throw new Error("boom");
+      },
+      { waitUntil: (p) => kept.push(p) },
+    );
+    expect(kept.length).toBe(1);
+    await expect(run).rejects.toThrow("boom");
+    await Promise.all(kept);
+    expect((await lock.acquire("boom", { owner: "next" })).acquired).toBe(true);
+  });
+
+  it("waits for a holder to finish (acquire with wait polls with backoff)", async () => {
+    const prefix = uniquePrefix("wait");
+    const a = new Lock({ redis: bridgeRedis(), prefix, lease: "10s" });
+    const b = new Lock({ redis: bridgeRedis(), prefix, lease: "10s" });
+    await a.acquire("w", { owner: "a" });
+    const waiting = b.acquire("w", { owner: "b", wait: "5s" });
+    setTimeout(() => void a.release("w", { owner: "a" }), 100);
+    expect(await waiting).toMatchObject({ acquired: true, owner: "b" });
+    // and one that gives up
+    expect(await a.acquire("w", { owner: "a", wait: 50 })).toMatchObject({ acquired: false });
+  });
+});
