@@ -1,27 +1,57 @@
 #!/usr/bin/env node
-// npm start [-- CONFIG.json]: the real Worker (src/adapters/worker/index.ts under `wrangler dev`, local mode) on this
-// machine, in one command. Without UPSTASH_REDIS_REST_URL it starts a private redis-server (free port,
-// no persistence) and the REST bridge in front of it; without a config file it also starts a small demo
-// origin and limits POST /login (5 a minute per IP) and /api/* (per x-api-key). Ctrl-C or SIGTERM stops
-// every process it started.
-import { spawn, spawnSync } from "node:child_process";
+// npm start [-- CONFIG.json|CONFIG.jsonc]: the real Worker (src/adapters/worker/index.ts under `wrangler dev`,
+// local mode) on this machine, in one command.
+//
+// - The config is wrangler.toml's `[vars] EDGELIMIT_CONFIG` (read as wrangler reads it), or the file given.
+//   It is validated with the Worker's own parser before anything starts; problems exit 1 with their paths.
+// - An origin on a reserved example domain (example.com/.net/.org, *.example, *.invalid) cannot be anyone's
+//   server: a local echo origin stands in for it, and the banner says so.
+// - Redis: UPSTASH_REDIS_REST_URL and UPSTASH_REDIS_REST_TOKEN when set, else a private redis-server (free
+//   port, no persistence) with the REST bridge in front of it. Either way a PING goes through the REST URL
+//   before the banner: a wrong URL or token exits 1 with the fix.
+// - Stopping: SIGINT, SIGTERM or SIGHUP to this process or to npm (package.json runs it with `exec`, so npm
+//   forwards SIGINT and SIGTERM here; a parent that dies is noticed within half a second), the exit of any
+//   child (redis-server, wrangler), or a crash here stops every process it started. A watchdog shell holds
+//   the children's ids and kills them if this process is killed outright (SIGKILL) before it can.
+import { spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
 import net from "node:net";
 import { tmpdir } from "node:os";
-import { dirname, join } from "node:path";
+import { dirname, join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
-const configFile = process.argv[2];
-const cleanups = [];
-let wrangler;
-let stopping = false;
+const USAGE = `usage: npm start [-- CONFIG.json|CONFIG.jsonc]
+  Without a file, the config is EDGELIMIT_CONFIG in wrangler.toml's [vars].
+  UPSTASH_REDIS_REST_URL and UPSTASH_REDIS_REST_TOKEN: use that Redis instead of a local one.
+  PORT: the Worker's port (default: a free one).`;
 
-function fail(message) {
-  console.error(`npm start: ${message}`);
-  return stop(1);
+const cleanups = [];
+let stopping = false;
+let wrangler;
+let watchdog;
+
+function say(text) {
+  try {
+    process.stdout.write(`${text}\n`);
+  } catch {
+    // stdout gone (a closed terminal): nothing to tell.
+  }
+}
+
+function complain(text) {
+  try {
+    process.stderr.write(`${text}\n`);
+  } catch {
+    // stderr gone.
+  }
+}
+
+function fail(message, code = 1) {
+  complain(`npm start: ${message}`);
+  return stop(code);
 }
 
 async function stop(code) {
@@ -32,14 +62,22 @@ async function stop(code) {
     try {
       await cleanup();
     } catch (error) {
-      console.error(`npm start: while stopping: ${error.message}`);
+      complain(`npm start: while stopping: ${error.message}`);
     }
   }
+  // Everything is down: the watchdog may go without killing anything.
+  if (watchdog) await new Promise((resolve) => watchdog.stdin.end("done\n", resolve));
   process.exit(code);
 }
 
-process.on("SIGINT", () => stop(0));
-process.on("SIGTERM", () => stop(0));
+for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"]) {
+  process.on(signal, () => {
+    if (!stopping) say(`\nnpm start: ${signal}, stopping`);
+    stop(signal === "SIGINT" ? 130 : 0);
+  });
+}
+process.on("uncaughtException", (error) => fail(`crashed: ${error.stack ?? error}`));
+process.on("unhandledRejection", (error) => fail(`crashed: ${error?.stack ?? error}`));
 // Whatever happens, never leave wrangler's process group running behind us.
 process.on("exit", () => killGroup("SIGKILL"));
 
@@ -50,6 +88,74 @@ function killGroup(signal) {
   } catch {
     // ESRCH: the group is already gone.
   }
+}
+
+// A parent that dies without passing the signal on (npm on SIGHUP; `sh -c` when a shell sits between npm
+// and this process) would orphan everything: watch the parent, and the grandparent when the parent is a
+// shell running this script, and stop when either is gone.
+function watchAncestors() {
+  const watched = [process.ppid];
+  const parent = processInfo(process.ppid);
+  if (parent && /^(\S*\/)?(sh|bash|dash)$/.test(parent.argv[0] ?? "") && parent.argv[1] === "-c") {
+    watched.push(parent.ppid);
+  }
+  const timer = setInterval(() => {
+    const reparented =
+      processInfo(process.pid)?.ppid !== undefined && processInfo(process.pid).ppid !== watched[0];
+    if (reparented || !watched.every(isAlive)) {
+      clearInterval(timer);
+      if (!stopping) say("\nnpm start: its parent process is gone, stopping");
+      stop(1);
+    }
+  }, 500);
+  timer.unref();
+}
+
+function processInfo(pid) {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    const argv = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0");
+    return { state: fields[0], ppid: Number(fields[1]), argv };
+  } catch {
+    return undefined; // not Linux, or gone
+  }
+}
+
+function isAlive(pid) {
+  try {
+    process.kill(pid, 0);
+  } catch {
+    return false;
+  }
+  return processInfo(pid)?.state !== "Z";
+}
+
+// Holds every child's id (a negative id: a whole process group) and kills them all when this process's
+// end of its stdin closes without a "done" line, which is what a SIGKILL here looks like from there.
+// A signal to the watchdog itself is passed on to this process, which then stops in order.
+const WATCHDOG = `trap 'signalled=1; kill -s TERM $PPID 2>/dev/null' INT TERM HUP
+pids=""
+while :; do
+  signalled=0
+  if IFS= read -r line; then
+    case "$line" in done) exit 0 ;; *) pids="$pids $line" ;; esac
+  elif [ "$signalled" = 0 ]; then
+    break
+  fi
+done
+[ -n "$pids" ] && kill -s KILL -- $pids 2>/dev/null
+exit 0`;
+
+function startWatchdog() {
+  watchdog = spawn("sh", ["-c", WATCHDOG], { stdio: ["pipe", "ignore", "inherit"] });
+  watchdog.stdin.on("error", () => {});
+  watchdog.unref();
+  watchdog.stdin.unref?.();
+}
+
+function guard(pid) {
+  watchdog?.stdin.write(`${pid}\n`);
 }
 
 function freePort() {
@@ -63,35 +169,224 @@ function freePort() {
   });
 }
 
-async function startRedisAndBridge() {
-  const found = spawnSync("redis-server", ["--version"], { stdio: "ignore" });
-  if (found.error) {
-    return fail(
-      "redis-server is not installed (needed when UPSTASH_REDIS_REST_URL is not set).\n" +
-        "  Debian/Ubuntu: sudo apt-get install -y redis-server\n" +
-        "  macOS:         brew install redis\n" +
-        "or point it at a real Upstash database: UPSTASH_REDIS_REST_URL=... UPSTASH_REDIS_REST_TOKEN=... npm start",
-    );
+// ---------------------------------------------------------------------------------------------- config
+
+/** JSONC as editors write it: // and /* *\/ comments and trailing commas, outside strings. */
+function stripJsonc(text) {
+  let out = "";
+  let i = 0;
+  while (i < text.length) {
+    const c = text[i];
+    if (c === '"') {
+      let j = i + 1;
+      while (j < text.length && text[j] !== '"') j += text[j] === "\\" ? 2 : 1;
+      out += text.slice(i, j + 1);
+      i = j + 1;
+    } else if (c === "/" && text[i + 1] === "/") {
+      while (i < text.length && text[i] !== "\n") i++;
+    } else if (c === "/" && text[i + 1] === "*") {
+      const end = text.indexOf("*/", i + 2);
+      i = end === -1 ? text.length : end + 2;
+      out += " ";
+    } else {
+      out += c;
+      i++;
+    }
   }
-  const bridgeModule = join(root, "dist", "bridge", "index.js");
-  if (!existsSync(bridgeModule)) return fail("dist/ is missing: run `npm run build` (npm install does it)");
-  const { startBridge, startRedisServer } = await import(bridgeModule);
-  const redis = await startRedisServer();
-  cleanups.push(() => redis.stop());
-  const token = `dev-${randomUUID()}`;
-  const bridge = await startBridge({ redisUrl: redis.url, port: 0, token });
-  cleanups.push(() => bridge.close());
-  console.log(`redis-server ${redis.url}, REST bridge ${bridge.url}`);
-  return { url: bridge.url, token };
+  // A comma followed only by whitespace and a closing bracket (strings were kept verbatim above, so a
+  // `,]` inside one is rare enough; JSON.parse then reports it at its place).
+  return out.replace(/,(\s*[}\]])/g, "$1");
 }
 
-async function startDemoOrigin() {
+async function readConfig(file) {
+  if (file !== undefined) {
+    let text;
+    try {
+      text = readFileSync(file, "utf8");
+    } catch (error) {
+      throw new Error(`cannot read ${file} (${error.code ?? error.message})`);
+    }
+    return { text: file.endsWith(".jsonc") ? stripJsonc(text) : text, source: file };
+  }
+  const path = join(root, "wrangler.toml");
+  const source = `${relative(process.cwd(), path) || "wrangler.toml"} [vars] EDGELIMIT_CONFIG`;
+  let raw;
+  try {
+    const { experimental_readRawConfig } = await import("wrangler");
+    raw = experimental_readRawConfig({ config: path }).rawConfig;
+  } catch (error) {
+    throw new Error(`cannot read ${path}: ${error.message}`);
+  }
+  const text = raw.vars?.EDGELIMIT_CONFIG;
+  if (typeof text !== "string") {
+    throw new Error(
+      `${source} is missing: put the config there (a JSON string, see the README) or pass a file: npm start -- config.json`,
+    );
+  }
+  return { text, source };
+}
+
+// The Worker's own parser, straight from src/ (the Worker runs from src/ too, so no build is needed).
+async function loadParser() {
+  const { tsImport } = await import("tsx/esm/api");
+  const { parseConfig } = await tsImport("../src/http/config.ts", import.meta.url);
+  return parseConfig;
+}
+
+const RESERVED = /(^|\.)(example\.(com|net|org)|example|invalid)$/i;
+
+// ----------------------------------------------------------------------------------------------- redis
+
+/** PING through the REST URL, as @upstash/redis would send it. Resolves to undefined or what is wrong. */
+async function pingRest(url, token, names) {
+  let target;
+  try {
+    target = new URL(url);
+  } catch {
+    return `${names.url} is not a URL: ${JSON.stringify(url)} (expected https://<database>.upstash.io)`;
+  }
+  if (target.protocol !== "https:" && target.protocol !== "http:") {
+    return `${names.url} must be an http(s) URL, got ${target.protocol}//…`;
+  }
+  let response;
+  try {
+    response = await fetch(url, {
+      method: "POST",
+      headers: { Authorization: `Bearer ${token}`, "Content-Type": "application/json" },
+      body: '["PING"]',
+      signal: AbortSignal.timeout(5000),
+    });
+  } catch (error) {
+    const reason =
+      error.name === "TimeoutError"
+        ? "no answer within 5 s"
+        : (error.cause?.code ?? error.cause?.message ?? error.message);
+    return `cannot reach ${names.url} (${target.origin}): ${reason}. Check the URL (the database's REST URL, https://…upstash.io) and the network.`;
+  }
+  const body = (await response.text()).slice(0, 300);
+  if (response.status === 401 || response.status === 403) {
+    return (
+      `${target.origin} refused ${names.token} (HTTP ${response.status}: ${body.trim()}). ` +
+      `Set ${names.token} to the REST token of the database at ${names.url} ` +
+      "(Upstash console, the database's REST API section); a deployed Worker takes it from " +
+      "`npx wrangler secret put UPSTASH_REDIS_REST_TOKEN`."
+    );
+  }
+  if (!response.ok) return `${target.origin} answered PING with HTTP ${response.status}: ${body.trim()}`;
+  let result;
+  try {
+    result = JSON.parse(body).result;
+  } catch {
+    // not JSON: reported below
+  }
+  if (result !== "PONG") {
+    return `${target.origin} answered PING with ${body.trim()}, not the Upstash REST protocol's {"result":"PONG"}: is ${names.url} a Redis REST URL?`;
+  }
+  return undefined;
+}
+
+function startRedisServer(port, dir) {
+  const args = ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"];
+  args.push("--dir", dir, "--daemonize", "no", "--logfile", "", "--loglevel", "warning");
+  const child = spawn("redis-server", args, { stdio: ["ignore", "pipe", "pipe"] });
+  let output = "";
+  const collect = (chunk) => {
+    output = (output + chunk).slice(-2000);
+  };
+  child.stdout.on("data", collect);
+  child.stderr.on("data", collect);
+  return new Promise((resolve, reject) => {
+    child.once("error", (error) =>
+      reject(
+        error.code === "ENOENT"
+          ? new Error(
+              "redis-server is not installed (needed when UPSTASH_REDIS_REST_URL is not set).\n" +
+                "  Debian/Ubuntu: sudo apt-get install -y redis-server\n" +
+                "  macOS:         brew install redis\n" +
+                "or use a real database: UPSTASH_REDIS_REST_URL=… UPSTASH_REDIS_REST_TOKEN=… npm start",
+            )
+          : error,
+      ),
+    );
+    child.once("exit", (code, signal) =>
+      reject(new Error(`redis-server exited (${signal ?? `code ${code}`}): ${output.trim()}`)),
+    );
+    child.once("spawn", () => {
+      guard(child.pid);
+      const deadline = Date.now() + 10_000;
+      const attempt = () => {
+        const socket = net.connect(port, "127.0.0.1");
+        socket.setTimeout(1000);
+        let reply = "";
+        socket.on("connect", () => socket.write("PING\r\n"));
+        socket.on("data", (data) => {
+          reply += data;
+          if (reply.includes("\r\n")) {
+            socket.destroy();
+            if (reply.startsWith("+PONG")) resolve(child);
+            else retry();
+          }
+        });
+        const retry = () => {
+          socket.destroy();
+          if (child.exitCode !== null || child.signalCode !== null) return;
+          if (Date.now() > deadline) reject(new Error(`redis-server did not answer PING on port ${port}`));
+          else setTimeout(attempt, 50);
+        };
+        socket.on("error", retry);
+        socket.on("timeout", retry);
+      };
+      attempt();
+    });
+  });
+}
+
+async function startLocalRedis(dir) {
+  let redis;
+  for (let attempt = 1; ; attempt++) {
+    const port = await freePort();
+    try {
+      redis = { child: await startRedisServer(port, dir), port };
+      break;
+    } catch (error) {
+      // A free port found by binding :0 can be taken before Redis binds it: try another.
+      if (!/Address already in use/i.test(error.message) || attempt >= 3) throw error;
+    }
+  }
+  const { child } = redis;
+  child.removeAllListeners("exit");
+  child.once("exit", (code, signal) => {
+    if (!stopping) fail(`redis-server exited (${signal ?? `code ${code}`})`);
+  });
+  cleanups.push(() => {
+    if (child.exitCode !== null || child.signalCode !== null) return;
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => child.kill("SIGKILL"), 5000);
+      child.once("exit", () => {
+        clearTimeout(timer);
+        resolve();
+      });
+      child.kill("SIGTERM");
+    });
+  });
+  const { startBridge } = await import("tsx/esm/api").then(({ tsImport }) =>
+    tsImport("../src/bridge/index.ts", import.meta.url),
+  );
+  const token = `dev-${randomUUID()}`;
+  const bridge = await startBridge({ redisUrl: `redis://127.0.0.1:${redis.port}`, port: 0, token });
+  cleanups.push(() => bridge.close());
+  return { url: bridge.url, token, redisUrl: `redis://127.0.0.1:${redis.port}` };
+}
+
+// ---------------------------------------------------------------------------------------------- origin
+
+async function startEchoOrigin() {
   const server = createServer((request, response) => {
     request.resume();
     request.on("end", () => {
       response.writeHead(200, { "Content-Type": "application/json" });
       response.end(
-        `${JSON.stringify({ origin: "demo", method: request.method, url: request.url, at: new Date().toISOString() })}\n`,
+        `${JSON.stringify({ origin: "local echo", method: request.method, url: request.url, at: new Date().toISOString() })}\n`,
       );
     });
   });
@@ -103,34 +398,44 @@ async function startDemoOrigin() {
         server.close(() => resolve());
       }),
   );
-  const url = `http://127.0.0.1:${server.address().port}`;
-  console.log(`demo origin ${url}`);
-  return url;
+  return `http://127.0.0.1:${server.address().port}`;
 }
 
-function demoConfig(origin) {
-  return {
-    origin,
-    routes: [
-      {
-        name: "login",
-        match: { path: "/login", methods: ["POST"] },
-        key: "ip",
-        rules: { perMinute: { algorithm: "gcra", limit: 5, period: "1m" } },
-      },
-      {
-        name: "api",
-        match: { path: "/api/*" },
-        key: "header:x-api-key",
-        rules: {
-          burst: { algorithm: "tokenBucket", capacity: 10, refillRate: 1, interval: "1s" },
-          daily: { algorithm: "fixedWindow", limit: 1000, window: "1d" },
-        },
-      },
-    ],
-    deny: ["198.51.100.0/24"],
-  };
+// ---------------------------------------------------------------------------------------------- banner
+
+/** One curl loop that shows a 429: the first enforced route with a literal path. */
+function tryLine(routes, url) {
+  for (const route of routes) {
+    const path = route.match?.path;
+    if (route.mode === "shadow" || typeof path !== "string" || /[:*]/.test(path)) continue;
+    const method = route.match?.methods?.[0]?.toUpperCase() ?? "GET";
+    const sizes = Object.values(route.rules ?? {}).map((rule) => rule.burst ?? rule.limit ?? rule.capacity);
+    const count = Math.min(30, Math.min(...sizes.filter(Number.isFinite)) + 3);
+    if (!Number.isFinite(count)) continue;
+    let header = "";
+    if (route.key?.startsWith("header:")) header = ` -H "${route.key.slice(7)}: demo"`;
+    if (route.key?.startsWith("cookie:")) header = ` -H "Cookie: ${route.key.slice(7)}=demo"`;
+    const cmd = `curl -si -X ${method} ${url}${path}${header} | grep -iE "^HTTP|^ratelimit|^retry-after"`;
+    return `Watch "${route.name}" answer 429 once over its limit:\n\n  for i in $(seq 1 ${count}); do ${cmd}; done\n`;
+  }
+  return "";
 }
+
+function describeRoutes(routes) {
+  return routes
+    .map((route) => {
+      const match = route.match
+        ? `${route.match.methods?.join(",") ?? "*"} ${route.match.path ?? "/*"}`
+        : "every request";
+      const rules = Object.entries(route.rules ?? {})
+        .map(([name, rule]) => `${name} ${JSON.stringify(rule)}`)
+        .join("; ");
+      return `  ${route.name}: ${match}, key ${route.key}${route.mode === "shadow" ? " (shadow)" : ""}: ${rules}`;
+    })
+    .join("\n");
+}
+
+// ------------------------------------------------------------------------------------------------ main
 
 async function waitUntilServing(url, child) {
   const deadline = Date.now() + 90_000;
@@ -148,52 +453,95 @@ async function waitUntilServing(url, child) {
 }
 
 async function main() {
+  const args = process.argv.slice(2);
+  if (args.includes("--help") || args.includes("-h")) {
+    say(USAGE);
+    return stop(0);
+  }
+  if (args.length > 1 || args[0]?.startsWith("-"))
+    return fail(`unexpected arguments: ${args.join(" ")}\n${USAGE}`, 2);
+  watchAncestors();
+
+  // 1. The config, validated before anything starts.
   let config;
-  if (configFile) {
-    try {
-      config = JSON.parse(readFileSync(configFile, "utf8"));
-    } catch (error) {
-      return fail(`cannot read ${configFile}: ${error.message}`);
-    }
+  try {
+    config = await readConfig(args[0]);
+  } catch (error) {
+    return fail(error.message);
   }
-
-  let redis;
-  if (process.env.UPSTASH_REDIS_REST_URL) {
-    if (!process.env.UPSTASH_REDIS_REST_TOKEN)
-      return fail("UPSTASH_REDIS_REST_URL is set but UPSTASH_REDIS_REST_TOKEN is not");
-    redis = { url: process.env.UPSTASH_REDIS_REST_URL, token: process.env.UPSTASH_REDIS_REST_TOKEN };
-    console.log("using the Redis at UPSTASH_REDIS_REST_URL");
-  } else {
-    redis = await startRedisAndBridge();
-    if (!redis) return;
+  const parseConfig = await loadParser();
+  const parsed = parseConfig(config.text);
+  if (!parsed.ok) {
+    const count = `${parsed.errors.length} problem${parsed.errors.length === 1 ? "" : "s"}`;
+    return fail(
+      `${config.source}: ${count}, nothing started:\n${parsed.errors.map((e) => `  ${e}`).join("\n")}`,
+    );
   }
-  config ??= demoConfig(await startDemoOrigin());
+  const json = JSON.parse(config.text);
 
-  // Vars go through a private env file, not --var: command lines are readable by every local user.
+  startWatchdog();
   const dir = mkdtempSync(join(tmpdir(), "edgelimit-dev-"));
   cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
+
+  // 2. Redis, answering PING through its REST URL.
+  let redis;
+  const lines = [];
+  const { UPSTASH_REDIS_REST_URL: restUrl, UPSTASH_REDIS_REST_TOKEN: restToken } = process.env;
+  if (restUrl || restToken) {
+    if (!restUrl) return fail("UPSTASH_REDIS_REST_TOKEN is set but UPSTASH_REDIS_REST_URL is not");
+    if (!restToken) return fail("UPSTASH_REDIS_REST_URL is set but UPSTASH_REDIS_REST_TOKEN is not");
+    redis = { url: restUrl, token: restToken };
+    const problem = await pingRest(restUrl, restToken, {
+      url: "UPSTASH_REDIS_REST_URL",
+      token: "UPSTASH_REDIS_REST_TOKEN",
+    });
+    if (problem) return fail(problem);
+    lines.push(`redis:  ${new URL(restUrl).origin} (UPSTASH_REDIS_REST_URL), PING answered`);
+  } else {
+    try {
+      redis = await startLocalRedis(dir);
+    } catch (error) {
+      return fail(error.message);
+    }
+    const problem = await pingRest(redis.url, redis.token, { url: "the local bridge", token: "its token" });
+    if (problem) return fail(problem);
+    lines.push(`redis:  redis-server ${redis.redisUrl}, REST bridge ${redis.url}, PING answered`);
+  }
+
+  // 3. The origin: a reserved example domain gets a local echo origin in its place.
+  const origin = new URL(json.origin);
+  if (RESERVED.test(origin.hostname)) {
+    json.origin = await startEchoOrigin();
+    lines.push(
+      `origin: ${json.origin} (a local echo server standing in for ${origin.origin}, a reserved example domain)`,
+    );
+  } else {
+    lines.push(`origin: ${origin.origin}`);
+  }
+
+  // 4. wrangler dev. Vars go through a private env file, not --var: command lines are readable by every
+  // local user. dotenv single quotes are literal; JSON never needs a raw ' (it can be written \u0027).
   const envFile = join(dir, "dev.env");
-  // dotenv single quotes are literal; JSON never needs a raw ' (it can be written \u0027).
-  const json = JSON.stringify(config).replaceAll("'", "\\u0027");
+  const value = JSON.stringify(json).replaceAll("'", "\\u0027");
   writeFileSync(
     envFile,
-    `EDGELIMIT_CONFIG='${json}'\nUPSTASH_REDIS_REST_URL='${redis.url}'\nUPSTASH_REDIS_REST_TOKEN='${redis.token}'\n`,
+    `EDGELIMIT_CONFIG='${value}'\nUPSTASH_REDIS_REST_URL='${redis.url}'\nUPSTASH_REDIS_REST_TOKEN='${redis.token}'\n`,
     { mode: 0o600 },
   );
-
   const port = Number(process.env.PORT) || (await freePort());
   const inspectorPort = await freePort();
   const bin = join(root, "node_modules", ".bin", process.platform === "win32" ? "wrangler.cmd" : "wrangler");
-  const args = ["dev", "--local", "--ip", "127.0.0.1", "--port", String(port)];
-  args.push("--inspector-port", String(inspectorPort), "--env-file", envFile);
-  args.push("--persist-to", join(dir, "state"), "--show-interactive-dev-session=false");
-  // Its own process group (detached), so stopping it takes workerd along.
-  wrangler = spawn(bin, args, {
+  const wranglerArgs = ["dev", "--local", "--ip", "127.0.0.1", "--port", String(port)];
+  wranglerArgs.push("--inspector-port", String(inspectorPort), "--env-file", envFile);
+  wranglerArgs.push("--persist-to", join(dir, "state"), "--show-interactive-dev-session=false");
+  // Its own process group (detached), so stopping it takes workerd and esbuild along.
+  wrangler = spawn(bin, wranglerArgs, {
     cwd: root,
     detached: true,
     stdio: ["ignore", "inherit", "inherit"],
     env: { ...process.env, CLOUDFLARE_CF_FETCH_ENABLED: "false", WRANGLER_SEND_METRICS: "false" },
   });
+  guard(-wrangler.pid);
   cleanups.push(async () => {
     if (wrangler.exitCode === null && wrangler.signalCode === null) {
       const exited = new Promise((resolve) => wrangler.once("exit", resolve));
@@ -210,21 +558,14 @@ async function main() {
 
   const url = `http://127.0.0.1:${port}`;
   if (!(await waitUntilServing(`${url}/`, wrangler))) return fail("wrangler dev did not start serving");
-  console.log(`
+  say(`
 edgelimit is running at ${url}  (Ctrl-C stops everything)
-${
-  configFile
-    ? `config: ${configFile}`
-    : `POST /login: 5 a minute per IP. Watch the 6th get a 429:
+config: ${config.source}
+${lines.join("\n")}
+routes:
+${describeRoutes(json.routes) || "  (none: every request passes unlimited)"}
 
-  for i in $(seq 1 8); do curl -si -X POST ${url}/login | grep -iE "^HTTP|^ratelimit|^retry-after"; done
-
-/api/*: 10 at once per x-api-key, then 1 a second; no key is a 401:
-
-  curl -si ${url}/api/hello -H "x-api-key: demo" | grep -iE "^HTTP|^ratelimit"
-  curl -si ${url}/api/hello | head -1`
-}
-`);
+${tryLine(json.routes, url)}`);
 }
 
 main().catch((error) => fail(error.stack ?? error.message));
