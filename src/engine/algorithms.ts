@@ -34,7 +34,10 @@ export interface Rule {
   readonly algorithm: Algorithm;
   /** The limit reported in decisions (burst for GCRA, capacity for a token bucket). */
   readonly limit: number;
-  /** The policy as the RateLimit-Policy header states it: `quota` units per `window` ms. */
+  /**
+   * The policy as the RateLimit-Policy header states it: `quota` units per `window` ms, the window whole
+   * seconds at the rule's real rate (see policyOf), and quota ≥ limit.
+   */
   readonly policy: { readonly quota: number; readonly window: number };
   /** The algorithm's name and integer parameters, as the script reads them (4 ARGV slots). */
   readonly args: readonly [string, string, string, string];
@@ -86,11 +89,25 @@ export const slidingWindow = (options: WindowOptions): RuleConfig => ({
  */
 export const slidingLog = (options: WindowOptions): RuleConfig => ({ algorithm: "slidingLog", ...options });
 
-// Integers in the scripts stay exact below 2^53; keep every product they form well under it.
-const MAX_PRODUCT = 2 ** 50;
+// Bounds. The scripts compute in Lua doubles, exact below 2^53 (9007199254740992). Every configured
+// count, and every product of a count and a duration, stays at or below MAX_EXACT = 2^50, so that each
+// intermediate the scripts form stays below 2^53 with room for the clock (now ≈ 2^41 ms today):
+//   gcra         capacity = burst×period; d ≤ capacity + limit (in 1/limit ms); next_d = d + cost×period ≤
+//                2×capacity + limit; ceil_div(next_d, limit) adds limit - 1: all ≤ 2^52 (cost ≤ burst)
+//   tokenBucket  full = capacity×interval; ceil_div(full - tokens, refillRate) adds refillRate - 1:
+//                ≤ 2^51; (now - at)×refillRate may pass 2^53 only where min(full, …) discards it
+//   windows      limit×window; the sliding estimate previous×(window - elapsed) + current×window ≤
+//                2×limit×window ≤ 2^51; stamps and resets are now + at most 2×window
+//   slidingLog   one entry per unit: limit ≤ MAX_LOG_LIMIT
+// A clock that lags the stored state by more than about 2^51/limit ms (gcra) makes only the retryAfter
+// of a request that is denied anyway inexact, by a millisecond at most: admissions stay exact.
+/** The largest count, and the largest count × duration product (in ms), a rule may have: 2^50. */
+export const MAX_EXACT = 2 ** 50;
 const MAX_LOG_LIMIT = 100_000;
 /** What a rule name (and a Worker route name) may be: it becomes part of Redis keys. */
 export const NAME = /^[A-Za-z0-9_.-]{1,64}$/;
+// RFC 9651 §3.3.1: an sf-integer has at most 15 digits.
+const MAX_SF_INTEGER = 999_999_999_999_999;
 
 const FIELDS: Record<Algorithm, readonly string[]> = {
   gcra: ["limit", "period", "burst"],
@@ -127,11 +144,11 @@ export function compileRule(name: string, config: RuleConfig): Rule {
     }
   }
   const c = config as unknown as Record<string, unknown>;
-  const make = (limit: number, quota: number, window: number, params: number[]): Rule => ({
+  const make = (limit: number, policy: Rule["policy"], params: number[]): Rule => ({
     name,
     algorithm: algorithm as Algorithm,
     limit,
-    policy: { quota, window },
+    policy,
     args: [algorithm, String(params[0] ?? 0), String(params[1] ?? 0), String(params[2] ?? 0)],
   });
   switch (algorithm as Algorithm) {
@@ -139,31 +156,78 @@ export function compileRule(name: string, config: RuleConfig): Rule {
       const limit = count(c.limit, `${at}.limit`);
       const period = toMs(c.period, `${at}.period`);
       const burst = c.burst === undefined ? limit : count(c.burst, `${at}.burst`);
-      bound(burst * period, `${at}: burst × period`);
-      bound(limit * period, `${at}: limit × period`);
-      return make(burst, limit, period, [limit, period, burst]);
+      bound(burst, period, `${at}: burst × period`);
+      return make(burst, policyOf(burst, limit, period), [limit, period, burst]);
     }
     case "tokenBucket": {
       const capacity = count(c.capacity, `${at}.capacity`);
       const refillRate = count(c.refillRate, `${at}.refillRate`);
       const interval = c.interval === undefined ? 1000 : toMs(c.interval, `${at}.interval`);
-      bound(capacity * interval, `${at}: capacity × interval`);
-      return make(capacity, capacity, Math.ceil((capacity * interval) / refillRate), [
-        capacity,
-        refillRate,
-        interval,
-      ]);
+      bound(capacity, interval, `${at}: capacity × interval`);
+      return make(capacity, policyOf(capacity, refillRate, interval), [capacity, refillRate, interval]);
     }
     default: {
       const limit = count(c.limit, `${at}.limit`);
       const window = toMs(c.window, `${at}.window`);
-      bound(limit * window, `${at}: limit × window`);
+      bound(limit, window, `${at}: limit × window`);
       if (algorithm === "slidingLog" && limit > MAX_LOG_LIMIT) {
         throw new Error(
           `${at}.limit: a sliding log stores one entry per unit, so ${limit} is too many (max ${MAX_LOG_LIMIT}); use slidingWindow or gcra`,
         );
       }
-      return make(limit, limit, window, [limit, window]);
+      return make(limit, policyOf(limit, limit, window), [limit, window]);
+    }
+  }
+}
+
+/**
+ * The RateLimit-Policy of a rule that admits `units` per `ms` on average and holds at most `most` at
+ * once: q per w seconds at exactly that rate (the draft allows whole seconds only), with the smallest
+ * q ≥ `most`, so that RateLimit's r never exceeds q. gcra 10 per second with a burst of 20: q=20;w=2;
+ * 10 per 500 ms: q=20;w=1; 1000 per day: q=1000;w=86400. Should q not fit the header's 15 digits,
+ * q is `most` and w is rounded up instead (a lower rate, never a higher one).
+ */
+function policyOf(most: number, units: number, ms: number): Rule["policy"] {
+  // units per ms = a per b seconds, a/b in lowest terms; then q = k·a, w = k·b with the least k.
+  const perSecond = BigInt(units) * 1000n;
+  const g = gcd(perSecond, BigInt(ms));
+  const a = perSecond / g;
+  const b = BigInt(ms) / g;
+  const k = (BigInt(most) + a - 1n) / a;
+  if (k * a <= BigInt(MAX_SF_INTEGER) && k * b <= BigInt(MAX_SF_INTEGER)) {
+    return { quota: Number(k * a), window: Number(k * b) * 1000 };
+  }
+  return { quota: most, window: Math.ceil((most * ms) / units / 1000) * 1000 };
+}
+
+function gcd(a: bigint, b: bigint): bigint {
+  while (b !== 0n) [a, b] = [b, a % b];
+  return a;
+}
+
+/**
+ * The largest cost a request may have and still be admitted by every rule: the smallest rule limit
+ * (burst for GCRA, capacity for a token bucket). A larger cost is denied forever.
+ *
+ * @example
+ * maxCost([compileRule("a", gcra({ limit: 10, period: "1s", burst: 20 }))]) // 20
+ */
+export function maxCost(rules: readonly Pick<Rule, "limit">[]): number {
+  return Math.min(...rules.map((rule) => rule.limit));
+}
+
+/**
+ * Throws a RangeError naming `field` when `cost` can never be admitted by every rule.
+ *
+ * @example
+ * checkCost(limiter.rules, 5, "cost") // ok when every rule holds at least 5
+ */
+export function checkCost(rules: readonly Pick<Rule, "name" | "limit">[], cost: number, field: string): void {
+  for (const rule of rules) {
+    if (cost > rule.limit) {
+      throw new RangeError(
+        `${field}: ${cost} can never be admitted: rule "${rule.name}" holds at most ${rule.limit} (make the cost at most ${maxCost(rules)}, or raise the rule's limit)`,
+      );
     }
   }
 }
@@ -172,9 +236,16 @@ function count(value: unknown, field: string): number {
   if (typeof value !== "number" || !Number.isInteger(value) || value <= 0) {
     throw new Error(`${field}: must be a positive whole number, got ${describe(value)}`);
   }
+  if (value > MAX_EXACT) {
+    throw new Error(`${field}: must be at most 2^50 (${MAX_EXACT}) to be counted exactly, got ${value}`);
+  }
   return value;
 }
 
-function bound(product: number, what: string): void {
-  if (product > MAX_PRODUCT) throw new Error(`${what} is too large to count exactly (must stay below 2^50)`);
+function bound(count: number, ms: number, what: string): void {
+  if (count * ms > MAX_EXACT) {
+    throw new Error(
+      `${what} is ${count * ms} ms, too large to count exactly: it must be at most 2^50 (${MAX_EXACT})`,
+    );
+  }
 }

@@ -4,10 +4,12 @@
 // answers with the same bytes.
 //
 // What the numbers mean, and why:
-//   RateLimit-Policy  one item per rule: "name";q=<quota>;w=<window s>. w must be whole seconds, so a
-//                     window that is not one is rounded UP: the advertised rate is then never higher than
-//                     the real one (q=10;w=1 for 10 per 500 ms), which is what the draft asks of anyone
-//                     who restates a policy.
+//   RateLimit-Policy  one item per rule: "name";q=<quota>;w=<window s>, at exactly the rule's real rate,
+//                     with q at least the most the rule ever holds, so r never exceeds q (rule.policy,
+//                     from compileRule): gcra 10 per second with a burst of 20 is q=20;w=2, 10 per 500 ms
+//                     is q=20;w=1. w must be whole seconds; a policy given here with a window that is not
+//                     (a hand-made PolicyRule) is rounded UP, so the advertised rate is never higher than
+//                     the real one.
 //   RateLimit         the binding rule only: "name";r=<remaining>;t=<s>. On an admission t counts to the
 //                     rule's resetAt (back at its full limit: exact for fixed windows, an upper bound for
 //                     gcra and token buckets, which refill continuously). On a denial t counts to the
@@ -62,7 +64,7 @@ const MAX_SF_INTEGER = 999_999_999_999_999;
  * The RateLimit-Policy field value: one item per rule, `"name";q=<quota>;w=<window in seconds>`.
  *
  * @example
- * policyHeader(limiter.rules) // '"burst";q=20;w=1, "daily";q=1000;w=86400'
+ * policyHeader(limiter.rules) // '"burst";q=20;w=2, "daily";q=1000;w=86400'
  */
 export function policyHeader(rules: readonly PolicyRule[]): string {
   return rules
@@ -80,7 +82,7 @@ export function policyHeader(rules: readonly PolicyRule[]): string {
  * @example
  * const decision = await limiter.limit(ip);
  * const headers = rateLimitHeaders(decision, limiter.rules, { now: Date.now() });
- * // { "RateLimit-Policy": '"burst";q=10;w=1', "RateLimit": '"burst";r=9;t=1' }
+ * // { "RateLimit-Policy": '"burst";q=20;w=2', "RateLimit": '"burst";r=19;t=1' }
  */
 export function rateLimitHeaders(
   decision: Decision,

@@ -121,6 +121,45 @@ const cases: { name: string; rule: RuleConfig; steps: Step[] }[] = [
       [500, 1, false, 0, 2100, 1500], // a lagging clock cannot expire entries early
     ],
   },
+  // At the bounds (every count and count × duration at most 2^50), every answer is still exact.
+  {
+    // (a refill this fast expires the key within 1 ms of real time, so only these two steps are stable)
+    name: "tokenBucket at the largest refillRate: a full bucket resets now, not 1 ms later",
+    rule: tokenBucket({ capacity: 1, refillRate: 2 ** 50, interval: 1 }),
+    steps: [
+      [0, 0, true, 1, 0, 0],
+      [0, 1, true, 0, 1, 0],
+    ],
+  },
+  {
+    // T = 1000 / 2^40 ms; d and next_d reach 1000 × 2^40 (about 2^50) in units of 1/limit ms
+    name: "gcra near the largest burst × period",
+    rule: gcra({ limit: 2 ** 40, period: "1s", burst: 2 ** 40 }),
+    steps: [
+      [0, 2 ** 40 - 1, true, 1, 1000, 0],
+      [0, 1, true, 0, 1000, 0],
+      [0, 1, false, 0, 1000, 1],
+      [500, 0, true, 2 ** 39, 1000, 0],
+    ],
+  },
+  {
+    name: "fixedWindow near the largest limit × window",
+    rule: fixedWindow({ limit: 2 ** 40, window: 1000 }),
+    steps: [
+      [0, 1, true, 2 ** 40 - 1, 1000, 0],
+      [0, 2 ** 40 - 1, true, 0, 1000, 0],
+      [0, 1, false, 0, 1000, 1000],
+    ],
+  },
+  {
+    name: "slidingWindow near the largest limit × window",
+    rule: slidingWindow({ limit: 2 ** 40, window: 1000 }),
+    steps: [
+      [0, 1, true, 2 ** 40 - 1, 2000, 0],
+      [999, 2 ** 40 - 1, true, 0, 2000, 0],
+      [1500, 0, true, 2 ** 39, 2000, 0],
+    ],
+  },
 ];
 
 describe.each(cases)("$name", ({ rule, steps }) => {
@@ -160,5 +199,38 @@ describe("many units in the same millisecond", () => {
     const [key] = limiter.keys("same-ms");
     expect(await redis.zcard(key!)).toBe(100);
     expect((await limiter.limit("same-ms", { cost: 0 })).remaining).toBe(400);
+  });
+});
+
+describe("bounds: every count, and every count × duration, at most 2^50", () => {
+  const build = (rule: RuleConfig) =>
+    new Limiter({ redis: bridgeRedis(), rules: { r: rule }, denyCache: false });
+  const cases: [RuleConfig, RegExp][] = [
+    [
+      tokenBucket({ capacity: 10, refillRate: 2 ** 60 }),
+      /^rules\.r\.refillRate: must be at most 2\^50 \(1125899906842624\)/,
+    ],
+    [tokenBucket({ capacity: 10, refillRate: 2 ** 50 + 1 }), /^rules\.r\.refillRate: must be at most 2\^50/],
+    [
+      tokenBucket({ capacity: 2 ** 41, refillRate: 1, interval: "1s" }),
+      /^rules\.r: capacity × interval is .* at most 2\^50/,
+    ],
+    [gcra({ limit: 2 ** 51, period: 1, burst: 1 }), /^rules\.r\.limit: must be at most 2\^50/],
+    [gcra({ limit: 1, period: 1, burst: 2 ** 51 }), /^rules\.r\.burst: must be at most 2\^50/],
+    [gcra({ limit: 10, period: "1d", burst: 2 ** 24 }), /^rules\.r: burst × period is .* at most 2\^50/],
+    [fixedWindow({ limit: 2 ** 41, window: 1000 }), /^rules\.r: limit × window is .* at most 2\^50/],
+    [slidingWindow({ limit: 2 ** 53, window: 1 }), /^rules\.r\.limit: must be at most 2\^50/],
+    [slidingLog({ limit: 1, window: 2 ** 51 }), /^rules\.r: limit × window is .* at most 2\^50/],
+  ];
+  it.each(cases)("%o is refused, naming the field and the bound", (rule, message) => {
+    expect(() => build(rule)).toThrow(message);
+  });
+
+  it("accepts each bound itself", () => {
+    expect(() =>
+      build(tokenBucket({ capacity: 2 ** 40, refillRate: 2 ** 50, interval: 1024 })),
+    ).not.toThrow();
+    expect(() => build(gcra({ limit: 2 ** 50, period: 1, burst: 2 ** 50 }))).not.toThrow();
+    expect(() => build(fixedWindow({ limit: 2 ** 25, window: 2 ** 25 }))).not.toThrow();
   });
 });

@@ -1,3 +1,4 @@
+import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import {
   enforce,
@@ -13,9 +14,13 @@ import {
   type Decision,
   fixedWindow,
   gcra,
+  Limiter,
+  type RuleConfig,
   type RuleResult,
+  slidingWindow,
   tokenBucket,
 } from "../../src/index.js";
+import { bridgeRedis, manualClock, T0, uniquePrefix } from "../support.js";
 
 // Expected strings are copied from draft-ietf-httpapi-ratelimit-headers-10 where the draft has an
 // example; the section is named beside each.
@@ -67,20 +72,56 @@ describe("RateLimit-Policy", () => {
     expect(policyHeader(perMinuteHour)).toBe('"permin";q=50;w=60, "perhr";q=1000;w=3600');
   });
 
-  it("states gcra as limit per period (not the burst) and a token bucket as capacity per full refill", () => {
+  it("states gcra and a token bucket at their real rate, with q at least what r can ever show", () => {
     const rules = [
       compileRule("burst", gcra({ limit: 10, period: "1s", burst: 20 })),
       compileRule("bucket", tokenBucket({ capacity: 20, refillRate: 10, interval: "1s" })),
+      compileRule("small", gcra({ limit: 10, period: "1s", burst: 3 })),
+      compileRule("odd", gcra({ limit: 3, period: "1s", burst: 5 })),
+      compileRule("login", gcra({ limit: 5, period: "1m" })),
     ];
-    expect(policyHeader(rules)).toBe('"burst";q=10;w=1, "bucket";q=20;w=2');
+    expect(policyHeader(rules)).toBe(
+      '"burst";q=20;w=2, "bucket";q=20;w=2, "small";q=10;w=1, "odd";q=6;w=2, "login";q=5;w=60',
+    );
   });
 
-  it("rounds a window that is not whole seconds up: the advertised rate is never above the real one", () => {
+  it("scales a window that is not whole seconds to one that is, at the same rate", () => {
     const rules = [
       compileRule("half", fixedWindow({ limit: 10, window: 500 })),
       compileRule("odd", fixedWindow({ limit: 3, window: 1500 })),
     ];
-    expect(policyHeader(rules)).toBe('"half";q=10;w=1, "odd";q=3;w=2');
+    expect(policyHeader(rules)).toBe('"half";q=20;w=1, "odd";q=4;w=2');
+  });
+
+  it("for any rule: q per w is exactly the real rate, and q is at least the rule's limit", () => {
+    const duration = fc.integer({ min: 1, max: 10_000_000 });
+    const count = fc.integer({ min: 1, max: 100_000 });
+    const rule = fc.oneof(
+      fc.record({ limit: count, period: duration, burst: count }).map((o) => ({
+        config: gcra(o) as RuleConfig,
+        units: o.limit,
+        ms: o.period,
+      })),
+      fc.record({ capacity: count, refillRate: count, interval: duration }).map((o) => ({
+        config: tokenBucket(o) as RuleConfig,
+        units: o.refillRate,
+        ms: o.interval,
+      })),
+      fc.record({ limit: count, window: duration }).map((o) => ({
+        config: fixedWindow(o) as RuleConfig,
+        units: o.limit,
+        ms: o.window,
+      })),
+    );
+    fc.assert(
+      fc.property(rule, ({ config, units, ms }) => {
+        const compiled = compileRule("r", config);
+        const [, q, w] = /;q=(\d+);w=(\d+)$/.exec(policyHeader([compiled]))!.map(Number);
+        expect(q! * ms).toBe(w! * units * 1000); // q / w seconds = units / ms ms
+        expect(q).toBeGreaterThanOrEqual(compiled.limit);
+      }),
+      { numRuns: 2000 },
+    );
   });
 
   it('escapes " and \\ in a name, and refuses what an sf-string cannot hold', () => {
@@ -269,7 +310,7 @@ describe("responses", () => {
       "cache-control": "no-store",
       "content-type": "application/problem+json",
       ratelimit: '"burst";r=0;t=1',
-      "ratelimit-policy": '"burst";q=10;w=1',
+      "ratelimit-policy": '"burst";q=20;w=2',
       "retry-after": "1",
       "x-ratelimit-limit": "20",
       "x-ratelimit-remaining": "0",
@@ -322,7 +363,7 @@ describe("enforce", () => {
     });
     expect(served).toEqual({
       refusal: undefined,
-      headers: { "RateLimit-Policy": '"burst";q=10;w=1', RateLimit: '"burst";r=19;t=1' },
+      headers: { "RateLimit-Policy": '"burst";q=20;w=2', RateLimit: '"burst";r=19;t=1' },
       shadowDenied: false,
     });
   });
@@ -331,11 +372,64 @@ describe("enforce", () => {
     expect(enforce(denied, rules, { now: NOW, mode: "shadow" })).toEqual({
       refusal: undefined,
       headers: {
-        "RateLimit-Policy": '"burst";q=10;w=1',
+        "RateLimit-Policy": '"burst";q=20;w=2',
         RateLimit: '"burst";r=0;t=1',
         "EdgeLimit-Shadow": "denied",
       },
       shadowDenied: true,
     });
+  });
+});
+
+describe("sf-integers stay within the 15 digits RFC 9651 allows", () => {
+  it("clamps a remaining, quota or t past 15 digits to 999999999999999", () => {
+    // 2^50 is a rule's largest limit, and 16 digits long
+    const rules = [compileRule("huge", gcra({ limit: 2 ** 50, period: 1, burst: 2 ** 50 }))];
+    const d = decision("huge", { limit: 2 ** 50, remaining: 2 ** 50, resetAt: NOW + 2 ** 60 });
+    expect(rateLimitHeaders(d, rules, { now: NOW, legacy: true })).toEqual({
+      "RateLimit-Policy": '"huge";q=999999999999999;w=1',
+      RateLimit: '"huge";r=999999999999999;t=999999999999999',
+      "X-RateLimit-Limit": "1125899906842624",
+      "X-RateLimit-Remaining": "1125899906842624",
+      "X-RateLimit-Reset": String(Math.ceil((NOW + 2 ** 60) / 1000)),
+    });
+  });
+});
+
+describe("r never exceeds q, against the real script", () => {
+  it("holds on every decision of a burst, a drain and a refill, for every algorithm", async () => {
+    const clock = manualClock();
+    const limiter = new Limiter({
+      redis: bridgeRedis(),
+      prefix: uniquePrefix("rq"),
+      rules: {
+        burst: gcra({ limit: 10, period: "1s", burst: 20 }),
+        odd: gcra({ limit: 3, period: "1s", burst: 5 }),
+        bucket: tokenBucket({ capacity: 7, refillRate: 2, interval: "1s" }),
+        half: slidingWindow({ limit: 10, window: 500 }),
+      },
+      denyCache: false,
+      clock,
+    });
+    const quota = new Map(
+      [...policyHeader(limiter.rules).matchAll(/"(\w+)";q=(\d+);w=(\d+)/g)].map((m) => [m[1], Number(m[2])]),
+    );
+    expect(Object.fromEntries(quota)).toEqual({ burst: 20, odd: 6, bucket: 8, half: 20 });
+    let checked = 0;
+    for (let step = 0; step < 60; step++) {
+      clock.set(T0 + step * 97);
+      for (const id of ["a", "b"]) {
+        const d = await limiter.limit(id, { cost: step % 3 });
+        for (const [name, rule] of Object.entries(d.rules)) {
+          expect(rule.remaining).toBeLessThanOrEqual(quota.get(name)!);
+          checked++;
+        }
+        const r = Number(
+          /;r=(\d+)/.exec(rateLimitHeaders(d, limiter.rules, { now: clock.now }).RateLimit!)![1],
+        );
+        expect(r).toBeLessThanOrEqual(quota.get(d.rule)!);
+      }
+    }
+    expect(checked).toBe(480);
   });
 });
