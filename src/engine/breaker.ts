@@ -144,11 +144,11 @@ export class Breaker {
 
   private refusal(wait: number): RedisCallError {
     const last = this.lastFailure;
-    const why = last ? `${last.kind}: ${last.message}` : "repeated failures";
+    const why = last ? `last failure: ${last.kind}: ${last.message}` : "repeated failures";
     const when = wait > 0 ? `next probe in ${Math.ceil(wait)} ms` : "a probe is in flight";
     return new RedisCallError(
       "breaker-open",
-      `edgelimit: circuit breaker open, Redis not asked (${when}); it opened after ${this.options.failures} consecutive failures, last: ${why}`,
+      `edgelimit: circuit breaker open, Redis not asked (${when}; opens after ${this.options.failures} consecutive failures; ${why})`,
       { cause: last },
     );
   }
