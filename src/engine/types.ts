@@ -15,8 +15,8 @@ export interface RuleResult {
 export interface Decision extends RuleResult {
   /** The binding rule: the one that denied (latest retry), else the one with least remaining. */
   rule: string;
-  /** Where the answer came from: Redis, the in-isolate deny cache, or the `onError` policy. */
-  source: "redis" | "cache" | "error";
+  /** Where the answer came from: Redis, the in-isolate deny cache, a lease held here, or `onError`. */
+  source: "redis" | "cache" | "lease" | "error";
   /** Every rule's own outcome, by rule name. */
   rules: Record<string, RuleResult>;
   /** Set when `source` is `"error"`: what went wrong (timeout, HTTP or Redis error). */

@@ -1,0 +1,90 @@
+-- uses: prelude
+-- Gives back units a lease reserved and never handed out, under every rule of one identifier.
+--
+-- KEYS[i]  the state key of rule i, as the limiter script wrote it
+-- ARGV[1]  now, epoch ms, from the caller's clock
+-- ARGV[2]  units to give back (whole, > 0)
+-- ARGV[3 + 5(i-1) ..]  rule i: algorithm name, its three integer parameters (as the limiter sends
+--          them), and the start of the window the units were counted in (0 for gcra, tokenBucket)
+--
+-- Exact for gcra and the token bucket (the state moves back by exactly the units), and for the fixed
+-- window within the window the units were counted in; the sliding window gives them back to its
+-- current counter, or to its previous one once that window has become the previous. A state already
+-- gone (expired, reset) is left alone: there is nothing to give back to. Nothing is ever created, a
+-- key keeps its expiry or gets the one its new state needs, and no stored time moves. Sliding log
+-- rules are never leased, so they are never refunded. Returns the number of rules given back to.
+local now = tonumber(ARGV[1])
+local units = tonumber(ARGV[2])
+local done = 0
+
+local refund = {}
+
+-- TAT = A + B/limit ms; d = TAT - now in 1/limit ms. Giving back n units moves TAT back by n*T.
+refund.gcra = function(key, limit, period)
+  local stored = redis.call("GET", key)
+  if not stored then return false end
+  local a, b = string.match(stored, "^(%-?%d+):(%d+)$")
+  local d = (tonumber(a) - now) * limit + tonumber(b) - units * period
+  if d <= 0 then
+    -- back to idle: the same as no state at all
+    redis.call("DEL", key)
+  else
+    local whole = math.floor(d / limit)
+    redis.call("SET", key, int(now + whole) .. ":" .. int(d - whole * limit), "PX", ceil_div(d, limit))
+  end
+  return true
+end
+
+-- "<scaled tokens>:<ms of last refill>"; n units are n*interval scaled tokens, up to the capacity.
+refund.tokenBucket = function(key, capacity, refill, interval)
+  local stored = redis.call("GET", key)
+  if not stored then return false end
+  local t, at = string.match(stored, "^(%d+):(%-?%d+)$")
+  local full = capacity * interval
+  local tokens = math.min(full, tonumber(t) + units * interval)
+  at = tonumber(at)
+  local ttl = at - now + ceil_div(full - tokens, refill)
+  if tokens >= full or ttl <= 0 then
+    redis.call("DEL", key)
+  else
+    redis.call("SET", key, int(tokens) .. ":" .. int(at), "PX", ttl)
+  end
+  return true
+end
+
+-- "<window start>:<count>": only the window the units were counted in gets them back.
+refund.fixedWindow = function(key, limit, window, _, start)
+  local stored = redis.call("GET", key)
+  if not stored then return false end
+  local s, c = string.match(stored, "^(%-?%d+):(%d+)$")
+  if tonumber(s) ~= start then return false end
+  redis.call("SET", key, s .. ":" .. int(math.max(0, tonumber(c) - units)), "KEEPTTL")
+  return true
+end
+
+-- "<current start>:<current>:<previous>"
+refund.slidingWindow = function(key, limit, window, _, start)
+  local stored = redis.call("GET", key)
+  if not stored then return false end
+  local s, c, p = string.match(stored, "^(%-?%d+):(%d+):(%d+)$")
+  s, c, p = tonumber(s), tonumber(c), tonumber(p)
+  if s == start then
+    c = math.max(0, c - units)
+  elseif s == start + window then
+    p = math.max(0, p - units)
+  else
+    return false
+  end
+  redis.call("SET", key, int(s) .. ":" .. int(c) .. ":" .. int(p), "KEEPTTL")
+  return true
+end
+
+for i = 1, #KEYS do
+  local at = 3 + 5 * (i - 1)
+  local give = refund[ARGV[at]]
+  if give and give(KEYS[i], tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]),
+      tonumber(ARGV[at + 4])) then
+    done = done + 1
+  end
+end
+return done

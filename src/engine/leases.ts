@@ -1,0 +1,361 @@
+// Leases: units an isolate holds for a hot identifier, already consumed in Redis, so that later
+// decisions for it are answered here with no request until the units run out or expire.
+//
+// - Reserving: a decision that goes to Redis asks for up to k more units in the same EVALSHA. The
+//   script consumes them like any other units, under every rule at once or not at all, and never more
+//   than half of what remains, so the last units of a quota are always decided in Redis.
+// - Sizing: k is about rate × ttl for this identifier in this isolate (units seen over the last ttl),
+//   at most `max`, and 0 for an identifier seen once.
+// - Answering: a decision whose cost the lease covers takes it from the lease: allowed, with the
+//   headers Redis last gave minus what this isolate has used since. It never awaits anything.
+// - Refunds: units left when a lease expires (or is dropped on a denial, or the Limiter is disposed)
+//   go back to Redis through the refund script, off the request path: through `waitUntil` when the
+//   caller gives one (Workers, Vercel), else from a timer (Node).
+// Nothing here sends a request itself: the Limiter gives it a `send` for refunds.
+import type { Rule } from "./algorithms.js";
+import { describe, toMs } from "./duration.js";
+import type { Decision, RuleResult } from "./types.js";
+
+/** What `lease` takes: at most `max` units held per identifier, each for at most `ttl`. */
+export interface LeaseOptions {
+  /** Most units this Limiter may hold for one identifier (1 to 100,000). */
+  max: number;
+  /** How long units may be held before the unused ones are given back: ms or "500ms", "1s", ... */
+  ttl: number | string;
+}
+
+/** A validated `lease` option. */
+export interface LeaseConfig {
+  readonly max: number;
+  readonly ttl: number;
+}
+
+/** Hands a promise to the runtime so that it may finish after the response (`ctx.waitUntil`). */
+export type WaitUntil = (promise: Promise<unknown>) => void;
+
+/** Unused units of one identifier to give back. */
+export interface Refund {
+  readonly identifier: string;
+  readonly units: number;
+  /** Per rule, the start of the window the units were counted in (fixed and sliding windows), else 0. */
+  readonly windowStarts: readonly number[];
+}
+
+const MAX_UNITS = 100_000;
+const MAX_TTL = 2 ** 31 - 1;
+/** Identifiers whose rate is tracked, least recently seen out first (their lease is refunded). */
+const MAX_TRACKED = 10_000;
+
+/**
+ * Validates the `lease` option, or throws naming the field.
+ *
+ * @example
+ * leaseConfig({ max: 50, ttl: "1s" }) // { max: 50, ttl: 1000 }
+ */
+export function leaseConfig(value: unknown, field = "lease"): LeaseConfig {
+  if (value === null || typeof value !== "object" || Array.isArray(value)) {
+    throw new Error(`${field}: expected { max, ttl }, e.g. { max: 50, ttl: "1s" }, got ${describe(value)}`);
+  }
+  for (const key of Object.keys(value)) {
+    if (key !== "max" && key !== "ttl")
+      throw new Error(`${field}.${key}: not a lease option; it takes max, ttl`);
+  }
+  const { max, ttl } = value as { max?: unknown; ttl?: unknown };
+  if (typeof max !== "number" || !Number.isInteger(max) || max < 1 || max > MAX_UNITS) {
+    throw new Error(
+      `${field}.max: must be a whole number of units from 1 to ${MAX_UNITS}, got ${describe(max)}`,
+    );
+  }
+  const ms = toMs(ttl, `${field}.ttl`);
+  if (ms > MAX_TTL) throw new Error(`${field}.ttl: must be at most ${MAX_TTL} ms, got ${describe(ttl)}`);
+  return { max, ttl: ms };
+}
+
+interface Held {
+  /** Units still held. */
+  units: number;
+  expiresAt: number;
+  /** Every rule's outcome as Redis last gave it, the held units counted as remaining. */
+  snapshot: Record<string, RuleResult>;
+  /** Units handed out since the snapshot. */
+  used: number;
+  windowStarts: number[];
+}
+
+interface Seen {
+  /** Start of the current rate bucket (ttl ms long), and the units seen in it and the one before. */
+  start: number;
+  current: number;
+  previous: number;
+  /** Units seen over the last ttl before the decision in progress: the size of the next lease. */
+  estimate: number;
+  lease: Held | undefined;
+}
+
+/**
+ * The leases of one Limiter.
+ *
+ * @example
+ * const leases = new Leases({ max: 50, ttl: 1000 }, rules, send);
+ * const answer = leases.answer("user:42", 1, now); // a Decision from the lease, or undefined
+ */
+export class Leases {
+  private readonly seen = new Map<string, Seen>();
+  private readonly held = new Map<string, Held>();
+  private readonly pending = new Set<Promise<void>>();
+  /** Whether any rule forbids reserving (a sliding log: see `leasable`). */
+  private readonly leasable: boolean;
+  private nextExpiry = Number.POSITIVE_INFINITY;
+  private timer: ReturnType<typeof setTimeout> | undefined;
+  private disposed = false;
+  /** Units given back so far, and refund calls that failed (their units stay consumed until the state expires). */
+  readonly stats = { reserved: 0, answered: 0, refunded: 0, refundsFailed: 0 };
+
+  constructor(
+    readonly config: LeaseConfig,
+    private readonly rules: readonly Rule[],
+    /** Sends one refund; resolves true when Redis ran it. Never rejects. */
+    private readonly send: (refund: Refund, now: number) => Promise<boolean>,
+    private readonly clock: () => number,
+  ) {
+    // A sliding log stamps every unit with the time it was admitted. A unit handed out later from a
+    // lease would carry an earlier stamp and leave the log early, letting a later window hold more than
+    // the limit; so a Limiter with a sliding log rule never reserves.
+    this.leasable = !rules.some((rule) => rule.algorithm === "slidingLog");
+  }
+
+  /** Leases held now (for tests and reports). */
+  get size(): number {
+    return this.held.size;
+  }
+
+  /**
+   * The decision for `cost` units from the identifier's lease, or undefined when Redis must decide.
+   * Records the rate, and refunds expired leases (through `waitUntil` when given).
+   */
+  answer(identifier: string, cost: number, now: number, waitUntil?: WaitUntil): Decision | undefined {
+    if (now >= this.nextExpiry) this.sweep(now, waitUntil);
+    let seen = this.seen.get(identifier);
+    if (seen === undefined) {
+      seen = { start: now, current: 0, previous: 0, estimate: 0, lease: undefined };
+      this.seen.set(identifier, seen);
+      if (this.seen.size > MAX_TRACKED) this.forget(this.seen.keys().next().value as string, now, waitUntil);
+    } else {
+      this.seen.delete(identifier);
+      this.seen.set(identifier, seen);
+    }
+    seen.estimate = this.roll(seen, now);
+    seen.current += cost;
+    const lease = seen.lease;
+    if (lease === undefined || lease.units < Math.max(cost, 1)) return undefined;
+    lease.units -= cost;
+    lease.used += cost;
+    this.stats.answered += 1;
+    const decision = fromLease(lease, this.rules);
+    if (lease.units === 0) this.detach(identifier, seen);
+    return decision;
+  }
+
+  /** Units to reserve beside the `cost` of a decision going to Redis now. */
+  want(identifier: string, cost: number): number {
+    if (!this.leasable || this.disposed || cost === 0) return 0;
+    const seen = this.seen.get(identifier);
+    // A lease still holding units (fewer than this cost) is used first: no second one beside it.
+    if (seen === undefined || seen.lease !== undefined) return 0;
+    return Math.min(this.config.max, Math.floor(seen.estimate));
+  }
+
+  /**
+   * Takes Redis's answer to a decision of this Limiter: a denial drops the identifier's lease (its
+   * units are refunded), an admission with `reserved` units starts one.
+   */
+  settle(identifier: string, decision: Decision, reserved: number, now: number, waitUntil?: WaitUntil): void {
+    if (decision.source !== "redis") return;
+    const seen = this.seen.get(identifier);
+    if (!decision.allowed) {
+      if (seen?.lease) this.refund([this.detach(identifier, seen)], now, waitUntil);
+      return;
+    }
+    if (reserved > 0) this.stats.reserved += reserved;
+    if (seen === undefined) {
+      // Forgotten while the request was out (evicted); the reserved units go straight back.
+      if (reserved > 0) {
+        this.refund(
+          [{ identifier, units: reserved, windowStarts: this.windowStarts(decision) }],
+          now,
+          waitUntil,
+        );
+      }
+      return;
+    }
+    const lease = seen.lease;
+    const windowStarts = this.windowStarts(decision);
+    if (lease !== undefined) {
+      // A decision whose cost the lease could not cover, or a second reservation that crossed the
+      // first: Redis's fresh answer, plus what is held here. Units that would take the lease past
+      // `max`, or that were counted in another window, go back.
+      const same = windowStarts.every((start, i) => start === lease.windowStarts[i]);
+      const keep = same ? Math.min(reserved, this.config.max - lease.units) : 0;
+      lease.snapshot = withHeld(decision.rules, lease.units - (reserved - keep));
+      lease.used = 0;
+      lease.units += keep;
+      if (reserved > keep)
+        this.refund([{ identifier, units: reserved - keep, windowStarts }], now, waitUntil);
+      return;
+    }
+    if (reserved <= 0) return;
+    const held: Held = {
+      units: reserved,
+      expiresAt: this.expiry(now, windowStarts),
+      snapshot: { ...decision.rules },
+      used: 0,
+      windowStarts,
+    };
+    seen.lease = held;
+    this.held.set(identifier, held);
+    if (held.expiresAt < this.nextExpiry) this.nextExpiry = held.expiresAt;
+    if (waitUntil === undefined) this.arm();
+  }
+
+  /** Forgets the identifier's lease without a refund (its state in Redis was deleted). */
+  drop(identifier: string): void {
+    const seen = this.seen.get(identifier);
+    if (seen?.lease) this.detach(identifier, seen);
+  }
+
+  /** Gives back every lease's unused units now; resolves once every refund is done. Leases no more. */
+  async dispose(): Promise<void> {
+    this.disposed = true;
+    if (this.timer !== undefined) clearTimeout(this.timer);
+    this.timer = undefined;
+    const now = this.clock();
+    const refunds: Refund[] = [];
+    for (const [identifier, seen] of this.seen) {
+      if (seen.lease) refunds.push(this.detach(identifier, seen));
+    }
+    this.refund(refunds, now, undefined);
+    while (this.pending.size > 0) await Promise.all([...this.pending]);
+  }
+
+  /** Refunds every lease expired at `now`. */
+  sweep(now: number, waitUntil?: WaitUntil): void {
+    const refunds: Refund[] = [];
+    let next = Number.POSITIVE_INFINITY;
+    for (const [identifier, lease] of this.held) {
+      if (lease.expiresAt <= now) {
+        const seen = this.seen.get(identifier);
+        if (seen) refunds.push(this.detach(identifier, seen));
+      } else if (lease.expiresAt < next) {
+        next = lease.expiresAt;
+      }
+    }
+    this.nextExpiry = next;
+    this.refund(refunds, now, waitUntil);
+  }
+
+  private refund(refunds: readonly Refund[], now: number, waitUntil: WaitUntil | undefined): void {
+    for (const refund of refunds) {
+      if (refund.units <= 0) continue;
+      const sent = this.send(refund, now).then((ok) => {
+        if (ok) this.stats.refunded += refund.units;
+        else this.stats.refundsFailed += 1;
+      });
+      this.pending.add(sent);
+      sent.finally(() => this.pending.delete(sent));
+      waitUntil?.(sent);
+    }
+  }
+
+  /** Units seen over the last ttl, from two buckets of ttl ms (the older one weighted by its overlap). */
+  private roll(seen: Seen, now: number): number {
+    const ttl = this.config.ttl;
+    const elapsed = now - seen.start;
+    if (elapsed >= 2 * ttl) {
+      seen.previous = 0;
+      seen.current = 0;
+      seen.start = now;
+    } else if (elapsed >= ttl) {
+      seen.previous = seen.current;
+      seen.current = 0;
+      seen.start += ttl;
+    }
+    const into = Math.min(ttl, Math.max(0, now - seen.start));
+    return (seen.previous * (ttl - into)) / ttl + seen.current;
+  }
+
+  /** Ends a lease here and says what is left of it. */
+  private detach(identifier: string, seen: Seen): Refund {
+    const lease = seen.lease!;
+    seen.lease = undefined;
+    this.held.delete(identifier);
+    return { identifier, units: lease.units, windowStarts: lease.windowStarts };
+  }
+
+  private forget(identifier: string, now: number, waitUntil: WaitUntil | undefined): void {
+    const seen = this.seen.get(identifier);
+    if (seen?.lease) this.refund([this.detach(identifier, seen)], now, waitUntil);
+    this.seen.delete(identifier);
+  }
+
+  /**
+   * A window rule counts units in the window they were reserved in: a unit of that window handed out
+   * in the next one would let the next one hold more than its limit. So a lease ends with its windows.
+   */
+  private expiry(now: number, windowStarts: readonly number[]): number {
+    let expiresAt = now + this.config.ttl;
+    this.rules.forEach((rule, i) => {
+      if (rule.algorithm === "fixedWindow" || rule.algorithm === "slidingWindow") {
+        expiresAt = Math.min(expiresAt, windowStarts[i]! + Number(rule.args[2]));
+      }
+    });
+    return expiresAt;
+  }
+
+  /** The window each rule counted this decision in, read back from its resetAt. */
+  private windowStarts(decision: Decision): number[] {
+    return this.rules.map((rule) => {
+      const resetAt = decision.rules[rule.name]!.resetAt;
+      const window = Number(rule.args[2]);
+      if (rule.algorithm === "fixedWindow") return resetAt - window; // resetAt: the window's end
+      if (rule.algorithm === "slidingWindow") return resetAt - 2 * window; // resetAt: when it fades out
+      return 0;
+    });
+  }
+
+  /** Node: a timer that refunds expired leases when no request comes to do it. Unref'd. */
+  private arm(): void {
+    if (this.timer !== undefined || this.disposed || this.held.size === 0) return;
+    const wait = Math.max(1, Math.min(MAX_TTL, this.nextExpiry - this.clock()));
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      this.sweep(this.clock());
+      this.arm();
+    }, wait);
+    (this.timer as { unref?: () => void }).unref?.();
+  }
+}
+
+function withHeld(rules: Record<string, RuleResult>, units: number): Record<string, RuleResult> {
+  const out: Record<string, RuleResult> = {};
+  for (const [name, rule] of Object.entries(rules))
+    out[name] = { ...rule, remaining: rule.remaining + units };
+  return out;
+}
+
+/** An admission from a lease: what Redis last said, minus what this isolate has used since. */
+function fromLease(lease: Held, rules: readonly Rule[]): Decision {
+  const out: Record<string, RuleResult> = {};
+  let binding: string | undefined;
+  let least = Number.POSITIVE_INFINITY;
+  for (const rule of rules) {
+    const last = lease.snapshot[rule.name]!;
+    const remaining = Math.max(0, last.remaining - lease.used);
+    out[rule.name] = { allowed: true, limit: last.limit, remaining, resetAt: last.resetAt, retryAfter: 0 };
+    if (remaining < least) {
+      least = remaining;
+      binding = rule.name;
+    }
+  }
+  const b = out[binding!]!;
+  return { ...b, retryAfter: 0, rule: binding!, source: "lease", rules: out };
+}
