@@ -1,28 +1,35 @@
-// The two libraries behind one small interface, so every part of the benchmark drives them the same way.
+// The two libraries behind one small interface, so every part drives them the same way.
 import { Ratelimit } from "@upstash/ratelimit";
 import type { Redis } from "@upstash/redis";
-import type { Decision, RuleConfig } from "../src/index.js";
+import type { RuleConfig } from "../src/index.js";
 import { edgelimit } from "./load.js";
 
 const { fixedWindow, gcra, Limiter, slidingLog, slidingWindow, tokenBucket } = edgelimit;
-const allowedOf = (d: Decision) => d.allowed;
-const successOf = (r: { success: boolean }) => r.success;
 
 export type Lib = "edgelimit" | "upstash";
-export type Algo = "fixedWindow" | "slidingWindow" | "slidingLog" | "tokenBucket" | "gcra";
+/** cachedFixedWindow: the peer's experimental local-first fixed window. */
+export type Algo =
+  | "fixedWindow"
+  | "slidingWindow"
+  | "slidingLog"
+  | "tokenBucket"
+  | "gcra"
+  | "cachedFixedWindow";
 
 export const LIB_LABEL: Record<Lib, string> = { edgelimit: "edgelimit", upstash: "@upstash/ratelimit" };
 
-/** The algorithms each library has (the peer has no sliding log and no GCRA). */
-export const ALGOS: Record<Lib, readonly Algo[]> = {
-  edgelimit: ["fixedWindow", "slidingWindow", "slidingLog", "tokenBucket", "gcra"],
-  upstash: ["fixedWindow", "slidingWindow", "tokenBucket"],
-};
+/** The algorithm pairs compared side by side: edgelimit's, then the peer's nearest. */
+export const PAIRS: [Algo, Algo][] = [
+  ["fixedWindow", "fixedWindow"],
+  ["slidingWindow", "slidingWindow"],
+  ["tokenBucket", "tokenBucket"],
+  ["gcra", "tokenBucket"],
+  ["slidingLog", "slidingWindow"],
+];
 
 /**
- * One policy, stated once: `limit` units per `window` ms. Buckets get capacity `limit` and refill the
- * same long-run rate, in tenths of the window when it divides evenly (100 per 10 s → capacity 100,
- * 10 per 1 s), else `limit` per `window`.
+ * `limit` units per `window` ms. Buckets get capacity `limit` and refill the same long-run rate in
+ * tenths of the window when it divides evenly (100 per 10 s → capacity 100, 10 per 1 s).
  */
 export interface Policy {
   limit: number;
@@ -36,136 +43,127 @@ export function bucketOf(p: Policy): { capacity: number; refillRate: number; int
   return { capacity: p.limit, refillRate: p.limit, interval: p.window };
 }
 
-export function ruleOf(algo: Algo, p: Policy): RuleConfig {
+function ruleOf(algo: Algo, p: Policy): RuleConfig {
   const b = bucketOf(p);
-  switch (algo) {
-    case "fixedWindow":
-      return fixedWindow({ limit: p.limit, window: p.window });
-    case "slidingWindow":
-      return slidingWindow({ limit: p.limit, window: p.window });
-    case "slidingLog":
-      return slidingLog({ limit: p.limit, window: p.window });
-    case "tokenBucket":
-      return tokenBucket({ capacity: b.capacity, refillRate: b.refillRate, interval: b.interval });
-    case "gcra":
-      return gcra({ limit: b.refillRate, period: b.interval, burst: b.capacity });
-  }
+  if (algo === "fixedWindow") return fixedWindow({ limit: p.limit, window: p.window });
+  if (algo === "slidingWindow") return slidingWindow({ limit: p.limit, window: p.window });
+  if (algo === "slidingLog") return slidingLog({ limit: p.limit, window: p.window });
+  if (algo === "tokenBucket") return tokenBucket(b);
+  if (algo === "gcra") return gcra({ limit: b.refillRate, period: b.interval, burst: b.capacity });
+  throw new Error(`edgelimit has no ${algo}`);
 }
 
-type PeerLimiter = ReturnType<typeof Ratelimit.fixedWindow>;
-
-function peerLimiter(algo: Algo, p: Policy): PeerLimiter {
+function peerAlgorithm(algo: Algo, p: Policy) {
   const b = bucketOf(p);
-  switch (algo) {
-    case "fixedWindow":
-      return Ratelimit.fixedWindow(p.limit, `${p.window} ms`);
-    case "slidingWindow":
-      return Ratelimit.slidingWindow(p.limit, `${p.window} ms`);
-    case "tokenBucket":
-      return Ratelimit.tokenBucket(b.refillRate, `${b.interval} ms`, b.capacity);
-    default:
-      throw new Error(`@upstash/ratelimit has no ${algo}`);
-  }
+  if (algo === "fixedWindow") return Ratelimit.fixedWindow(p.limit, `${p.window} ms`);
+  if (algo === "cachedFixedWindow") return Ratelimit.cachedFixedWindow(p.limit, `${p.window} ms`);
+  if (algo === "slidingWindow") return Ratelimit.slidingWindow(p.limit, `${p.window} ms`);
+  if (algo === "tokenBucket") return Ratelimit.tokenBucket(b.refillRate, `${b.interval} ms`, b.capacity);
+  throw new Error(`@upstash/ratelimit has no ${algo}`);
+}
+
+export interface Entry {
+  lib: Lib;
+  algo: Algo;
+  /** Several rules: one edgelimit Limiter with that many, or that many peer instances awaited in turn. */
+  rules?: number;
+  /** edgelimit's `lease` option. */
+  lease?: { max: number; ttl: string };
 }
 
 export interface ContestantOptions {
   redis: Redis;
   prefix: string;
-  /** One policy per rule (several: one edgelimit Limiter with that many rules, or that many peer instances). */
-  policies: Policy[];
-  /** Deny cache (edgelimit) / ephemeralCache (peer): "default" leaves each library's default (both on). */
+  policy: Policy;
+  /** Deny cache (edgelimit) / ephemeralCache (peer): each library's default (both on), or off. */
   cache: "default" | "off";
-  /** Injected time, epoch ms. edgelimit: the `clock` option; peer: Date.now replaced during the synchronous part of limit(). */
+  /** Time, epoch ms. edgelimit: `clock`; peer: Date.now replaced during the synchronous part of limit(). */
   clock?: () => number;
-  /** edgelimit's `batchWindow` (ms to collect decisions into one request; default 0: one tick). */
-  batchWindow?: number;
-  /** Several peer instances: call them all at once (Promise.all, auto-pipelined) or one after another, stopping at the first deny. */
-  peerMulti?: "parallel" | "sequential";
+}
+
+export interface Outcome {
+  allowed: boolean;
+  /** Answered in the isolate with no request on its path (edgelimit: source "cache" or "lease"). */
+  local: boolean;
 }
 
 export interface Contestant {
   readonly label: string;
-  readonly lib: Lib;
-  readonly algo: Algo;
-  /** One decision; resolves to whether it was admitted. */
-  limit(id: string): Promise<boolean>;
-  /** The Redis key patterns (for SCAN MATCH) holding `id`'s state. */
-  keyPatterns(id: string): string[];
+  limit(id: string): Promise<Outcome>;
+  /** Gives leased units back (edgelimit's dispose, when it has one); the peer has nothing to do. */
+  close(): Promise<void>;
 }
 
-export function contestant(lib: Lib, algo: Algo, o: ContestantOptions): Contestant {
-  const n = o.policies.length;
-  const label = `${LIB_LABEL[lib]} ${algo}${n > 1 ? ` ×${n} rules` : ""}${lib === "upstash" && n > 1 ? ` (${o.peerMulti ?? "parallel"})` : ""}${o.batchWindow ? ` (batchWindow ${o.batchWindow} ms)` : ""}`;
-  if (lib === "edgelimit") {
+export const labelOf = (e: Entry) =>
+  `${LIB_LABEL[e.lib]} ${e.algo}${(e.rules ?? 1) > 1 ? ` ×${e.rules} rules` : ""}${e.lease ? ` + lease (max ${e.lease.max}, ttl ${e.lease.ttl})` : ""}`;
+
+/** Throws "lease: not a Limiter option" until the Limiter has leases. */
+export function contestant(e: Entry, o: ContestantOptions): Contestant {
+  const n = e.rules ?? 1;
+  const label = labelOf(e);
+  if (e.lib === "edgelimit") {
     const rules: Record<string, RuleConfig> = {};
-    o.policies.forEach((p, i) => {
-      rules[`r${i}`] = ruleOf(algo, p);
-    });
+    for (let i = 0; i < n; i++)
+      rules[`r${i}`] = ruleOf(e.algo, { ...o.policy, window: o.policy.window * (i + 1) });
     const limiter = new Limiter({
       redis: o.redis,
       prefix: o.prefix,
       rules,
       denyCache: o.cache === "off" ? false : undefined,
       clock: o.clock,
-      batchWindow: o.batchWindow,
+      ...(e.lease ? { lease: e.lease } : {}),
     });
+    const disposable = limiter as unknown as { dispose?: () => unknown };
     return {
       label,
-      lib,
-      algo,
-      limit: (id) => limiter.limit(id).then(allowedOf),
-      keyPatterns: (id) => limiter.keys(id).map(globEscape),
+      limit: (id) =>
+        limiter
+          .limit(id)
+          .then((d) => ({ allowed: d.allowed, local: d.source !== "redis" && d.source !== "error" })),
+      close: async () => {
+        await disposable.dispose?.();
+      },
     };
   }
-  const instances = o.policies.map(
-    (p, i) =>
+  const instances = Array.from(
+    { length: n },
+    (_, i) =>
       new Ratelimit({
         redis: o.redis,
-        limiter: peerLimiter(algo, p),
-        prefix: n > 1 ? `${o.prefix}:r${i}` : o.prefix,
+        limiter: peerAlgorithm(e.algo, { ...o.policy, window: o.policy.window * (i + 1) }),
+        prefix: `${o.prefix}:r${i}`,
         ephemeralCache: o.cache === "off" ? false : undefined,
         enableTelemetry: false,
         analytics: false,
       }),
   );
   const clock = o.clock;
-  const one = (rl: Ratelimit, id: string): Promise<boolean> => {
-    if (clock === undefined) return rl.limit(id).then(successOf);
-    // @upstash/ratelimit reads Date.now() only in the synchronous part of limit() (before its first
-    // await): replacing it for exactly that span injects the time without touching anything else.
+  const one = (rl: Ratelimit, id: string) => {
+    // The peer reads Date.now() only before its first await: replace it for exactly that span.
     const real = Date.now;
-    Date.now = clock;
-    let pending: Promise<{ success: boolean }>;
+    if (clock) {
+      const now = clock();
+      Date.now = () => now;
+    }
     try {
-      pending = rl.limit(id);
+      return rl.limit(id);
     } finally {
       Date.now = real;
     }
-    return pending.then(successOf);
   };
-  const first = instances[0]!;
-  const limit =
-    n === 1
-      ? (id: string) => one(first, id)
-      : o.peerMulti === "sequential"
-        ? async (id: string) => {
-            for (const rl of instances) if (!(await one(rl, id))) return false;
-            return true;
-          }
-        : (id: string) => Promise.all(instances.map((rl) => one(rl, id))).then((all) => all.every(Boolean));
   return {
     label,
-    lib,
-    algo,
-    limit,
-    keyPatterns: (id) =>
-      instances.map((_, i) => {
-        const base = globEscape(`${n > 1 ? `${o.prefix}:r${i}` : o.prefix}:${id}`);
-        return algo === "tokenBucket" ? base : `${base}:*`;
-      }),
+    limit: async (id) => {
+      // a decision that resolves before the event loop turns once had no I/O on its path
+      let turned = false;
+      setImmediate(() => {
+        turned = true;
+      });
+      for (const rl of instances) {
+        if (!(await one(rl, id)).success) return { allowed: false, local: !turned };
+      }
+      return { allowed: true, local: !turned };
+    },
+    close: async () => {},
   };
-}
-
-function globEscape(s: string): string {
-  return s.replace(/[*?[\]\\]/g, (c) => `\\${c}`);
 }

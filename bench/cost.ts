@@ -1,227 +1,119 @@
-// Parts 2, 3 and 5: what a decision costs in HTTP requests (bridge counters) and Redis commands
-// (INFO commandstats, which counts the commands a script runs as well as the EVALSHA itself), the deny
-// flood, and the server-side time of each script (usec_per_call of EVALSHA).
-import { ALGOS, type Algo, type Contestant, contestant, type Lib, type Policy } from "./contestants.js";
-import { type BenchEnv, workCommands } from "./env.js";
-import { OPEN_POLICY } from "./throughput.js";
+// What a decision costs: HTTP requests (the bridge's counter), Redis commands (INFO commandstats, which
+// counts the commands a script runs as well as the EVALSHA: Upstash bills both) and Redis time per
+// EVALSHA (usec_per_call), per path; and the memory one identifier holds at its limit.
+import { contestant, type Entry, labelOf, PAIRS } from "./contestants.js";
+import type { BenchEnv, Counts } from "./env.js";
 import { log } from "./util.js";
 
-export type Phase = "allowed, first in window" | "allowed, later" | "denied";
-export const PHASES: Phase[] = ["allowed, first in window", "allowed, later", "denied"];
+export const PHASES = ["allowed, first", "allowed, later", "denied"] as const;
+export type Phase = (typeof PHASES)[number];
 
 export interface CostRow {
+  pair: string;
   label: string;
-  lib: Lib;
-  algo: Algo;
-  rules: number;
-  peerMulti?: "parallel" | "sequential";
+  lib: Entry["lib"];
   phase: Phase;
-  decisions: number;
-  httpPerDecision: number;
-  evalshaPerDecision: number;
-  /** Every command Redis ran (EVALSHA + the commands inside scripts), per decision. */
-  commandsPerDecision: number;
-  /** Commands inside the scripts, by name, per decision. */
-  inner: Record<string, number>;
-  /** Decisions that came out other than the phase expects (should be 0). */
-  unexpected: number;
+  perDecision: Counts;
 }
 
-/** Everything each call of a decision costs, one phase at a time: each identifier is called once per phase. */
+/** The pairs compared, plus 3 rules on one request against three peer limiters awaited in turn. */
+export const COST_PAIRS: { name: string; entries: [Entry, Entry] }[] = [
+  ...PAIRS.map(([a, b]) => ({
+    name: `${a} ↔ ${b}`,
+    entries: [
+      { lib: "edgelimit", algo: a },
+      { lib: "upstash", algo: b },
+    ] as [Entry, Entry],
+  })),
+  {
+    name: "3 fixedWindow rules",
+    entries: [
+      { lib: "edgelimit", algo: "fixedWindow", rules: 3 },
+      { lib: "upstash", algo: "fixedWindow", rules: 3 },
+    ],
+  },
+];
+
+/** Each identifier is decided once per phase, one decision at a time, caches off: 2 units per hour. */
 export async function runCost(env: BenchEnv, tag: string, ids: number): Promise<CostRow[]> {
   const rows: CostRow[] = [];
-  const entries: { lib: Lib; algo: Algo; rules: number; peerMulti?: "parallel" | "sequential" }[] = [];
-  for (const lib of ["edgelimit", "upstash"] as const)
-    for (const algo of ALGOS[lib]) entries.push({ lib, algo, rules: 1 });
-  for (const algo of ALGOS.edgelimit) entries.push({ lib: "edgelimit", algo, rules: 3 });
-  for (const algo of ALGOS.upstash) {
-    entries.push({ lib: "upstash", algo, rules: 3, peerMulti: "parallel" });
-    entries.push({ lib: "upstash", algo, rules: 3, peerMulti: "sequential" });
+  let n = 0;
+  for (const pair of COST_PAIRS) {
+    log(`cost: ${pair.name}`);
+    const cs = pair.entries.map((e) =>
+      contestant(e, {
+        redis: env.client(),
+        prefix: `cost-${tag}-${n++}`,
+        policy: { limit: 2, window: 3_600_000 },
+        cache: "off",
+      }),
+    );
+    for (const c of cs) await c.limit("warm-up"); // loads the script outside the counted runs
+    for (const phase of PHASES) {
+      for (const [i, c] of cs.entries()) {
+        await env.resetCounts();
+        for (let k = 0; k < ids; k++) await c.limit(`c${k}`);
+        const t = await env.counts();
+        rows.push({
+          pair: pair.name,
+          label: c.label,
+          lib: pair.entries[i]!.lib,
+          phase,
+          perDecision: { ...t, http: t.http / ids, commands: t.commands / ids, evalsha: t.evalsha / ids },
+        });
+      }
+    }
   }
-  const names = Array.from({ length: ids }, (_, i) => `c${i}`);
+  return rows;
+}
+
+export interface MemoryRow {
+  label: string;
+  lib: Entry["lib"];
+  limit: number;
+  keys: number;
+  bytes: number;
+}
+
+/** One identifier gets `limit` requests spread over one 60 s window (injected time); MEMORY USAGE of its keys. */
+export async function runMemory(env: BenchEnv, tag: string, t0: number, big: number): Promise<MemoryRow[]> {
+  const rows: MemoryRow[] = [];
+  const entries: Entry[] = [
+    ...(["fixedWindow", "slidingWindow", "tokenBucket", "gcra", "slidingLog"] as const).map(
+      (algo): Entry => ({ lib: "edgelimit", algo }),
+    ),
+    ...(["fixedWindow", "slidingWindow", "tokenBucket"] as const).map(
+      (algo): Entry => ({ lib: "upstash", algo }),
+    ),
+  ];
   let n = 0;
   for (const e of entries) {
-    log(`cost: ${e.lib} ${e.algo} ×${e.rules}${e.peerMulti ? ` ${e.peerMulti}` : ""}`);
-    // two units per long window: call 1 is a first admission, call 2 a later one, call 3 a denial
-    const policies: Policy[] = Array.from({ length: e.rules }, (_, r) => ({
-      limit: 2,
-      window: 3_600_000 * (r + 1),
-    }));
-    const c = contestant(e.lib, e.algo, {
-      redis: env.client(),
-      prefix: `cost-${tag}-${n++}`,
-      policies,
-      cache: "off",
-      peerMulti: e.peerMulti,
-    });
-    await c.limit("warm-up"); // loads the script (NOSCRIPT → EVAL) outside the counted runs
-    for (const phase of PHASES) {
-      await env.resetCommandStats();
-      await env.resetBridgeStats();
-      let unexpected = 0;
-      for (const id of names) {
-        const allowed = await c.limit(id); // concurrency 1: one decision at a time
-        if (allowed !== (phase !== "denied")) unexpected++;
-      }
-      const http = await env.bridgeStats();
-      const stats = workCommands(await env.commandStats());
-      const evalsha = stats.get("evalsha")?.calls ?? 0;
-      let total = 0;
-      const inner: Record<string, number> = {};
-      for (const [name, s] of stats) {
-        total += s.calls;
-        if (name !== "evalsha") inner[name] = s.calls / ids;
-      }
-      rows.push({
-        label: c.label,
-        lib: e.lib,
-        algo: e.algo,
-        rules: e.rules,
-        peerMulti: e.peerMulti,
-        phase,
-        decisions: ids,
-        httpPerDecision: http.requests / ids,
-        evalshaPerDecision: evalsha / ids,
-        commandsPerDecision: total / ids,
-        inner,
-        unexpected,
+    for (const limit of e.algo === "slidingLog" ? [100, big] : [100]) {
+      log(`memory: ${labelOf(e)}, limit ${limit}`);
+      const prefix = `mem-${tag}-${n++}`;
+      let now = t0;
+      const c = contestant(e, {
+        redis: env.client(),
+        prefix,
+        policy: { limit, window: 60_000 },
+        cache: "off",
+        clock: () => now,
       });
-    }
-  }
-  return rows;
-}
-
-export interface FloodRow {
-  label: string;
-  lib: Lib;
-  algo: Algo;
-  cache: "default" | "off";
-  concurrency: number;
-  requests: number;
-  admitted: number;
-  http: number;
-  evalsha: number;
-  commands: number;
-  seconds: number;
-}
-
-export const FLOOD_POLICY: Policy = { limit: 10, window: 3_600_000 };
-
-/** Part 3: one identifier sends `total` requests, far over its limit. */
-export async function runFlood(env: BenchEnv, tag: string, total: number): Promise<FloodRow[]> {
-  const rows: FloodRow[] = [];
-  let n = 0;
-  const runs: { cache: "default" | "off"; concurrency: number }[] = [
-    { cache: "default", concurrency: 1 },
-    { cache: "default", concurrency: 64 },
-    { cache: "off", concurrency: 64 },
-  ];
-  for (const lib of ["edgelimit", "upstash"] as const) {
-    for (const algo of ALGOS[lib]) {
-      log(`flood: ${lib} ${algo}`);
-      for (const run of runs) {
-        const c = contestant(lib, algo, {
-          redis: env.client(),
-          prefix: `flood-${tag}-${n++}`,
-          policies: [FLOOD_POLICY],
-          cache: run.cache,
-        });
-        await c.limit("warm-up");
-        await env.resetCommandStats();
-        await env.resetBridgeStats();
-        let admitted = 0;
-        let sent = 0;
-        const t0 = performance.now();
-        await Promise.all(
-          Array.from({ length: run.concurrency }, async () => {
-            while (sent < total) {
-              sent++;
-              if (await c.limit("flooder")) admitted++;
-            }
-          }),
-        );
-        const seconds = (performance.now() - t0) / 1000;
-        const http = await env.bridgeStats();
-        const stats = workCommands(await env.commandStats());
-        let commands = 0;
-        for (const s of stats.values()) commands += s.calls;
-        rows.push({
-          label: c.label,
-          lib,
-          algo,
-          cache: run.cache,
-          concurrency: run.concurrency,
-          requests: total,
-          admitted,
-          http: http.requests,
-          evalsha: stats.get("evalsha")?.calls ?? 0,
-          commands,
-          seconds,
-        });
+      for (let i = 0; i < limit; i += 64) {
+        const batch: Promise<unknown>[] = [];
+        for (let k = i; k < Math.min(limit, i + 64); k++) {
+          now = t0 + Math.floor((k * 59_400) / limit);
+          batch.push(c.limit("member"));
+        }
+        await Promise.all(batch);
       }
-    }
-  }
-  return rows;
-}
-
-export interface LuaRow {
-  label: string;
-  lib: Lib;
-  algo: Algo;
-  path: "allowed" | "denied";
-  calls: number;
-  usecPerCall: number;
-  /** usec per call of the commands the script ran, summed (part of usecPerCall). */
-  innerUsecPerCall: number;
-}
-
-/** Part 5: server time per EVALSHA (commandstats usec_per_call), per algorithm, allowed and denied paths. */
-export async function runLuaCost(env: BenchEnv, tag: string, decisions: number): Promise<LuaRow[]> {
-  const rows: LuaRow[] = [];
-  const ids = Array.from({ length: 1000 }, (_, i) => `l${i}`);
-  let n = 0;
-  for (const lib of ["edgelimit", "upstash"] as const) {
-    for (const algo of ALGOS[lib]) {
-      log(`lua cost: ${lib} ${algo}`);
-      for (const path of ["allowed", "denied"] as const) {
-        // allowed: far below the limit (the sliding log keeps a handful of entries per identifier);
-        // denied: one unit per hour, spent before the counted run
-        const policy: Policy =
-          path === "denied"
-            ? { limit: 1, window: 3_600_000 }
-            : algo === "slidingLog"
-              ? { limit: 100_000, window: 60_000 }
-              : OPEN_POLICY;
-        const c: Contestant = contestant(lib, algo, {
-          redis: env.client(),
-          prefix: `lua-${tag}-${n++}`,
-          policies: [policy],
-          cache: "off",
-        });
-        await Promise.all(ids.map((id) => c.limit(id)));
-        await env.resetCommandStats();
-        let done = 0;
-        await Promise.all(
-          Array.from({ length: 64 }, async () => {
-            while (done < decisions) {
-              await c.limit(ids[done++ % ids.length]!);
-            }
-          }),
-        );
-        const stats = workCommands(await env.commandStats());
-        const ev = stats.get("evalsha");
-        let inner = 0;
-        for (const [name, s] of stats) if (name !== "evalsha") inner += s.usec;
-        rows.push({
-          label: c.label,
-          lib,
-          algo,
-          path,
-          calls: ev?.calls ?? 0,
-          usecPerCall: ev?.usecPerCall ?? Number.NaN,
-          innerUsecPerCall: ev ? inner / ev.calls : Number.NaN,
-        });
-      }
+      const [, keys] = (await env.call("SCAN", 0, "MATCH", `${prefix}*`, "COUNT", 100_000)) as unknown as [
+        unknown,
+        unknown[],
+      ];
+      let bytes = 0;
+      for (const key of keys) bytes += Number(await env.call("MEMORY", "USAGE", String(key), "SAMPLES", 0));
+      rows.push({ label: c.label, lib: e.lib, limit, keys: keys.length, bytes });
     }
   }
   return rows;

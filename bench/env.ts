@@ -1,155 +1,110 @@
-// The benchmark's world: a private redis-server, the REST bridge in a child process, an admin RESP
-// connection (INFO commandstats, CONFIG RESETSTAT, MEMORY USAGE: never through the bridge, so never in
-// the bridge's counters), and @upstash/redis clients that all have the same settings.
+// The benchmark's world: a private redis-server, the REST bridge in a child process, delay proxies in
+// front of it in another, an admin RESP connection (INFO commandstats, MEMORY USAGE: never through the
+// bridge, so never counted), and @upstash/redis clients that all have the same settings.
 import { type ChildProcess, spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
-import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { Redis } from "@upstash/redis";
-import type { RedisConnection, Reply } from "../src/bridge/index.js";
-import { bridge, COMPILED } from "./load.js";
+import type { Reply } from "../src/bridge/index.js";
+import { bridge, COMPILED, ROOT } from "./load.js";
 
-const here = dirname(fileURLToPath(import.meta.url));
-
-export interface BridgeCounters {
-  requests: number;
+export interface Counts {
+  /** HTTP requests the bridge received. */
+  http: number;
+  /** Redis commands run (EVALSHA and every command inside scripts), from INFO commandstats. */
   commands: number;
-}
-
-export interface CommandStat {
-  calls: number;
-  usec: number;
-  usecPerCall: number;
+  evalsha: number;
+  /** usec_per_call of EVALSHA. */
+  usecPerEvalsha: number;
 }
 
 export interface BenchEnv {
-  redisUrl: string;
   redisPort: number;
   bridgeUrl: string;
   token: string;
-  admin: RedisConnection;
-  /** A new @upstash/redis client, the same settings for every contestant. */
-  client(): Redis;
-  bridgeStats(): Promise<BridgeCounters>;
-  resetBridgeStats(): Promise<void>;
-  /** CONFIG RESETSTAT (zeroes INFO commandstats). */
-  resetCommandStats(): Promise<void>;
-  commandStats(): Promise<Map<string, CommandStat>>;
+  /** The bridge behind a proxy adding `delay` ms each way. */
+  proxyUrl(delay: number): string;
+  /** A new @upstash/redis client (the bridge directly, or `url`). */
+  client(url?: string): Redis;
+  /** Zeroes the bridge's counter and INFO commandstats. */
+  resetCounts(): Promise<void>;
+  counts(): Promise<Counts>;
   call(...args: (string | number)[]): Promise<Reply>;
   close(): Promise<void>;
 }
 
-/** Client settings shared by both libraries (auto-pipelining is @upstash/redis's default: on). */
+/** Both libraries' client, as a user writes it (auto-pipelining is @upstash/redis's default). */
 export const CLIENT_SETTINGS = { enableTelemetry: false, enableAutoPipelining: true } as const;
 
-/** Commands the harness itself sends on the admin connection: left out of every cost count. */
-export const ADMIN_COMMANDS = new Set([
-  "info",
-  "config|resetstat",
-  "config",
-  "memory|usage",
-  "memory",
-  "scan",
-  "ping",
-  "script|load",
-  "script",
-  "flushall",
-  "dbsize",
-  "command|list",
-  "command",
-  "hello",
-  "client|setname",
-]);
+/** The harness's own commands (admin connection): left out of every count. */
+const ADMIN = /^(info|config|memory|scan|ping|script|flushall|exists|hello|client|command)/;
 
-export async function startEnv(): Promise<BenchEnv> {
+/** A child process with an IPC channel; resolves to its first message. */
+async function child(file: string, args: string[]): Promise<[ChildProcess, unknown]> {
+  const proc = spawn(process.execPath, [`${ROOT}/bench/${file}`, ...args], {
+    stdio: ["ignore", "inherit", "inherit", "ipc"],
+  });
+  const first = await new Promise((resolve, reject) => {
+    proc.once("exit", (code) => reject(new Error(`bench/${file} exited with ${code}`)));
+    proc.once("message", resolve);
+  });
+  return [proc, first];
+}
+
+export async function startEnv(delays: number[]): Promise<BenchEnv> {
   const redis = await bridge.startRedisServer();
   const token = `bench-${randomUUID()}`;
-  let child: ChildProcess | undefined;
-  let admin: RedisConnection | undefined;
-  try {
-    admin = await bridge.connectRedis(redis.url);
-    child = spawn(process.execPath, [join(here, "bridge-proc.mjs"), COMPILED, redis.url, token], {
-      stdio: ["ignore", "inherit", "inherit", "ipc"],
-      cwd: join(here, ".."),
+  const admin = await bridge.connectRedis(redis.url);
+  const [bridgeProc, ready] = await child("bridge-proc.mjs", [COMPILED, redis.url, token]);
+  const bridgeUrl = (ready as { url: string }).url;
+  const delayArgs = [new URL(bridgeUrl).port, ...delays.map(String)];
+  const [proxyProc, ports] = (await child("delay-proxy.mjs", delayArgs)) as [
+    ChildProcess,
+    Record<string, number>,
+  ];
+  let nextId = 1;
+  const ask = (op: string) =>
+    new Promise<number>((resolve) => {
+      const id = nextId++;
+      const onMessage = (m: { id: number; requests: number }) => {
+        if (m.id !== id) return;
+        bridgeProc.off("message", onMessage);
+        resolve(m.requests);
+      };
+      bridgeProc.on("message", onMessage);
+      bridgeProc.send({ id, op });
     });
-    const proc = child;
-    const bridgeUrl = await new Promise<string>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error("bridge child did not start within 30 s")), 30_000);
-      proc.once("exit", (code) => reject(new Error(`bridge child exited with ${code}`)));
-      proc.on("message", (m: { ready?: boolean; url?: string }) => {
-        if (m.ready && m.url) {
-          clearTimeout(timer);
-          resolve(m.url);
-        }
-      });
-    });
-    let nextId = 1;
-    const waiting = new Map<number, (c: BridgeCounters) => void>();
-    proc.on("message", (m: { id?: number } & BridgeCounters) => {
-      if (m.id === undefined) return;
-      waiting.get(m.id)?.({ requests: m.requests, commands: m.commands });
-      waiting.delete(m.id);
-    });
-    const ask = (op: string) =>
-      new Promise<BridgeCounters>((resolve) => {
-        const id = nextId++;
-        waiting.set(id, resolve);
-        proc.send({ id, op });
-      });
-    const conn = admin;
-    const call = async (...args: (string | number)[]) => conn.call(...args);
-    return {
-      redisUrl: redis.url,
-      redisPort: redis.port,
-      bridgeUrl,
-      token,
-      admin: conn,
-      client: () => new Redis({ url: bridgeUrl, token, ...CLIENT_SETTINGS }),
-      bridgeStats: () => ask("stats"),
-      resetBridgeStats: async () => {
-        await ask("reset");
-      },
-      resetCommandStats: async () => {
-        await conn.call("CONFIG", "RESETSTAT");
-      },
-      commandStats: async () => parseCommandStats(String(await conn.call("INFO", "commandstats"))),
-      call,
-      close: async () => {
-        const exited = new Promise<void>((resolve) => {
-          if (proc.exitCode !== null) resolve();
-          else proc.once("exit", () => resolve());
-        });
-        proc.send({ id: 0, op: "close" });
-        const kill = setTimeout(() => proc.kill("SIGKILL"), 5000);
-        await exited;
-        clearTimeout(kill);
-        await conn.close();
-        await redis.stop();
-      },
-    };
-  } catch (error) {
-    child?.kill("SIGKILL");
-    await admin?.close();
-    await redis.stop();
-    throw error;
-  }
-}
-
-/** `cmdstat_get:calls=1,usec=2,usec_per_call=2.00,...` lines → name → numbers (subcommands as `config|resetstat`). */
-export function parseCommandStats(info: string): Map<string, CommandStat> {
-  const out = new Map<string, CommandStat>();
-  for (const line of info.split(/\r?\n/)) {
-    const m = /^cmdstat_([^:]+):calls=(\d+),usec=(\d+),usec_per_call=([\d.]+)/.exec(line);
-    if (m) out.set(m[1]!, { calls: Number(m[2]), usec: Number(m[3]), usecPerCall: Number(m[4]) });
-  }
-  return out;
-}
-
-/** Commandstats minus the harness's own admin commands. */
-export function workCommands(stats: Map<string, CommandStat>): Map<string, CommandStat> {
-  const out = new Map<string, CommandStat>();
-  for (const [name, stat] of stats) {
-    if (!ADMIN_COMMANDS.has(name) && !ADMIN_COMMANDS.has(name.split("|")[0]!)) out.set(name, stat);
-  }
-  return out;
+  return {
+    redisPort: redis.port,
+    bridgeUrl,
+    token,
+    proxyUrl: (delay) => `http://127.0.0.1:${ports[delay]}`,
+    client: (url = bridgeUrl) => new Redis({ url, token, ...CLIENT_SETTINGS }),
+    resetCounts: async () => {
+      await ask("reset");
+      await admin.call("CONFIG", "RESETSTAT");
+    },
+    counts: async () => {
+      const http = await ask("stats");
+      const info = String(await admin.call("INFO", "commandstats"));
+      let commands = 0;
+      let evalsha = 0;
+      let usecPerEvalsha = Number.NaN;
+      for (const m of info.matchAll(/^cmdstat_([^:]+):calls=(\d+),usec=\d+,usec_per_call=([\d.]+)/gm)) {
+        if (ADMIN.test(m[1]!)) continue;
+        commands += Number(m[2]);
+        if (m[1] === "evalsha") [evalsha, usecPerEvalsha] = [Number(m[2]), Number(m[3])];
+      }
+      return { http, commands, evalsha, usecPerEvalsha };
+    },
+    call: (...args) => admin.call(...args),
+    close: async () => {
+      proxyProc.kill();
+      const exited = new Promise((resolve) => bridgeProc.once("exit", resolve));
+      bridgeProc.send({ id: 0, op: "close" });
+      await Promise.race([exited, new Promise((r) => setTimeout(r, 5000))]);
+      bridgeProc.kill("SIGKILL");
+      await admin.close();
+      await redis.stop();
+    },
+  };
 }

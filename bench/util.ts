@@ -1,21 +1,16 @@
-// Small helpers shared by the parts: percentiles, medians, formatting, Markdown tables, a seeded PRNG.
+// Small helpers shared by the parts: percentiles, formatting, Markdown tables, a seeded PRNG, log.
 
-export function percentile(sorted: Float64Array | number[], p: number): number {
-  if (sorted.length === 0) return Number.NaN;
-  const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
-  return sorted[i]!;
-}
-
-export function median(values: number[]): number {
+export function percentile(values: ArrayLike<number>, p: number): number {
   if (values.length === 0) return Number.NaN;
-  const s = [...values].sort((a, b) => a - b);
-  const mid = s.length >> 1;
-  return s.length % 2 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
+  const sorted = Float64Array.from(values).sort();
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))]!;
 }
 
-/** 12345.6 → "12,346"; small numbers keep `digits` decimals. */
+export const median = (values: ArrayLike<number>) => percentile(values, 50);
+
+/** 12345.6 → "12,346"; `digits` decimals. */
 export function fmt(n: number, digits = 0): string {
-  if (!Number.isFinite(n)) return String(n);
+  if (!Number.isFinite(n)) return "–";
   return n.toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits });
 }
 
@@ -26,10 +21,10 @@ export function ms(n: number): string {
   return a < 1 ? n.toFixed(3) : a < 10 ? n.toFixed(2) : n.toFixed(1);
 }
 
-export function pct(n: number, digits = 1): string {
-  if (!Number.isFinite(n)) return "–";
-  const s = (n * 100).toFixed(digits);
-  return `${n > 0 ? "+" : ""}${s}%`;
+/** edgelimit ÷ peer, as "1.23×"; "–" when either side is missing. */
+export function ratio(a: number | undefined, b: number | undefined): string {
+  if (a === undefined || b === undefined || !Number.isFinite(a / b) || b === 0) return "–";
+  return `${(a / b).toFixed(2)}×`;
 }
 
 export function table(header: string[], rows: (string | number)[][]): string {
@@ -53,8 +48,7 @@ export function rng(seed: number): () => number {
 
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
-/** Logs progress to stderr (stdout stays clean for the final summary). */
+/** Progress on stderr. */
 export function log(message: string): void {
-  if (process.env.BENCH_QUIET === "1") return;
   process.stderr.write(`[bench ${new Date().toISOString().slice(11, 19)}] ${message}\n`);
 }

@@ -1,9 +1,7 @@
-// Part 8: what the Worker adds in front of an origin. `wrangler dev` (local workerd) runs src/adapters/worker/index.ts
-// with a config of two routes, one passing through (no route matches it: forwarded unlimited) and one
-// limited (a limit far above the load, so every request is admitted and pays for one decision), in
-// front of a local origin. autocannon drives 64 connections for a fixed time; a sequential fetch loop
-// (one request at a time) measures latency at sub-millisecond resolution, which autocannon (whole
-// milliseconds) cannot.
+// Worker overhead: `wrangler dev` (local workerd) in front of a local origin answering "ok". Targets:
+// the origin directly; a minimal forwarding Worker (what wrangler dev itself costs); edgelimit's Worker
+// on a route no rule matches; and on a route with one gcra rule far above the load (every request pays
+// one decision). One request at a time (fetch, sub-ms timing), then autocannon at 64 connections.
 import { type ChildProcess, spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import http from "node:http";
@@ -13,199 +11,84 @@ import { join } from "node:path";
 import autocannon from "autocannon";
 import type { BenchEnv } from "./env.js";
 import { ROOT } from "./load.js";
-import { log, median, percentile } from "./util.js";
+import { log, percentile, sleep } from "./util.js";
 
 export interface WorkerRow {
   target: string;
-  concurrency: number;
-  reqPerSec: number;
+  inFlight: number;
+  perSec: number;
   p50: number;
   p99: number;
-  errors: number;
-  non2xx: number;
-  requests: number;
-  /** HTTP requests the bridge received during the run (the Worker's Redis calls). */
-  bridgeRequests?: number;
-  /** Non-2xx status codes seen, as "code×count". */
-  statuses?: string[];
+  /** Responses other than 200, and failed requests. */
+  failed: number;
+  /** HTTP requests that reached the bridge, per request served. */
+  bridgePerRequest: number;
 }
 
 export interface WorkerResult {
-  status: "ok" | "pending";
-  reason?: string;
   rows: WorkerRow[];
-  config?: string;
+  /** Why it did not run, when it did not. */
+  pending?: string;
 }
 
-const freePort = () =>
-  new Promise<number>((resolve, reject) => {
-    const s = http.createServer();
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address() as AddressInfo;
-      s.close(() => resolve(port));
-    });
-  });
+const MINIMAL = `export default { fetch: (r, env) => { const u = new URL(r.url);
+  return fetch(env.ORIGIN + u.pathname, { method: r.method, headers: r.headers }); } };\n`;
 
-async function waitReady(url: string, child: ChildProcess, output: () => string, ms: number): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (Date.now() < deadline) {
-    if (child.exitCode !== null)
-      throw new Error(`wrangler dev exited (${child.exitCode}): ${output().slice(-1500)}`);
-    try {
-      const res = await fetch(url, { signal: AbortSignal.timeout(2000) });
-      await res.arrayBuffer();
-      if (res.status < 500) return;
-    } catch {
-      // not listening yet
-    }
-    await new Promise((r) => setTimeout(r, 250));
-  }
-  throw new Error(`wrangler dev was not ready within ${ms} ms: ${output().slice(-1500)}`);
-}
+const listen = (server: http.Server) =>
+  new Promise<number>((resolve) =>
+    server.listen(0, "127.0.0.1", () => resolve((server.address() as AddressInfo).port)),
+  );
 
-interface SequentialRun {
-  latencies: number[];
-  seconds: number;
-  non2xx: number;
-  errors: number;
-}
-
-/** One request at a time for `ms`: precise latencies. */
-async function sequential(url: string, ms: number, headers: Record<string, string>): Promise<SequentialRun> {
-  const latencies: number[] = [];
-  let non2xx = 0;
-  let errors = 0;
-  const start = performance.now();
-  while (performance.now() - start < ms) {
-    const t0 = performance.now();
-    try {
-      const res = await fetch(url, { headers });
-      await res.arrayBuffer();
-      if (res.status < 200 || res.status > 299) non2xx++;
-    } catch {
-      errors++;
-    }
-    latencies.push(performance.now() - t0);
-  }
-  return { latencies, seconds: (performance.now() - start) / 1000, non2xx, errors };
-}
-
-async function cannon(url: string, seconds: number, headers: Record<string, string>): Promise<WorkerRow> {
-  const r = await autocannon({ url, connections: 64, duration: seconds, headers });
-  return {
-    target: url,
-    concurrency: 64,
-    reqPerSec: r.requests.average,
-    p50: r.latency.p50,
-    p99: r.latency.p99,
-    errors: r.errors,
-    non2xx: r.non2xx,
-    requests: r.requests.total,
-    statuses: Object.entries(r.statusCodeStats ?? {})
-      .filter(([code]) => !code.startsWith("2"))
-      .map(([code, { count }]) => `${code}×${count}`),
-  };
-}
-
-// The baseline: the smallest Worker that forwards to the origin, under the same wrangler dev, so the
-// numbers separate what wrangler dev / workerd cost from what edgelimit's Worker adds.
-const MINIMAL_WORKER = `export default {
-  async fetch(request, env) {
-    const url = new URL(request.url);
-    return fetch(env.ORIGIN + url.pathname + url.search, { method: request.method, headers: request.headers, redirect: "manual" });
-  },
-};
-`;
-
-interface Wrangler {
-  base: string;
-  stop(): Promise<void>;
-}
-
-async function startWrangler(dir: string, toml: string): Promise<Wrangler> {
-  const port = await freePort();
-  let output = "";
-  const child = spawn(
+async function wrangler(dir: string, toml: string): Promise<{ base: string; proc: ChildProcess }> {
+  const probe = http.createServer();
+  const port = await listen(probe);
+  probe.close();
+  const args = ["dev", "-c", join(dir, toml), "--ip", "127.0.0.1", "--port", String(port)];
+  args.push(
+    "--persist-to",
+    join(dir, `state-${toml}`),
+    "--show-interactive-dev-session=false",
+    "--log-level",
+    "warn",
+  );
+  const proc = spawn(
     process.execPath,
-    [
-      join(ROOT, "node_modules", "wrangler", "bin", "wrangler.js"),
-      "dev",
-      "-c",
-      join(dir, toml),
-      "--ip",
-      "127.0.0.1",
-      "--port",
-      String(port),
-      "--persist-to",
-      join(dir, `state-${toml}`),
-      "--show-interactive-dev-session=false",
-      "--log-level",
-      "warn",
-    ],
+    [join(ROOT, "node_modules", "wrangler", "bin", "wrangler.js"), ...args],
     {
       cwd: dir,
-      env: {
-        ...process.env,
-        CLOUDFLARE_CF_FETCH_ENABLED: "false",
-        WRANGLER_SEND_METRICS: "false",
-        NO_COLOR: "1",
-        CI: "1",
-      },
-      stdio: ["ignore", "pipe", "pipe"],
-      // its own process group: stop() ends wrangler and the workerd it started, nothing else
-      detached: true,
+      env: { ...process.env, CLOUDFLARE_CF_FETCH_ENABLED: "false", WRANGLER_SEND_METRICS: "false", CI: "1" },
+      stdio: "ignore",
+      detached: true, // its own process group: stop() ends wrangler and its workerd, nothing else
     },
   );
-  const collect = (chunk: Buffer) => {
-    output = (output + chunk.toString()).slice(-20_000);
-  };
-  child.stdout?.on("data", collect);
-  child.stderr?.on("data", collect);
-  const stop = async () => {
-    const signal = (sig: NodeJS.Signals) => {
-      try {
-        process.kill(-child.pid!, sig);
-      } catch {
-        // already gone
-      }
-    };
-    signal("SIGTERM");
-    await new Promise((r) => setTimeout(r, 500));
-    signal("SIGKILL");
-  };
   const base = `http://127.0.0.1:${port}`;
-  try {
-    await waitReady(`${base}/open/ready`, child, () => output, 90_000);
-  } catch (error) {
-    await stop();
-    throw error;
+  for (let waited = 0; waited < 90_000; waited += 250) {
+    if (proc.exitCode !== null) throw new Error(`wrangler dev exited with ${proc.exitCode}`);
+    const ok = await fetch(`${base}/open/ready`).then(
+      (r) => r.arrayBuffer().then(() => r.status < 500),
+      () => false,
+    );
+    if (ok) return { base, proc };
+    await sleep(250);
   }
-  return { base, stop };
+  throw new Error("wrangler dev was not ready within 90 s");
+}
+
+function stop(proc: ChildProcess | undefined): void {
+  try {
+    if (proc?.pid) process.kill(-proc.pid, "SIGKILL");
+  } catch {
+    // already gone
+  }
 }
 
 export async function runWorker(
   env: BenchEnv,
-  cfg: { cannonSeconds: number; sequentialMs: number },
+  s: { sequentialMs: number; cannonSeconds: number },
 ): Promise<WorkerResult> {
+  const origin = http.createServer((_req, res) => res.end("ok"));
+  const originUrl = `http://127.0.0.1:${await listen(origin)}`;
   const workerFile = join(ROOT, "src", "adapters", "worker", "index.ts");
-  let repoToml: string;
-  try {
-    readFileSync(workerFile);
-    repoToml = readFileSync(join(ROOT, "wrangler.toml"), "utf8");
-  } catch {
-    return {
-      status: "pending",
-      reason: "src/adapters/worker/index.ts or wrangler.toml is missing",
-      rows: [],
-    };
-  }
-  const origin = http.createServer((_req, res) => {
-    res.writeHead(200, { "content-type": "text/plain", "content-length": "2" });
-    res.end("ok");
-  });
-  await new Promise<void>((resolve) => origin.listen(0, "127.0.0.1", resolve));
-  const originUrl = `http://127.0.0.1:${(origin.address() as AddressInfo).port}`;
   const config = {
     origin: originUrl,
     prefix: "bench-worker",
@@ -218,120 +101,82 @@ export async function runWorker(
       },
     ],
   };
-  // the repo's wrangler.toml up to its [vars], with main made absolute, then our vars
-  const head = repoToml
-    .split(/^\[vars\]/m)[0]!
-    .replace(/^main\s*=.*$/m, `main = ${JSON.stringify(workerFile)}`);
+  const repoToml = readFileSync(join(ROOT, "wrangler.toml"), "utf8");
   const compat = /^compatibility_date\s*=.*$/m.exec(repoToml)?.[0] ?? 'compatibility_date = "2026-05-01"';
   const dir = mkdtempSync(join(tmpdir(), "edgelimit-bench-worker-"));
-  const toml = `${head.trimEnd()}\n\n[vars]\nEDGELIMIT_CONFIG = '''${JSON.stringify(config)}'''\nUPSTASH_REDIS_REST_URL = ${JSON.stringify(env.bridgeUrl)}\nUPSTASH_REDIS_REST_TOKEN = ${JSON.stringify(env.token)}\n`;
-  writeFileSync(join(dir, "wrangler.toml"), toml);
-  writeFileSync(join(dir, "minimal.js"), MINIMAL_WORKER);
+  writeFileSync(
+    join(dir, "wrangler.toml"),
+    `name = "edgelimit-bench"\nmain = ${JSON.stringify(workerFile)}\n${compat}\n\n[vars]\nEDGELIMIT_CONFIG = '''${JSON.stringify(config)}'''\nUPSTASH_REDIS_REST_URL = ${JSON.stringify(env.bridgeUrl)}\nUPSTASH_REDIS_REST_TOKEN = ${JSON.stringify(env.token)}\n`,
+  );
+  writeFileSync(join(dir, "minimal.js"), MINIMAL);
   writeFileSync(
     join(dir, "minimal.toml"),
-    `name = "minimal-proxy"\nmain = "minimal.js"\n${compat}\n\n[vars]\nORIGIN = ${JSON.stringify(originUrl)}\n`,
+    `name = "minimal"\nmain = "minimal.js"\n${compat}\n\n[vars]\nORIGIN = "${originUrl}"\n`,
   );
-  // every request carries the key the limited route counts by (one identifier)
   const headers = { "x-bench-key": "bench" };
-  const rows: WorkerRow[] = [];
-  // Both wrangler dev servers stay up and the targets take turns, round by round, so that a slow
-  // moment of this shared machine lands on every target alike.
-  const measure = async (targets: [string, string][]) => {
-    const rounds = 3;
-    for (const [, url] of targets) await sequential(url, Math.min(500, cfg.sequentialMs), headers); // warm-up
-    const seq = targets.map(() => ({
-      latencies: [] as number[],
-      seconds: 0,
-      non2xx: 0,
-      errors: 0,
-      bridge: 0,
-    }));
-    for (let round = 0; round < rounds; round++) {
-      for (const [i, [name, url]] of targets.entries()) {
-        log(`worker: ${name}, one request at a time (round ${round + 1}/${rounds})`);
-        await env.resetBridgeStats();
-        const run = await sequential(url, cfg.sequentialMs / rounds, headers);
-        const acc = seq[i]!;
-        acc.latencies.push(...run.latencies);
-        acc.seconds += run.seconds;
-        acc.non2xx += run.non2xx;
-        acc.errors += run.errors;
-        acc.bridge += (await env.bridgeStats()).requests;
-      }
-    }
-    for (const [i, [name]] of targets.entries()) {
-      const acc = seq[i]!;
-      const sorted = [...acc.latencies].sort((a, b) => a - b);
-      rows.push({
-        target: name,
-        concurrency: 1,
-        reqPerSec: sorted.length / acc.seconds,
-        p50: percentile(sorted, 50),
-        p99: percentile(sorted, 99),
-        errors: acc.errors,
-        non2xx: acc.non2xx,
-        requests: sorted.length,
-        bridgeRequests: acc.bridge,
-      });
-    }
-    const runs = targets.map(() => [] as (WorkerRow & { bridgeRequests: number })[]);
-    const cannonRounds = 2;
-    for (let round = 0; round < cannonRounds; round++) {
-      for (const [i, [name, url]] of targets.entries()) {
-        log(`worker: ${name}, autocannon 64 connections (round ${round + 1}/${cannonRounds})`);
-        await env.resetBridgeStats();
-        const r = await cannon(url, cfg.cannonSeconds / cannonRounds, headers);
-        runs[i]!.push({ ...r, target: name, bridgeRequests: (await env.bridgeStats()).requests });
-      }
-    }
-    for (const [i, [name]] of targets.entries()) {
-      const rs = runs[i]!;
-      const sum = (f: (r: WorkerRow) => number) => rs.reduce((a, r) => a + f(r), 0);
-      rows.push({
-        target: name,
-        concurrency: 64,
-        reqPerSec: sum((r) => r.reqPerSec) / rs.length,
-        p50: median(rs.map((r) => r.p50)),
-        p99: median(rs.map((r) => r.p99)),
-        errors: sum((r) => r.errors),
-        non2xx: sum((r) => r.non2xx),
-        requests: sum((r) => r.requests),
-        bridgeRequests: sum((r) => r.bridgeRequests ?? 0),
-        statuses: rs.flatMap((r) => r.statuses ?? []),
-      });
-    }
-  };
-  let minimal: Wrangler | undefined;
-  let worker: Wrangler | undefined;
+  let minimal: ChildProcess | undefined;
+  let worker: ChildProcess | undefined;
   try {
-    log("worker: starting wrangler dev (minimal proxy Worker)");
-    minimal = await startWrangler(dir, "minimal.toml");
-    log("worker: starting wrangler dev (src/adapters/worker/index.ts)");
-    worker = await startWrangler(dir, "wrangler.toml");
-    // the limited route must really be limited: a decision's headers come back
-    const probe = await fetch(`${worker.base}/limited/x`, { headers });
+    log("worker: starting two wrangler dev servers");
+    const m = await wrangler(dir, "minimal.toml");
+    minimal = m.proc;
+    const w = await wrangler(dir, "wrangler.toml");
+    worker = w.proc;
+    const probe = await fetch(`${w.base}/limited/x`, { headers });
     await probe.arrayBuffer();
-    if (probe.status !== 200 || !probe.headers.has("ratelimit")) {
-      const seen = [...probe.headers].map(([k, v]) => `${k}: ${v}`).join("; ");
-      return {
-        status: "pending",
-        reason: `the limited route answered ${probe.status} without a RateLimit header (${seen})`,
-        rows,
-        config: toml,
-      };
-    }
-    await measure([
+    if (!probe.headers.has("ratelimit"))
+      return { rows: [], pending: `the limited route answered ${probe.status} without RateLimit headers` };
+    const targets: [string, string][] = [
       ["origin directly", `${originUrl}/open/x`],
-      ["minimal proxy Worker (no edgelimit)", `${minimal.base}/open/x`],
-      ["edgelimit Worker, pass-through route", `${worker.base}/open/x`],
-      ["edgelimit Worker, limited route", `${worker.base}/limited/x`],
-    ]);
-    return { status: "ok", rows, config: toml };
+      ["minimal forwarding Worker", `${m.base}/open/x`],
+      ["edgelimit Worker, pass-through route", `${w.base}/open/x`],
+      ["edgelimit Worker, limited route", `${w.base}/limited/x`],
+    ];
+    const rows: WorkerRow[] = [];
+    for (const [target, url] of targets) {
+      log(`worker: ${target}`);
+      for (let i = 0; i < 50; i++) await fetch(url, { headers }).then((r) => r.arrayBuffer()); // warm-up
+      await env.resetCounts();
+      const latencies: number[] = [];
+      let failed = 0;
+      const start = performance.now();
+      while (performance.now() - start < s.sequentialMs) {
+        const t0 = performance.now();
+        const res = await fetch(url, { headers }).catch(() => undefined);
+        await res?.arrayBuffer();
+        if (res?.status !== 200) failed++;
+        latencies.push(performance.now() - t0);
+      }
+      const seconds = (performance.now() - start) / 1000;
+      const http1 = (await env.counts()).http;
+      rows.push({
+        target,
+        inFlight: 1,
+        perSec: latencies.length / seconds,
+        p50: percentile(latencies, 50),
+        p99: percentile(latencies, 99),
+        failed,
+        bridgePerRequest: http1 / latencies.length,
+      });
+      await env.resetCounts();
+      const r = await autocannon({ url, connections: 64, duration: s.cannonSeconds, headers });
+      const http64 = (await env.counts()).http;
+      rows.push({
+        target,
+        inFlight: 64,
+        perSec: r.requests.average,
+        p50: r.latency.p50,
+        p99: r.latency.p99,
+        failed: r.non2xx + r.errors,
+        bridgePerRequest: http64 / Math.max(1, r.requests.total),
+      });
+    }
+    return { rows };
   } catch (error) {
-    return { status: "pending", reason: (error as Error).message.slice(0, 2000), rows };
+    return { rows: [], pending: (error as Error).message.slice(0, 500) };
   } finally {
-    await minimal?.stop();
-    await worker?.stop();
+    stop(minimal);
+    stop(worker);
     origin.closeAllConnections();
     origin.close();
     rmSync(dir, { recursive: true, force: true });
