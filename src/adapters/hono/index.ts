@@ -1,6 +1,7 @@
 import type { Context, Env, MiddlewareHandler } from "hono";
 import type { Limiter } from "../../engine/limiter.js";
 import type { Decision } from "../../engine/types.js";
+import { type FailureLog, failureLog } from "../../http/error-log.js";
 import { enforce, SHADOW_HEADER, unauthorized } from "../../http/headers.js";
 
 /**
@@ -43,6 +44,11 @@ export interface RateLimitOptions<E extends Env = Env> {
   log?: (event: RateLimitEvent) => void;
   /** The response when `key` gives undefined (default: see `key`). */
   onMissingKey?: (c: Context<E>) => Response | Promise<Response>;
+  /**
+   * What becomes of Redis failures (default: one per middleware): the first is logged in full, then at
+   * most one summary line per 60 s. Pass one `failureLog()` to several middlewares to summarise them together.
+   */
+  failures?: FailureLog;
 }
 
 /**
@@ -66,6 +72,7 @@ export const rateLimit = <E extends Env = Env>({
   legacyHeaders = false,
   log = (event) => console.warn(event.message),
   onMissingKey,
+  failures = failureLog(),
 }: RateLimitOptions<E>): MiddlewareHandler<E & { Variables: RateLimitVariables }> => {
   if (mode !== "enforce" && mode !== "shadow") {
     throw new Error(`mode: must be "enforce" or "shadow", got ${JSON.stringify(mode)}`);
@@ -91,9 +98,8 @@ export const rateLimit = <E extends Env = Env>({
     const now = limiter.clock();
     c.set("rateLimit", decision);
     const where = { key: id, decision, method: c.req.method, path: c.req.path };
-    if (decision.source === "error") {
-      log({ kind: "error", message: errorLine(decision, where), ...where });
-    }
+    const failure = failures.record(decision, `${where.method} ${where.path}`);
+    if (failure) log({ kind: "error", message: failure, ...where });
     const { refusal, headers, shadowDenied } = enforce(decision, limiter.rules, {
       mode,
       legacy: legacyHeaders,
@@ -110,9 +116,4 @@ export const rateLimit = <E extends Env = Env>({
 function shadowLine(decision: Decision, { method, path }: { method: string; path: string }): string {
   const retry = Number.isFinite(decision.retryAfter) ? `retry in ${decision.retryAfter} ms` : "never fits";
   return `edgelimit shadow: would deny ${method} ${path} (rule "${decision.rule}", ${retry})`;
-}
-
-function errorLine(decision: Decision, { method, path }: { method: string; path: string }): string {
-  const outcome = decision.allowed ? "allowed (onError: allow)" : "denied (onError: deny)";
-  return `edgelimit: no decision from Redis for ${method} ${path}, ${outcome}: ${decision.error?.message}`;
 }

@@ -1,6 +1,7 @@
 import { ipAddress } from "@vercel/functions/headers";
 import { next } from "@vercel/functions/middleware";
 import type { Limiter } from "../../engine/limiter.js";
+import { failureLog } from "../../http/error-log.js";
 import { enforce, unauthorized } from "../../http/headers.js";
 import { clientKey } from "../../http/identity.js";
 import { parseIp } from "../../http/ip.js";
@@ -58,11 +59,16 @@ export function createMiddleware(
     onMissingKey = () => unauthorized(),
   } = options;
   const limited = routes === undefined ? () => true : routeMatcher(routes);
+  // Redis failures: the first logged in full, then at most one summary line per 60 s.
+  const failures = failureLog({ interval: 60_000 });
   return async function rateLimitMiddleware(request) {
-    if (!limited(new URL(request.url).pathname)) return undefined;
+    const { pathname } = new URL(request.url);
+    if (!limited(pathname)) return undefined;
     const id = await key(request);
     if (id === undefined) return onMissingKey(request);
     const decision = await limiter.limit(id, { cost: await cost(request) });
+    const failure = failures.record(decision, `${request.method} ${pathname}`);
+    if (failure) console.warn(failure);
     const { refusal, headers } = enforce(decision, limiter.rules, {
       legacy: legacyHeaders,
       now: limiter.clock(),

@@ -10,6 +10,7 @@ import type { Context, MiddlewareHandler } from "hono";
 import { Hono } from "hono/tiny";
 import { Limiter } from "../../engine/limiter.js";
 import { type EdgelimitConfig, parseConfig, type RouteConfig } from "../../http/config.js";
+import { failureLog } from "../../http/error-log.js";
 import { PROBLEM_JSON } from "../../http/headers.js";
 import { clientIp, identify } from "../../http/identity.js";
 import type { IpAddress } from "../../http/ip.js";
@@ -49,6 +50,8 @@ type AppEnv = {
 // from, so a test (or a `wrangler dev` reload) that changes the env gets a fresh setup, and a steady
 // deployment parses its config once. Bounded: envs are few, but nothing here may grow without limit.
 const setups = new Map<string, Setup>();
+/** Redis failures of every route in this isolate: the first logged in full, then one summary per 60 s. */
+const failures = failureLog({ interval: 60_000 });
 const MAX_SETUPS = 8;
 
 function setupFor(env: Env): Setup {
@@ -112,6 +115,7 @@ function limitedRoute(route: RouteConfig, config: EdgelimitConfig, redis: Redis)
     mode: route.mode,
     legacyHeaders: config.legacyHeaders,
     log: (event) => console.warn(`${event.message} [route "${route.name}"]`),
+    failures,
   });
   return { ...route, limit };
 }
