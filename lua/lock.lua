@@ -7,12 +7,17 @@
 -- ARGV[3]  owner (already encoded by the caller: printable, at most 129 bytes)
 -- ARGV[4]  lease, ms (acquire, extend)
 -- ARGV[5]  margin, ms: how long the fence outlives the lock (see below)
+-- ARGV[6]  attempt id (acquire): the same for every try of one acquire() call
 --
 -- Returns { ok (1/0), fence, count, expires }:
 --   acquire  ok 1: held by owner now (count 1 is a fresh hold with a new fence, more is a re-entry);
 --            ok 0: held by someone else until `expires` (fence and count 0)
 --   release  ok 1: count is the depth left (0: the lock is free); ok 0: owner did not hold it
 --   extend   ok 1: held until `expires`; ok 0: owner does not hold it (any more)
+--
+-- A try whose answer was lost (a timeout) may still have taken the lock. The owner's next try of the
+-- same acquire() call carries the same attempt id and is answered as the first was, not counted as a
+-- re-entry: otherwise the hold would be one level deeper than its owner knows, and never freed.
 --
 -- The lease is judged by the caller's clock (the stored `expires`), never by Redis's: a hold whose
 -- `expires` has passed is lost, whoever asks, and the next acquire takes it over with a new fence.
@@ -30,7 +35,7 @@ local now = tonumber(ARGV[2])
 local owner = ARGV[3]
 local margin = tonumber(ARGV[5])
 
-local state = redis.call("HMGET", key, "owner", "count", "expires", "fence")
+local state = redis.call("HMGET", key, "owner", "count", "expires", "fence", "attempt")
 local holder = state[1]
 local count = tonumber(state[2]) or 0
 local expires = tonumber(state[3]) or 0
@@ -44,16 +49,23 @@ end
 
 if op == "acquire" then
   local lease = tonumber(ARGV[4])
+  local attempt = ARGV[6]
   if holder and holder ~= owner then return { 0, 0, 0, expires } end
-  if holder then
+  if holder and state[5] == attempt then
+    -- this try's earlier twin got through: same hold, same depth
+    expires = math.max(expires, now + lease)
+    redis.call("HSET", key, "expires", int(expires))
+  elseif holder then
     count = count + 1
     expires = math.max(expires, now + lease)
-    redis.call("HSET", key, "count", int(count), "expires", int(expires))
+    redis.call("HSET", key, "count", int(count), "expires", int(expires), "attempt", attempt)
   else
     fence = math.max(fence + 1, now)
     count = 1
     expires = now + lease
-    redis.call("HSET", key, "owner", owner, "count", 1, "expires", int(expires), "fence", int(fence))
+    redis.call(
+      "HSET", key, "owner", owner, "count", 1, "expires", int(expires), "fence", int(fence), "attempt", attempt
+    )
   end
   keep(expires)
   return { 1, fence, count, expires }
@@ -67,7 +79,7 @@ if op == "release" then
     redis.call("HSET", key, "count", int(count))
     return { 1, fence, count, expires }
   end
-  redis.call("HDEL", key, "owner", "count", "expires")
+  redis.call("HDEL", key, "owner", "count", "expires", "attempt")
   keep(now)
   return { 1, fence, 0, now }
 end

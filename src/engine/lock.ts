@@ -171,11 +171,15 @@ export class Lock {
     const lease = options.lease === undefined ? this.lease : leaseMs(options.lease, "lease");
     const wait = options.wait === undefined || options.wait === 0 ? 0 : leaseMs(options.wait, "wait");
     const deadline = Date.now() + wait;
+    // Every try of this call carries one id: a retry after a lost answer is not a second re-entry.
+    const attemptId = crypto.randomUUID();
     for (let attempt = 0; ; attempt++) {
       const now = this.now();
       let result: LockResult;
       try {
-        const [ok, fence, count, expires] = ints4(await this.run(key, "acquire", now, owner, lease));
+        const [ok, fence, count, expires] = ints4(
+          await this.run(key, "acquire", now, owner, lease, attemptId),
+        );
         result = { acquired: ok === 1, owner, fence, count, expiresAt: expires };
       } catch (error) {
         result = { acquired: false, owner, fence: 0, count: 0, expiresAt: 0, error: asError(error) };
@@ -334,8 +338,15 @@ export class Lock {
     return Math.floor(now);
   }
 
-  private run(key: string, op: string, now: number, owner: string, lease: number): Promise<unknown> {
-    const args = [op, String(now), ownerArg(owner), String(lease), String(FENCE_MARGIN_MS)];
+  private run(
+    key: string,
+    op: string,
+    now: number,
+    owner: string,
+    lease: number,
+    attempt = "",
+  ): Promise<unknown> {
+    const args = [op, String(now), ownerArg(owner), String(lease), String(FENCE_MARGIN_MS), attempt];
     return runScript(this.transport, SCRIPTS.lock, [key], args, this.timeout);
   }
 }

@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { type Bridge, connectRedis, type RedisConnection, startBridge } from "../../src/bridge/index.js";
 import { FENCE_MARGIN_MS } from "../../src/engine/lock.js";
 import { Lock, LockLostError, LockUnavailableError } from "../../src/index.js";
+import { Hop } from "../faults/support.js";
 import { bridgeRedis, manualClock, T0, uniquePrefix } from "../support.js";
 
 let direct: RedisConnection;
@@ -110,6 +111,30 @@ describe("acquire and release", () => {
     expect((await lock.acquire("n", { owner: long })).acquired).toBe(true);
     expect((await lock.acquire("n", { owner: `${long}x` })).acquired).toBe(false);
     expect((await lock.acquire("n", { owner: long })).count).toBe(2);
+  });
+});
+
+describe("a lost answer", () => {
+  it("a retry of the same acquire after its answer was lost is not counted as a second re-entry", async () => {
+    const hop = await Hop.start(inject("bridgeUrl"));
+    try {
+      // The first connection forwards the request and cuts the answer (the script ran); the rest pass.
+      let cuts = 0;
+      Object.defineProperty(hop, "mode", { get: () => (cuts-- > 0 ? "cut" : "pass") });
+      const prefix = uniquePrefix("lost");
+      const lock = new Lock({ redis: bridgeRedis(hop.url), prefix, lease: "10s", clock: manualClock() });
+      // Redis must know the script already, or the cut request would only have met NOSCRIPT.
+      expect((await lock.acquire("warm-up")).acquired).toBe(true);
+      hop.dropAll();
+      cuts = 1;
+      const hold = await lock.acquire("l", { owner: "o", wait: "5s" });
+      expect(hop.swallowed).toBe(1);
+      expect(hold).toMatchObject({ acquired: true, fence: T0, count: 1 });
+      expect(await lock.release("l", { owner: "o" })).toEqual({ released: true, count: 0 });
+      expect((await lock.acquire("l", { owner: "p" })).acquired).toBe(true);
+    } finally {
+      await hop.close();
+    }
   });
 });
 
