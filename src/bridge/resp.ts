@@ -24,8 +24,6 @@ export type Arg = string | Buffer | number;
 
 const CR = 13;
 const LF = 10;
-const EMPTY = Buffer.alloc(0);
-const INCOMPLETE = Symbol("incomplete");
 const MIN_SAFE = BigInt(Number.MIN_SAFE_INTEGER);
 const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER);
 
@@ -77,10 +75,17 @@ function digits(n: number): number {
   return n < 10 ? 1 : n < 100 ? 2 : String(n).length;
 }
 
+/** An array reply whose elements are still arriving. */
+interface Frame {
+  items: Reply[];
+  filled: number;
+}
+
 /**
- * Streaming RESP2 parser. A reply split across TCP chunks is parsed again from its start once enough
- * bytes are there; `need` remembers how many bytes a pending bulk string requires, so a 1 MB value
- * arriving in 64 KB chunks is concatenated once, not once per chunk.
+ * Streaming RESP2 parser, linear in the bytes it is fed: every line and every bulk string is read once,
+ * arrays under construction wait on a stack, and only the bytes of the one element split across TCP
+ * chunks are ever joined (a partial header line, or a bulk string's payload, joined once when complete).
+ * A 400,000-element array arriving in 64 KB chunks is therefore parsed in one pass, never re-parsed.
  *
  * @example
  * const parser = new RespParser((reply) => console.log(reply));
@@ -88,124 +93,169 @@ function digits(n: number): number {
  * parser.feed(Buffer.from("lo\r\n:42\r\n")); // logs <Buffer 68 65 6c 6c 6f>, then 42
  */
 export class RespParser {
-  private buf: Buffer = EMPTY;
-  private chunks: Buffer[] = [];
-  private queued = 0;
-  private need = 0;
-  private pos = 0;
+  /** Arrays being filled, innermost last. */
+  private readonly stack: Frame[] = [];
+  /** Start of a header line whose CRLF has not arrived yet. */
+  private partialLine: Buffer[] = [];
+  /** Payload length of a bulk string whose header was read, CRLF excluded; -1 when none is pending. */
+  private bulkLength = -1;
+  /** The pending bulk string's bytes received so far (CRLF included once it arrives). */
+  private bulkChunks: Buffer[] = [];
+  private bulkReceived = 0;
 
   constructor(private readonly onReply: (reply: Reply) => void) {}
 
   feed(chunk: Buffer): void {
-    if (this.buf.length === 0) {
-      this.buf = chunk;
-    } else {
-      this.chunks.push(chunk);
-      this.queued += chunk.length;
-      if (this.buf.length + this.queued < this.need) return;
-      this.buf = Buffer.concat([this.buf, ...this.chunks], this.buf.length + this.queued);
-      this.chunks = [];
-      this.queued = 0;
-    }
-    const buf = this.buf;
-    let start = 0;
-    this.need = 0;
-    while (start < buf.length) {
-      this.pos = start;
-      const reply = this.parse(buf);
-      if (reply === INCOMPLETE) {
-        this.need = Math.max(this.need - start, buf.length - start + 1);
-        break;
+    let pos = 0;
+    const size = chunk.length;
+    while (pos < size) {
+      if (this.bulkLength >= 0) {
+        pos = this.bulkBytes(chunk, pos);
+        continue;
       }
-      start = this.pos;
-      this.onReply(reply);
+      if (this.partialLine.length === 0) {
+        const next = this.numberLine(chunk, pos);
+        if (next > 0) {
+          pos = next;
+          continue;
+        }
+      }
+      const lf = chunk.indexOf(LF, pos);
+      if (lf < 0) {
+        this.partialLine.push(chunk.subarray(pos));
+        return;
+      }
+      if (this.partialLine.length > 0) {
+        this.partialLine.push(chunk.subarray(pos, lf + 1));
+        const line = Buffer.concat(this.partialLine);
+        this.partialLine = [];
+        this.line(line, 0, line.length - 1);
+      } else {
+        this.line(chunk, pos, lf);
+      }
+      pos = lf + 1;
     }
-    this.buf = start === buf.length ? EMPTY : buf.subarray(start);
   }
 
-  private parse(buf: Buffer): Reply | typeof INCOMPLETE {
-    const type = buf[this.pos++];
+  /**
+   * Fast path for the lines that dominate large replies (`$len`, `*len`, `:n` with up to 15 digits,
+   * complete in this chunk): read in place. Returns where the next element starts, or 0 to fall back.
+   */
+  private numberLine(chunk: Buffer, pos: number): number {
+    const type = chunk[pos];
+    if (type !== 0x24 && type !== 0x2a && type !== 0x3a) return 0;
+    let i = pos + 1;
+    const negative = chunk[i] === 0x2d;
+    if (negative) i++;
+    const first = i;
+    let n = 0;
+    for (; i < chunk.length; i++) {
+      const c = chunk[i]!;
+      if (c === CR) break;
+      if (c < 0x30 || c > 0x39 || i - first >= 15) return 0;
+      n = n * 10 + (c - 0x30);
+    }
+    if (i === first || i + 1 >= chunk.length || chunk[i + 1] !== LF) return 0;
+    this.header(type, negative ? -n : n);
+    return i + 2;
+  }
+
+  /** One header line: `buf[start]` is the type byte, `buf[lf]` the LF ending it. */
+  private line(buf: Buffer, start: number, lf: number): void {
+    if (lf - 1 <= start || buf[lf - 1] !== CR) {
+      throw new Error("RESP protocol error: a line does not end with CRLF");
+    }
+    const end = lf - 1;
+    const type = buf[start]!;
     switch (type) {
-      case 0x2b: {
-        // '+' status
-        const end = this.lineEnd(buf);
-        if (end < 0) return INCOMPLETE;
-        const s = buf.toString("utf8", this.pos, end);
-        this.pos = end + 2;
-        return s;
-      }
-      case 0x2d: {
-        // '-' error
-        const end = this.lineEnd(buf);
-        if (end < 0) return INCOMPLETE;
-        const e = new RedisError(buf.toString("utf8", this.pos, end));
-        this.pos = end + 2;
-        return e;
-      }
+      case 0x2b: // '+' status
+        return this.value(buf.toString("utf8", start + 1, end));
+      case 0x2d: // '-' error
+        return this.value(new RedisError(buf.toString("utf8", start + 1, end)));
       case 0x3a: // ':' integer
-        return this.integer(buf);
-      case 0x24: {
-        // '$' bulk string
-        const len = this.length(buf);
-        if (len === INCOMPLETE || len < 0) return len === INCOMPLETE ? INCOMPLETE : null;
-        const end = this.pos + len;
-        if (end + 2 > buf.length) {
-          this.need = end + 2;
-          return INCOMPLETE;
-        }
-        const value = buf.subarray(this.pos, end);
-        this.pos = end + 2;
-        return value;
-      }
-      case 0x2a: {
-        // '*' array
-        const len = this.length(buf);
-        if (len === INCOMPLETE || len < 0) return len === INCOMPLETE ? INCOMPLETE : null;
-        const items: Reply[] = new Array(len);
-        for (let i = 0; i < len; i++) {
-          const item = this.parse(buf);
-          if (item === INCOMPLETE) return INCOMPLETE;
-          items[i] = item;
-        }
-        return items;
-      }
-      case undefined:
-        return INCOMPLETE;
+      case 0x24: // '$' bulk string: its payload follows
+      case 0x2a: // '*' array
+        return this.header(type, integer(buf, start + 1, end));
       default:
         throw new Error(`RESP protocol error: unexpected byte 0x${type.toString(16)}`);
     }
   }
 
-  /** Index of the CR ending the current line, or -1 when the line is not complete yet. */
-  private lineEnd(buf: Buffer): number {
-    const end = buf.indexOf(CR, this.pos);
-    return end < 0 || end + 1 >= buf.length ? -1 : end;
-  }
-
-  private length(buf: Buffer): number | typeof INCOMPLETE {
-    const n = this.integer(buf);
-    return n === INCOMPLETE ? INCOMPLETE : Number(n);
-  }
-
-  private integer(buf: Buffer): number | bigint | typeof INCOMPLETE {
-    const end = this.lineEnd(buf);
-    if (end < 0) return INCOMPLETE;
-    let i = this.pos;
-    const negative = buf[i] === 0x2d;
-    if (negative) i++;
-    let value: number | bigint;
-    if (end - i > 15) {
-      // Beyond 15 digits a double may round: keep every digit.
-      const big = BigInt(buf.toString("latin1", this.pos, end));
-      value = big >= MIN_SAFE && big <= MAX_SAFE ? Number(big) : big;
+  private header(type: number, n: number | bigint): void {
+    if (type === 0x3a) return this.value(n);
+    const length = Number(n);
+    if (length < 0) return this.value(null);
+    if (type === 0x24) {
+      this.bulkLength = length;
+    } else if (length === 0) {
+      this.value([]);
     } else {
-      let n = 0;
-      for (; i < end; i++) n = n * 10 + (buf[i]! - 48);
-      value = negative ? -n : n;
+      this.stack.push({ items: new Array(length), filled: 0 });
     }
-    this.pos = end + 2;
-    return value;
   }
+
+  /** Takes the pending bulk string's bytes from `chunk` at `pos`; returns where the next element starts. */
+  private bulkBytes(chunk: Buffer, pos: number): number {
+    const need = this.bulkLength + 2 - this.bulkReceived;
+    const available = chunk.length - pos;
+    if (this.bulkReceived === 0 && available >= need) {
+      // The whole payload is in this chunk: a view, no copy.
+      const end = pos + this.bulkLength;
+      this.bulkLength = -1;
+      this.value(chunk.subarray(pos, end));
+      return end + 2;
+    }
+    const take = Math.min(need, available);
+    this.bulkChunks.push(chunk.subarray(pos, pos + take));
+    this.bulkReceived += take;
+    if (take === need) {
+      const whole = Buffer.concat(this.bulkChunks, this.bulkReceived);
+      const length = this.bulkLength;
+      this.bulkChunks = [];
+      this.bulkReceived = 0;
+      this.bulkLength = -1;
+      this.value(whole.subarray(0, length));
+    }
+    return pos + take;
+  }
+
+  /** A complete value: it fills the innermost open array, or is a reply of its own. */
+  private value(reply: Reply): void {
+    let value = reply;
+    for (;;) {
+      const frame = this.stack[this.stack.length - 1];
+      if (frame === undefined) {
+        this.onReply(value);
+        return;
+      }
+      frame.items[frame.filled++] = value;
+      if (frame.filled < frame.items.length) return;
+      this.stack.pop();
+      value = frame.items;
+    }
+  }
+}
+
+/** The integer in `buf[start..end)`; a bigint only when a double would lose digits. */
+function integer(buf: Buffer, start: number, end: number): number | bigint {
+  let i = start;
+  const negative = buf[i] === 0x2d;
+  if (negative) i++;
+  if (end - i > 15) {
+    const big = BigInt(buf.toString("latin1", start, end));
+    return big >= MIN_SAFE && big <= MAX_SAFE ? Number(big) : big;
+  }
+  let n = 0;
+  for (; i < end; i++) {
+    const digit = buf[i]! - 48;
+    if (digit < 0 || digit > 9) {
+      throw new Error(
+        `RESP protocol error: bad integer ${JSON.stringify(buf.toString("latin1", start, end))}`,
+      );
+    }
+    n = n * 10 + digit;
+  }
+  return negative ? -n : n;
 }
 
 interface Pending {

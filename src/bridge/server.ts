@@ -11,10 +11,10 @@ import {
   errorJson,
   HttpError,
   isBlocking,
+  JsonBody,
   parseCommand,
   parseCommands,
   refusal,
-  resultJson,
 } from "./protocol.js";
 import { type Arg, RedisError, type Reply, redactUrl } from "./resp.js";
 import { ScriptRegistry } from "./scripts.js";
@@ -263,7 +263,9 @@ class Handler {
     const refused = refusal(cmd);
     if (refused) throw new HttpError(refused);
     const [reply] = await this.run([cmd]);
-    this.send(res, reply instanceof RedisError ? 400 : 200, resultJson(reply!, base64));
+    const body = new JsonBody();
+    body.result(reply!, base64);
+    this.send(res, reply instanceof RedisError ? 400 : 200, body.toBuffer());
   }
 
   private async pipeline(res: ServerResponse, cmds: Arg[][], base64: boolean): Promise<void> {
@@ -271,13 +273,16 @@ class Handler {
     const allowed = cmds.filter((_, i) => refused[i] === undefined);
     const replies = allowed.length > 0 ? await this.run(allowed) : [];
     let next = 0;
-    let out = "[";
+    const body = new JsonBody();
+    body.raw("[");
     for (let i = 0; i < cmds.length; i++) {
-      if (i > 0) out += ",";
+      if (i > 0) body.raw(",");
       const why = refused[i];
-      out += why === undefined ? resultJson(replies[next++]!, base64) : errorJson(why);
+      if (why === undefined) body.result(replies[next++]!, base64);
+      else body.error(why);
     }
-    this.send(res, 200, `${out}]`);
+    body.raw("]");
+    this.send(res, 200, body.toBuffer());
   }
 
   /** MULTI … EXEC on a connection of its own, so no other request's command can slip in between. */
@@ -298,8 +303,14 @@ class Handler {
     if (queueError) throw new HttpError((queueError as RedisError).message);
     if (exec instanceof RedisError) throw new HttpError(exec.message);
     if (!Array.isArray(exec)) throw new HttpError("ERR transaction aborted");
-    const parts = exec.map((reply, i) => resultJson(this.scripts.fixReply(cmds[i]!, reply), base64));
-    this.send(res, 200, `[${parts.join(",")}]`);
+    const body = new JsonBody();
+    body.raw("[");
+    for (let i = 0; i < exec.length; i++) {
+      if (i > 0) body.raw(",");
+      body.result(this.scripts.fixReply(cmds[i]!, exec[i]!), base64);
+    }
+    body.raw("]");
+    this.send(res, 200, body.toBuffer());
   }
 
   /** Sends non-transaction commands: on the shared connection, or a dedicated one if any may block. */
@@ -335,11 +346,11 @@ class Handler {
     });
   }
 
-  private send(res: ServerResponse, status: number, body: string): void {
+  private send(res: ServerResponse, status: number, body: string | Buffer): void {
     if (res.headersSent || res.destroyed) return;
     const headers: http.OutgoingHttpHeaders = {
       "content-type": "application/json",
-      "content-length": Buffer.byteLength(body, "utf8"),
+      "content-length": typeof body === "string" ? Buffer.byteLength(body, "utf8") : body.length,
     };
     if (this.closing) headers.connection = "close";
     res.writeHead(status, headers);
