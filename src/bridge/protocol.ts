@@ -128,7 +128,7 @@ export class JsonBody {
   private length = 0;
 
   /** `{"result": …}` for a reply, `{"error": …}` for an error reply. */
-  result(reply: Reply, base64: boolean): void {
+  result(reply: Reply, base64: boolean) {
     if (reply instanceof RedisError) return this.error(reply.message);
     this.raw('{"result":');
     this.value(reply, base64, true);
@@ -152,7 +152,7 @@ export class JsonBody {
     return this.buf.subarray(0, this.length);
   }
 
-  private value(reply: Reply, base64: boolean, top = false): void {
+  private value(reply: Reply, base64: boolean, top = false) {
     if (reply === null) return this.raw("null");
     switch (typeof reply) {
       case "number":

@@ -161,7 +161,7 @@ export class RespParser {
   }
 
   /** One header line: `buf[start]` is the type byte, `buf[lf]` the LF ending it. */
-  private line(buf: Buffer, start: number, lf: number): void {
+  private line(buf: Buffer, start: number, lf: number) {
     if (lf - 1 <= start || buf[lf - 1] !== CR) {
       throw new Error("RESP protocol error: a line does not end with CRLF");
     }
@@ -181,7 +181,7 @@ export class RespParser {
     }
   }
 
-  private header(type: number, n: number | bigint): void {
+  private header(type: number, n: number | bigint) {
     if (type === 0x3a) return this.value(n);
     const length = Number(n);
     if (length < 0) return this.value(null);
