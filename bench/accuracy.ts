@@ -1,7 +1,7 @@
 // Accuracy: 64 callers share one identifier for 60 simulated seconds (injected time), issued in time
 // order 64 at a time; each decision is compared with the ideal limiter of its algorithm's family,
 // computed from the true (unskewed) send times. Caches as each library defaults (both on).
-import { type Algo, bucketOf, contestant, type Entry, labelOf, type Policy } from "./contestants.js";
+import { ALL, type Algo, bucketOf, contestant, labelOf, type Policy } from "./contestants.js";
 import type { BenchEnv } from "./env.js";
 import { log, rng } from "./util.js";
 
@@ -90,22 +90,13 @@ export interface AccuracyRow {
   wronglyDenied: number;
 }
 
-export const ACCURACY_ENTRIES: Entry[] = [
-  ...(["fixedWindow", "slidingWindow", "slidingLog", "tokenBucket", "gcra"] as const).map(
-    (algo): Entry => ({ lib: "edgelimit", algo }),
-  ),
-  ...(["fixedWindow", "slidingWindow", "tokenBucket"] as const).map(
-    (algo): Entry => ({ lib: "upstash", algo }),
-  ),
-];
-
 export async function runAccuracy(env: BenchEnv, tag: string, durationMs: number): Promise<AccuracyRow[]> {
   const p = ACCURACY_POLICY;
   const rows: AccuracyRow[] = [];
   let run = 0;
   for (const shape of SHAPES) {
     const events = schedule(shape, p, durationMs);
-    for (const e of ACCURACY_ENTRIES) {
+    for (const e of ALL) {
       log(`accuracy: ${shape}, ${labelOf(e)}`);
       const want = ideal(
         FAMILY[e.algo]!,

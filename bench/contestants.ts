@@ -71,6 +71,16 @@ export interface Entry {
   lease?: { max: number; ttl: string };
 }
 
+/** Every algorithm of both libraries, once. */
+export const ALL: Entry[] = [
+  ...(["fixedWindow", "slidingWindow", "slidingLog", "tokenBucket", "gcra"] as const).map(
+    (algo): Entry => ({ lib: "edgelimit", algo }),
+  ),
+  ...(["fixedWindow", "slidingWindow", "tokenBucket"] as const).map(
+    (algo): Entry => ({ lib: "upstash", algo }),
+  ),
+];
+
 export interface ContestantOptions {
   redis: Redis;
   prefix: string;
@@ -85,6 +95,8 @@ export interface Outcome {
   allowed: boolean;
   /** Answered in the isolate with no request on its path (edgelimit: source "cache" or "lease"). */
   local: boolean;
+  /** Redis failed or timed out (edgelimit: source "error"; the peer: reason "timeout"). */
+  error: boolean;
 }
 
 export interface Contestant {
@@ -117,9 +129,11 @@ export function contestant(e: Entry, o: ContestantOptions): Contestant {
     return {
       label,
       limit: (id) =>
-        limiter
-          .limit(id)
-          .then((d) => ({ allowed: d.allowed, local: d.source !== "redis" && d.source !== "error" })),
+        limiter.limit(id).then((d) => ({
+          allowed: d.allowed,
+          local: d.source !== "redis" && d.source !== "error",
+          error: d.source === "error",
+        })),
       close: async () => {
         await disposable.dispose?.();
       },
@@ -154,15 +168,23 @@ export function contestant(e: Entry, o: ContestantOptions): Contestant {
   return {
     label,
     limit: async (id) => {
-      // a decision that resolves before the event loop turns once had no I/O on its path
-      let turned = false;
-      setImmediate(() => {
-        turned = true;
-      });
+      let local = true;
+      let error = false;
       for (const rl of instances) {
-        if (!(await one(rl, id)).success) return { allowed: false, local: !turned };
+        // a decision answered from the library's cache settles within a few microtasks; one that
+        // waits on I/O cannot settle before the event loop turns
+        let settled = false;
+        const pending = one(rl, id).then((r) => {
+          settled = true;
+          return r;
+        });
+        for (let i = 0; i < 64 && !settled; i++) await null;
+        local &&= settled;
+        const r = await pending;
+        error ||= r.reason === "timeout";
+        if (!r.success) return { allowed: false, local, error };
       }
-      return { allowed: true, local: !turned };
+      return { allowed: true, local, error };
     },
     close: async () => {},
   };

@@ -43,6 +43,8 @@ export interface EdgeRow {
   ideal: number;
   over: number;
   under: number;
+  /** Decisions on which Redis failed or timed out. */
+  errors: number;
 }
 
 interface Arrival {
@@ -160,6 +162,7 @@ async function run(
     ideal: idealCount,
     over: Math.max(0, allowed.length - idealCount),
     under: Math.max(0, idealCount - allowed.length),
+    errors: results.filter((r) => r.outcome.error).length,
   };
 }
 
@@ -175,6 +178,7 @@ const EMPTY = {
   ideal: Number.NaN,
   over: Number.NaN,
   under: Number.NaN,
+  errors: Number.NaN,
 };
 
 /** The ideal fixed window's admissions, per identifier, over the decisions' true call times. */

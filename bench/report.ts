@@ -1,6 +1,5 @@
 // BENCHMARKS.md from one run's results: tables, edgelimit beside @upstash/ratelimit, ratios edgelimit ÷ peer.
 import { ACCURACY_POLICY } from "./accuracy.js";
-import { PHASES } from "./cost.js";
 import { LEASE } from "./edge.js";
 import type { Results } from "./run.js";
 import { fmt, ms, ratio, table } from "./util.js";
@@ -25,11 +24,10 @@ ${table(
 
 ${goals(r)}
 ${throughput(r)}
-${cost(r)}
+${lua(r)}
 ${memory(r)}
 ${accuracy(r)}
 ${edge(r)}
-${r.lua ? `## 7. Lean scripts (bench/lua-cost.ts)\n\n${r.lua}\n` : ""}
 ${worker(r)}
 ${method()}`;
 }
@@ -64,7 +62,11 @@ ${table(
       ok ? pct(ok.allowedLocal) : "–",
       check(ok && ok.allowedLocal >= 0.9),
     ],
-    ["(a) 0 over-admission", ok ? String(ok.over) : "–", check(ok && ok.over === 0)],
+    [
+      "(a) 0 over-admission, no Redis errors",
+      ok ? `${ok.over} over, ${ok.errors} errors` : "–",
+      check(ok && ok.over === 0 && ok.errors === 0),
+    ],
     [
       "(d) 0 over-admission with 1, 4, 16 isolates",
       iso.map((e) => e.over).join(", ") || "–",
@@ -108,34 +110,14 @@ ${table(["pair", "in flight", "edgelimit /s", "peer /s", "ratio", "edgelimit p50
 `;
 }
 
-function cost(r: Results): string {
-  const rows: string[][] = [];
-  for (const pair of new Set(r.cost.map((c) => c.pair))) {
-    for (const phase of PHASES) {
-      const [a, b] = ["edgelimit", "upstash"].map(
-        (lib) => r.cost.find((c) => c.pair === pair && c.phase === phase && c.lib === lib)?.perDecision,
-      );
-      if (!a || !b) continue;
-      rows.push([
-        pair,
-        phase,
-        `${fmt(a.http, 2)} / ${fmt(b.http, 2)}`,
-        fmt(a.commands, 2),
-        fmt(b.commands, 2),
-        ratio(a.commands, b.commands),
-        fmt(a.usecPerEvalsha, 1),
-        fmt(b.usecPerEvalsha, 1),
-        ratio(a.usecPerEvalsha, b.usecPerEvalsha),
-      ]);
-    }
-  }
-  return `## 2. Cost per decision
+function lua(r: Results): string {
+  return `## 2. Redis commands and µs per decision
 
-${fmt(r.settings.costIds)} identifiers, each decided once per path, one at a time, caches off, 2 units per hour.
-Redis commands count the EVALSHA and every command its script runs (Upstash bills both); µs is INFO
-commandstats usec_per_call of EVALSHA (Redis time, the commands inside included).
+bench/lua-cost.ts: each library's real EVALSHA, captured from the library, sent straight to one redis-server,
+both libraries interleaved; commands as INFO commandstats counts them (EVALSHA and every command inside:
+Upstash bills both), µs its usec per EVALSHA. One rule; ratio is edgelimit ÷ peer.
 
-${table(["pair", "path", "HTTP requests (edgelimit / peer)", "edgelimit commands", "peer commands", "ratio", "edgelimit µs", "peer µs", "ratio"], rows)}
+${r.lua ?? "**Pending:** bench/lua-cost.ts is not there or was not run."}
 `;
 }
 
@@ -179,7 +161,7 @@ function edge(r: Results): string {
       .filter((e) => e.scenario === scenario)
       .map((e) =>
         e.pending
-          ? [`${e.delay} ms`, String(e.isolates), e.label, e.pending, "", "", "", "", "", ""]
+          ? [`${e.delay} ms`, String(e.isolates), e.label, e.pending, "", "", "", "", "", "", ""]
           : [
               `${e.delay} ms`,
               String(e.isolates),
@@ -190,11 +172,12 @@ function edge(r: Results): string {
               fmt(e.commandsPer1000),
               `${fmt(e.allowed)} / ${fmt(e.ideal)}`,
               `${e.over} / ${e.under}`,
+              fmt(e.errors),
               fmt(e.issuedPerSec),
             ],
       );
     out.push(
-      `### ${scenario}\n\n${table(["one-way delay", "isolates", "contestant", "p50 / p99 ms", "allowed with no request", "HTTP per 1,000", "commands per 1,000", "admitted / ideal", "over / under", "issued /s"], rows)}\n`,
+      `### ${scenario}\n\n${table(["one-way delay", "isolates", "contestant", "p50 / p99 ms", "allowed with no request", "HTTP per 1,000", "commands per 1,000", "admitted / ideal", "over / under", "Redis errors", "issued /s"], rows)}\n`,
     );
   }
   return `## 5. At the edge: a delay proxy between the clients and Redis
@@ -213,7 +196,7 @@ ${out.join("\n")}`;
 }
 
 function worker(r: Results): string {
-  if (!r.worker) return "## 6. Worker overhead\n\nNot run (smoke run or `--no-worker`).\n";
+  if (!r.worker) return "## 6. Worker overhead\n\nNot run (a smoke run, or left out by `--only`).\n";
   if (r.worker.pending) return `## 6. Worker overhead\n\n**Pending:** ${r.worker.pending}\n`;
   const rows = r.worker.rows.map((w) => [
     w.target,
@@ -226,8 +209,8 @@ function worker(r: Results): string {
   ]);
   return `## 6. Worker overhead
 
-\`wrangler dev\` (local workerd) in front of a local origin; one request at a time for ${r.settings.worker.sequentialMs / 1000} s (sub-ms timing), then
-autocannon, 64 connections, ${r.settings.worker.cannonSeconds} s (whole-ms latencies). The limited route has one gcra rule far above the load.
+\`wrangler dev\` (local workerd) in front of a local origin; closed loops of \`fetch\`, 1 and 64 in flight, ${r.settings.worker.ms / 1000} s each.
+The limited route has one gcra rule far above the load; the minimal Worker only forwards.
 
 ${table(["target", "in flight", "requests/s", "p50 ms", "p99 ms", "failed", "bridge requests per request"], rows)}
 `;

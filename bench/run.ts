@@ -1,6 +1,6 @@
 // `npm run bench`: every part against a private redis-server and bridge; writes BENCHMARKS.md and
 // BENCHMARKS.svg. `npm run bench:smoke`: a few iterations of each part, no wrangler, writes nothing
-// (unless given --out FILE). --only throughput,cost,memory,accuracy,edge,worker,lua runs those parts.
+// (unless given --out FILE). --only throughput,memory,accuracy,edge,worker,lua runs those parts.
 import { execFile } from "node:child_process";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import os from "node:os";
@@ -8,10 +8,10 @@ import { basename, join } from "node:path";
 import { promisify } from "node:util";
 import { type AccuracyRow, runAccuracy, SIM_T0 } from "./accuracy.js";
 import { renderChart } from "./chart.js";
-import { type CostRow, type MemoryRow, runCost, runMemory } from "./cost.js";
 import { type EdgeRow, type EdgeSettings, runEdge } from "./edge.js";
 import { startEnv } from "./env.js";
 import { ROOT } from "./load.js";
+import { type MemoryRow, runMemory } from "./memory.js";
 import { renderReport } from "./report.js";
 import { runThroughput, type ThroughputRow } from "./throughput.js";
 import { log } from "./util.js";
@@ -27,7 +27,6 @@ const out = outArg >= 0 ? args[outArg + 1]! : smoke ? undefined : join(ROOT, "BE
 
 const settings = {
   throughput: smoke ? { rounds: 1, sampleMs: 150 } : { rounds: 3, sampleMs: 1000 },
-  costIds: smoke ? 5 : 200,
   memoryBig: smoke ? 200 : 10_000,
   accuracyMs: smoke ? 20_000 : 60_000,
   edge: (smoke
@@ -45,7 +44,7 @@ const settings = {
         manyIds: 100,
         isolatesDelay: 20,
       }) as EdgeSettings,
-  worker: { sequentialMs: 3000, cannonSeconds: 5 },
+  worker: { ms: 4000 },
 };
 
 export interface Results {
@@ -55,7 +54,6 @@ export interface Results {
   settings: typeof settings;
   versions: Record<string, string>;
   throughput: ThroughputRow[];
-  cost: CostRow[];
   memory: MemoryRow[];
   accuracy: AccuracyRow[];
   edge: EdgeRow[];
@@ -86,7 +84,6 @@ try {
     redis_client: pkg("@upstash/redis"),
   };
   const throughput = want("throughput") ? await runThroughput(env, settings.throughput, tag) : [];
-  const cost = want("cost") ? await runCost(env, tag, settings.costIds) : [];
   await env.call("FLUSHALL"); // the memory part scans the keyspace
   const memory = want("memory") ? await runMemory(env, tag, SIM_T0, settings.memoryBig) : [];
   const accuracy = want("accuracy") ? await runAccuracy(env, tag, settings.accuracyMs) : [];
@@ -100,7 +97,6 @@ try {
     settings,
     versions,
     throughput,
-    cost,
     memory,
     accuracy,
     edge,

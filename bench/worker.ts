@@ -1,16 +1,16 @@
 // Worker overhead: `wrangler dev` (local workerd) in front of a local origin answering "ok". Targets:
 // the origin directly; a minimal forwarding Worker (what wrangler dev itself costs); edgelimit's Worker
 // on a route no rule matches; and on a route with one gcra rule far above the load (every request pays
-// one decision). One request at a time (fetch, sub-ms timing), then autocannon at 64 connections.
+// one decision). Closed loops of fetch, 1 and 64 in flight.
 import { type ChildProcess, spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import autocannon from "autocannon";
 import type { BenchEnv } from "./env.js";
 import { ROOT } from "./load.js";
+import { closedLoop } from "./throughput.js";
 import { log, percentile, sleep } from "./util.js";
 
 export interface WorkerRow {
@@ -82,10 +82,7 @@ function stop(proc: ChildProcess | undefined): void {
   }
 }
 
-export async function runWorker(
-  env: BenchEnv,
-  s: { sequentialMs: number; cannonSeconds: number },
-): Promise<WorkerResult> {
+export async function runWorker(env: BenchEnv, s: { ms: number }): Promise<WorkerResult> {
   const origin = http.createServer((_req, res) => res.end("ok"));
   const originUrl = `http://127.0.0.1:${await listen(origin)}`;
   const workerFile = join(ROOT, "src", "adapters", "worker", "index.ts");
@@ -134,42 +131,28 @@ export async function runWorker(
     ];
     const rows: WorkerRow[] = [];
     for (const [target, url] of targets) {
-      log(`worker: ${target}`);
-      for (let i = 0; i < 50; i++) await fetch(url, { headers }).then((r) => r.arrayBuffer()); // warm-up
-      await env.resetCounts();
-      const latencies: number[] = [];
       let failed = 0;
-      const start = performance.now();
-      while (performance.now() - start < s.sequentialMs) {
-        const t0 = performance.now();
+      const get = async () => {
         const res = await fetch(url, { headers }).catch(() => undefined);
         await res?.arrayBuffer();
         if (res?.status !== 200) failed++;
-        latencies.push(performance.now() - t0);
+      };
+      await closedLoop(get, 8, 500); // warm-up
+      for (const inFlight of [1, 64]) {
+        log(`worker: ${target}, ${inFlight} in flight`);
+        failed = 0;
+        await env.resetCounts();
+        const { latencies, seconds } = await closedLoop(get, inFlight, s.ms);
+        rows.push({
+          target,
+          inFlight,
+          perSec: latencies.length / seconds,
+          p50: percentile(latencies, 50),
+          p99: percentile(latencies, 99),
+          failed,
+          bridgePerRequest: (await env.counts()).http / latencies.length,
+        });
       }
-      const seconds = (performance.now() - start) / 1000;
-      const http1 = (await env.counts()).http;
-      rows.push({
-        target,
-        inFlight: 1,
-        perSec: latencies.length / seconds,
-        p50: percentile(latencies, 50),
-        p99: percentile(latencies, 99),
-        failed,
-        bridgePerRequest: http1 / latencies.length,
-      });
-      await env.resetCounts();
-      const r = await autocannon({ url, connections: 64, duration: s.cannonSeconds, headers });
-      const http64 = (await env.counts()).http;
-      rows.push({
-        target,
-        inFlight: 64,
-        perSec: r.requests.average,
-        p50: r.latency.p50,
-        p99: r.latency.p99,
-        failed: r.non2xx + r.errors,
-        bridgePerRequest: http64 / Math.max(1, r.requests.total),
-      });
     }
     return { rows };
   } catch (error) {
