@@ -52,13 +52,16 @@ refund.tokenBucket = function(key, capacity, refill, interval)
   return true
 end
 
--- "<window start>:<count>": only the window the units were counted in gets them back.
+-- stamp * SPAN + count (see lua/algorithms/fixed_window.lua): only the window the units were counted
+-- in gets them back. A count above the limit (a denial's harmless overshoot) counts as the limit.
+local SPAN = 2 ^ 51
 refund.fixedWindow = function(key, limit, window, _, start)
-  local stored = redis.call("GET", key)
-  if not stored then return false end
-  local s, c = string.match(stored, "^(%-?%d+):(%d+)$")
-  if tonumber(s) ~= start then return false end
-  redis.call("SET", key, s .. ":" .. int(math.max(0, tonumber(c) - units)), "KEEPTTL")
+  local value = tonumber(redis.call("GET", key))
+  if not value then return false end
+  local stamp = (start / window % 3 + 1) * SPAN
+  if value < stamp or value > stamp + SPAN then return false end
+  local count = math.min(value - stamp, limit)
+  redis.call("SET", key, stamp + math.max(0, count - units), "KEEPTTL")
   return true
 end
 

@@ -89,6 +89,8 @@ interface Seen {
   previous: number;
   /** Units seen over the last ttl before the decision in progress: the size of the next lease. */
   estimate: number;
+  /** When a reservation for it went out and has not come back (concurrent decisions ask for none). */
+  asking: number | undefined;
   lease: Held | undefined;
 }
 
@@ -137,7 +139,7 @@ export class Leases {
     if (now >= this.nextExpiry) this.sweep(now, waitUntil);
     let seen = this.seen.get(identifier);
     if (seen === undefined) {
-      seen = { start: now, current: 0, previous: 0, estimate: 0, lease: undefined };
+      seen = { start: now, current: 0, previous: 0, estimate: 0, asking: undefined, lease: undefined };
       this.seen.set(identifier, seen);
       if (this.seen.size > MAX_TRACKED) this.forget(this.seen.keys().next().value as string, now, waitUntil);
     } else {
@@ -157,12 +159,16 @@ export class Leases {
   }
 
   /** Units to reserve beside the `cost` of a decision going to Redis now. */
-  want(identifier: string, cost: number): number {
+  want(identifier: string, cost: number, now: number): number {
     if (!this.leasable || this.disposed || cost === 0) return 0;
     const seen = this.seen.get(identifier);
     // A lease still holding units (fewer than this cost) is used first: no second one beside it.
     if (seen === undefined || seen.lease !== undefined) return 0;
-    return Math.min(this.config.max, Math.floor(seen.estimate));
+    // One reservation at a time: concurrent decisions would each reserve as much, and give it back.
+    if (seen.asking !== undefined && now - seen.asking < this.config.ttl) return 0;
+    const units = Math.min(this.config.max, Math.floor(seen.estimate));
+    if (units > 0) seen.asking = now;
+    return units;
   }
 
   /**
@@ -170,8 +176,9 @@ export class Leases {
    * units are refunded), an admission with `reserved` units starts one.
    */
   settle(identifier: string, decision: Decision, reserved: number, now: number, waitUntil?: WaitUntil): void {
-    if (decision.source !== "redis") return;
     const seen = this.seen.get(identifier);
+    if (seen !== undefined) seen.asking = undefined;
+    if (decision.source !== "redis") return;
     if (!decision.allowed) {
       if (seen?.lease) this.refund([this.detach(identifier, seen)], now, waitUntil);
       return;

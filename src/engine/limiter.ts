@@ -3,8 +3,9 @@ import type { BreakerOptions } from "./breaker.js";
 import { DenyCache } from "./deny-cache.js";
 import { describe } from "./duration.js";
 import { RedisCallError } from "./errors.js";
-import { SCRIPT, SCRIPT_SHA1 } from "./generated/scripts.js";
+import { SCRIPT, SCRIPT_SHA1, SCRIPTS } from "./generated/scripts.js";
 import { checkIdentifier, checkPrefix, keyTag } from "./keys.js";
+import { type LeaseOptions, Leases, leaseConfig, type Refund, type WaitUntil } from "./leases.js";
 import { type Transport, transportFor } from "./transport.js";
 import type { Decision, RuleResult } from "./types.js";
 
@@ -40,12 +41,23 @@ export interface LimiterOptions {
    * every Limiter on one client shares it (one per isolate on Workers).
    */
   breaker?: BreakerOptions | false;
+  /**
+   * Leases (default off): `{ max: 50, ttl: "1s" }` lets this Limiter hold up to `max` units of a hot
+   * identifier, already consumed in Redis, and answer its decisions from them with no request
+   * (`source: "lease"`) for up to `ttl`; unused units are given back. See README, Leases.
+   */
+  lease?: LeaseOptions | false;
 }
 
 /** Options of one decision. */
 export interface LimitOptions {
   /** Units this request takes (default 1); 0 peeks: it answers for a cost of 1 and consumes nothing. */
   cost?: number;
+  /**
+   * The runtime's `waitUntil` (`ctx.waitUntil` on Workers, `waitUntil` of @vercel/functions): lease
+   * refunds due now are handed to it, to finish after the response. Without it they run from a timer.
+   */
+  waitUntil?: WaitUntil;
 }
 
 /** How long a caller is told to wait after a decision denied by `onError: "deny"`. */
@@ -61,6 +73,7 @@ const OPTIONS = [
   "clock",
   "batchWindow",
   "breaker",
+  "lease",
 ];
 
 /**
@@ -89,6 +102,7 @@ export class Limiter {
   readonly clock: () => number;
   private readonly ruleArgs: string[];
   private readonly keySuffixes: string[];
+  private readonly leases: Leases | undefined;
 
   constructor(options: LimiterOptions) {
     if (options === null || typeof options !== "object")
@@ -138,6 +152,10 @@ export class Limiter {
       }
       this.cache = new DenyCache(maxEntries);
     }
+    if (options.lease !== undefined && options.lease !== false) {
+      const refund = (r: Refund, now: number) => this.refund(r, now);
+      this.leases = new Leases(leaseConfig(options.lease), this.rules, refund, () => this.now());
+    }
   }
 
   /**
@@ -156,7 +174,25 @@ export class Limiter {
     const now = this.now();
     const cached = this.cache?.get(identifier, Math.max(cost, 1), now);
     if (cached) return Promise.resolve(cached);
-    return this.decide(identifier, cost, now);
+    const waitUntil = options?.waitUntil;
+    if (waitUntil !== undefined && typeof waitUntil !== "function") {
+      throw new TypeError(`waitUntil: expected a function such as ctx.waitUntil, got ${describe(waitUntil)}`);
+    }
+    // A lease answers on the spot: it never waits on a request, this one's or another's.
+    const leased = this.leases?.answer(identifier, cost, now, waitUntil);
+    if (leased) return Promise.resolve(leased);
+    return this.decide(identifier, cost, now, waitUntil);
+  }
+
+  /**
+   * Gives back the unused units of every lease (one request each, sent now) and stops leasing;
+   * resolves once they are done. `Symbol.asyncDispose` does the same (`await using`).
+   *
+   * @example
+   * process.on("SIGTERM", () => limiter.dispose());
+   */
+  async dispose(): Promise<void> {
+    await this.leases?.dispose();
   }
 
   /**
@@ -168,6 +204,7 @@ export class Limiter {
   async reset(identifier: string): Promise<void> {
     checkIdentifier(identifier);
     this.cache?.delete(identifier);
+    this.leases?.drop(identifier);
     await this.redis.del(...this.keys(identifier));
   }
 
@@ -185,7 +222,12 @@ export class Limiter {
     return Math.floor(now);
   }
 
-  private async decide(identifier: string, cost: number, now: number): Promise<Decision> {
+  private async decide(
+    identifier: string,
+    cost: number,
+    now: number,
+    waitUntil?: WaitUntil,
+  ): Promise<Decision> {
     const keys = this.keys(identifier);
     const command = [
       "EVALSHA",
@@ -196,6 +238,8 @@ export class Limiter {
       String(cost),
       ...this.ruleArgs,
     ];
+    // With leases on, the units to reserve beside `cost` go last; the script answers how many it did.
+    if (this.leases) command.push(String(this.leases.want(identifier, cost, now)));
     // Sent at most once (NOSCRIPT aside: the script did not run), with its own timeout, through the
     // client's breaker; never rejects.
     const reply = await this.transport.call(command, {
@@ -212,11 +256,29 @@ export class Limiter {
       return this.failure(error, now);
     }
     if (!decision.allowed) this.cache?.set(identifier, Math.max(cost, 1), now, decision);
+    const reserved = this.leases ? Number((reply.result as unknown[])[this.rules.length * 4]) : 0;
+    this.leases?.settle(identifier, decision, reserved, now, waitUntil);
     return decision;
   }
 
+  /** Sends one lease refund (see lua/refund.lua); true when Redis ran it. Never sent twice. */
+  private async refund(refund: Refund, now: number): Promise<boolean> {
+    const keys = this.keys(refund.identifier);
+    const perRule = this.rules.flatMap((rule, i) => [...rule.args, String(refund.windowStarts[i] ?? 0)]);
+    const command = ["EVALSHA", SCRIPTS.refund.sha1, String(keys.length), ...keys, String(now)];
+    command.push(String(refund.units), ...perRule);
+    const reply = await this.transport.call(command, {
+      timeout: this.timeout,
+      batchWindow: this.batchWindow,
+      breaker: this.useBreaker,
+      script: SCRIPTS.refund,
+    });
+    return reply.ok;
+  }
+
   private decode(result: unknown): Decision {
-    if (!Array.isArray(result) || result.length !== this.rules.length * 4) {
+    const expected = this.rules.length * 4 + (this.leases ? 1 : 0);
+    if (!Array.isArray(result) || result.length !== expected) {
       throw new RedisCallError("redis", `edgelimit: unexpected script result ${describe(result)}`);
     }
     const rules: Record<string, RuleResult> = {};
@@ -282,6 +344,17 @@ function binds(candidate: RuleResult, current: RuleResult): boolean {
   if (!candidate.allowed) return candidate.retryAfter > current.retryAfter;
   return candidate.remaining < current.remaining;
 }
+
+// `await using limiter = new Limiter(...)` disposes it. Set on the prototype, not declared in the class,
+// so that the published types need no `Symbol.asyncDispose` in the consumer's lib.
+const asyncDispose = (Symbol as { asyncDispose?: symbol }).asyncDispose ?? Symbol.for("Symbol.asyncDispose");
+Object.defineProperty(Limiter.prototype, asyncDispose, {
+  value(this: Limiter) {
+    return this.dispose();
+  },
+  writable: true,
+  configurable: true,
+});
 
 /** Timers clamp a delay above 2^31 - 1 ms to 1 ms: a longer timeout would fire at once. */
 const MAX_TIMER_MS = 2 ** 31 - 1;

@@ -1,0 +1,369 @@
+// Leases against a real redis-server behind the REST bridge, with hand-moved clocks. Several Limiter
+// instances, each on its own client, stand for several isolates.
+import { Redis } from "@upstash/redis";
+import { afterAll, beforeAll, describe, expect, inject, it, vi } from "vitest";
+import { startBridge } from "../../src/bridge/index.js";
+import type { Decision } from "../../src/engine/types.js";
+import {
+  fixedWindow,
+  gcra,
+  Limiter,
+  type RuleConfig,
+  slidingLog,
+  slidingWindow,
+  tokenBucket,
+} from "../../src/index.js";
+import { manualClock, T0, uniquePrefix } from "../support.js";
+
+type Bridge = Awaited<ReturnType<typeof startBridge>>;
+let bridge: Bridge;
+const unhandled: unknown[] = [];
+const onUnhandled = (reason: unknown) => unhandled.push(reason);
+
+beforeAll(async () => {
+  process.on("unhandledRejection", onUnhandled);
+  // A bridge of this file's own, so that its request count is this file's alone.
+  bridge = await startBridge({ redisUrl: inject("redisUrl"), port: 0, token: inject("bridgeToken") });
+});
+afterAll(async () => {
+  await bridge.close();
+  process.off("unhandledRejection", onUnhandled);
+  expect(unhandled).toEqual([]);
+});
+
+/** A client as a user builds it: one per isolate. */
+const client = () => new Redis({ url: bridge.url, token: inject("bridgeToken"), enableTelemetry: false });
+
+type Options = Partial<ConstructorParameters<typeof Limiter>[0]>;
+
+/** `n` Limiters (isolates) sharing one prefix and one hand-moved clock. */
+function isolates(n: number, rules: Record<string, RuleConfig>, options: Options = {}) {
+  const clock = manualClock();
+  const prefix = uniquePrefix("lease");
+  const limiters = Array.from(
+    { length: n },
+    () =>
+      new Limiter({
+        redis: client(),
+        prefix,
+        rules,
+        clock,
+        denyCache: false,
+        lease: { max: 50, ttl: "1s" },
+        ...options,
+      }),
+  );
+  // What Redis holds, seen by a Limiter without a lease (a peek consumes nothing).
+  const plain = new Limiter({ redis: client(), prefix, rules, clock, denyCache: false });
+  return { limiters, plain, clock, prefix };
+}
+
+async function everyKeyHasATtl(prefix: string): Promise<number> {
+  const redis = client();
+  const keys = await redis.keys(`${prefix}:*`);
+  for (const key of keys) expect([key, await redis.pttl(key)]).toEqual([key, expect.any(Number)]);
+  const ttls = await Promise.all(keys.map((key) => redis.pttl(key)));
+  expect(ttls.filter((ttl) => ttl <= 0)).toEqual([]);
+  return keys.length;
+}
+
+describe("the lease option", () => {
+  const rules = { r: gcra({ limit: 10, period: "1s" }) };
+  it.each([
+    [{ max: 0, ttl: "1s" }, "lease.max: must be a whole number of units from 1 to 100000, got 0"],
+    [{ max: 1.5, ttl: "1s" }, "lease.max: must be a whole number of units from 1 to 100000, got 1.5"],
+    [{ max: 10, ttl: "soon" }, 'lease.ttl: "soon" is not a duration'],
+    [{ max: 10, ttl: 0 }, "lease.ttl: must be a positive whole number of milliseconds, got 0"],
+    [{ max: 10, ttl: "1s", size: 3 }, "lease.size: not a lease option; it takes max, ttl"],
+    [{ max: 10 }, "lease.ttl: expected a duration"],
+    ["50", 'lease: expected { max, ttl }, e.g. { max: 50, ttl: "1s" }, got "50"'],
+  ])("refuses %j", (lease, message) => {
+    expect(() => new Limiter({ redis: client(), rules, lease: lease as never })).toThrow(message);
+  });
+
+  it("is off by default: every decision goes to Redis", async () => {
+    const { plain } = isolates(0, rules);
+    const sources = new Set<string>();
+    for (let i = 0; i < 5; i++) sources.add((await plain.limit("hot")).source);
+    expect([...sources]).toEqual(["redis"]);
+  });
+
+  it("refuses a waitUntil that is not a function", () => {
+    const { limiters } = isolates(1, rules);
+    expect(() => limiters[0]!.limit("a", { waitUntil: 5 as never })).toThrow(
+      "waitUntil: expected a function such as ctx.waitUntil, got 5",
+    );
+  });
+});
+
+describe("answering from a lease", () => {
+  it("starts at 0 for an identifier seen once, grows with the rate, and answers hot decisions locally", async () => {
+    const { limiters, plain, clock } = isolates(1, { r: fixedWindow({ limit: 100_000, window: "1h" }) });
+    const [limiter] = limiters;
+    const sources: string[] = [];
+    for (let i = 0; i < 6; i++) {
+      sources.push((await limiter!.limit("hot")).source);
+      clock.set(clock.now + 1);
+    }
+    // 1st: seen once, no lease. 2nd: 1 unit seen over the last ttl, so 1 reserved (answers the 3rd).
+    // 4th: 3 seen, 3 reserved (5th, 6th, 7th).
+    expect(sources).toEqual(["redis", "redis", "lease", "redis", "lease", "lease"]);
+    // Redis holds the 6 used and the 1 still leased.
+    expect((await plain.limit("hot", { cost: 0 })).remaining).toBe(100_000 - 7);
+  });
+
+  it("answers 1,000 hot decisions with 25 HTTP requests (max 50, 1 decision per ms, ttl 1s)", async () => {
+    const { limiters } = isolates(1, { r: fixedWindow({ limit: 100_000, window: "1h" }) });
+    const [limiter] = limiters;
+    await limiter!.limit("warm-up"); // the script load, if this Redis has not seen it yet
+    const clock = limiter!.clock as ReturnType<typeof manualClock>;
+    bridge.stats.reset();
+    const sources: Record<string, number> = {};
+    for (let i = 0; i < 1000; i++) {
+      const d = await limiter!.limit("hot");
+      sources[d.source] = (sources[d.source] ?? 0) + 1;
+      clock.set(clock.now + 1);
+    }
+    // Leases of 1, 3, 7, 15, 31 units (all seen over the last second), then 50 at a time:
+    // Redis decides the 1st, 2nd, 4th, 8th, 16th, 32nd, 64th, then every 51st.
+    expect(sources).toEqual({ redis: 25, lease: 975 });
+    expect(bridge.stats.requests).toBe(25);
+  });
+
+  it("reports what Redis said minus what this isolate used since: the same headers as without a lease", async () => {
+    for (const rule of [
+      fixedWindow({ limit: 40, window: "1m" }),
+      gcra({ limit: 40, period: "1m" }),
+      tokenBucket({ capacity: 40, refillRate: 1, interval: "1m" }),
+      slidingWindow({ limit: 40, window: "1m" }),
+    ]) {
+      const { limiters, plain } = isolates(1, { r: rule });
+      const seen: [boolean, number, number][] = [];
+      const expected: [boolean, number, number][] = [];
+      const sources = new Set<string>();
+      for (let i = 0; i < 45; i++) {
+        const d = await limiters[0]!.limit("a");
+        const p = await plain.limit("b");
+        sources.add(d.source);
+        seen.push([d.allowed, d.remaining, d.retryAfter]);
+        expected.push([p.allowed, p.remaining, p.retryAfter]);
+      }
+      expect(seen).toEqual(expected);
+      expect(sources).toEqual(new Set(["redis", "lease"]));
+    }
+  });
+
+  it("takes cost units from the lease, and goes to Redis when the lease holds fewer", async () => {
+    const { limiters, plain, clock } = isolates(1, { r: fixedWindow({ limit: 1000, window: "1h" }) });
+    const [limiter] = limiters;
+    for (let i = 0; i < 10; i++) {
+      await limiter!.limit("c", { cost: 5 });
+      clock.set(clock.now + 10);
+    }
+    // Redis decided the 1st, 2nd (reserving 5), 4th (15 seen: reserving 15) and 8th (35 seen:
+    // reserving 35); the 9th and 10th came from that lease, which still holds 25.
+    const before = (await plain.limit("c", { cost: 0 })).remaining;
+    expect(before).toBe(1000 - 50 - 25);
+    const d = await limiter!.limit("c", { cost: 20 });
+    expect(d.source).toBe("lease");
+    const e = await limiter!.limit("c", { cost: 10 }); // 5 left in the lease: Redis decides
+    expect(e.source).toBe("redis");
+    expect((await plain.limit("c", { cost: 0 })).remaining).toBe(before - 10);
+    const peek = await limiter!.limit("c", { cost: 0 }); // a peek with units held: answered here
+    expect([peek.source, peek.allowed]).toEqual(["lease", true]);
+  });
+
+  it("never leases under a sliding log rule", async () => {
+    const { limiters } = isolates(1, { r: slidingLog({ limit: 100, window: "1m" }) });
+    const sources = new Set<string>();
+    for (let i = 0; i < 20; i++) sources.add((await limiters[0]!.limit("log")).source);
+    expect([...sources]).toEqual(["redis"]);
+  });
+
+  it("never awaits: a lease answer is settled in the same tick", async () => {
+    const { limiters, clock } = isolates(1, { r: fixedWindow({ limit: 1000, window: "1h" }) });
+    for (let i = 0; i < 4; i++) {
+      await limiters[0]!.limit("sync");
+      clock.set(clock.now + 1);
+    }
+    let settled: Decision | undefined;
+    limiters[0]!.limit("sync").then((d) => {
+      settled = d;
+    });
+    await Promise.resolve();
+    expect(settled?.source).toBe("lease");
+  });
+});
+
+describe("reserving", () => {
+  it("reserves under every rule at once, never more than half of what the tightest rule has left", async () => {
+    const { limiters, plain, clock } = isolates(1, {
+      wide: fixedWindow({ limit: 1000, window: "1h" }),
+      tight: fixedWindow({ limit: 9, window: "1h" }),
+    });
+    const [limiter] = limiters;
+    const state = async () => {
+      const peek = await plain.limit("m", { cost: 0 });
+      return [peek.rules.wide!.remaining, peek.rules.tight!.remaining];
+    };
+    for (let i = 0; i < 2; i++) {
+      await limiter!.limit("m");
+      clock.set(clock.now + 1);
+    }
+    // 2nd decision: 1 seen, 1 reserved (tight had 7 left after it: half is 3)
+    expect(await state()).toEqual([1000 - 3, 9 - 3]);
+    for (let i = 0; i < 2; i++) {
+      await limiter!.limit("m");
+      clock.set(clock.now + 1);
+    }
+    // 3rd from the lease; 4th to Redis with 3 seen, but tight had 5 left after it: 2 reserved, under both
+    expect(await state()).toEqual([1000 - 6, 9 - 6]);
+  });
+
+  it("the last units of a quota are decided in Redis", async () => {
+    const { limiters, clock } = isolates(1, { r: fixedWindow({ limit: 100, window: "1h" }) });
+    const sources: string[] = [];
+    for (let i = 0; i < 110; i++) {
+      const d = await limiters[0]!.limit("end");
+      if (d.allowed) sources.push(d.source);
+      clock.set(clock.now + 1);
+    }
+    expect(sources.length).toBe(100);
+    // with 1 or 2 left nothing more is reserved: the last two admissions came from Redis
+    expect(sources.slice(-2)).toEqual(["redis", "redis"]);
+  });
+});
+
+describe("refunds", () => {
+  const exact: [string, RuleConfig][] = [
+    ["gcra", gcra({ limit: 30, period: "1m" })],
+    ["tokenBucket", tokenBucket({ capacity: 30, refillRate: 1, interval: "1m" })],
+    ["fixedWindow", fixedWindow({ limit: 30, window: "1m" })],
+    ["slidingWindow", slidingWindow({ limit: 30, window: "1m" })],
+  ];
+
+  it.each(exact)(
+    "%s: dispose gives back exactly the unused units, and every key keeps a TTL",
+    async (_, rule) => {
+      const { limiters, plain, clock, prefix } = isolates(1, { r: rule });
+      const [limiter] = limiters;
+      for (let i = 0; i < 4; i++) {
+        await limiter!.limit("u");
+        clock.set(clock.now + 1);
+      }
+      // 4 used; the 4th reserved 3, none used yet
+      expect((await plain.limit("u", { cost: 0 })).remaining).toBe(30 - 7);
+      await limiter!.dispose();
+      expect((await plain.limit("u", { cost: 0 })).remaining).toBe(30 - 4);
+      expect(await everyKeyHasATtl(prefix)).toBe(1);
+      // disposed: decides in Redis from now on, with no new lease
+      expect((await limiter!.limit("u")).source).toBe("redis");
+      expect((await limiter!.limit("u")).source).toBe("redis");
+    },
+  );
+
+  it("an expired lease is refunded by the next call, through its waitUntil", async () => {
+    const { limiters, plain, clock } = isolates(1, { r: gcra({ limit: 30, period: "1h" }) });
+    const [limiter] = limiters;
+    for (let i = 0; i < 4; i++) {
+      await limiter!.limit("x");
+      clock.set(clock.now + 1);
+    }
+    expect((await plain.limit("x", { cost: 0 })).remaining).toBe(30 - 7);
+    clock.set(clock.now + 1000);
+    const background: Promise<unknown>[] = [];
+    const d = await limiter!.limit("other", { waitUntil: (p) => void background.push(p) });
+    expect(d.source).toBe("redis");
+    expect(background.length).toBe(1);
+    await Promise.all(background);
+    expect((await plain.limit("x", { cost: 0 })).remaining).toBe(30 - 4);
+  });
+
+  it("with no waitUntil, a timer gives expired leases back", async () => {
+    const { limiters, plain, clock } = isolates(
+      1,
+      { r: tokenBucket({ capacity: 30, refillRate: 1, interval: "1h" }) },
+      { lease: { max: 50, ttl: 20 } },
+    );
+    const [limiter] = limiters;
+    for (let i = 0; i < 4; i++) await limiter!.limit("t");
+    expect((await plain.limit("t", { cost: 0 })).remaining).toBe(30 - 7);
+    clock.set(clock.now + 20);
+    await vi.waitFor(async () => expect((await plain.limit("t", { cost: 0 })).remaining).toBe(30 - 4));
+  });
+
+  it("a denial drops the lease and gives its units back", async () => {
+    const { limiters, plain, clock } = isolates(1, { r: fixedWindow({ limit: 20, window: "1h" }) });
+    const [limiter] = limiters;
+    for (let i = 0; i < 4; i++) {
+      await limiter!.limit("d");
+      clock.set(clock.now + 1);
+    }
+    expect((await plain.limit("d", { cost: 0 })).remaining).toBe(20 - 7);
+    const background: Promise<unknown>[] = [];
+    const denied = await limiter!.limit("d", { cost: 20, waitUntil: (p) => void background.push(p) });
+    expect([denied.allowed, denied.source]).toEqual([false, "redis"]);
+    await Promise.all(background);
+    expect((await plain.limit("d", { cost: 0 })).remaining).toBe(20 - 4);
+    expect((await limiter!.limit("d")).source).toBe("redis");
+  });
+
+  it("reset drops the lease: the next decision sees the full limit", async () => {
+    const { limiters, clock } = isolates(1, { r: fixedWindow({ limit: 20, window: "1h" }) });
+    const [limiter] = limiters;
+    for (let i = 0; i < 4; i++) {
+      await limiter!.limit("r");
+      clock.set(clock.now + 1);
+    }
+    await limiter!.reset("r");
+    const d = await limiter!.limit("r");
+    expect([d.source, d.remaining]).toEqual(["redis", 19]);
+  });
+
+  it("a fixed-window lease ends with its window, and nothing is given back to the next window", async () => {
+    const { limiters, plain, clock } = isolates(1, { r: fixedWindow({ limit: 30, window: "1m" }) });
+    const [limiter] = limiters;
+    clock.set(T0 + 60_000 - 10); // 10 ms before the window ends
+    for (let i = 0; i < 4; i++) {
+      await limiter!.limit("w");
+      clock.set(clock.now + 1);
+    }
+    clock.set(T0 + 60_000);
+    const d = await limiter!.limit("w");
+    expect([d.source, d.remaining]).toEqual(["redis", 29]);
+    await limiter!.dispose();
+    expect((await plain.limit("w", { cost: 0 })).remaining).toBe(29);
+  });
+});
+
+describe("several isolates", () => {
+  const exact: [string, RuleConfig][] = [
+    ["gcra", gcra({ limit: 200, period: "1h" })],
+    ["tokenBucket", tokenBucket({ capacity: 200, refillRate: 1, interval: "1h" })],
+    ["fixedWindow", fixedWindow({ limit: 200, window: "1h" })],
+    ["slidingLog", slidingLog({ limit: 200, window: "1h" })],
+  ];
+
+  it.each(exact)(
+    "%s: 4 isolates never admit more than the limit; after the refunds the rest is admitted, exactly the limit",
+    async (_, rule) => {
+      const { limiters, plain, clock, prefix } = isolates(4, { r: rule });
+      let admitted = 0;
+      let fromLeases = 0;
+      for (let round = 0; round < 150; round++) {
+        const decisions = await Promise.all(limiters.map((limiter) => limiter.limit("shared")));
+        for (const d of decisions) {
+          if (d.allowed) admitted += 1;
+          if (d.source === "lease") fromLeases += 1;
+        }
+        clock.set(clock.now + 1);
+      }
+      expect(admitted).toBeLessThanOrEqual(200);
+      if (rule.algorithm !== "slidingLog") expect(fromLeases).toBeGreaterThan(0);
+      await Promise.all(limiters.map((limiter) => limiter.dispose()));
+      while ((await plain.limit("shared")).allowed) admitted += 1;
+      expect(admitted).toBe(200);
+      expect(await everyKeyHasATtl(prefix)).toBe(1);
+    },
+  );
+});
