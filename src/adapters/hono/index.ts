@@ -4,6 +4,13 @@ import type { Decision } from "../../engine/types.js";
 import { type FailureLog, failureLog } from "../../http/error-log.js";
 import { enforce, SHADOW_HEADER, unauthorized } from "../../http/headers.js";
 
+export {
+  type ConcurrencyEvent,
+  type ConcurrencyLimitOptions,
+  type ConcurrencyVariables,
+  concurrencyLimit,
+} from "./concurrency.js";
+
 /**
  * What the middleware puts in the context: `c.get("rateLimit")` in handlers downstream. Always set,
  * except on a request shadow mode let through without a key (there was no decision to make).
