@@ -1,0 +1,239 @@
+// The README's TypeScript, typechecked as a consumer's code against the package as it ships: the .d.ts
+// are built from src/ into a fresh node_modules/edgelimit (package.json and its "exports" included), and
+// every ```ts block of README.md, and every .ts file under examples/, is compiled strictly against it.
+// Edge code gets no @types/node (an edge consumer has none): the entry points "edgelimit",
+// "edgelimit/hono" and "edgelimit/vercel" must typecheck without it, their .d.ts included
+// (skipLibCheck off). Only blocks that use Node (process, node:*, edgelimit/bridge) get @types/node.
+
+import { execFile } from "node:child_process";
+import {
+  copyFileSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
+import { tmpdir } from "node:os";
+import { join, relative } from "node:path";
+import { promisify } from "node:util";
+import ts from "typescript";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+
+const root = join(import.meta.dirname, "..");
+
+interface Block {
+  /** Where it comes from, as "README.md:LINE" or "examples/…". */
+  origin: string;
+  code: string;
+}
+
+/** Every ```ts / ```typescript block, with the line its code starts on. */
+function tsBlocks(markdown: string, file: string): Block[] {
+  const blocks: Block[] = [];
+  const lines = markdown.split("\n");
+  for (let i = 0; i < lines.length; i++) {
+    if (!/^```(ts|typescript|tsx)\s*$/.test(lines[i] ?? "")) continue;
+    const start = i + 1;
+    let end = start;
+    while (end < lines.length && !/^```\s*$/.test(lines[end] ?? "")) end++;
+    blocks.push({ origin: `${file}:${start + 1}`, code: lines.slice(start, end).join("\n") });
+    i = end;
+  }
+  return blocks;
+}
+
+function examples(dir: string): Block[] {
+  return readdirSync(dir, { withFileTypes: true }).flatMap((entry) => {
+    const path = join(dir, entry.name);
+    if (entry.isDirectory()) return examples(path);
+    return /\.tsx?$/.test(entry.name)
+      ? [{ origin: relative(root, path), code: readFileSync(path, "utf8") }]
+      : [];
+  });
+}
+
+const needsNode = (code: string) => /\bprocess\.|from "node:|from "edgelimit\/bridge"|\bBuffer\b/.test(code);
+
+const strict = {
+  skipLibCheck: false,
+  strict: true,
+  noUncheckedIndexedAccess: true,
+  exactOptionalPropertyTypes: true,
+  noImplicitOverride: true,
+  verbatimModuleSyntax: true,
+  isolatedModules: true,
+  target: "ES2022",
+  module: "ESNext",
+  moduleResolution: "Bundler",
+  lib: ["ES2022", "DOM", "DOM.Iterable"],
+  noEmit: true,
+};
+
+let consumer: string;
+
+beforeAll(() => {
+  consumer = mkdtempSync(join(tmpdir(), "edgelimit-consumer-"));
+  const modules = join(consumer, "node_modules");
+  const pkg = join(modules, "edgelimit");
+  mkdirSync(pkg, { recursive: true });
+  copyFileSync(join(root, "package.json"), join(pkg, "package.json"));
+  // The declarations exactly as `npm run build` emits them (tsconfig.build.json), into the fresh package.
+  const build = ts.getParsedCommandLineOfConfigFile(
+    join(root, "tsconfig.build.json"),
+    { outDir: join(pkg, "dist"), emitDeclarationOnly: true, sourceMap: false, declarationMap: false },
+    {
+      ...ts.sys,
+      onUnRecoverableConfigFileDiagnostic: (diagnostic) => {
+        throw new Error(format([diagnostic]));
+      },
+    },
+  );
+  if (!build) throw new Error("tsconfig.build.json: cannot read it");
+  const emitted = ts.createProgram({ rootNames: build.fileNames, options: build.options }).emit();
+  if (emitted.emitSkipped || emitted.diagnostics.length > 0) {
+    throw new Error(`building the declarations failed:\n${format(emitted.diagnostics)}`);
+  }
+  // What `npm install edgelimit @upstash/redis hono @vercel/functions` (+ @types/node) would add.
+  mkdirSync(join(modules, "@types"));
+  for (const name of ["@upstash", "@vercel", "hono", "@types/node"]) {
+    symlinkSync(join(root, "node_modules", name), join(modules, name));
+  }
+}, 120_000);
+
+afterAll(() => {
+  if (consumer) rmSync(consumer, { recursive: true, force: true });
+});
+
+function format(diagnostics: readonly ts.Diagnostic[]): string {
+  return ts.formatDiagnostics(diagnostics, {
+    getCanonicalFileName: (name) => name,
+    getCurrentDirectory: () => consumer ?? root,
+    getNewLine: () => "\n",
+  });
+}
+
+/**
+ * Writes the blocks as modules of one consumer project and typechecks them, resolving to the complaints.
+ * Diagnostics are asked for the consumer's files and the package's own .d.ts, not for every library in
+ * the program (lib.dom, hono): that is what skipLibCheck: false would add, and it is theirs to check.
+ */
+function typecheck(
+  name: string,
+  blocks: Block[],
+  types: string[],
+  extra: Record<string, string> = {},
+): string {
+  const dir = join(consumer, name);
+  mkdirSync(dir);
+  const files = Object.entries(extra).map(([file, code]) => {
+    writeFileSync(join(dir, file), code);
+    return join(dir, file);
+  });
+  for (const block of blocks) {
+    const file = join(dir, `${block.origin.replace(/[^A-Za-z0-9]+/g, "_")}.ts`);
+    // `export {}` keeps a block without imports a module, so blocks never share a scope.
+    writeFileSync(file, `${block.code}\nexport {};\n`);
+    files.push(file);
+  }
+  const { options, errors } = ts.convertCompilerOptionsFromJson({ ...strict, types }, dir);
+  if (errors.length) throw new Error(format(errors));
+  const program = ts.createProgram({ rootNames: files, options });
+  const ours = program
+    .getSourceFiles()
+    .filter((file) => file.fileName.startsWith(dir) || file.fileName.includes("/node_modules/edgelimit/"));
+  const diagnostics = [
+    ...program.getOptionsDiagnostics(),
+    ...program.getGlobalDiagnostics(),
+    ...ours.flatMap((file) => [
+      ...program.getSyntacticDiagnostics(file),
+      ...program.getSemanticDiagnostics(file),
+    ]),
+  ];
+  // Name the README line rather than the temp file.
+  return format(diagnostics).replace(
+    /^\S*?([A-Za-z]+)_md_(\d+)\.ts\((\d+),(\d+)\)/gm,
+    (_, file, line, row, col) => `${file}.md:${Number(line) + Number(row) - 1}:${col}`,
+  );
+}
+
+const readme = tsBlocks(readFileSync(join(root, "README.md"), "utf8"), "README.md");
+const all = [...readme, ...examples(join(root, "examples"))];
+
+describe("the README's TypeScript, as a consumer compiles it", () => {
+  it("has blocks to check (the extraction itself works)", () => {
+    expect(readme.length).toBeGreaterThanOrEqual(4);
+    expect(readme.some((block) => block.code.includes('from "edgelimit/hono"'))).toBe(true);
+  });
+
+  it("edge code and the edge entry points' .d.ts typecheck strictly with no @types/node", () => {
+    const edge = all.filter((block) => !needsNode(block.code));
+    expect(edge.length).toBeGreaterThan(0);
+    const entries =
+      'export * from "edgelimit";\nexport * from "edgelimit/hono";\nexport * from "edgelimit/vercel";\n';
+    expect(typecheck("edge", edge, [], { "entries.ts": entries })).toBe("");
+  }, 120_000);
+
+  it("Node code (the bridge, process.env) typechecks strictly with @types/node", () => {
+    expect(
+      typecheck(
+        "node",
+        all.filter((block) => needsNode(block.code)),
+        ["node"],
+      ),
+    ).toBe("");
+  }, 120_000);
+
+  it("the bridge's .d.ts does need @types/node, as the README says", () => {
+    const bridge = { origin: "bridge", code: 'export * from "edgelimit/bridge";' };
+    expect(typecheck("bridge-without-node", [bridge], [])).toMatch(/Cannot find name 'Buffer'/);
+    expect(readFileSync(join(root, "README.md"), "utf8")).toMatch(
+      /edgelimit\/bridge[^\n]*@types\/node|@types\/node[^\n]*bridge/,
+    );
+  }, 120_000);
+});
+
+describe("the README's bundle size", () => {
+  it("holds for a fresh `wrangler deploy --dry-run` of the Worker", async () => {
+    const text = readFileSync(join(root, "README.md"), "utf8").replace(/\s+/g, " ");
+    const claim =
+      /is under (\d+) KiB, under (\d+) KiB gzipped, and `@upstash\/redis` is its largest part, larger than all of edgelimit's own code/.exec(
+        text,
+      );
+    expect(claim, "the README's sentence about the bundle").not.toBeNull();
+    const out = mkdtempSync(join(tmpdir(), "edgelimit-bundle-"));
+    try {
+      const wrangler = join(root, "node_modules", ".bin", "wrangler");
+      const meta = join(out, "meta.json");
+      const { stdout } = await promisify(execFile)(
+        wrangler,
+        ["deploy", "--dry-run", "--outdir", join(out, "bundle"), "--metafile", meta],
+        { cwd: root, env: { ...process.env, WRANGLER_SEND_METRICS: "false", NO_COLOR: "1" } },
+      );
+      const size = /Total Upload: ([\d.]+) KiB \/ gzip: ([\d.]+) KiB/.exec(stdout);
+      expect(size, stdout).not.toBeNull();
+      expect(Number(size?.[1])).toBeLessThan(Number(claim?.[1]));
+      expect(Number(size?.[2])).toBeLessThan(Number(claim?.[2]));
+      // Bytes in the bundle by origin: each package in node_modules, and edgelimit's own src/ as one.
+      const { outputs } = JSON.parse(readFileSync(meta, "utf8")) as {
+        outputs: Record<string, { entryPoint?: string; inputs: Record<string, { bytesInOutput: number }> }>;
+      };
+      const bytes = new Map<string, number>();
+      for (const output of Object.values(outputs)) {
+        for (const [path, input] of Object.entries(output.inputs)) {
+          const name =
+            /node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(path)?.[1] ??
+            (path.startsWith("src/") ? "edgelimit" : path);
+          bytes.set(name, (bytes.get(name) ?? 0) + input.bytesInOutput);
+        }
+      }
+      const redis = bytes.get("@upstash/redis") ?? 0;
+      for (const [name, size] of bytes)
+        if (name !== "@upstash/redis") expect(redis, name).toBeGreaterThan(size);
+    } finally {
+      rmSync(out, { recursive: true, force: true });
+    }
+  }, 120_000);
+});
