@@ -118,64 +118,109 @@ const FIELDS: Record<Algorithm, readonly string[]> = {
 };
 
 /**
- * Validates one rule and turns it into what the script reads. Throws an Error naming the rule and field.
+ * Validates one rule and turns it into what the script reads. Throws an Error naming the rule and
+ * field; when several fields are wrong, the message lists every one, separated by "; ".
  *
  * @example
  * compileRule("daily", fixedWindow({ limit: 1000, window: "1d" })).args // ["fixedWindow", "1000", "86400000", "0"]
  */
 export function compileRule(name: string, config: RuleConfig): Rule {
+  const checked = checkRule(name, config);
+  if (checked.rule === undefined) throw new Error(checked.errors.join("; "));
+  return checked.rule;
+}
+
+/**
+ * Validates one rule and reports every problem, each "rules.<name>.<field>: message" (or
+ * "rules.<name>: message" for one that spans fields): the rule, or the list of what is wrong.
+ *
+ * @example
+ * checkRule("r", { algorithm: "gcra", limit: 0, period: "1 week" }).errors
+ * // ['rules.r.limit: must be a positive whole number, got 0', 'rules.r.period: "1 week" is not a duration; ...']
+ */
+export function checkRule(
+  name: string,
+  config: RuleConfig,
+):
+  | { readonly rule: Rule; readonly errors: readonly [] }
+  | { readonly rule: undefined; readonly errors: readonly string[] } {
+  const errors: string[] = [];
+  const fail = (message: string) => ({ rule: undefined, errors: [...errors, message] });
   if (!NAME.test(name)) {
-    throw new Error(`rules: rule name ${describe(name)} must be 1-64 characters of A-Z a-z 0-9 _ . -`);
+    errors.push(`rules: rule name ${describe(name)} must be 1-64 characters of A-Z a-z 0-9 _ . -`);
   }
   const at = `rules.${name}`;
-  if (config === null || typeof config !== "object") {
-    throw new Error(`${at}: expected a rule such as gcra({ limit, period }), got ${describe(config)}`);
+  if (config === null || typeof config !== "object" || Array.isArray(config)) {
+    return fail(`${at}: expected a rule such as gcra({ limit, period }), got ${describe(config)}`);
   }
   const algorithm = (config as { algorithm?: unknown }).algorithm;
   if (typeof algorithm !== "string" || !Object.hasOwn(FIELDS, algorithm)) {
-    throw new Error(
+    return fail(
       `${at}.algorithm: unknown algorithm ${describe(algorithm)}; use one of ${Object.keys(FIELDS).join(", ")}`,
     );
   }
   const known = FIELDS[algorithm as Algorithm];
   for (const field of Object.keys(config)) {
     if (field !== "algorithm" && !known.includes(field)) {
-      throw new Error(`${at}.${field}: not an option of ${algorithm}; it takes ${known.join(", ")}`);
+      errors.push(`${at}.${field}: not an option of ${algorithm}; it takes ${known.join(", ")}`);
     }
   }
   const c = config as unknown as Record<string, unknown>;
-  const make = (limit: number, policy: Rule["policy"], params: number[]): Rule => ({
-    name,
-    algorithm: algorithm as Algorithm,
-    limit,
-    policy,
-    args: [algorithm, String(params[0] ?? 0), String(params[1] ?? 0), String(params[2] ?? 0)],
-  });
+  // Each field is checked on its own, so one mistake does not hide the next.
+  const read = <T>(parse: () => T): T | undefined => {
+    try {
+      return parse();
+    } catch (error) {
+      errors.push((error as Error).message);
+      return undefined;
+    }
+  };
+  const bounded = (count: number | undefined, ms: number | undefined, what: string) => {
+    if (count !== undefined && ms !== undefined) read(() => bound(count, ms, `${at}: ${what}`));
+  };
+  const make = (limit: number, policy: Rule["policy"], params: number[]) => {
+    if (errors.length > 0) return { rule: undefined, errors };
+    const rule: Rule = {
+      name,
+      algorithm: algorithm as Algorithm,
+      limit,
+      policy,
+      args: [algorithm, String(params[0] ?? 0), String(params[1] ?? 0), String(params[2] ?? 0)],
+    };
+    return { rule, errors: [] as const };
+  };
   switch (algorithm as Algorithm) {
     case "gcra": {
-      const limit = count(c.limit, `${at}.limit`);
-      const period = toMs(c.period, `${at}.period`);
-      const burst = c.burst === undefined ? limit : count(c.burst, `${at}.burst`);
-      bound(burst, period, `${at}: burst × period`);
-      return make(burst, policyOf(burst, limit, period), [limit, period, burst]);
+      const limit = read(() => count(c.limit, `${at}.limit`));
+      const period = read(() => toMs(c.period, `${at}.period`));
+      const burst = c.burst === undefined ? limit : read(() => count(c.burst, `${at}.burst`));
+      bounded(burst, period, "burst × period");
+      if (errors.length > 0) return { rule: undefined, errors };
+      return make(burst!, policyOf(burst!, limit!, period!), [limit!, period!, burst!]);
     }
     case "tokenBucket": {
-      const capacity = count(c.capacity, `${at}.capacity`);
-      const refillRate = count(c.refillRate, `${at}.refillRate`);
-      const interval = c.interval === undefined ? 1000 : toMs(c.interval, `${at}.interval`);
-      bound(capacity, interval, `${at}: capacity × interval`);
-      return make(capacity, policyOf(capacity, refillRate, interval), [capacity, refillRate, interval]);
+      const capacity = read(() => count(c.capacity, `${at}.capacity`));
+      const refillRate = read(() => count(c.refillRate, `${at}.refillRate`));
+      const interval = c.interval === undefined ? 1000 : read(() => toMs(c.interval, `${at}.interval`));
+      bounded(capacity, interval, "capacity × interval");
+      if (errors.length > 0) return { rule: undefined, errors };
+      return make(capacity!, policyOf(capacity!, refillRate!, interval!), [
+        capacity!,
+        refillRate!,
+        interval!,
+      ]);
     }
     default: {
-      const limit = count(c.limit, `${at}.limit`);
-      const window = toMs(c.window, `${at}.window`);
-      bound(limit, window, `${at}: limit × window`);
-      if (algorithm === "slidingLog" && limit > MAX_LOG_LIMIT) {
-        throw new Error(
+      const limit = read(() => count(c.limit, `${at}.limit`));
+      const window = read(() => toMs(c.window, `${at}.window`));
+      bounded(limit, window, "limit × window");
+      if (algorithm === "slidingLog" && limit !== undefined && limit > MAX_LOG_LIMIT) {
+        errors.push(
           `${at}.limit: a sliding log stores one entry per unit, so ${limit} is too many (max ${MAX_LOG_LIMIT}); use slidingWindow or gcra`,
         );
       }
-      return make(limit, policyOf(limit, limit, window), [limit, window]);
+      if (errors.length > 0) return { rule: undefined, errors };
+      return make(limit!, policyOf(limit!, limit!, window!), [limit!, window!]);
     }
   }
 }

@@ -17,7 +17,10 @@
 //       "mode": "enforce",                     or "shadow" (forward, mark EdgeLimit-Shadow, log)
 //       "cost": 1,                             units per request
 //       "timeout": "1s",                       how long a decision waits for Redis (Limiter default 1000 ms)
-//       "onError": "allow" }                   or "deny": the decision when Redis fails or times out
+//       "onError": "allow",                    or "deny": the decision when Redis fails or times out
+//       "concurrency": { "limit": 10, "lease": "30s" },
+//                                              optional: at most 10 requests of one key in flight at once
+//       "lease": { "max": 50, "ttl": "1s" } }  optional: answer hot identifiers from units held per isolate
 //   ],
 //   "allow": ["203.0.113.7", "2001:db8::/32"], never limited (IPs and CIDRs, v4 and v6)
 //   "deny": ["198.51.100.0/24"],               refused with 403 on every path; deny wins over allow
@@ -25,9 +28,10 @@
 //   "legacyHeaders": false                     also send X-RateLimit-Limit / -Remaining / -Reset
 // }
 import * as v from "valibot";
-import { compileRule, NAME, type RuleConfig } from "../engine/algorithms.js";
+import { checkCost, checkRule, NAME, type Rule, type RuleConfig } from "../engine/algorithms.js";
 import { describe, toMs } from "../engine/duration.js";
 import { PREFIX } from "../engine/keys.js";
+import { type LeaseConfig, leaseConfig } from "../engine/leases.js";
 import { type KeySpec, parseKeySpec } from "./identity.js";
 import { IpSet, parseRange } from "./ip.js";
 import { parsePathPattern, type RouteMatch } from "./routes.js";
@@ -48,6 +52,10 @@ export interface RouteConfig {
   readonly timeout?: number;
   /** What a decision is when Redis fails or times out (the Limiter's default, "allow", when absent). */
   readonly onError?: "allow" | "deny";
+  /** Leases for hot identifiers (the Limiter's `lease` option; off when absent). */
+  readonly lease?: LeaseConfig;
+  /** At most `limit` requests per key in flight, each slot held at most `lease` ms (off when absent). */
+  readonly concurrency?: { readonly limit: number; readonly lease: number };
 }
 
 /** The whole configuration, validated. */
@@ -196,13 +204,10 @@ const rules = v.pipe(
     }
     let failed = false;
     for (const [name, rule] of entries) {
-      try {
-        compileRule(name, rule as RuleConfig);
-      } catch (error) {
+      // checkRule names each field as `rules.<name>.<field>: ...`; re-root those paths under this route.
+      const own = `rules.${name}`;
+      for (const message of checkRule(name, rule as RuleConfig).errors) {
         failed = true;
-        // compileRule names the field as `rules.<name>.<field>: ...`; re-root that path under this route.
-        const message = (error as Error).message;
-        const own = `rules.${name}`;
         let path: v.IssuePathItem[] = [
           { type: "unknown", origin: "value", input: rule, key: name, value: rule },
         ];
@@ -226,6 +231,30 @@ const rules = v.pipe(
   }),
 );
 
+// The Limiter's own check of `lease`, its "lease.max: ..." re-rooted under the route's lease field.
+function lease() {
+  return v.rawTransform<unknown, LeaseConfig>(({ dataset, addIssue, NEVER }) => {
+    try {
+      return leaseConfig(dataset.value);
+    } catch (error) {
+      const message = (error as Error).message;
+      const field = /^lease\.([A-Za-z]+): /.exec(message);
+      if (!field) {
+        addIssue({ message: message.replace(/^lease: /, "") });
+        return NEVER;
+      }
+      const input = dataset.value;
+      const key = field[1]!;
+      const value = (input as Record<string, unknown>)[key];
+      addIssue({
+        message: message.slice(field[0].length),
+        path: [{ type: "unknown", origin: "value", input, key, value }],
+      });
+      return NEVER;
+    }
+  });
+}
+
 const route = strict("a route object such as { name, match, key, rules }", {
   name: v.pipe(
     text("a route name"),
@@ -246,6 +275,19 @@ const route = strict("a route object such as { name, match, key, rules }", {
     ),
   ),
   onError: v.optional(v.picklist(["allow", "deny"], (issue) => `must be "allow" or "deny"${got(issue)}`)),
+  lease: v.optional(v.pipe(v.unknown(), lease())),
+  concurrency: v.optional(
+    strict('an object such as { "limit": 10, "lease": "30s" }', {
+      limit: v.pipe(
+        positiveWhole,
+        v.maxValue(1_000_000, (issue) => `must be at most 1000000${got(issue)}`),
+      ),
+      lease: v.pipe(
+        duration,
+        v.maxValue(2 ** 31 - 1, (issue) => `must be at most 2147483647 ms (about 24.8 days)${got(issue)}`),
+      ),
+    }),
+  ),
 });
 
 const schema = strict("a JSON object such as { origin, routes }", {
@@ -304,7 +346,7 @@ export function parseConfig(input: unknown): ConfigResult {
         const message = issue.kind === "schema" && issue.input === undefined ? "is required" : issue.message;
         return `${at || "EDGELIMIT_CONFIG"}: ${message}`;
       });
-  errors.push(...duplicateNames(value));
+  errors.push(...duplicateNames(value), ...impossibleCosts(value));
   if (!result.success || errors.length > 0) return { ok: false, errors };
   const output = result.output;
   return {
@@ -331,6 +373,28 @@ function duplicateNames(value: unknown): string[] {
     const first = seen.get(name);
     if (first === undefined) seen.set(name, i);
     else errors.push(`routes[${i}].name: ${JSON.stringify(name)} is already the name of routes[${first}]`);
+  });
+  return errors;
+}
+
+// A route whose cost is more than one of its rules can ever hold would answer every request with a 429.
+// Checked from the raw input too, for rules that are themselves valid, so it is reported alongside the rest.
+function impossibleCosts(value: unknown): string[] {
+  const routes = (value as { routes?: unknown } | null)?.routes;
+  if (!Array.isArray(routes)) return [];
+  const errors: string[] = [];
+  routes.forEach((route, i) => {
+    const { cost, rules } = (route ?? {}) as { cost?: unknown; rules?: unknown };
+    if (typeof cost !== "number" || !Number.isInteger(cost) || cost < 1) return;
+    if (rules === null || typeof rules !== "object" || Array.isArray(rules)) return;
+    const compiled = Object.entries(rules)
+      .map(([name, rule]) => checkRule(name, rule as RuleConfig).rule)
+      .filter((rule): rule is Rule => rule !== undefined);
+    try {
+      checkCost(compiled, cost, `routes[${i}].cost`);
+    } catch (error) {
+      errors.push((error as Error).message);
+    }
   });
   return errors;
 }

@@ -131,33 +131,35 @@ const cases: { name: string; rule: RuleConfig; steps: Step[] }[] = [
       [0, 1, true, 0, 1, 0],
     ],
   },
+  // Hour-long periods and windows: the keys' TTLs (real time) outlive the test by far.
   {
-    // T = 1000 / 2^40 ms; d and next_d reach 1000 × 2^40 (about 2^50) in units of 1/limit ms
+    // T = 3,600,000 / 2^28 ms; d and next_d reach 2^28 × 3,600,000 (about 2^49.8) in 1/limit ms
     name: "gcra near the largest burst × period",
-    rule: gcra({ limit: 2 ** 40, period: "1s", burst: 2 ** 40 }),
+    rule: gcra({ limit: 2 ** 28, period: "1h", burst: 2 ** 28 }),
     steps: [
-      [0, 2 ** 40 - 1, true, 1, 1000, 0],
-      [0, 1, true, 0, 1000, 0],
-      [0, 1, false, 0, 1000, 1],
-      [500, 0, true, 2 ** 39, 1000, 0],
+      [0, 2 ** 28 - 1, true, 1, 3_600_000, 0],
+      [0, 1, true, 0, 3_600_000, 0],
+      [0, 1, false, 0, 3_600_000, 1],
+      [1_800_000, 0, true, 2 ** 27, 3_600_000, 0],
     ],
   },
   {
+    // T0 is 14 minutes past an hour: the window ends 46 minutes later
     name: "fixedWindow near the largest limit × window",
-    rule: fixedWindow({ limit: 2 ** 40, window: 1000 }),
+    rule: fixedWindow({ limit: 2 ** 28, window: "1h" }),
     steps: [
-      [0, 1, true, 2 ** 40 - 1, 1000, 0],
-      [0, 2 ** 40 - 1, true, 0, 1000, 0],
-      [0, 1, false, 0, 1000, 1000],
+      [0, 1, true, 2 ** 28 - 1, 2_760_000, 0],
+      [0, 2 ** 28 - 1, true, 0, 2_760_000, 0],
+      [0, 1, false, 0, 2_760_000, 2_760_000],
     ],
   },
   {
     name: "slidingWindow near the largest limit × window",
-    rule: slidingWindow({ limit: 2 ** 40, window: 1000 }),
+    rule: slidingWindow({ limit: 2 ** 28, window: "1h" }),
     steps: [
-      [0, 1, true, 2 ** 40 - 1, 2000, 0],
-      [999, 2 ** 40 - 1, true, 0, 2000, 0],
-      [1500, 0, true, 2 ** 39, 2000, 0],
+      [0, 1, true, 2 ** 28 - 1, 6_360_000, 0],
+      [0, 2 ** 28 - 1, true, 0, 6_360_000, 0],
+      [4_560_000, 0, true, 2 ** 27, 6_360_000, 0], // half-way through the next window
     ],
   },
 ];

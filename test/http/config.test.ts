@@ -306,3 +306,50 @@ describe("every error names the path of the field at fault", () => {
     ]);
   });
 });
+
+describe("every error of a rule, and costs no rule can admit", () => {
+  test("a rule with several mistakes reports each of them", () => {
+    expect(
+      errorsOf({
+        ...base,
+        routes: [
+          {
+            ...login,
+            rules: {
+              bad: {
+                algorithm: "tokenBucket",
+                capacity: 0,
+                refillRate: 2 ** 60,
+                interval: "1 week",
+                extra: 1,
+              },
+              big: { algorithm: "gcra", limit: 10, period: "1d", burst: 2 ** 24 },
+            },
+          },
+        ],
+      }),
+    ).toEqual([
+      "routes[0].rules.bad.extra: not an option of tokenBucket; it takes capacity, refillRate, interval",
+      "routes[0].rules.bad.capacity: must be a positive whole number, got 0",
+      "routes[0].rules.bad.refillRate: must be at most 2^50 (1125899906842624) to be counted exactly, got 1152921504606847000",
+      'routes[0].rules.bad.interval: "1 week" is not a duration; use milliseconds or a string like "500ms", "10s", "1m", "1h", "1d"',
+      "routes[0].rules.big: burst × period is 1449551462400000 ms, too large to count exactly: it must be at most 2^50 (1125899906842624)",
+    ]);
+  });
+
+  test("a cost above what one of the route's rules can ever hold is an error, naming the rule", () => {
+    const rules = {
+      burst: { algorithm: "gcra", limit: 10, period: "1s", burst: 20 },
+      daily: { algorithm: "fixedWindow", limit: 1000, window: "1d" },
+    };
+    expect(errorsOf({ ...base, routes: [{ ...login, rules, cost: 21 }] })).toEqual([
+      'routes[0].cost: 21 can never be admitted: rule "burst" holds at most 20 (make the cost at most 20, or raise the rule\'s limit)',
+    ]);
+    expect(parseConfig({ ...base, routes: [{ ...login, rules, cost: 20 }] }).ok).toBe(true);
+    // reported beside the other problems, not after they are fixed
+    expect(errorsOf({ ...base, routes: [{ ...login, rules, cost: 21, mode: "x" }] })).toEqual([
+      'routes[0].mode: must be "enforce" or "shadow", got "x"',
+      'routes[0].cost: 21 can never be admitted: rule "burst" holds at most 20 (make the cost at most 20, or raise the rule\'s limit)',
+    ]);
+  });
+});
