@@ -101,7 +101,8 @@ export const rateLimit = <E extends Env = Env>({
       c.header(SHADOW_HEADER, "no-key");
       return;
     }
-    const decision = await limiter.limit(id, { cost: await cost(ctx) });
+    // Lease refunds due now finish after the response, through the runtime's waitUntil where it has one.
+    const decision = await limiter.limit(id, { cost: await cost(ctx), waitUntil: waitUntilOf(c) });
     const now = limiter.clock();
     c.set("rateLimit", decision);
     const where = { key: id, decision, method: c.req.method, path: c.req.path };
@@ -119,6 +120,17 @@ export const rateLimit = <E extends Env = Env>({
     for (const [name, value] of Object.entries(headers)) c.header(name, value);
   };
 };
+
+/** `c.executionCtx.waitUntil` on Workers and other runtimes that give one; undefined elsewhere (Node). */
+function waitUntilOf(c: Context): ((promise: Promise<unknown>) => void) | undefined {
+  let ctx: { waitUntil(promise: Promise<unknown>): void } | undefined;
+  try {
+    ctx = c.executionCtx; // a getter that throws where the runtime gave none
+  } catch {
+    return undefined;
+  }
+  return typeof ctx?.waitUntil === "function" ? (promise) => ctx.waitUntil(promise) : undefined;
+}
 
 function shadowLine(decision: Decision, { method, path }: { method: string; path: string }): string {
   const retry = Number.isFinite(decision.retryAfter) ? `retry in ${decision.retryAfter} ms` : "never fits";

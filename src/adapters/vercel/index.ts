@@ -66,7 +66,7 @@ export function createMiddleware(
     if (!limited(pathname)) return undefined;
     const id = await key(request);
     if (id === undefined) return onMissingKey(request);
-    const decision = await limiter.limit(id, { cost: await cost(request) });
+    const decision = await limiter.limit(id, { cost: await cost(request), waitUntil: vercelWaitUntil() });
     const failure = failures.record(decision, `${request.method} ${pathname}`);
     if (failure) console.warn(failure);
     const { refusal, headers } = enforce(decision, limiter.rules, {
@@ -89,6 +89,17 @@ export function clientIp(request: Request): string | undefined {
   const text = ipAddress(request);
   const address = text === undefined ? undefined : parseIp(text.trim());
   return address && clientKey(address);
+}
+
+/**
+ * Vercel's `waitUntil` for this request (what `waitUntil` of @vercel/functions calls), so that lease
+ * refunds finish after the response; undefined outside a Vercel request (then a timer sends them).
+ */
+function vercelWaitUntil(): ((promise: Promise<unknown>) => void) | undefined {
+  const holder = globalThis as { [key: symbol]: { get?: () => { waitUntil?: unknown } } | undefined };
+  const context = holder[Symbol.for("@vercel/request-context")]?.get?.();
+  const waitUntil = context?.waitUntil;
+  return typeof waitUntil === "function" ? (promise) => waitUntil.call(context, promise) : undefined;
 }
 
 /** A predicate over URL paths, from the Worker's own route patterns (`routes.ts`), so both agree. */

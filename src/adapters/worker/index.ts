@@ -103,6 +103,7 @@ function limitedRoute(route: RouteConfig, config: EdgelimitConfig, redis: Redis)
     rules: route.rules,
     ...(route.timeout === undefined ? {} : { timeout: route.timeout }),
     ...(route.onError === undefined ? {} : { onError: route.onError }),
+    ...(route.lease === undefined ? {} : { lease: route.lease }),
   });
   const limit = rateLimit<AppEnv>({
     limiter,
