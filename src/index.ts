@@ -20,8 +20,8 @@ export {
 } from "./engine/concurrency.js";
 export { type Duration, toMs } from "./engine/duration.js";
 export { RedisCallError, type RedisErrorKind } from "./engine/errors.js";
-export { Limiter, type LimiterOptions, type LimitOptions } from "./engine/limiter.js";
 export type { LeaseOptions, WaitUntil } from "./engine/leases.js";
+export { Limiter, type LimiterOptions, type LimitOptions } from "./engine/limiter.js";
 export {
   type AcquireOptions,
   type ExtendResult,
