@@ -4,6 +4,7 @@
 
 import { sha256Hex } from "../engine/sha256.js";
 import { formatIp, type IpAddress, isIpv4, networkOf, parseIp } from "./ip.js";
+import { canonicalPath } from "./routes.js";
 
 /** What a route counts by, parsed from its `key`. */
 export type KeySpec =
@@ -86,7 +87,8 @@ export function identify(
     case "ip":
       return ip && clientKey(ip);
     case "path":
-      return normalizedPath;
+      // one counter per path however it is spelt: /login;x and /login%2F are /login
+      return canonicalPath(normalizedPath);
     case "global":
       return "global";
     case "header": {

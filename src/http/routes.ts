@@ -1,7 +1,14 @@
 // Which route a request falls under. Paths are compared in a normalized form because the origin, not
-// the limiter, decides what a path means: if POST /Login, //login, /login/ or /log%69n reach the same
-// handler as /login, they must count against the same limit, or the limit is one spelling away from
-// useless. Normalizing can only make more requests match (never fewer), so it errs on the safe side.
+// the limiter, decides what a path means: if POST /Login, //login, /login/, /log%69n, /login;jsessionid=x
+// or /login%2F reach the same handler as /login, they must count against the same limit, or the limit is
+// one spelling away from useless. Normalizing can only make more requests match (never fewer), so it
+// errs on the safe side:
+//   - always: unreserved characters percent-decoded (%69 is "i", %2e is "."), "\" read as "/", runs of
+//     slashes collapsed, "." and ".." resolved, a trailing slash dropped, everything lowercased;
+//   - both ways, where origins differ: a path parameter (";jsessionid=x", stripped by Tomcat, Jetty and
+//     Spring, kept by others) and an encoded slash (%2F or %5C, a separator to origins that decode it
+//     first, part of a segment to others). A pattern matches when any reading of the path matches it,
+//     so /login;x and /login%2F fall under /login, and /files/a%2Fb still falls under /files/:name.
 
 /** A compiled `match.path`: literal segments, `:name` (any one segment), and an optional trailing `*`. */
 export interface PathPattern {
@@ -12,10 +19,14 @@ export interface PathPattern {
 }
 
 const UNRESERVED = /[A-Za-z0-9\-._~]/;
+// After lowercasing: an encoded "/" or "\", and a segment's path parameters.
+const ENCODED_SLASH = /%2f|%5c/g;
+const PARAMETERS = /;[^/]*/g;
 
 /**
- * The form paths are compared in: unreserved characters percent-decoded, dot segments resolved, runs
- * of slashes collapsed, a trailing slash dropped, lowercased.
+ * The form paths are compared in: unreserved characters percent-decoded, "\" read as "/", dot segments
+ * resolved, runs of slashes collapsed, a trailing slash dropped, lowercased. Path parameters (";x") and
+ * encoded slashes (%2f, %5c) are kept: matching reads them both ways (see {@link canonicalPath}).
  *
  * @example
  * normalizePath("//API/v1/../Log%69n/") // "/api/login"
@@ -25,17 +36,51 @@ export function normalizePath(pathname: string): string {
     const char = String.fromCharCode(Number.parseInt(hex, 16));
     return UNRESERVED.test(char) ? char : encoded;
   });
+  return join(resolve(decoded.replace(/\\/g, "/").toLowerCase()));
+}
+
+/**
+ * The one form of a normalized path that an origin stripping path parameters and decoding encoded
+ * slashes would see: "/login;jsessionid=x" and "/login%2f" are both "/login". What the `path` key
+ * counts by, so that no spelling of a path gets a counter of its own.
+ *
+ * @example
+ * canonicalPath(normalizePath("/Login;jsessionid=x/")) // "/login"
+ */
+export function canonicalPath(normalizedPath: string): string {
+  return join(resolve(normalizedPath.replace(PARAMETERS, "").replace(ENCODED_SLASH, "/")));
+}
+
+/** Segments with "" and "." dropped and ".." applied. */
+function resolve(path: string): string[] {
   const out: string[] = [];
-  for (const segment of decoded.split("/")) {
+  for (const segment of path.split("/")) {
     if (segment === "" || segment === ".") continue;
     if (segment === "..") out.pop();
     else out.push(segment);
   }
-  return `/${out.join("/")}`.toLowerCase();
+  return out;
 }
 
-function segmentsOf(normalized: string): string[] {
-  return normalized === "/" ? [] : normalized.slice(1).split("/");
+function join(segments: readonly string[]): string {
+  return `/${segments.join("/")}`;
+}
+
+/** Every way an origin may read a normalized path, as segments: the path as it is first. */
+function readings(normalizedPath: string): string[][] {
+  const plain = resolve(normalizedPath);
+  const hasParameters = normalizedPath.includes(";");
+  const hasSlashes = normalizedPath.includes("%2f") || normalizedPath.includes("%5c");
+  if (!hasParameters && !hasSlashes) return [plain];
+  const stripped = normalizedPath.replace(PARAMETERS, "");
+  const split = normalizedPath.replace(ENCODED_SLASH, "/");
+  return [
+    plain,
+    resolve(stripped),
+    resolve(split),
+    resolve(stripped.replace(ENCODED_SLASH, "/")),
+    resolve(split.replace(PARAMETERS, "")),
+  ];
 }
 
 /**
@@ -54,7 +99,7 @@ export function parsePathPattern(source: string): PathPattern {
   if (body.includes("*")) {
     throw new Error(`${JSON.stringify(source)}: "*" may only be the whole last segment, as in "/api/*"`);
   }
-  const segments = segmentsOf(normalizePath(body)).map((segment) => {
+  const segments = resolve(canonicalPath(normalizePath(body))).map((segment) => {
     if (!segment.startsWith(":")) return segment;
     if (segment.length === 1) throw new Error(`${JSON.stringify(source)}: name the parameter, as in "/:id"`);
     return null;
@@ -69,10 +114,11 @@ export function parsePathPattern(source: string): PathPattern {
  * matchesPath(parsePathPattern("/users/:id"), normalizePath("/users/42")) // true
  */
 export function matchesPath(pattern: PathPattern, normalizedPath: string): boolean {
-  const segments = segmentsOf(normalizedPath);
   const want = pattern.segments;
-  if (pattern.rest ? segments.length < want.length : segments.length !== want.length) return false;
-  return want.every((segment, i) => segment === null || segment === segments[i]);
+  return readings(normalizedPath).some((segments) => {
+    if (pattern.rest ? segments.length < want.length : segments.length !== want.length) return false;
+    return want.every((segment, i) => segment === null || segment === segments[i]);
+  });
 }
 
 /** What a route matches: a path pattern and a set of methods, each optional (absent: any). */

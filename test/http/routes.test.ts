@@ -2,7 +2,13 @@ import { describe, expect, test } from "vitest";
 import { sha256Hex } from "../../src/engine/sha256.js";
 import { cookie, identify, parseKeySpec } from "../../src/http/identity.js";
 import { parseIp } from "../../src/http/ip.js";
-import { findRoute, matchesPath, normalizePath, parsePathPattern } from "../../src/http/routes.js";
+import {
+  canonicalPath,
+  findRoute,
+  matchesPath,
+  normalizePath,
+  parsePathPattern,
+} from "../../src/http/routes.js";
 
 describe("normalizePath", () => {
   test.each([
@@ -15,11 +21,75 @@ describe("normalizePath", () => {
     ["/../../login", "/login"],
     ["/log%69n", "/login"],
     ["/%7Euser", "/~user"],
-    ["/a%2Fb", "/a%2fb"], // an escaped slash stays escaped: it is not a separator
+    ["/a%2Fb", "/a%2fb"], // an escaped slash is kept here: matching reads it both ways
     ["/a%20b", "/a%20b"],
     ["/%2e%2e/login", "/login"], // an escaped dot segment is still a dot segment once decoded
+    ["/login;jsessionid=x", "/login;jsessionid=x"], // so are path parameters
+    ["/a\\login", "/a/login"],
   ])("%j → %j", (input, expected) => {
     expect(normalizePath(input)).toBe(expected);
+  });
+
+  test.each([
+    ["/login;jsessionid=x", "/login"],
+    ["/login%2F", "/login"],
+    ["/login%5c", "/login"],
+    ["/LOGIN;a=1/", "/login"],
+    ["/a/..;/login", "/login"],
+    ["/a%2F..%2Flogin", "/login"],
+    ["/files/a%2Fb", "/files/a/b"],
+  ])("canonicalPath(normalizePath(%j)) → %j", (input, expected) => {
+    expect(canonicalPath(normalizePath(input))).toBe(expected);
+  });
+});
+
+describe("spellings of /login that an origin may treat as /login all fall under /login", () => {
+  const login = parsePathPattern("/login");
+  test.each([
+    "/login",
+    "/login/",
+    "//login",
+    "/LOGIN",
+    "/Log%69n",
+    "/%6c%6f%67%69%6e",
+    "/login/.",
+    "/x/../login",
+    "/x/%2e%2e/login",
+    "/%2e/login",
+    "/login;jsessionid=x",
+    "/login;jsessionid=x/",
+    "/login;",
+    "/login%2F",
+    "/login%2f%2f",
+    "/login%5C",
+    "/x%2F..%2Flogin",
+    "/x/..;/login",
+    "/x;y/..;z/login",
+    "\\login",
+  ])("%j", (path) => {
+    expect(matchesPath(login, normalizePath(path))).toBe(true);
+  });
+
+  test.each(["/login2", "/logins", "/login/x", "/login%20", "/log/in", "/x/login", "/login%252F"])(
+    "but not %j",
+    (path) => {
+      expect(matchesPath(login, normalizePath(path))).toBe(false);
+    },
+  );
+
+  test("an encoded slash inside a :name segment still matches it, as an origin that keeps it reads it", () => {
+    const file = parsePathPattern("/files/:name/edit");
+    expect(matchesPath(file, normalizePath("/files/a%2Fb/edit"))).toBe(true);
+    expect(matchesPath(file, normalizePath("/files/a;v=1/edit;x"))).toBe(true);
+    expect(matchesPath(file, normalizePath("/files/a%2Fb/edit;x"))).toBe(true);
+  });
+
+  test("the path key counts every spelling as one path", () => {
+    const request = new Request("https://example.com/");
+    const key = (path: string) => identify({ kind: "path" }, request, undefined, normalizePath(path));
+    expect(new Set(["/login", "/login;a", "/login;b", "/LOGIN%2F", "/x/..;/login"].map(key))).toEqual(
+      new Set(["/login"]),
+    );
   });
 });
 
