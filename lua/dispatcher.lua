@@ -1,46 +1,70 @@
--- The dispatcher: checks every rule for one identifier, then commits all of them or none.
+-- The dispatcher: checks every rule for one identifier, then commits all of them or none (the
+-- contract with the algorithms is in prelude.lua).
 --
--- KEYS[i]  the state key of rule i (all keys of a call share one cluster hash tag)
--- ARGV[1]  now, epoch ms, from the caller's clock
--- ARGV[2]  cost, a whole number of units; 0 peeks (answers for a cost of 1, writes nothing)
--- ARGV[3 + 4(i-1) ..]  rule i: algorithm name, then up to three integer parameters
+-- ARGV[3 + 4n]  (optional, n rules) reserve: up to this many units more to take beside `cost`, for a
+--               lease. Reserved units are taken like the cost, under every rule or none: at most half
+--               of what the tightest rule has left after the cost (so the last units of a quota are
+--               always decided here), at most `reserve`. Nothing is reserved on a peek or a denial.
 --
--- Returns 4 integers per rule: allowed (1/0), remaining, resetAt (epoch ms), retryAfter (ms; -1 = never).
-local now = tonumber(ARGV[1])
-local cost = tonumber(ARGV[2])
+-- Returns 4 integers per rule: allowed (1/0), remaining, resetAt (epoch ms), retryAfter (ms; -1 = never),
+-- then, when a reservation was asked for, the number of units reserved. Remaining counts every unit
+-- taken, reserved ones included. A rule that admits reports retryAfter 0, also when another denies.
 local peek = cost == 0
 if peek then cost = 1 end
+local reserve = ARGV[3 + 4 * #KEYS]
+if reserve then reserve = tonumber(reserve) end
 
-local function check(i)
-  local at = 3 + 4 * (i - 1)
-  local algorithm = algorithms[ARGV[at]]
-  if not algorithm then error("edgelimit: unknown algorithm " .. tostring(ARGV[at])) end
-  return algorithm(KEYS[i], now, cost, tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]))
+local function check_of(name)
+  local check = algorithms[name]
+  if not check then error("edgelimit: unknown algorithm " .. tostring(name)) end
+  return check
 end
 
--- One rule, the common case: no tables but the answer.
+-- One rule, the common case: no table but the answer.
 if #KEYS == 1 then
-  local ok, retry, left_now, reset_now, left, reset, write, w1, w2, w3 = check(1)
-  if not ok then return { 0, math.max(0, left_now), reset_now, retry } end
-  if peek then return { 1, left_now, reset_now, 0 } end
-  write(KEYS[1], now, w1, w2, w3)
-  return { 1, left, reset, 0 }
+  local p1, p2, p3 = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+  local room, reset_at, retry_after, commit, s1, s2, s3 = check_of(ARGV[3])(KEYS[1], now, cost, p1, p2, p3)
+  if not reserve then
+    if cost > room then return { 0, math.max(0, room), reset_at, retry_after } end
+    if peek then return { 1, room, reset_at, 0 } end
+    return { 1, room - cost, commit(KEYS[1], now, cost, p1, p2, p3, s1, s2, s3), 0 }
+  end
+  if cost > room then return { 0, math.max(0, room), reset_at, retry_after, 0 } end
+  if peek then return { 1, room, reset_at, 0, 0 } end
+  local reserved = math.min(reserve, math.floor((room - cost) / 2))
+  local units = cost + reserved
+  return { 1, room - units, commit(KEYS[1], now, units, p1, p2, p3, s1, s2, s3), 0, reserved }
 end
 
-local checks, admitted = {}, true
+-- Several rules: check each (reads only), then commit every one or none.
+local rules, admitted, reserved = {}, true, reserve or 0
 for i = 1, #KEYS do
-  local r = { check(i) }
-  checks[i] = r
-  admitted = admitted and r[1]
+  local at = 3 + 4 * (i - 1)
+  local p1, p2, p3 = tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3])
+  local room, reset_at, retry_after, commit, s1, s2, s3 = check_of(ARGV[at])(KEYS[i], now, cost, p1, p2, p3)
+  rules[i] = {
+    room = room, reset_at = reset_at, retry_after = retry_after,
+    commit = commit, args = { p1, p2, p3, s1, s2, s3 },
+  }
+  admitted = admitted and cost <= room
+  if admitted then reserved = math.min(reserved, math.floor((room - cost) / 2)) end
 end
-local commit = admitted and not peek
+local take = admitted and not peek
+if not take then reserved = 0 end
+local units = cost + reserved
 local out = {}
-for i, r in ipairs(checks) do
-  if commit then r[7](KEYS[i], now, r[8], r[9], r[10]) end
+for i, rule in ipairs(rules) do
   local n = 4 * (i - 1)
-  out[n + 1] = r[1] and 1 or 0
-  out[n + 2] = math.max(0, commit and r[5] or r[3])
-  out[n + 3] = commit and r[6] or r[4]
-  out[n + 4] = r[2]
+  if take then
+    out[n + 1], out[n + 2], out[n + 4] = 1, rule.room - units, 0
+    out[n + 3] = rule.commit(KEYS[i], now, units, unpack(rule.args, 1, 6))
+  else
+    local admits = cost <= rule.room
+    out[n + 1] = admits and 1 or 0
+    out[n + 2] = math.max(0, rule.room)
+    out[n + 3] = rule.reset_at
+    out[n + 4] = admits and 0 or rule.retry_after
+  end
 end
+if reserve then out[#out + 1] = reserved end
 return out

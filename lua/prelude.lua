@@ -1,29 +1,52 @@
--- Shared by every algorithm file; the build puts this first, then the algorithms, then dispatcher.lua.
+-- Shared by every algorithm file. The build sends one script: this file, then lua/algorithms/*.lua,
+-- then lua/dispatcher.lua.
 --
--- Each algorithm is a function (key, now, cost, p1, p2, p3) returning plain values, no table (this
--- script runs on every decision, and tables and closures cost Redis time):
---   ok, retry, left_now, reset_now, left, reset, write, w1, w2, w3
---   ok, retry            admitted?  if not, ms until it could be (NEVER when the cost exceeds the limit)
---   left_now, reset_now  remaining units and full-reset time as the state stands (nothing consumed)
---   left, reset          the same after consuming `cost` (when ok)
---   write, w1..w3        how to store that: the dispatcher calls write(key, now, w1, w2, w3)
--- Everything that can fail (reading, parsing) happens in the check; a write runs only once every rule
--- has admitted, and must not fail: Redis does not undo a script's writes when it errors midway.
--- All arithmetic is on integers (Lua doubles are exact below 2^53).
-local algorithms = {}
+-- KEYS[i]  the state key of rule i (all keys of a call share one cluster hash tag)
+-- ARGV[1]  now, epoch ms, from the caller's clock
+-- ARGV[2]  cost, a whole number of units; 0 peeks (answers for a cost of 1, writes nothing)
+-- ARGV[3 + 4(i-1) ..]  rule i: algorithm name, then up to three integer parameters
+--
+-- THE CONTRACT. Each algorithm file registers one function, algorithms.<name>, the check:
+--
+--   algorithms.<name>(key, now, cost, p1, p2, p3) reads the rule's state, writes nothing, and returns
+--     room         units the rule could take now: `cost` is admitted iff cost <= room
+--     reset_at     epoch ms when the rule is back to its full limit, as the state stands
+--     retry_after  when cost > room: ms until `cost` units could be taken (NEVER if never); else 0
+--     commit, ...  how to take units: the dispatcher calls commit(key, now, units, ...) with the
+--                  values that follow it (the algorithm's own, named where it returns them)
+--
+--   commit(key, now, units, ...) writes the state for `units` more taken (0 < units <= room) and
+--     returns the new reset_at. Remaining is then room - units: every algorithm counts whole units.
+--     A commit runs only once every rule has admitted, and must not fail: Redis does not undo a
+--     script's writes when it errors midway, so everything that can fail happens in the check.
+--
+-- A call with one rule may take a shorter path of its algorithm's own (fixed_window.lua does).
+--
+-- REDIS TIME. This script runs on every decision, and Redis runs scripts one at a time. A function
+-- definition builds a closure each time the script runs (about 0.1 µs each, measured), as does every
+-- table, and tonumber() parses a string each time: so an algorithm file defines its functions only
+-- when a rule of this call uses it (`if uses("<name>") then`), and helpers stay few.
+--
+-- All arithmetic is on integers (Lua doubles are exact below 2^53; the rule constructors keep every
+-- product below 2^50). A number handed to redis.call() is sent exactly (integers below 2^53 print in
+-- full); to put one inside a string use int(): Lua's own conversion keeps only 14 digits.
 local NEVER = -1
-local ZADD_CHUNK = 1000
+local now = tonumber(ARGV[1])
+local cost = tonumber(ARGV[2])
+local algorithms = {}
+
+-- Whether a rule of this call uses the algorithm `name` (a scan: a table would cost more).
+local function uses(name)
+  for at = 3, 4 * #KEYS, 4 do
+    if ARGV[at] == name then return true end
+  end
+  return false
+end
 
 local function ceil_div(a, b)
   return math.floor((a + b - 1) / b)
 end
 
--- Lua's own number-to-string conversion keeps only 14 digits; state must round-trip exactly.
 local function int(x)
   return string.format("%d", x)
-end
-
--- The write of every single-string state: the value, and how long it matters.
-local function set_px(key, now, value, ttl)
-  redis.call("SET", key, value, "PX", ttl)
 end

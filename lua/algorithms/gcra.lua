@@ -10,9 +10,21 @@
 -- T is a fraction (1000/3 ms, ...), so TAT is kept exactly as two integers: TAT = A + B/limit ms,
 -- with 0 <= B < limit. In units of 1/limit ms, T is `period` and burst*T is `burst*period`, so every
 -- comparison below is integer arithmetic, exact for any realistic limit.
+-- State: "<A>:<B>". Commands: GET, then SET PX on commit.
+if uses("gcra") then
+  -- TAT becomes now + (d + units*T); the key lives until TAT, when the state equals "no key".
+  local function commit(key, now, units, limit, period, _, d)
+    local next_d = d + units * period
+    local whole = math.floor(next_d / limit)
+    local ttl = ceil_div(next_d, limit)
+    redis.call("SET", key, int(now + whole) .. ":" .. int(next_d - whole * limit), "PX", ttl)
+    return now + ttl
+  end
+
 algorithms.gcra = function(key, now, cost, limit, period, burst)
   local capacity = burst * period
-  -- d: how far TAT lies ahead of now, in 1/limit ms (0 when the stream is idle)
+  -- d: how far TAT lies ahead of now, in 1/limit ms (0 when the stream is idle). TAT never moves
+  -- backwards: a caller whose clock lags sees a larger d and is only held back more.
   local d = 0
   local stored = redis.call("GET", key)
   if stored then
@@ -20,14 +32,10 @@ algorithms.gcra = function(key, now, cost, limit, period, burst)
     a, b = tonumber(a), tonumber(b)
     if a > now or (a == now and b > 0) then d = (a - now) * limit + b end
   end
-  local left_now = math.floor((capacity - d) / period)
-  local reset_now = now + ceil_div(d, limit)
-  if cost > burst then return false, NEVER, left_now, reset_now end
-  local next_d = d + cost * period
-  if next_d > capacity then return false, ceil_div(next_d - capacity, limit), left_now, reset_now end
-  -- TAT never moves backwards: a caller whose clock lags sees a larger d and is only held back more.
-  local whole = math.floor(next_d / limit)
-  local ttl = ceil_div(next_d, limit)
-  return true, 0, left_now, reset_now, math.floor((capacity - next_d) / period), now + ttl,
-    set_px, int(now + whole) .. ":" .. int(next_d - whole * limit), ttl
+  local room = math.floor((capacity - d) / period)
+  local reset_at = now + ceil_div(d, limit)
+  if cost > burst then return room, reset_at, NEVER end
+  if cost > room then return room, reset_at, ceil_div(d + cost * period - capacity, limit) end
+  return room, reset_at, 0, commit, d
+end
 end

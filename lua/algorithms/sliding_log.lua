@@ -6,22 +6,27 @@
 -- of entries in the window: at one stamp that number only grows, so members never collide, however
 -- many units arrive in the same millisecond. Expired entries are trimmed only when a request is
 -- admitted, so a denial or a peek writes nothing.
-local function log_write(key, now, stamp, count, cost_window)
-  local cost, window = cost_window[1], cost_window[2]
-  redis.call("ZREMRANGEBYSCORE", key, "-inf", stamp - window)
-  -- unpack() fails past a few thousand values, and a write must not fail after others were made
-  -- (a script error does not undo them): add at most ZADD_CHUNK entries per call.
-  local prefix = int(stamp) .. ":"
-  for first = 1, cost, ZADD_CHUNK do
-    local entries = {}
-    for i = first, math.min(cost, first + ZADD_CHUNK - 1) do
-      entries[#entries + 1] = stamp
-      entries[#entries + 1] = prefix .. int(count + i)
+-- Commands: ZRANGE (newest) and ZCOUNT; a denial adds ZRANGEBYSCORE (when it could pass), an
+-- admission ZREMRANGEBYSCORE, ZADD (one per 1000 units) and PEXPIRE.
+if uses("slidingLog") then
+  local ZADD_CHUNK = 1000
+
+  local function commit(key, now, units, limit, window, _, stamp, count)
+    redis.call("ZREMRANGEBYSCORE", key, "-inf", stamp - window)
+    -- unpack() fails past a few thousand values, and a write must not fail after others were made
+    -- (a script error does not undo them): add at most ZADD_CHUNK entries per call.
+    local prefix = int(stamp) .. ":"
+    for first = 1, units, ZADD_CHUNK do
+      local entries = {}
+      for i = first, math.min(units, first + ZADD_CHUNK - 1) do
+        entries[#entries + 1] = stamp
+        entries[#entries + 1] = prefix .. int(count + i)
+      end
+      redis.call("ZADD", key, unpack(entries))
     end
-    redis.call("ZADD", key, unpack(entries))
+    redis.call("PEXPIRE", key, stamp + window - now)
+    return stamp + window
   end
-  redis.call("PEXPIRE", key, stamp + window - now)
-end
 
 algorithms.slidingLog = function(key, now, cost, limit, window)
   local newest = redis.call("ZRANGE", key, -1, -1, "WITHSCORES")[2]
@@ -29,15 +34,16 @@ algorithms.slidingLog = function(key, now, cost, limit, window)
   if newest then stamp = math.max(now, tonumber(newest)) end
   local floor = "(" .. int(stamp - window)
   local count = redis.call("ZCOUNT", key, floor, "+inf")
+  local room = limit - count
   -- back to the full limit once the newest entry leaves the window
-  local reset_now = count > 0 and tonumber(newest) + window or now
-  if cost > limit then return false, NEVER, limit - count, reset_now end
-  local excess = count + cost - limit
-  if excess > 0 then
+  local reset_at = count > 0 and tonumber(newest) + window or now
+  if cost > limit then return room, reset_at, NEVER end
+  if cost > room then
     -- wait until the excess-th oldest entry in the window leaves it
+    local excess = count + cost - limit
     local oldest = redis.call("ZRANGEBYSCORE", key, floor, "+inf", "WITHSCORES", "LIMIT", excess - 1, 1)[2]
-    return false, tonumber(oldest) + window - now, limit - count, reset_now
+    return room, reset_at, tonumber(oldest) + window - now
   end
-  return true, 0, limit - count, reset_now, limit - count - cost, stamp + window,
-    log_write, stamp, count, { cost, window }
+  return room, reset_at, 0, commit, stamp, count
+end
 end

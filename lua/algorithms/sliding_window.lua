@@ -7,6 +7,15 @@
 -- worst case (the whole previous window's traffic at its very end) a window of `window` ms that
 -- straddles the boundary can hold up to 2*limit - 1 units. All comparisons are multiplied
 -- through by `window`, so they are integer arithmetic. State: "<current start>:<current>:<previous>".
+-- Commands: GET, then SET PX on commit (the peer's two keys take GET, GET, INCRBY, PEXPIRE).
+if uses("slidingWindow") then
+  -- the key matters until the current window has faded out entirely, a window after it ends
+  local function commit(key, now, units, limit, window, _, start, current, previous)
+    local fades = start + 2 * window
+    redis.call("SET", key, int(start) .. ":" .. int(current + units) .. ":" .. int(previous), "PX", fades - now)
+    return fades
+  end
+
 algorithms.slidingWindow = function(key, now, cost, limit, window)
   local start = now - now % window
   local current, previous = 0, 0
@@ -21,23 +30,27 @@ algorithms.slidingWindow = function(key, now, cost, limit, window)
       previous = c
     end
   end
+  -- A lagging caller (now before the stored window's start) weighs the previous window fully, as at
+  -- the start: never more than its whole count.
   local elapsed = math.max(0, now - start)
   local used = previous * (window - elapsed) + current * window
   local budget = limit * window
-  local left_now = math.max(0, math.floor((budget - used) / window))
+  local room = math.floor((budget - used) / window)
   -- back to the full limit once every counted unit has faded out
-  local reset_now = current > 0 and start + 2 * window or previous > 0 and start + window or now
-  if cost > limit then return false, NEVER, left_now, reset_now end
-  if used + cost * window > budget then
+  local reset_at = current > 0 and start + 2 * window or previous > 0 and start + window or now
+  if cost > limit then return room, reset_at, NEVER end
+  if cost > room then
     if current + cost <= limit then
-      -- the previous window's weight has to fade: smallest e with previous*(window-e) <= room
+      -- the previous window's weight has to fade: smallest e with previous*(window-e) <= room left,
+      -- reached at start + e (counted from now, not from the clamped elapsed: a lagging caller waits
+      -- for its lag as well)
       local fade = window - math.floor((limit - current - cost) * window / previous)
-      return false, math.max(1, fade - elapsed), left_now, reset_now
+      return room, reset_at, math.max(1, start + fade - now)
     end
     -- only the next window can admit it, once this window's count has faded enough
     local fade = window - math.floor((limit - cost) * window / current)
-    return false, (start + window - now) + fade, left_now, reset_now
+    return room, reset_at, (start + window - now) + fade
   end
-  return true, 0, left_now, reset_now, math.floor((budget - used - cost * window) / window), start + 2 * window,
-    set_px, int(start) .. ":" .. int(current + cost) .. ":" .. int(previous), start + 2 * window - now
+  return room, reset_at, 0, commit, start, current, previous
+end
 end

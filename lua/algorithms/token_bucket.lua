@@ -4,7 +4,16 @@
 -- Fractions of a token are carried, not rounded to whole steps: the state counts tokens in units of
 -- 1/interval token ("scaled"), so a bucket earns exactly `refill` scaled units per ms and every
 -- comparison is integer arithmetic. State: "<scaled tokens>:<ms of last refill>". The refill time is
--- never moved backwards, so a caller whose clock lags refills nothing.
+-- never moved backwards, so a caller whose clock lags refills nothing. Commands: GET, then SET PX.
+if uses("tokenBucket") then
+  -- once full again the state equals "no key", so it lives exactly as long as the refill takes
+  local function commit(key, now, units, capacity, refill, interval, tokens, at)
+    local left = tokens - units * interval
+    local refill_ms = ceil_div(capacity * interval - left, refill)
+    redis.call("SET", key, int(left) .. ":" .. int(at), "PX", math.max(1, at - now + refill_ms))
+    return at + refill_ms
+  end
+
 algorithms.tokenBucket = function(key, now, cost, capacity, refill, interval)
   local full = capacity * interval
   local tokens, at = full, now
@@ -17,14 +26,10 @@ algorithms.tokenBucket = function(key, now, cost, capacity, refill, interval)
       at = now
     end
   end
-  local left_now = math.floor(tokens / interval)
-  local reset_now = at + ceil_div(full - tokens, refill)
-  if cost > capacity then return false, NEVER, left_now, reset_now end
-  local need = cost * interval
-  if need > tokens then return false, (at - now) + ceil_div(need - tokens, refill), left_now, reset_now end
-  local left = tokens - need
-  local refill_ms = ceil_div(full - left, refill)
-  -- once full again the state equals "no key", so it lives exactly as long as the refill takes
-  return true, 0, left_now, reset_now, math.floor(left / interval), at + refill_ms,
-    set_px, int(left) .. ":" .. int(at), math.max(1, at - now + refill_ms)
+  local room = math.floor(tokens / interval)
+  local reset_at = at + ceil_div(full - tokens, refill)
+  if cost > capacity then return room, reset_at, NEVER end
+  if cost > room then return room, reset_at, (at - now) + ceil_div(cost * interval - tokens, refill) end
+  return room, reset_at, 0, commit, tokens, at
+end
 end
