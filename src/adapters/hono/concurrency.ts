@@ -121,7 +121,7 @@ function engineOptions(options: Record<string, unknown>): ConcurrencyOptions {
     concurrency: _c,
     ...rest
   } = options;
-  return rest as ConcurrencyOptions;
+  return rest as unknown as ConcurrencyOptions;
 }
 
 function defaultWaitUntil(c: Context, promise: Promise<unknown>): void {

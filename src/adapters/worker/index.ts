@@ -8,6 +8,7 @@
 import { Redis } from "@upstash/redis/cloudflare";
 import type { Context, MiddlewareHandler } from "hono";
 import { Hono } from "hono/tiny";
+import { Concurrency } from "../../engine/concurrency.js";
 import { Limiter } from "../../engine/limiter.js";
 import { type EdgelimitConfig, parseConfig, type RouteConfig } from "../../http/config.js";
 import { failureLog } from "../../http/error-log.js";
@@ -16,6 +17,7 @@ import { clientIp, identify } from "../../http/identity.js";
 import type { IpAddress } from "../../http/ip.js";
 import { forward } from "../../http/proxy.js";
 import { findRoute, normalizePath } from "../../http/routes.js";
+import { type ConcurrencyVariables, concurrencyLimit } from "../hono/concurrency.js";
 import { type RateLimitVariables, rateLimit } from "../hono/index.js";
 
 /** The Worker's bindings. */
@@ -43,7 +45,8 @@ type AppEnv = {
     path: string;
     /** The origin's answer, already on its way (shadow routes ask the origin and Redis at once). */
     upstream: Promise<Response> | undefined;
-  } & RateLimitVariables;
+  } & RateLimitVariables &
+    ConcurrencyVariables;
 };
 
 // Parsed configs and the Limiters built from them, per isolate. Keyed by everything they are built
@@ -105,19 +108,40 @@ function limitedRoute(route: RouteConfig, config: EdgelimitConfig, redis: Redis)
     ...(route.onError === undefined ? {} : { onError: route.onError }),
     ...(route.lease === undefined ? {} : { lease: route.lease }),
   });
-  const limit = rateLimit<AppEnv>({
+  // Counters are namespaced by route (route names hold no ":"), so two routes never share a count.
+  const key = (c: Context<AppEnv>) => {
+    const id = identify(route.key, c.req.raw, c.get("ip"), c.get("path"));
+    return id === undefined ? undefined : `${route.name}:${id}`;
+  };
+  const rateLimited = rateLimit<AppEnv>({
     limiter,
-    // Counters are namespaced by route (route names hold no ":"), so two routes never share a count.
-    key: (c) => {
-      const id = identify(route.key, c.req.raw, c.get("ip"), c.get("path"));
-      return id === undefined ? undefined : `${route.name}:${id}`;
-    },
+    key,
     cost: () => route.cost,
     mode: route.mode,
     legacyHeaders: config.legacyHeaders,
     log: (event) => console.warn(`${event.message} [route "${route.name}"]`),
     failures,
   });
+  if (route.concurrency === undefined) return { ...route, limit: rateLimited };
+  // Rate rules first (a request refused by them takes no slot), then a slot held until the response
+  // body has been streamed to the client or the client went away.
+  const inFlight = concurrencyLimit<AppEnv>({
+    concurrency: new Concurrency({
+      redis,
+      prefix: config.prefix,
+      limit: route.concurrency.limit,
+      lease: route.concurrency.lease,
+      ...(route.timeout === undefined ? {} : { timeout: route.timeout }),
+      ...(route.onError === undefined ? {} : { onError: route.onError }),
+    }),
+    key,
+    log: (event) => console.warn(`${event.message} [route "${route.name}"]`),
+  });
+  const limit: MiddlewareHandler<AppEnv> = (c, next) =>
+    rateLimited(c, async () => {
+      const refusal = await inFlight(c, next);
+      if (refusal) c.res = refusal;
+    });
   return { ...route, limit };
 }
 

@@ -1,0 +1,143 @@
+// The Worker's "concurrency" route option inside workerd, against the real bridge and a stand-in
+// origin whose /gate/ID responses stay open until the test opens them: a slot is held while a body
+// streams, and given back when it has been read to the end or the client went away (cancelled it).
+import { describe, expect, inject, test } from "vitest";
+import worker, { type Env } from "../../../src/adapters/worker/index.js";
+import { config, envFor } from "./support.js";
+
+const QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded";
+const generous = { perHour: { algorithm: "gcra", limit: 1000, period: "1h" } };
+
+/**
+ * One request through the Worker, without waiting for its background work (which, here, waits for the
+ * body): `settled()` resolves once everything handed to waitUntil has.
+ */
+async function send(env: Env, path: string, ip = "192.0.2.1") {
+  const pending: Promise<unknown>[] = [];
+  const ctx = {
+    waitUntil: (promise: Promise<unknown>) => void pending.push(promise),
+    passThroughOnException: () => {},
+    props: {},
+  };
+  const request = new Request(`https://edge.example${path}`, { headers: { "CF-Connecting-IP": ip } });
+  const response = await worker.fetch(request, env, ctx);
+  return { response, settled: () => Promise.all(pending) };
+}
+
+const openGate = async (id: string) => {
+  const opened = await fetch(`${inject("originUrl")}/open/${id}`);
+  expect(opened.status).toBe(204);
+};
+
+function routeEnv(limit: number) {
+  return envFor(
+    config([
+      {
+        name: "reports",
+        match: { path: "/*" },
+        key: "ip",
+        rules: generous,
+        concurrency: { limit, lease: "30s" },
+      },
+    ]),
+  );
+}
+
+describe('the "concurrency" route option', () => {
+  test("holds a slot until the body has been streamed to the end; when full answers 429 with Retry-After", async () => {
+    const env = routeEnv(2);
+    const [a, b] = [crypto.randomUUID(), crypto.randomUUID()];
+    const first = await send(env, `/gate/${a}`);
+    const second = await send(env, `/gate/${b}`);
+    expect([first.response.status, second.response.status]).toEqual([200, 200]);
+
+    const full = await send(env, "/status/200");
+    expect(full.response.status).toBe(429);
+    expect(full.response.headers.get("content-type")).toBe("application/problem+json");
+    const retryAfter = Number(full.response.headers.get("retry-after"));
+    expect(retryAfter).toBeGreaterThanOrEqual(1);
+    expect(retryAfter).toBeLessThanOrEqual(30);
+    // RateLimit speaks of the route's rate rule only: a cap on requests in flight is no rate policy
+    expect(full.response.headers.get("ratelimit")).toMatch(/^"perHour";r=99\d;t=\d+$/);
+    const problem = (await full.response.json()) as Record<string, unknown>;
+    expect(problem).toMatchObject({
+      type: QUOTA_EXCEEDED,
+      status: 429,
+      "violated-policies": ["concurrency"],
+    });
+    // another client has slots of its own
+    const other = await send(env, "/status/200", "192.0.2.2");
+    expect(other.response.status).toBe(200);
+    await other.response.text();
+
+    // a: the first bytes have arrived, the rest is still with the origin: the slot stays held
+    const reader = first.response.body!.getReader();
+    expect(new TextDecoder().decode((await reader.read()).value)).toBe("first;");
+    const stillFull = await send(env, "/status/200");
+    expect(stillFull.response.status).toBe(429);
+    await stillFull.response.text();
+
+    await openGate(a);
+    let rest = "";
+    for (let chunk = await reader.read(); !chunk.done; chunk = await reader.read()) {
+      rest += new TextDecoder().decode(chunk.value);
+    }
+    expect(rest).toBe("rest");
+    await first.settled(); // the release has landed
+    const next = await send(env, "/status/200");
+    expect(next.response.status).toBe(200);
+    expect(await next.response.text()).toBe("origin says 200");
+    await next.settled();
+
+    await openGate(b);
+    await second.response.text();
+    await second.settled();
+  });
+
+  test("gives the slot back when the client goes away mid-body", async () => {
+    const env = routeEnv(1);
+    const gate = crypto.randomUUID();
+    const held = await send(env, `/gate/${gate}`);
+    expect(held.response.status).toBe(200);
+    const reader = held.response.body!.getReader();
+    expect(new TextDecoder().decode((await reader.read()).value)).toBe("first;");
+    const refused = await send(env, "/status/200");
+    expect(refused.response.status).toBe(429);
+    await refused.response.text();
+
+    await reader.cancel("the client went away"); // what the runtime does when the client disconnects
+    await held.settled();
+    const after = await send(env, "/status/200");
+    expect(after.response.status).toBe(200);
+    await after.response.text();
+    await after.settled();
+    await openGate(gate);
+  });
+
+  test("frees every slot of a large streamed body once it is read", async () => {
+    const env = routeEnv(1);
+    for (let i = 0; i < 3; i++) {
+      const big = await send(env, "/big?bytes=1000000");
+      expect(big.response.status).toBe(200);
+      expect((await big.response.arrayBuffer()).byteLength).toBe(1_000_000);
+      await big.settled();
+    }
+  });
+
+  test("a bad concurrency option is a configuration error naming the field", async () => {
+    const env = envFor(
+      config([{ name: "r", key: "ip", rules: generous, concurrency: { limit: 0, lease: "soon" } }]),
+    );
+    const errors: string[] = [];
+    const original = console.error;
+    console.error = (message: string) => void errors.push(message);
+    try {
+      const { response } = await send(env, "/");
+      expect(response.status).toBe(500);
+    } finally {
+      console.error = original;
+    }
+    expect(errors.join("\n")).toMatch(/routes\[0\]\.concurrency\.limit: must be a positive whole number/);
+    expect(errors.join("\n")).toMatch(/routes\[0\]\.concurrency\.lease: /);
+  });
+});
