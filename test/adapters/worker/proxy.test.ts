@@ -1,0 +1,168 @@
+// Proxy hygiene, in workerd: what the origin receives from the Worker (an origin that echoes every header
+// line it got), and what the client receives back. Also how spellings of a limited path are counted.
+import { describe, expect, inject, test } from "vitest";
+import { call, config, envFor } from "./support.js";
+
+interface Received {
+  url: string;
+  headers: [string, string][];
+}
+
+const open = {
+  name: "open",
+  match: { path: "/never-matches" },
+  key: "global",
+  rules: { r: { algorithm: "gcra", limit: 1, period: "1h" } },
+};
+
+function proxyEnv(routes: unknown[] = [open]) {
+  return envFor(config(routes, { origin: inject("proxyOriginUrl") }));
+}
+
+/** Every value of `name` the origin received, in order. */
+function valuesOf(received: Received, name: string): string[] {
+  return received.headers.filter(([key]) => key === name).map(([, value]) => value);
+}
+
+const names = (received: Received) => new Set(received.headers.map(([name]) => name));
+
+describe("what the origin receives", () => {
+  test("no hop-by-hop headers: Connection and those it names, Keep-Alive, Proxy-*, TE, Trailer, Upgrade", async () => {
+    const response = await call(proxyEnv(), "/anything?q=1", {
+      headers: {
+        Connection: "X-Hop, Keep-Alive",
+        "X-Hop": "private to this hop",
+        "Keep-Alive": "timeout=5",
+        "Proxy-Authorization": "Basic c2VjcmV0",
+        "Proxy-Connection": "keep-alive",
+        TE: "trailers",
+        Trailer: "X-Checksum",
+        Upgrade: "h2c",
+        "X-End": "end to end",
+        Authorization: "Bearer kept",
+      },
+    });
+    expect(response.status).toBe(200);
+    const received = (await response.json()) as Received;
+    expect(received.url).toBe("/anything?q=1");
+    const got = names(received);
+    for (const hop of [
+      "x-hop",
+      "keep-alive",
+      "proxy-authorization",
+      "proxy-connection",
+      "te",
+      "trailer",
+      "upgrade",
+    ]) {
+      expect(got.has(hop), hop).toBe(false);
+    }
+    // whatever Connection the Worker's own fetch sends, it names none of the client's headers
+    for (const value of valuesOf(received, "connection")) expect(value.toLowerCase()).not.toMatch(/x-hop/);
+    expect(valuesOf(received, "x-end")).toEqual(["end to end"]);
+    expect(valuesOf(received, "authorization")).toEqual(["Bearer kept"]);
+  });
+
+  test("X-Forwarded-For is the client IP from CF-Connecting-IP, replacing what the client wrote", async () => {
+    const response = await call(proxyEnv(), "/", {
+      ip: "203.0.113.7",
+      headers: { "X-Forwarded-For": "10.0.0.1, 10.0.0.2", Forwarded: "for=10.0.0.1;proto=http" },
+    });
+    const received = (await response.json()) as Received;
+    expect(valuesOf(received, "x-forwarded-for")).toEqual(["203.0.113.7"]);
+    expect(valuesOf(received, "forwarded")).toEqual([]);
+    expect(valuesOf(received, "x-forwarded-proto")).toEqual(["https"]);
+    expect(valuesOf(received, "x-forwarded-host")).toEqual(["edge.example"]);
+  });
+
+  test("X-Forwarded-Proto and -Host replace what the client wrote; an IPv6 client is written canonically", async () => {
+    const response = await call(proxyEnv(), "/", {
+      ip: "2001:DB8:0:0:0:0:0:1",
+      headers: { "X-Forwarded-Proto": "http", "X-Forwarded-Host": "evil.example" },
+    });
+    const received = (await response.json()) as Received;
+    expect(valuesOf(received, "x-forwarded-for")).toEqual(["2001:db8::1"]);
+    expect(valuesOf(received, "x-forwarded-proto")).toEqual(["https"]);
+    expect(valuesOf(received, "x-forwarded-host")).toEqual(["edge.example"]);
+  });
+
+  test("without CF-Connecting-IP, a client-written X-Forwarded-For is dropped, not passed on", async () => {
+    const response = await call(proxyEnv(), "/", { ip: null, headers: { "X-Forwarded-For": "10.0.0.1" } });
+    const received = (await response.json()) as Received;
+    expect(valuesOf(received, "x-forwarded-for")).toEqual([]);
+  });
+
+  test("a WebSocket upgrade is proxied with its Upgrade header, and nothing else hop-by-hop", async () => {
+    const response = await call(proxyEnv(), "/socket", {
+      headers: {
+        Upgrade: "websocket",
+        Connection: "Upgrade, X-Hop",
+        "X-Hop": "private",
+        "Sec-WebSocket-Version": "13",
+      },
+    });
+    expect(response.status).toBe(101);
+    const socket = response.webSocket!;
+    const message = new Promise<string>((resolve) => {
+      socket.addEventListener("message", (event) => resolve(String(event.data)));
+    });
+    socket.accept();
+    const received = JSON.parse(await message) as Received;
+    expect(valuesOf(received, "upgrade")).toEqual(["websocket"]);
+    expect(names(received).has("x-hop")).toBe(false);
+    expect(valuesOf(received, "x-forwarded-for")).toEqual(["192.0.2.1"]);
+    socket.close();
+  });
+});
+
+describe("what the client receives", () => {
+  test("the origin's hop-by-hop headers stay at the Worker; end-to-end ones pass", async () => {
+    const response = await call(proxyEnv(), "/hop");
+    expect(response.status).toBe(200);
+    const got = new Set([...response.headers.keys()]);
+    for (const hop of [
+      "x-internal",
+      "keep-alive",
+      "proxy-authenticate",
+      "trailer",
+      "upgrade",
+      "connection",
+    ]) {
+      expect(got.has(hop), hop).toBe(false);
+    }
+    expect(response.headers.get("x-end")).toBe("kept");
+    await response.arrayBuffer();
+  });
+});
+
+describe("spellings of a limited path", () => {
+  test("/login;jsessionid=x, /login%2F, /LOGIN/, //login and /%6cogin all count against /login", async () => {
+    const env = proxyEnv([
+      {
+        name: "login",
+        match: { path: "/login", methods: ["POST"] },
+        key: "ip",
+        rules: { r: { algorithm: "gcra", limit: 1, period: "1h" } },
+      },
+    ]);
+    const spellings = ["/login;jsessionid=x", "/login%2F", "/LOGIN/", "//login", "/%6cogin", "/x/..;/login"];
+    const statuses: number[] = [];
+    for (const path of ["/login", ...spellings]) {
+      const response = await call(env, path, { method: "POST" });
+      await response.arrayBuffer();
+      statuses.push(response.status);
+    }
+    expect(statuses).toEqual([200, ...spellings.map(() => 429)]);
+  });
+
+  test("an empty API key header is a missing key: 401, never one shared bucket", async () => {
+    const env = proxyEnv([
+      { name: "api", key: "header:x-api-key", rules: { r: { algorithm: "gcra", limit: 1, period: "1h" } } },
+    ]);
+    for (let i = 0; i < 2; i++) {
+      const response = await call(env, "/", { headers: { "X-API-Key": "" } });
+      await response.arrayBuffer();
+      expect(response.status).toBe(401);
+    }
+  });
+});
