@@ -34,9 +34,7 @@ export function renderChart(rows: ThroughputRow[]): string {
   ];
   data.forEach((r, i) => {
     const y = 60 + i * ROW;
-    out.push(
-      `<text x="${LABEL - 8}" y="${y + 14}" text-anchor="end">${esc(`${r.group}: ${r.label.split(" ")[0]}`)}</text>`,
-    );
+    out.push(`<text x="${LABEL - 8}" y="${y + 14}" text-anchor="end">${esc(r.label)}</text>`);
   });
   panels.forEach((p, k) => {
     const x0 = LABEL + k * (BAR + GAP);

@@ -147,7 +147,7 @@ function edge(r: Results): string {
     "isolates",
     "contestant",
     "p50 / p99 ms",
-    "allowed with no request",
+    "allowed without waiting on Redis",
     "HTTP per 1,000",
   ];
   head.push("commands per 1,000", "admitted / ideal", "over / under", "Redis errors", "issued /s");

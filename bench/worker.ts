@@ -58,7 +58,7 @@ async function wrangler(dir: string, toml: string): Promise<{ base: string; proc
       cwd: dir,
       env: { ...process.env, CLOUDFLARE_CF_FETCH_ENABLED: "false", WRANGLER_SEND_METRICS: "false", CI: "1" },
       stdio: "ignore",
-      detached: true, // its own process group: stop() ends wrangler and its workerd, nothing else
+      detached: true, // its own process group, for stop()
     },
   );
   const base = `http://127.0.0.1:${port}`;
@@ -74,11 +74,15 @@ async function wrangler(dir: string, toml: string): Promise<{ base: string; proc
   throw new Error("wrangler dev was not ready within 90 s");
 }
 
-function stop(proc: ChildProcess | undefined): void {
-  try {
-    if (proc?.pid) process.kill(-proc.pid, "SIGKILL");
-  } catch {
-    // already gone
+/** Ends wrangler and the workerd it started (its process group), nothing else. */
+async function stop(proc: ChildProcess | undefined): Promise<void> {
+  for (const signal of ["SIGTERM", "SIGKILL"] as const) {
+    try {
+      if (proc?.pid) process.kill(-proc.pid, signal);
+    } catch {
+      return; // already gone
+    }
+    await sleep(500);
   }
 }
 
@@ -158,8 +162,8 @@ export async function runWorker(env: BenchEnv, s: { ms: number }): Promise<Worke
   } catch (error) {
     return { rows: [], pending: (error as Error).message.slice(0, 500) };
   } finally {
-    stop(minimal);
-    stop(worker);
+    await stop(minimal);
+    await stop(worker);
     origin.closeAllConnections();
     origin.close();
     rmSync(dir, { recursive: true, force: true });
