@@ -1,9 +1,21 @@
 // The Lock against a real redis-server behind the REST bridge: reentrancy, owners, leases judged by an
 // injected clock, fencing tokens across expiry, renewal, and mutual exclusion under 200 contenders.
+import { createServer, type Server } from "node:http";
+import net, { type AddressInfo } from "node:net";
+import { Redis } from "@upstash/redis";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
-import { type Bridge, connectRedis, type RedisConnection, startBridge } from "../../src/bridge/index.js";
+import {
+  type Bridge,
+  connectRedis,
+  type RedisConnection,
+  RedisError,
+  type RedisServer,
+  type Reply,
+  startBridge,
+  startRedisServer,
+} from "../../src/bridge/index.js";
 import { FENCE_MARGIN_MS } from "../../src/engine/lock.js";
-import { Lock, LockLostError, LockUnavailableError } from "../../src/index.js";
+import { Concurrency, Lock, LockLostError, LockUnavailableError } from "../../src/index.js";
 import { Hop } from "../faults/support.js";
 import { bridgeRedis, manualClock, T0, uniquePrefix } from "../support.js";
 
@@ -426,5 +438,151 @@ describe("withLock", () => {
     expect(await waiting).toMatchObject({ acquired: true, owner: "b" });
     // and one that gives up
     expect(await a.acquire("w", { owner: "a", wait: 50 })).toMatchObject({ acquired: false });
+  });
+});
+
+describe("on a 3-node Redis Cluster", () => {
+  // Three redis-server nodes sharing the slots, and an HTTP front speaking the REST pipeline protocol
+  // that routes each command as a cluster client does: to any node, then where MOVED points (SCRIPT
+  // LOAD to every node). The real Lock and Concurrency run through it unchanged.
+  const nodes: { server: RedisServer; conn: RedisConnection }[] = [];
+  let front: Server;
+  let frontUrl: string;
+
+  const isFree = (port: number) =>
+    new Promise<boolean>((resolve) => {
+      const probe = net.createServer();
+      probe.once("error", () => resolve(false));
+      probe.listen(port, "127.0.0.1", () => probe.close(() => resolve(true)));
+    });
+
+  async function route(command: string[]): Promise<Reply> {
+    if (command[0]?.toUpperCase() === "SCRIPT") {
+      const replies = await Promise.all(nodes.map((node) => node.conn.send([command])));
+      return replies[0]![0]!;
+    }
+    let node = nodes[0]!;
+    for (let hop = 0; hop < 3; hop++) {
+      const [reply] = await node.conn.send([command]);
+      const moved = reply instanceof RedisError ? /^MOVED \d+ [\d.]+:(\d+)/.exec(reply.message) : null;
+      if (!moved) return reply!;
+      node = nodes.find((n) => n.server.port === Number(moved[1]))!;
+    }
+    throw new Error("too many redirects");
+  }
+
+  const json = (reply: Reply): unknown => {
+    if (Buffer.isBuffer(reply)) return reply.toString("utf8");
+    if (typeof reply === "bigint") return Number(reply);
+    if (Array.isArray(reply)) return reply.map(json);
+    return reply;
+  };
+
+  beforeAll(async () => {
+    for (let i = 0; i < 3; i++) {
+      let port: number;
+      do port = 20_000 + Math.floor(Math.random() * 20_000);
+      while (!((await isFree(port)) && (await isFree(port + 10_000))));
+      const server = await startRedisServer({
+        port,
+        args: [
+          "--cluster-enabled",
+          "yes",
+          "--cluster-config-file",
+          "nodes.conf",
+          "--cluster-node-timeout",
+          "5000",
+        ],
+      });
+      nodes.push({ server, conn: await connectRedis(server.url) });
+    }
+    const ranges = [
+      [0, 5460],
+      [5461, 10922],
+      [10923, 16383],
+    ];
+    for (const [i, node] of nodes.entries()) await node.conn.call("CLUSTER", "ADDSLOTSRANGE", ...ranges[i]!);
+    for (const node of nodes.slice(1))
+      await nodes[0]!.conn.call("CLUSTER", "MEET", "127.0.0.1", node.server.port);
+    const deadline = Date.now() + 20_000;
+    for (;;) {
+      const infos = await Promise.all(nodes.map((node) => node.conn.call("CLUSTER", "INFO")));
+      if (infos.every((info) => String(info).includes("cluster_state:ok"))) break;
+      if (Date.now() > deadline) throw new Error(`the cluster did not form: ${String(infos[0])}`);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    front = createServer(async (request, response) => {
+      const chunks: Buffer[] = [];
+      for await (const chunk of request) chunks.push(chunk as Buffer);
+      const commands = JSON.parse(Buffer.concat(chunks).toString("utf8")) as unknown[][];
+      const replies = [];
+      for (const command of commands) {
+        const reply = await route(command.map(String));
+        replies.push(reply instanceof RedisError ? { error: reply.message } : { result: json(reply) });
+      }
+      response.writeHead(200, { "Content-Type": "application/json" });
+      response.end(JSON.stringify(replies));
+    });
+    await new Promise<void>((resolve) => front.listen(0, "127.0.0.1", resolve));
+    frontUrl = `http://127.0.0.1:${(front.address() as AddressInfo).port}`;
+  }, 30_000);
+
+  afterAll(async () => {
+    front?.closeAllConnections();
+    await new Promise((resolve) => front?.close(resolve));
+    for (const node of nodes) {
+      await node.conn.close();
+      await node.server.stop();
+    }
+  });
+
+  const clusterRedis = () => new Redis({ url: frontUrl, token: "cluster", enableTelemetry: false });
+
+  it("locks names on every node: reentrancy, refusal, takeover with a larger fence, a TTL on every key", async () => {
+    const clock = manualClock();
+    const lock = new Lock({ redis: clusterRedis(), prefix: "cl", lease: 1000, clock });
+    const names = ["a", "b", "c", "d", "e", "f", "", "{x}", "n".repeat(5000)];
+    const slots = await Promise.all(
+      names.map((name) => nodes[0]!.conn.call("CLUSTER", "KEYSLOT", lock.key(name))),
+    );
+    expect(new Set(slots.map((slot) => Math.floor(Number(slot) / 5461))).size).toBe(3); // all three nodes
+    for (const name of names) {
+      expect(await lock.acquire(name, { owner: "o" })).toMatchObject({ acquired: true, fence: T0, count: 1 });
+      expect(await lock.acquire(name, { owner: "o" })).toMatchObject({ acquired: true, count: 2 });
+      expect(await lock.acquire(name, { owner: "p" })).toMatchObject({
+        acquired: false,
+        expiresAt: T0 + 1000,
+      });
+      expect(await lock.release(name, { owner: "p" })).toEqual({ released: false, count: 0 });
+    }
+    clock.set(T0 + 1000);
+    for (const name of names) {
+      expect(await lock.acquire(name, { owner: "p" })).toMatchObject({ acquired: true, fence: T0 + 1000 });
+    }
+    for (const node of nodes) {
+      const keys = (await node.conn.call("KEYS", "cl:*")) as Buffer[];
+      for (const key of keys) expect(Number(await node.conn.call("PTTL", key))).toBeGreaterThan(0);
+    }
+  });
+
+  it("runs withLock and the concurrency cap through the cluster", async () => {
+    const lock = new Lock({ redis: clusterRedis(), prefix: "cl2", lease: 300 });
+    let renewedPast = false;
+    await lock.withLock("job", async (signal) => {
+      await new Promise((resolve) => setTimeout(resolve, 700)); // past two leases
+      renewedPast = !signal.aborted && !(await lock.acquire("job", { owner: "rival" })).acquired;
+    });
+    expect(renewedPast).toBe(true);
+
+    const instances = [0, 1, 2].map(
+      () =>
+        new Concurrency({ redis: clusterRedis(), prefix: "cl3", limit: 4, lease: "30s", timeout: 15_000 }),
+    );
+    for (const id of ["a", "b", "c"]) {
+      const slots = await Promise.all(Array.from({ length: 30 }, (_, i) => instances[i % 3]!.acquire(id)));
+      expect(slots.filter((slot) => slot.allowed).length).toBe(4);
+      expect(slots.every((slot) => slot.source === "redis")).toBe(true);
+      await Promise.all(slots.map((slot) => slot.release()));
+    }
   });
 });
