@@ -1,43 +1,137 @@
 #!/usr/bin/env node
-// npm run check-config FILE: validates an edgelimit Worker config (the JSON that goes in the
-// EDGELIMIT_CONFIG var) offline, with the same code the Worker runs. Prints OK, or every problem with
-// the path of the field at fault; exits 1 on problems, 2 on usage errors. FILE "-" reads stdin.
+// npm run check-config [FILE]: validates an edgelimit Worker config offline, with the same parser the
+// Worker runs (src/http/config.ts). Prints OK, or every problem with the path of the field at fault
+// (every problem of every rule, not only the first); exits 1 on problems, 2 on usage errors.
+//
+//   (no FILE)        wrangler.toml's [vars] EDGELIMIT_CONFIG, as the Worker will receive it
+//   wrangler.toml    the same for that file (also wrangler.json / wrangler.jsonc)
+//   FILE.json        a JSON document
+//   FILE.jsonc       JSON with // and /* */ comments and trailing commas (the README's config reference)
+//   -                stdin, read as JSONC
+//
+// The var in a wrangler file must be strict JSON (the Worker parses it with JSON.parse), so comments
+// there are reported, not stripped.
 import { readFileSync } from "node:fs";
+import { basename, dirname, join, relative } from "node:path";
+import { fileURLToPath } from "node:url";
 
-const file = process.argv[2];
-if (!file || process.argv.length > 3) {
-  console.error("usage: npm run check-config FILE   (a JSON file; - reads stdin)");
-  process.exit(2);
+const USAGE =
+  "usage: npm run check-config [FILE]   FILE: wrangler.toml (the default), a .json or .jsonc file, or - for stdin";
+const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+
+/**
+ * JSONC to JSON: drops // and /* *\/ comments and trailing commas outside strings. Strings are copied
+ * verbatim and line breaks kept, so JSON.parse reports an error where the file has it.
+ */
+export function stripJsonc(text) {
+  let out = "";
+  let i = 0;
+  // Index in `out` of a comma not yet known to be followed by a value.
+  let pendingComma = -1;
+  while (i < text.length) {
+    const char = text[i];
+    if (char === '"') {
+      let end = i + 1;
+      while (end < text.length && text[end] !== '"') end += text[end] === "\\" ? 2 : 1;
+      out += text.slice(i, end + 1);
+      i = end + 1;
+      pendingComma = -1;
+    } else if (char === "/" && text[i + 1] === "/") {
+      while (i < text.length && text[i] !== "\n") i++;
+    } else if (char === "/" && text[i + 1] === "*") {
+      const end = text.indexOf("*/", i + 2);
+      const comment = text.slice(i, end === -1 ? text.length : end + 2);
+      out += comment.replace(/[^\n]/g, " ");
+      i += comment.length;
+    } else if (char === ",") {
+      pendingComma = out.length;
+      out += char;
+      i++;
+    } else if ((char === "}" || char === "]") && pendingComma !== -1) {
+      out = `${out.slice(0, pendingComma)} ${out.slice(pendingComma + 1)}${char}`;
+      pendingComma = -1;
+      i++;
+    } else {
+      if (!/\s/.test(char)) pendingComma = -1;
+      out += char;
+      i++;
+    }
+  }
+  return out;
 }
 
-let parseConfig;
-try {
-  ({ parseConfig } = await import("../dist/config.js"));
-} catch (error) {
-  console.error(
-    `check-config needs the built library (dist/config.js): run npm run build\n(${error.message})`,
-  );
-  process.exit(2);
+/** What to check, read from `file`: { value, source } or throws an Error saying why it cannot. */
+async function readConfig(file) {
+  const wranglerFile = file === undefined || /^wrangler\.(toml|json|jsonc)$/.test(basename(file));
+  if (wranglerFile) {
+    const path = file ?? join(root, "wrangler.toml");
+    const source = `${relative(process.cwd(), path) || path} [vars] EDGELIMIT_CONFIG`;
+    let raw;
+    try {
+      const { experimental_readRawConfig } = await import("wrangler");
+      raw = experimental_readRawConfig({ config: path }).rawConfig;
+    } catch (error) {
+      throw new Error(`${path}: cannot read it (${error.message.split("\n")[0]})`);
+    }
+    const value = raw.vars?.EDGELIMIT_CONFIG;
+    if (value === undefined) {
+      throw new Error(`${source} is not set: put the config there, as a JSON string (see the README)`);
+    }
+    // A string is what the Worker parses; a [vars.EDGELIMIT_CONFIG] table arrives as an object.
+    return { value, source };
+  }
+  let text;
+  try {
+    text = readFileSync(file === "-" ? 0 : file, "utf8");
+  } catch (error) {
+    throw new Error(`${file}: cannot read it (${error.code ?? error.message})`);
+  }
+  const source = file === "-" ? "stdin" : file;
+  const jsonc = file === "-" || file.endsWith(".jsonc");
+  try {
+    return { value: JSON.parse(jsonc ? stripJsonc(text) : text), source };
+  } catch (error) {
+    const hint = jsonc ? "" : " (comments and trailing commas need a .jsonc file)";
+    return { value: undefined, source, syntax: `not valid JSON: ${error.message}${hint}` };
+  }
 }
 
-let text;
-try {
-  text = readFileSync(file === "-" ? 0 : file, "utf8");
-} catch (error) {
-  console.error(`${file}: cannot read it (${error.code ?? error.message})`);
-  process.exit(2);
-}
-
-const result = parseConfig(text);
-if (result.ok) {
+async function main() {
+  const args = process.argv.slice(2);
+  if (args.length > 1 || args[0] === "-h" || args[0] === "--help") {
+    console.error(USAGE);
+    return 2;
+  }
+  let config;
+  try {
+    config = await readConfig(args[0]);
+  } catch (error) {
+    console.error(error.message);
+    return 2;
+  }
+  if (config.syntax !== undefined) {
+    console.error(`${config.source}: 1 problem\n  ${config.syntax}`);
+    return 1;
+  }
+  // The Worker's own parser, straight from src/ (no build needed).
+  const { tsImport } = await import("tsx/esm/api");
+  const { parseConfig } = await tsImport("../src/http/config.ts", import.meta.url);
+  const result = parseConfig(config.value);
+  if (!result.ok) {
+    const count = result.errors.length;
+    console.error(`${config.source}: ${count} problem${count === 1 ? "" : "s"}`);
+    for (const error of result.errors) console.error(`  ${error}`);
+    return 1;
+  }
   const { routes, allow, deny } = result.config;
   const names = routes.map((route) => `${route.name}${route.mode === "shadow" ? " (shadow)" : ""}`);
   console.log(
-    `OK: ${file}: ${routes.length} route${routes.length === 1 ? "" : "s"}` +
+    `OK: ${config.source}: ${routes.length} route${routes.length === 1 ? "" : "s"}` +
       `${names.length ? ` (${names.join(", ")})` : ""}, ${allow.size} allowed and ${deny.size} denied ranges`,
   );
-} else {
-  console.error(`${file}: ${result.errors.length} problem${result.errors.length === 1 ? "" : "s"}`);
-  for (const error of result.errors) console.error(`  ${error}`);
-  process.exit(1);
+  return 0;
+}
+
+if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
+  process.exitCode = await main();
 }

@@ -1,0 +1,116 @@
+// `npm run check-config`, run as a user runs it: the script in a child process, on files in a temp dir.
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+
+const script = join(import.meta.dirname, "../../scripts/check-config.mjs");
+const dir = mkdtempSync(join(tmpdir(), "check-config-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+function check(name: string | undefined, text?: string, input?: string) {
+  const args = [script];
+  if (name !== undefined) {
+    const path = name === "-" ? "-" : join(dir, name);
+    if (text !== undefined) writeFileSync(path, text);
+    args.push(path);
+  }
+  const run = spawnSync(process.execPath, args, { cwd: dir, encoding: "utf8", input, timeout: 30_000 });
+  return { code: run.status, out: run.stdout, err: run.stderr };
+}
+
+const good = {
+  origin: "https://api.example.com",
+  routes: [
+    {
+      name: "login",
+      match: { path: "/login", methods: ["POST"] },
+      key: "ip",
+      rules: { perMinute: { algorithm: "gcra", limit: 5, period: "1m" } },
+    },
+  ],
+};
+
+// One rule with three mistakes, and a cost another rule can never hold.
+const BAD_JSONC = `{
+  // the README's config reference is JSONC: comments and trailing commas
+  "origin": "https://api.example.com", /* block comment, "quoted" */
+  "routes": [
+    {
+      "name": "api", "key": "header:x-api-key", "cost": 30,
+      "rules": {
+        "bad": { "algorithm": "tokenBucket", "capacity": 0, "refillRate": 1.5, "interval": "1 week", },
+        "burst": { "algorithm": "gcra", "limit": 10, "period": "1s", "burst": 20 },
+      },
+    },
+  ],
+}
+`;
+const BAD_ERRORS = [
+  "  routes[0].rules.bad.capacity: must be a positive whole number, got 0",
+  "  routes[0].rules.bad.refillRate: must be a positive whole number, got 1.5",
+  '  routes[0].rules.bad.interval: "1 week" is not a duration; use milliseconds or a string like "500ms", "10s", "1m", "1h", "1d"',
+  '  routes[0].cost: 30 can never be admitted: rule "burst" holds at most 20 (make the cost at most 20, or raise the rule\'s limit)',
+];
+
+describe("check-config", () => {
+  it("reads .json", () => {
+    const run = check("good.json", JSON.stringify(good));
+    expect([run.code, run.out.trim()]).toEqual([
+      0,
+      `OK: ${join(dir, "good.json")}: 1 route (login), 0 allowed and 0 denied ranges`,
+    ]);
+  });
+
+  it("reads .jsonc (comments, trailing commas) and reports every error of a rule, and an impossible cost", () => {
+    const run = check("bad.jsonc", BAD_JSONC);
+    expect(run.code).toBe(1);
+    expect(run.err.trimEnd().split("\n")).toEqual([`${join(dir, "bad.jsonc")}: 4 problems`, ...BAD_ERRORS]);
+  });
+
+  it("keeps a // or /* inside a string, and reads a comment-free .jsonc as JSON", () => {
+    const text = JSON.stringify({ ...good, routes: [{ ...good.routes[0], name: "a//b" }] });
+    const run = check("strings.jsonc", `${text.slice(0, -1)}, /* end */ }`);
+    expect(run.code).toBe(1);
+    expect(run.err).toContain('routes[0].name: must be 1-64 characters of A-Z a-z 0-9 _ . -, got "a//b"');
+  });
+
+  it("refuses comments in .json, saying that .jsonc takes them", () => {
+    const run = check("bad.json", BAD_JSONC);
+    expect(run.code).toBe(1);
+    expect(run.err).toMatch(/not valid JSON: .*\(comments and trailing commas need a \.jsonc file\)/);
+  });
+
+  // wrangler reads its own file (as `wrangler deploy` will): a few seconds each on a busy machine.
+  it("reads wrangler.toml's [vars] EDGELIMIT_CONFIG, and that alone by default", { timeout: 90_000 }, () => {
+    const config = JSON.stringify({ ...good, routes: [{ ...good.routes[0], cost: 6 }] }, null, 2);
+    const toml = `name = "x"\nmain = "src/index.ts"\ncompatibility_date = "2026-05-01"\n\n[vars]\nOTHER = "1"\nEDGELIMIT_CONFIG = '''\n${config}\n'''\n`;
+    const run = check("wrangler.toml", toml);
+    expect(run.code).toBe(1);
+    const expected = [
+      "wrangler.toml [vars] EDGELIMIT_CONFIG: 1 problem",
+      '  routes[0].cost: 6 can never be admitted: rule "perMinute" holds at most 5 (make the cost at most 5, or raise the rule\'s limit)',
+    ];
+    expect(run.err.trimEnd().split("\n")).toEqual(expected);
+    // no FILE: wrangler.toml in the repository (the demo config there is valid)
+    const byDefault = check(undefined);
+    expect([byDefault.code, byDefault.out]).toEqual([
+      0,
+      expect.stringMatching(/^OK: .*wrangler\.toml \[vars\] EDGELIMIT_CONFIG: /),
+    ]);
+  });
+
+  it("says what is missing when wrangler.toml has no EDGELIMIT_CONFIG, and reads stdin as JSONC", {
+    timeout: 60_000,
+  }, () => {
+    const missing = check("wrangler.toml", 'name = "x"\n[vars]\nOTHER = "1"\n');
+    expect(missing.code).toBe(2);
+    expect(missing.err).toMatch(/\[vars\] EDGELIMIT_CONFIG is not set/);
+    const stdin = check("-", undefined, `// from a pipe\n${JSON.stringify(good)}`);
+    expect([stdin.code, stdin.out.trim()]).toEqual([
+      0,
+      "OK: stdin: 1 route (login), 0 allowed and 0 denied ranges",
+    ]);
+  });
+});
