@@ -130,7 +130,7 @@ export class Transport {
         resolve(result);
       };
       const fail = (error: unknown) => settle({ ok: false, error: asCallError(error) });
-      const onReply = (reply: Reply | undefined, retried: boolean) => {
+      const onReply = (reply: Reply | undefined, attempt: number) => {
         if (done) return;
         if (reply === null || typeof reply !== "object") {
           return fail(
@@ -139,13 +139,17 @@ export class Transport {
         }
         if (reply.error !== undefined) {
           const message = String(reply.error);
-          if (!retried && options.script && message.startsWith("NOSCRIPT")) {
+          if (attempt < 2 && options.script && message.startsWith("NOSCRIPT")) {
             // The script did not run. Load it once, ahead of every call that met NOSCRIPT in this
-            // batch, and ask again within the same timeout.
-            batcher.sendAhead(["SCRIPT", "LOAD", options.script.text]);
-            call = batcher.send(command);
+            // batch, and ask again within the same timeout. Should the cache be flushed again between
+            // that SCRIPT LOAD and the EVALSHA (SCRIPT FLUSH from elsewhere), the last try is an EVAL
+            // with the text, which needs no cache.
+            let again = command;
+            if (attempt === 0) batcher.sendAhead(["SCRIPT", "LOAD", options.script.text]);
+            else if (command[0] === "EVALSHA") again = ["EVAL", options.script.text, ...command.slice(2)];
+            call = batcher.send(again);
             this.stats.sent += 1;
-            call.reply.then((again) => onReply(again, true), fail);
+            call.reply.then((reply) => onReply(reply, attempt + 1), fail);
             return;
           }
           return fail(new RedisCallError("redis", `edgelimit: Redis answered an error: ${message}`));
@@ -161,7 +165,7 @@ export class Transport {
                 new RedisCallError("timeout", `edgelimit: Redis did not answer within ${options.timeout} ms`),
               );
             }, options.timeout);
-      call.reply.then((reply) => onReply(reply, false), fail);
+      call.reply.then((reply) => onReply(reply, 0), fail);
     });
   }
 

@@ -186,8 +186,7 @@ export class Hop {
     this.sockets.add(client);
     client.on("error", () => {});
     client.once("close", () => this.sockets.delete(client));
-    const mode = this.mode;
-    if (mode === "stall") return;
+    if (this.mode === "stall") return; // holds the connection and whatever comes on it
     const upstream = net.connect(port, host);
     this.sockets.add(upstream);
     upstream.on("error", () => client.destroy());
@@ -196,9 +195,15 @@ export class Hop {
       client.destroy();
     });
     client.once("close", () => upstream.destroy());
-    client.on("data", (chunk) => upstream.write(chunk));
+    let stalled = false;
+    client.on("data", (chunk) => {
+      // a connection kept alive from before a switch to "stall" stalls from its next request on
+      if (this.mode === "stall") stalled = true;
+      if (!stalled) upstream.write(chunk);
+    });
     upstream.on("data", (chunk) => {
-      if (mode === "pass") {
+      const mode = this.mode;
+      if (mode === "pass" || mode === "stall") {
         client.write(chunk);
         return;
       }
