@@ -15,14 +15,6 @@ export interface Reply {
  */
 export type Sender = (commands: unknown[][], signal: AbortSignal) => Promise<Reply[]>;
 
-/**
- * An @upstash/redis client's own requester (`redis.client`). Deprecated here: it retries a failed
- * POST, so a request that reached Redis can run again. Use the transport (transport.ts) instead.
- */
-export interface Requester {
-  request(req: { path?: string[]; body?: unknown; signal?: () => AbortSignal }): Promise<unknown>;
-}
-
 /** A command on its way: its reply, and a way to stop waiting for it. */
 export interface Call {
   readonly reply: Promise<Reply>;
@@ -57,27 +49,10 @@ export class Batcher {
   /** Pipeline requests sent so far (tests count them). */
   requests = 0;
 
-  private readonly sender: Sender;
-
   constructor(
-    sender: Sender | Requester,
+    private readonly sender: Sender,
     readonly window: number,
-  ) {
-    this.sender =
-      typeof sender === "function"
-        ? sender
-        : async (commands, signal) => {
-            const replies = await sender.request({
-              path: ["pipeline"],
-              body: commands,
-              signal: () => signal,
-            });
-            if (!Array.isArray(replies) || replies.length !== commands.length) {
-              throw new Error(`pipeline answered ${typeof replies} for ${commands.length} commands`);
-            }
-            return replies as Reply[];
-          };
-  }
+  ) {}
 
   send(command: unknown[]): Call {
     const batch = this.openBatch();
