@@ -1,9 +1,11 @@
 export {
   type Algorithm,
+  checkCost,
   compileRule,
   fixedWindow,
   type GcraOptions,
   gcra,
+  maxCost,
   type Rule,
   type RuleConfig,
   slidingLog,

@@ -1,8 +1,10 @@
 import { describe, expect, it } from "vitest";
 import {
+  checkCost,
   fixedWindow,
   gcra,
   Limiter,
+  maxCost,
   type RuleConfig,
   slidingLog,
   slidingWindow,
@@ -234,5 +236,30 @@ describe("bounds: every count, and every count × duration, at most 2^50", () =>
     ).not.toThrow();
     expect(() => build(gcra({ limit: 2 ** 50, period: 1, burst: 2 ** 50 }))).not.toThrow();
     expect(() => build(fixedWindow({ limit: 2 ** 25, window: 2 ** 25 }))).not.toThrow();
+  });
+});
+
+describe("costs no rule can admit", () => {
+  const limiter = new Limiter({
+    redis: bridgeRedis(),
+    rules: {
+      burst: gcra({ limit: 10, period: "1s", burst: 20 }),
+      bucket: tokenBucket({ capacity: 50, refillRate: 5 }),
+      daily: fixedWindow({ limit: 1000, window: "1d" }),
+    },
+  });
+
+  it("maxCost is the smallest limit (burst, capacity), and checkCost refuses more, naming the rule", () => {
+    expect(maxCost(limiter.rules)).toBe(20);
+    expect(() => checkCost(limiter.rules, 20, "cost")).not.toThrow();
+    expect(() => checkCost(limiter.rules, 21, "cost")).toThrow(RangeError);
+    expect(() => checkCost(limiter.rules, 21, "cost")).toThrow(
+      'cost: 21 can never be admitted: rule "burst" holds at most 20 (make the cost at most 20, or raise the rule\'s limit)',
+    );
+  });
+
+  it("at the call, such a cost is a denial that says never (retryAfter Infinity), and consumes nothing", async () => {
+    const d = await limiter.limit(`big-${uniquePrefix("c")}`, { cost: 21 });
+    expect([d.allowed, d.rule, d.retryAfter, d.remaining]).toEqual([false, "burst", NEVER, 20]);
   });
 });
