@@ -3,7 +3,8 @@ import { parseArgs } from "node:util";
 import { parseRedisUrl } from "./resp.js";
 import type { BridgeOptions } from "./server.js";
 
-export const USAGE = `Usage: edgelimit-bridge [--redis URL] [--port N] [--host H] [--token T]
+export const USAGE = `Usage: edgelimit-bridge [--redis URL] [--port N] [--host H] [--token T] [--max-dedicated N]
+                        [--max-body-bytes N]
 
 An Upstash-compatible REST API in front of a Redis server (local development, tests, self-hosting).
 
@@ -13,6 +14,11 @@ Options:
   --host H      interface to listen on (default 127.0.0.1; 0.0.0.0 exposes it to the network)
   --token T     bearer token clients must send; defaults to $EDGELIMIT_BRIDGE_TOKEN,
                 one of the two is required
+  --max-dedicated N
+                most Redis connections held by blocking commands (BLPOP, XREAD BLOCK, …) and
+                /subscribe streams at once; past it they are answered 503 (default 100)
+  --max-body-bytes N
+                largest request body; a larger one is answered 413 (default 67108864, 64 MiB)
   -h, --help    show this help
 
 Then: new Redis({ url: "http://127.0.0.1:8079", token: T })  (from @upstash/redis)
@@ -24,17 +30,28 @@ export class UsageError extends Error {
 }
 
 /** The bridge options a CLI invocation asks for. */
-export type CliOptions = Required<Pick<BridgeOptions, "redisUrl" | "port" | "host" | "token">>;
+export type CliOptions = Required<
+  Pick<BridgeOptions, "redisUrl" | "port" | "host" | "token" | "maxDedicatedConnections" | "maxBodyBytes">
+>;
 
 /**
  * Parses `edgelimit-bridge` arguments; `"help"` when help was asked for.
  *
  * @example
  * parseCliArgs(["--port", "0", "--token", "dev"], {});
- * // { redisUrl: "redis://127.0.0.1:6379", port: 0, host: "127.0.0.1", token: "dev" }
+ * // { redisUrl: "redis://127.0.0.1:6379", port: 0, host: "127.0.0.1", token: "dev",
+ * //   maxDedicatedConnections: 100, maxBodyBytes: 67108864 }
  */
 export function parseCliArgs(argv: string[], env: Record<string, string | undefined>): CliOptions | "help" {
-  let values: { redis?: string; port?: string; host?: string; token?: string; help?: boolean };
+  let values: {
+    redis?: string;
+    port?: string;
+    host?: string;
+    token?: string;
+    "max-dedicated"?: string;
+    "max-body-bytes"?: string;
+    help?: boolean;
+  };
   try {
     ({ values } = parseArgs({
       args: argv,
@@ -45,6 +62,8 @@ export function parseCliArgs(argv: string[], env: Record<string, string | undefi
         port: { type: "string" },
         host: { type: "string" },
         token: { type: "string" },
+        "max-dedicated": { type: "string" },
+        "max-body-bytes": { type: "string" },
         help: { type: "boolean", short: "h" },
       },
     }));
@@ -67,5 +86,16 @@ export function parseCliArgs(argv: string[], env: Record<string, string | undefi
   if (host === "") throw new UsageError("--host must not be empty");
   const token = values.token ?? env.EDGELIMIT_BRIDGE_TOKEN ?? "";
   if (token === "") throw new UsageError("--token is required (or set EDGELIMIT_BRIDGE_TOKEN)");
-  return { redisUrl, port, host, token };
+  const maxDedicatedConnections = positiveInteger("--max-dedicated", values["max-dedicated"], 100);
+  const maxBodyBytes = positiveInteger("--max-body-bytes", values["max-body-bytes"], 64 * 1024 * 1024);
+  return { redisUrl, port, host, token, maxDedicatedConnections, maxBodyBytes };
+}
+
+function positiveInteger(flag: string, text: string | undefined, fallback: number): number {
+  if (text === undefined) return fallback;
+  const n = Number(text);
+  if (!/^\d+$/.test(text) || n < 1 || !Number.isSafeInteger(n)) {
+    throw new UsageError(`${flag} must be a positive integer, got ${JSON.stringify(text)}`);
+  }
+  return n;
 }

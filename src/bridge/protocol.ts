@@ -19,20 +19,24 @@ export class HttpError extends Error {
 }
 
 /**
- * Commands that would change the shared connection's state: transactions (Upstash documents MULTI/EXEC
- * as TCP-only; /multi-exec is the REST way), pub/sub and MONITOR (Upstash serves those as SSE
- * endpoints, which the bridge does not), connection and replication commands.
+ * Commands that would change the shared connection's state for every caller after them, so they are
+ * refused: transactions (Upstash documents MULTI/EXEC as TCP-only; /multi-exec is the REST way),
+ * pub/sub and MONITOR (pub/sub is served as SSE on /subscribe and /psubscribe), the database, the
+ * protocol, the user, cluster read modes, and replication.
  */
 const REFUSED = new Set(
   (
     "multi exec discard watch unwatch select auth hello reset quit monitor sync psync replconf " +
-    "subscribe psubscribe ssubscribe unsubscribe punsubscribe sunsubscribe"
+    "subscribe psubscribe ssubscribe unsubscribe punsubscribe sunsubscribe readonly readwrite asking"
   ).split(" "),
 );
 
+/** CLIENT subcommands that set per-connection state (name, library info, tracking, reply mode, flags). */
+const REFUSED_CLIENT = new Set("reply setname setinfo tracking caching no-evict no-touch".split(" "));
+
 /** Commands that may block the connection: they get a connection of their own, not the shared one. */
 const BLOCKING = new Set(
-  "blpop brpop brpoplpush blmove blmpop bzpopmin bzpopmax bzmpop xread xreadgroup wait waitaof".split(" "),
+  "blpop brpop brpoplpush blmove blmpop bzpopmin bzpopmax bzmpop wait waitaof".split(" "),
 );
 
 /**
@@ -40,25 +44,37 @@ const BLOCKING = new Set(
  *
  * @example
  * refusal(["MULTI"]); // "ERR Command is not available over REST: 'multi'"
+ * refusal(["CLIENT", "SETNAME", "x"]); // "ERR Command is not available over REST: 'client setname'"
  * refusal(["GET", "k"]); // undefined
  */
 export function refusal(cmd: readonly Arg[]): string | undefined {
   const name = String(cmd[0]).toLowerCase();
   if (REFUSED.has(name)) return `ERR Command is not available over REST: '${name}'`;
-  if (name === "client" && String(cmd[1]).toLowerCase() === "reply") {
-    return "ERR Command is not available over REST: 'client reply'";
+  if (name === "client") {
+    const sub = String(cmd[1]).toLowerCase();
+    if (REFUSED_CLIENT.has(sub)) return `ERR Command is not available over REST: 'client ${sub}'`;
   }
   return undefined;
 }
 
 /**
- * True when the command may block, so it must not hold up the shared connection.
+ * True when the command may block, so it must not hold up the shared connection. XREAD and XREADGROUP
+ * block only with a BLOCK option.
  *
  * @example
  * isBlocking(["BLPOP", "queue", "5"]); // true
+ * isBlocking(["XREAD", "STREAMS", "s", "0"]); // false
  */
 export function isBlocking(cmd: readonly Arg[]): boolean {
-  return BLOCKING.has(String(cmd[0]).toLowerCase());
+  const name = String(cmd[0]).toLowerCase();
+  if (BLOCKING.has(name)) return true;
+  if (name !== "xread" && name !== "xreadgroup") return false;
+  for (let i = 1; i < cmd.length; i++) {
+    const arg = String(cmd[i]).toLowerCase();
+    if (arg === "block") return true;
+    if (arg === "streams") return false;
+  }
+  return false;
 }
 
 /**

@@ -286,6 +286,7 @@ export class RedisConnection {
   private error: Error | undefined;
   private isClosed = false;
   private readonly closeListeners: (() => void)[] = [];
+  private onPush: ((reply: Reply) => void) | undefined;
 
   constructor(private readonly socket: net.Socket) {
     const parser = new RespParser((reply) => this.onReply(reply));
@@ -336,6 +337,18 @@ export class RedisConnection {
     });
   }
 
+  /**
+   * Turns this connection into a subscriber: writes `command` (SUBSCRIBE or PSUBSCRIBE with its
+   * channels or patterns) and hands every reply from then on to `onPush`, confirmations included. A
+   * subscribed connection takes no other command; close it to end the subscription.
+   */
+  subscribe(command: readonly Arg[], onPush: (reply: Reply) => void): void {
+    if (this.isClosed) throw this.closedError();
+    if (this.head < this.pending.length) throw new Error("subscribe(): commands are still in flight");
+    this.onPush = onPush;
+    this.socket.write(encodeCommands([command]));
+  }
+
   /** Sends one command; resolves to its reply and throws `RedisError` on an error reply. */
   async call(...args: Arg[]): Promise<Reply> {
     const [reply] = await this.send([args]);
@@ -353,6 +366,10 @@ export class RedisConnection {
   }
 
   private onReply(reply: Reply): void {
+    if (this.onPush) {
+      this.onPush(reply);
+      return;
+    }
     const p = this.pending[this.head];
     if (!p) {
       this.socket.destroy(new Error("RESP protocol error: reply without a pending command"));

@@ -1,12 +1,13 @@
 /**
  * An Upstash-compatible REST server in front of a real redis-server, so @upstash/redis (and anything
  * built on it) runs unchanged against a local Redis: POST / (one command), /pipeline, /multi-exec,
- * the path form (/set/k/v), bearer or `_token` auth, `Upstash-Encoding: base64`.
+ * the path form (/set/k/v), bearer or `_token` auth, `Upstash-Encoding: base64`, and pub/sub as
+ * Server-Sent Events on /subscribe/<channel> and /psubscribe/<pattern>.
  */
 import { timingSafeEqual } from "node:crypto";
 import http, { type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import { RedisPool } from "./pool.js";
+import { PoolExhaustedError, RedisPool } from "./pool.js";
 import {
   errorJson,
   HttpError,
@@ -29,8 +30,14 @@ export interface BridgeOptions {
   port?: number;
   /** Interface to listen on (default `127.0.0.1`: the bridge is for local use unless you say so). */
   host?: string;
-  /** Largest accepted request body, in bytes (default 64 MiB). */
+  /** Largest accepted request body, in bytes (default 64 MiB); a larger one is answered 413. */
   maxBodyBytes?: number;
+  /**
+   * Most dedicated Redis connections open at once (default 100): one per request holding a blocking
+   * command (BLPOP, XREAD BLOCK, WAIT, …) and one per open subscription. Past it, such requests are
+   * answered 503 at once. Ordinary commands, pipelines and transactions share one connection.
+   */
+  maxDedicatedConnections?: number;
 }
 
 /** Live counters of one bridge; read them any time, zero them with `reset()`. */
@@ -42,6 +49,9 @@ export interface BridgeStats {
    * (the bridge's own connection setup is not counted).
    */
   commands: number;
+  /** Dedicated Redis connections in use right now (blocking requests, open subscriptions); not reset. */
+  readonly dedicatedConnections: number;
+  /** Zeroes `requests` and `commands`. */
   reset(): void;
 }
 
@@ -76,7 +86,17 @@ export async function startBridge(options: BridgeOptions): Promise<Bridge> {
   }
   const redisUrl = options.redisUrl ?? "redis://127.0.0.1:6379";
   const host = options.host ?? "127.0.0.1";
-  const pool = new RedisPool(redisUrl);
+  const maxDedicated = options.maxDedicatedConnections ?? 100;
+  if (!Number.isInteger(maxDedicated) || maxDedicated < 1) {
+    throw new Error(
+      `startBridge: \`maxDedicatedConnections\` must be an integer of at least 1, got ${maxDedicated}`,
+    );
+  }
+  const maxBodyBytes = options.maxBodyBytes ?? 64 * 1024 * 1024;
+  if (!Number.isInteger(maxBodyBytes) || maxBodyBytes < 1) {
+    throw new Error(`startBridge: \`maxBodyBytes\` must be an integer of at least 1, got ${maxBodyBytes}`);
+  }
+  const pool = new RedisPool(redisUrl, { maxDedicated });
   let commandNames: Set<string>;
   try {
     commandNames = await loadCommandNames(pool);
@@ -92,18 +112,15 @@ export async function startBridge(options: BridgeOptions): Promise<Bridge> {
   const stats: BridgeStats = {
     requests: 0,
     commands: 0,
+    get dedicatedConnections() {
+      return pool.dedicatedInUse;
+    },
     reset() {
       this.requests = 0;
       this.commands = 0;
     },
   };
-  const handler = new Handler(
-    pool,
-    options.token,
-    commandNames,
-    stats,
-    options.maxBodyBytes ?? 64 * 1024 * 1024,
-  );
+  const handler = new Handler(pool, options.token, commandNames, stats, maxBodyBytes);
   const server = http.createServer({ noDelay: true }, (req, res) => handler.handle(req, res));
   server.keepAliveTimeout = 30_000;
   try {
@@ -122,6 +139,7 @@ export async function startBridge(options: BridgeOptions): Promise<Bridge> {
     close() {
       closing ??= (async () => {
         handler.closing = true;
+        handler.endStreams();
         await new Promise<void>((resolve) => {
           const force = setTimeout(() => server.closeAllConnections(), 2000);
           server.close(() => {
@@ -149,11 +167,31 @@ async function loadCommandNames(pool: RedisPool): Promise<Set<string>> {
   return new Set(reply.map((name) => String(name).toLowerCase()));
 }
 
-/** Redis unreachable or gone mid-request: 502, as a gateway whose upstream failed. */
+/**
+ * Redis unreachable or gone mid-request: 502, as a gateway whose upstream failed. Every dedicated
+ * connection in use: 503, and the caller may retry.
+ */
 function upstream<T>(work: Promise<T>): Promise<T> {
   return work.catch((error: Error) => {
+    if (error instanceof PoolExhaustedError)
+      throw new HttpError(`ERR edgelimit-bridge: ${error.message}`, 503);
     throw new HttpError(`ERR edgelimit-bridge: Redis unavailable: ${error.message}`, 502);
   });
+}
+
+/** Seconds between SSE comments on a quiet subscription, so a caller that vanished is noticed. */
+const HEARTBEAT_MS = 15_000;
+
+/**
+ * One pub/sub push as an SSE event, in the form @upstash/redis's `subscribe()` reads: the reply's
+ * parts joined by commas (`subscribe,<channel>,<count>`, `message,<channel>,<message>`,
+ * `pmessage,<pattern>,<channel>,<message>`). A message holding line breaks spans several `data:`
+ * lines, as SSE requires.
+ */
+function sseEvent(reply: Reply): string {
+  const parts = Array.isArray(reply) ? reply : [reply];
+  const text = parts.map((part) => (part instanceof RedisError ? part.message : String(part))).join(",");
+  return `data: ${text.split(/\r\n|\r|\n/).join("\ndata: ")}\n\n`;
 }
 
 function listen(server: http.Server, port: number, host: string): Promise<void> {
@@ -169,6 +207,8 @@ function listen(server: http.Server, port: number, host: string): Promise<void> 
 class Handler {
   closing = false;
   private readonly scripts = new ScriptRegistry();
+  /** Ends each open SSE stream (and closes its Redis connection). */
+  private readonly streams = new Set<() => void>();
   private readonly token: Buffer;
 
   constructor(
@@ -183,13 +223,32 @@ class Handler {
 
   handle(req: IncomingMessage, res: ServerResponse): void {
     this.stats.requests++;
-    this.route(req, res).catch((error: unknown) => {
+    // Aborts when the caller goes away before its answer is written: a blocking command it sent must
+    // not stay blocked (and then swallow the next pushed item) on its behalf.
+    // The socket's end is seen while Redis I/O is still being gathered for this event-loop turn, before
+    // the response's close: a command from a request read after it then reaches Redis after the kill.
+    const gone = new AbortController();
+    const socket = req.socket;
+    const left = () => {
+      if (!res.writableFinished) gone.abort();
+    };
+    socket.once("end", left);
+    res.once("close", () => {
+      socket.off("end", left);
+      left();
+    });
+    this.route(req, res, gone.signal).catch((error: unknown) => {
       if (error instanceof HttpError) this.send(res, error.status, errorJson(error.message));
       else this.send(res, 500, errorJson(`ERR edgelimit-bridge internal error: ${(error as Error).message}`));
     });
   }
 
-  private async route(req: IncomingMessage, res: ServerResponse): Promise<void> {
+  /** Ends every open subscription (the bridge is closing). */
+  endStreams(): void {
+    for (const end of [...this.streams]) end();
+  }
+
+  private async route(req: IncomingMessage, res: ServerResponse, gone: AbortSignal): Promise<void> {
     const method = req.method ?? "GET";
     if (!METHODS.has(method)) throw new HttpError(`ERR HTTP method ${method} is not allowed`, 405);
     const url = req.url ?? "/";
@@ -207,9 +266,14 @@ class Handler {
     if (path === "/" || path === "/pipeline" || path === "/multi-exec") {
       if (!hasBody) throw new HttpError(`ERR ${path} takes the command(s) as a JSON body: use POST`, 405);
       const body = await this.readBody(req);
-      if (path === "/") return this.single(res, parseCommand(body), base64);
-      if (path === "/pipeline") return this.pipeline(res, parseCommands(body), base64);
+      if (path === "/") return this.single(res, parseCommand(body), base64, gone);
+      if (path === "/pipeline") return this.pipeline(res, parseCommands(body), base64, gone);
       return this.multiExec(res, parseCommands(body), base64);
+    }
+    const lower = path.toLowerCase();
+    if (lower.startsWith("/subscribe/") || lower.startsWith("/psubscribe/")) {
+      if (hasBody) await this.readBody(req); // @upstash/redis sends "[]": nothing to use
+      return this.stream(res, lower.startsWith("/p") ? "PSUBSCRIBE" : "SUBSCRIBE", path);
     }
     const cmd = this.pathCommand(path);
     if (hasBody) {
@@ -224,7 +288,7 @@ class Handler {
         if (value !== "") cmd.push(value);
       }
     }
-    return this.single(res, cmd, base64);
+    return this.single(res, cmd, base64, gone);
   }
 
   private authorized(req: IncomingMessage, query: URLSearchParams | undefined): boolean {
@@ -259,19 +323,24 @@ class Handler {
     return segments;
   }
 
-  private async single(res: ServerResponse, cmd: Arg[], base64: boolean): Promise<void> {
+  private async single(res: ServerResponse, cmd: Arg[], base64: boolean, gone: AbortSignal): Promise<void> {
     const refused = refusal(cmd);
     if (refused) throw new HttpError(refused);
-    const [reply] = await this.run([cmd]);
+    const [reply] = await this.run([cmd], gone);
     const body = new JsonBody();
     body.result(reply!, base64);
     this.send(res, reply instanceof RedisError ? 400 : 200, body.toBuffer());
   }
 
-  private async pipeline(res: ServerResponse, cmds: Arg[][], base64: boolean): Promise<void> {
+  private async pipeline(
+    res: ServerResponse,
+    cmds: Arg[][],
+    base64: boolean,
+    gone: AbortSignal,
+  ): Promise<void> {
     const refused = cmds.map(refusal);
     const allowed = cmds.filter((_, i) => refused[i] === undefined);
-    const replies = allowed.length > 0 ? await this.run(allowed) : [];
+    const replies = allowed.length > 0 ? await this.run(allowed, gone) : [];
     let next = 0;
     const body = new JsonBody();
     body.raw("[");
@@ -285,7 +354,10 @@ class Handler {
     this.send(res, 200, body.toBuffer());
   }
 
-  /** MULTI … EXEC on a connection of its own, so no other request's command can slip in between. */
+  /**
+   * MULTI … EXEC on the shared connection, written as one block: Redis reads a connection's commands in
+   * order, so no other request's command can slip in between, and inside MULTI nothing blocks.
+   */
   private async multiExec(res: ServerResponse, cmds: Arg[][], base64: boolean): Promise<void> {
     for (const cmd of cmds) {
       const refused = refusal(cmd);
@@ -293,9 +365,7 @@ class Handler {
     }
     const prepared = cmds.map((cmd) => this.scripts.prepare(cmd));
     this.stats.commands += cmds.length + 2;
-    const replies = await upstream(
-      this.pool.withDedicated((conn) => conn.send([["MULTI"], ...prepared, ["EXEC"]])),
-    );
+    const replies = await upstream(this.pool.send([["MULTI"], ...prepared, ["EXEC"]]));
     // A command Redis refused to queue (syntax, arity, unknown command) discards the transaction:
     // report that command's error rather than the generic EXECABORT.
     const queueError = replies.find((r, i) => i > 0 && i <= cmds.length && r instanceof RedisError);
@@ -313,17 +383,85 @@ class Handler {
     this.send(res, 200, body.toBuffer());
   }
 
-  /** Sends non-transaction commands: on the shared connection, or a dedicated one if any may block. */
-  private async run(cmds: Arg[][]): Promise<Reply[]> {
+  /**
+   * Sends non-transaction commands: on the shared connection, or on a dedicated one if any may block,
+   * which is killed if the caller goes away first.
+   */
+  private async run(cmds: Arg[][], gone: AbortSignal): Promise<Reply[]> {
     const prepared = cmds.map((cmd) => this.scripts.prepare(cmd));
     this.stats.commands += cmds.length;
     const replies = await upstream(
       cmds.some(isBlocking)
-        ? this.pool.withDedicated((conn) => conn.send(prepared))
+        ? this.pool.withDedicated((conn) => conn.send(prepared), gone)
         : this.pool.send(prepared),
     );
     for (let i = 0; i < replies.length; i++) replies[i] = this.scripts.fixReply(cmds[i]!, replies[i]!);
     return replies;
+  }
+
+  /**
+   * Pub/sub as Server-Sent Events on a Redis connection of its own, closed when the caller goes away,
+   * and the stream ended when Redis goes away.
+   */
+  private async stream(res: ServerResponse, kind: "SUBSCRIBE" | "PSUBSCRIBE", path: string): Promise<void> {
+    let names: string[];
+    try {
+      names = path
+        .slice(kind.length + 2)
+        .split("/")
+        .filter((s) => s !== "")
+        .map(decodeURIComponent);
+    } catch {
+      throw new HttpError(`ERR malformed URL path: ${path}`);
+    }
+    const what = kind === "SUBSCRIBE" ? "channel" : "pattern";
+    if (names.length === 0)
+      throw new HttpError(`ERR ${path} names no ${what}: use /${kind.toLowerCase()}/<${what}>`);
+    const sub = await upstream(this.pool.subscriber());
+    if (res.destroyed) return sub.close();
+    this.stats.commands++;
+    // The first confirmation (or error) decides the status; everything after it is an event.
+    let first: ((reply: Reply) => void) | undefined;
+    const confirmed = new Promise<Reply>((resolve) => {
+      first = resolve;
+    });
+    sub.conn.subscribe([kind, ...names], (reply) => {
+      if (first) {
+        first(reply);
+        first = undefined;
+      } else if (!res.destroyed) {
+        res.write(sseEvent(reply));
+      }
+    });
+    const reply = await Promise.race([
+      confirmed,
+      new Promise<undefined>((r) => sub.conn.onClosed(() => r(undefined))),
+    ]);
+    if (reply === undefined || reply instanceof RedisError || res.destroyed) {
+      sub.close();
+      if (reply instanceof RedisError) throw new HttpError(reply.message);
+      if (reply === undefined)
+        throw new HttpError("ERR edgelimit-bridge: Redis unavailable: connection closed", 502);
+      return;
+    }
+    res.writeHead(200, {
+      "content-type": "text/event-stream",
+      "cache-control": "no-cache",
+      connection: "keep-alive",
+      "x-accel-buffering": "no",
+    });
+    res.write(sseEvent(reply));
+    const heartbeat = setInterval(() => res.write(": keep-alive\n\n"), HEARTBEAT_MS);
+    heartbeat.unref();
+    const end = () => {
+      this.streams.delete(end);
+      clearInterval(heartbeat);
+      sub.close();
+      res.end();
+    };
+    this.streams.add(end);
+    res.once("close", end);
+    sub.conn.onClosed(end);
   }
 
   private readBody(req: IncomingMessage): Promise<Buffer> {
