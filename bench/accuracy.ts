@@ -121,7 +121,7 @@ export async function runAccuracy(env: BenchEnv, tag: string, durationMs: number
         for (const o of await Promise.all(pending)) got.push(o.allowed);
       }
       rows.push({
-        label: c.label,
+        label: labelOf(e),
         shape,
         requests: events.length,
         ideal: want.filter(Boolean).length,

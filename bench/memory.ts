@@ -41,7 +41,7 @@ export async function runMemory(env: BenchEnv, tag: string, t0: number, big: num
       ];
       let bytes = 0;
       for (const key of keys) bytes += Number(await env.call("MEMORY", "USAGE", String(key), "SAMPLES", 0));
-      rows.push({ label: c.label, lib: e.lib, limit, keys: keys.length, bytes });
+      rows.push({ label: labelOf(e), lib: e.lib, limit, keys: keys.length, bytes });
     }
   }
   return rows;

@@ -1,6 +1,6 @@
 // Throughput and latency: closed loops (each of N workers sends its next decision when the previous one
-// is answered), the contestants of a group interleaved round by round, nothing denied, 1000 identifiers.
-import { contestant, type Entry, labelOf, PAIRS } from "./contestants.js";
+// is answered), the two contestants of a pair interleaved round by round, nothing denied, 1000 identifiers.
+import { type Algo, contestant, type Entry, labelOf } from "./contestants.js";
 import type { BenchEnv } from "./env.js";
 import { log, median, percentile } from "./util.js";
 
@@ -16,21 +16,12 @@ export interface ThroughputRow {
   perRequest: number;
 }
 
-export interface ThroughputSettings {
-  rounds: number;
-  sampleMs: number;
-}
-
-export async function closedLoop(
-  decide: (id: string) => Promise<unknown>,
-  inFlight: number,
-  durationMs: number,
-) {
+export async function closedLoop(decide: (id: string) => Promise<unknown>, inFlight: number, ms: number) {
   const latencies: number[] = [];
   let next = 0;
   const start = performance.now();
   const worker = async () => {
-    while (performance.now() - start < durationMs) {
+    while (performance.now() - start < ms) {
       const t0 = performance.now();
       await decide(`u${next++ % 1000}`);
       latencies.push(performance.now() - t0);
@@ -40,67 +31,54 @@ export async function closedLoop(
   return { latencies, seconds: (performance.now() - start) / 1000 };
 }
 
-export const OPEN = { limit: 1_000_000_000, window: 60_000 };
+const OPEN = { limit: 1_000_000_000, window: 60_000 };
 
-export const GROUPS: { name: string; entries: Entry[] }[] = [
-  ...PAIRS.filter(([a]) => a !== "slidingLog").map(([a, b]) => ({
-    name: `${a} ↔ ${b}`,
-    entries: [
-      { lib: "edgelimit", algo: a },
-      { lib: "upstash", algo: b },
-    ] as Entry[],
-  })),
-  {
-    name: "3 fixedWindow rules",
-    entries: [
-      { lib: "edgelimit", algo: "fixedWindow", rules: 3 },
-      { lib: "upstash", algo: "fixedWindow", rules: 3 },
-    ],
-  },
+/** edgelimit's algorithm, the peer's nearest, and how many rules (3: one Limiter against three peer limiters). */
+const GROUPS: [Algo, Algo, number][] = [
+  ["fixedWindow", "fixedWindow", 1],
+  ["slidingWindow", "slidingWindow", 1],
+  ["tokenBucket", "tokenBucket", 1],
+  ["gcra", "tokenBucket", 1],
+  ["fixedWindow", "fixedWindow", 3],
 ];
 
-export async function runThroughput(
-  env: BenchEnv,
-  s: ThroughputSettings,
-  tag: string,
-): Promise<ThroughputRow[]> {
+export async function runThroughput(env: BenchEnv, s: { rounds: number; sampleMs: number }, tag: string) {
   const rows: ThroughputRow[] = [];
   let n = 0;
-  for (const group of GROUPS) {
-    const contestants = group.entries.map((e) =>
+  for (const [ours, theirs, rules] of GROUPS) {
+    const group = rules > 1 ? `${rules} ${ours} rules` : `${ours} ↔ ${theirs}`;
+    const entries: Entry[] = [
+      { lib: "edgelimit", algo: ours, rules },
+      { lib: "upstash", algo: theirs, rules },
+    ];
+    const cs = entries.map((e) =>
       contestant(e, { redis: env.client(), prefix: `tp-${tag}-${n++}`, policy: OPEN, cache: "off" }),
     );
-    for (const c of contestants) await closedLoop(c.limit, 64, s.sampleMs / 2); // warm-up
+    for (const c of cs) await closedLoop(c.limit, 64, s.sampleMs / 2); // warm-up
     for (const inFlight of [1, 64]) {
-      log(`throughput: ${group.name}, ${inFlight} in flight`);
-      const runs = contestants.map(() => ({
-        rates: [] as number[],
-        latencies: [] as number[],
-        decisions: 0,
-        http: 0,
-      }));
+      log(`throughput: ${group}, ${inFlight} in flight`);
+      const runs = cs.map(() => ({ rates: [] as number[], latencies: [] as number[], http: 0 }));
       for (let round = 0; round < s.rounds; round++) {
-        for (const [i, c] of contestants.entries()) {
+        for (const [i, c] of cs.entries()) {
           await env.resetCounts();
           const { latencies, seconds } = await closedLoop(c.limit, inFlight, s.sampleMs);
-          const r = runs[i]!;
-          r.rates.push(latencies.length / seconds);
-          r.latencies.push(...latencies);
-          r.decisions += latencies.length;
-          r.http += (await env.counts()).http;
+          runs[i]!.rates.push(latencies.length / seconds);
+          runs[i]!.latencies.push(...latencies);
+          runs[i]!.http += (await env.counts()).http;
         }
       }
-      group.entries.forEach((e, i) => {
-        const r = runs[i]!;
+      entries.forEach((e, i) => {
+        const { rates, latencies, http } = runs[i]!;
+        const [p50, p99] = [percentile(latencies, 50), percentile(latencies, 99)];
         rows.push({
-          group: group.name,
+          group,
           label: labelOf(e),
           lib: e.lib,
           inFlight,
-          perSec: median(r.rates),
-          p50: percentile(r.latencies, 50),
-          p99: percentile(r.latencies, 99),
-          perRequest: r.decisions / r.http,
+          perSec: median(rates),
+          p50,
+          p99,
+          perRequest: latencies.length / http,
         });
       });
     }
