@@ -4,8 +4,8 @@
 // Hygiene, both ways (RFC 9110 §7.6.1): hop-by-hop fields describe one connection and end there:
 // Connection and every field it names, Keep-Alive, Proxy-*, TE, Trailer, Transfer-Encoding and Upgrade
 // (kept for a WebSocket upgrade, which is proxied). The forwarding fields are the Worker's to write,
-// never the client's: X-Forwarded-For is the client address from CF-Connecting-IP (Cloudflare sets it;
-// a client cannot), X-Forwarded-Proto and X-Forwarded-Host are the scheme and host the client asked for,
+// never the client's: X-Forwarded-For (and X-Real-IP) is the client address from CF-Connecting-IP
+// (Cloudflare sets it; a client cannot), X-Forwarded-Proto and X-Forwarded-Host are the scheme and host the client asked for,
 // and a client-written Forwarded is dropped, so an origin that trusts these fields cannot be lied to.
 
 import { clientIp } from "./identity.js";
@@ -55,9 +55,12 @@ export async function forward(request: Request, origin: string): Promise<Respons
   dropHopByHop(headers, webSocket);
   headers.delete("host");
   headers.delete("forwarded");
+  // X-Real-IP too: origins behind nginx read the client from it, and a client can write it.
   const ip = clientIp(request.headers);
-  if (ip === undefined) headers.delete("x-forwarded-for");
-  else headers.set("x-forwarded-for", formatIp(ip));
+  for (const name of ["x-forwarded-for", "x-real-ip"]) {
+    if (ip === undefined) headers.delete(name);
+    else headers.set(name, formatIp(ip));
+  }
   headers.set("x-forwarded-host", url.host);
   headers.set("x-forwarded-proto", url.protocol.slice(0, -1));
   const hasBody = request.method !== "GET" && request.method !== "HEAD";

@@ -66,10 +66,15 @@ describe("what the origin receives", () => {
   test("X-Forwarded-For is the client IP from CF-Connecting-IP, replacing what the client wrote", async () => {
     const response = await call(proxyEnv(), "/", {
       ip: "203.0.113.7",
-      headers: { "X-Forwarded-For": "10.0.0.1, 10.0.0.2", Forwarded: "for=10.0.0.1;proto=http" },
+      headers: {
+        "X-Forwarded-For": "10.0.0.1, 10.0.0.2",
+        "X-Real-IP": "10.0.0.3",
+        Forwarded: "for=10.0.0.1;proto=http",
+      },
     });
     const received = (await response.json()) as Received;
     expect(valuesOf(received, "x-forwarded-for")).toEqual(["203.0.113.7"]);
+    expect(valuesOf(received, "x-real-ip")).toEqual(["203.0.113.7"]);
     expect(valuesOf(received, "forwarded")).toEqual([]);
     expect(valuesOf(received, "x-forwarded-proto")).toEqual(["https"]);
     expect(valuesOf(received, "x-forwarded-host")).toEqual(["edge.example"]);
@@ -86,10 +91,14 @@ describe("what the origin receives", () => {
     expect(valuesOf(received, "x-forwarded-host")).toEqual(["edge.example"]);
   });
 
-  test("without CF-Connecting-IP, a client-written X-Forwarded-For is dropped, not passed on", async () => {
-    const response = await call(proxyEnv(), "/", { ip: null, headers: { "X-Forwarded-For": "10.0.0.1" } });
+  test("without CF-Connecting-IP, a client-written X-Forwarded-For or X-Real-IP is dropped, not passed on", async () => {
+    const response = await call(proxyEnv(), "/", {
+      ip: null,
+      headers: { "X-Forwarded-For": "10.0.0.1", "X-Real-IP": "10.0.0.1" },
+    });
     const received = (await response.json()) as Received;
     expect(valuesOf(received, "x-forwarded-for")).toEqual([]);
+    expect(valuesOf(received, "x-real-ip")).toEqual([]);
   });
 
   test("a WebSocket upgrade is proxied with its Upgrade header, and nothing else hop-by-hop", async () => {
