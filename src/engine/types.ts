@@ -19,6 +19,9 @@ export interface Decision extends RuleResult {
   source: "redis" | "cache" | "lease" | "error";
   /** Every rule's own outcome, by rule name. */
   rules: Record<string, RuleResult>;
-  /** Set when `source` is `"error"`: what went wrong (timeout, HTTP or Redis error). */
+  /**
+   * Set when `source` is `"error"`: what went wrong, a `RedisCallError` whose `kind` is "timeout",
+   * "unreachable", "unauthorized", "http", "redis" or "breaker-open".
+   */
   error?: Error;
 }
