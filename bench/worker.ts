@@ -25,12 +25,6 @@ export interface WorkerRow {
   bridgePerRequest: number;
 }
 
-export interface WorkerResult {
-  rows: WorkerRow[];
-  /** Why it did not run, when it did not. */
-  pending?: string;
-}
-
 const MINIMAL = `export default { fetch: (r, env) => { const u = new URL(r.url);
   return fetch(env.ORIGIN + u.pathname, { method: r.method, headers: r.headers }); } };\n`;
 
@@ -39,57 +33,53 @@ const listen = (server: http.Server) =>
     server.listen(0, "127.0.0.1", () => resolve((server.address() as AddressInfo).port)),
   );
 
-async function wrangler(dir: string, toml: string): Promise<{ base: string; proc: ChildProcess }> {
+/** Starts `wrangler dev -c toml` in a process group of its own; resolves when it answers. */
+async function wrangler(dir: string, toml: string, started: ChildProcess[]): Promise<string> {
   const probe = http.createServer();
   const port = await listen(probe);
   probe.close();
-  const args = ["dev", "-c", join(dir, toml), "--ip", "127.0.0.1", "--port", String(port)];
-  args.push(
+  const args = [
+    "dev",
+    "-c",
+    toml,
+    "--ip",
+    "127.0.0.1",
+    "--port",
+    String(port),
     "--persist-to",
-    join(dir, `state-${toml}`),
-    "--show-interactive-dev-session=false",
-    "--log-level",
-    "warn",
-  );
+    `state-${toml}`,
+  ];
   const proc = spawn(
     process.execPath,
-    [join(ROOT, "node_modules", "wrangler", "bin", "wrangler.js"), ...args],
+    [join(ROOT, "node_modules/wrangler/bin/wrangler.js"), ...args, "--log-level", "warn"],
     {
       cwd: dir,
       env: { ...process.env, CLOUDFLARE_CF_FETCH_ENABLED: "false", WRANGLER_SEND_METRICS: "false", CI: "1" },
       stdio: "ignore",
-      detached: true, // its own process group, for stop()
+      detached: true,
     },
   );
+  started.push(proc);
   const base = `http://127.0.0.1:${port}`;
-  for (let waited = 0; waited < 90_000; waited += 250) {
+  for (const until = Date.now() + 90_000; Date.now() < until; await sleep(250)) {
     if (proc.exitCode !== null) throw new Error(`wrangler dev exited with ${proc.exitCode}`);
-    const ok = await fetch(`${base}/open/ready`).then(
-      (r) => r.arrayBuffer().then(() => r.status < 500),
-      () => false,
-    );
-    if (ok) return { base, proc };
-    await sleep(250);
+    if (
+      await fetch(base).then(
+        (r) => r.arrayBuffer().then(() => r.status < 500),
+        () => false,
+      )
+    )
+      return base;
   }
   throw new Error("wrangler dev was not ready within 90 s");
 }
 
-/** Ends wrangler and the workerd it started (its process group), nothing else. */
-async function stop(proc: ChildProcess | undefined): Promise<void> {
-  for (const signal of ["SIGTERM", "SIGKILL"] as const) {
-    try {
-      if (proc?.pid) process.kill(-proc.pid, signal);
-    } catch {
-      return; // already gone
-    }
-    await sleep(500);
-  }
-}
-
-export async function runWorker(env: BenchEnv, s: { ms: number }): Promise<WorkerResult> {
+export async function runWorker(
+  env: BenchEnv,
+  s: { ms: number },
+): Promise<{ rows: WorkerRow[]; pending?: string }> {
   const origin = http.createServer((_req, res) => res.end("ok"));
   const originUrl = `http://127.0.0.1:${await listen(origin)}`;
-  const workerFile = join(ROOT, "src", "adapters", "worker", "index.ts");
   const config = {
     origin: originUrl,
     prefix: "bench-worker",
@@ -102,39 +92,39 @@ export async function runWorker(env: BenchEnv, s: { ms: number }): Promise<Worke
       },
     ],
   };
-  const repoToml = readFileSync(join(ROOT, "wrangler.toml"), "utf8");
-  const compat = /^compatibility_date\s*=.*$/m.exec(repoToml)?.[0] ?? 'compatibility_date = "2026-05-01"';
+  const compat = /^compatibility_date\s*=.*$/m.exec(readFileSync(join(ROOT, "wrangler.toml"), "utf8"))?.[0];
+  const vars = {
+    EDGELIMIT_CONFIG: JSON.stringify(config),
+    UPSTASH_REDIS_REST_URL: env.bridgeUrl,
+    UPSTASH_REDIS_REST_TOKEN: env.token,
+  };
   const dir = mkdtempSync(join(tmpdir(), "edgelimit-bench-worker-"));
-  writeFileSync(
-    join(dir, "wrangler.toml"),
-    `name = "edgelimit-bench"\nmain = ${JSON.stringify(workerFile)}\n${compat}\n\n[vars]\nEDGELIMIT_CONFIG = '''${JSON.stringify(config)}'''\nUPSTASH_REDIS_REST_URL = ${JSON.stringify(env.bridgeUrl)}\nUPSTASH_REDIS_REST_TOKEN = ${JSON.stringify(env.token)}\n`,
-  );
+  const main = JSON.stringify(join(ROOT, "src/adapters/worker/index.ts"));
+  const toml = (name: string, file: string, v: object) =>
+    `name = "${name}"\nmain = ${file}\n${compat}\n\n[vars]\n${Object.entries(v)
+      .map(([k, x]) => `${k} = ${JSON.stringify(x)}`)
+      .join("\n")}\n`;
+  writeFileSync(join(dir, "edgelimit.toml"), toml("edgelimit-bench", main, vars));
+  writeFileSync(join(dir, "minimal.toml"), toml("minimal", '"minimal.js"', { ORIGIN: originUrl }));
   writeFileSync(join(dir, "minimal.js"), MINIMAL);
-  writeFileSync(
-    join(dir, "minimal.toml"),
-    `name = "minimal"\nmain = "minimal.js"\n${compat}\n\n[vars]\nORIGIN = "${originUrl}"\n`,
-  );
   const headers = { "x-bench-key": "bench" };
-  let minimal: ChildProcess | undefined;
-  let worker: ChildProcess | undefined;
+  const started: ChildProcess[] = [];
   try {
     log("worker: starting two wrangler dev servers");
-    const m = await wrangler(dir, "minimal.toml");
-    minimal = m.proc;
-    const w = await wrangler(dir, "wrangler.toml");
-    worker = w.proc;
-    const probe = await fetch(`${w.base}/limited/x`, { headers });
+    const minimal = await wrangler(dir, "minimal.toml", started);
+    const worker = await wrangler(dir, "edgelimit.toml", started);
+    const probe = await fetch(`${worker}/limited/x`, { headers });
     await probe.arrayBuffer();
     if (!probe.headers.has("ratelimit"))
       return { rows: [], pending: `the limited route answered ${probe.status} without RateLimit headers` };
-    const targets: [string, string][] = [
-      ["origin directly", `${originUrl}/open/x`],
-      ["minimal forwarding Worker", `${m.base}/open/x`],
-      ["edgelimit Worker, pass-through route", `${w.base}/open/x`],
-      ["edgelimit Worker, limited route", `${w.base}/limited/x`],
-    ];
+    const targets = {
+      "origin directly": `${originUrl}/open/x`,
+      "minimal forwarding Worker": `${minimal}/open/x`,
+      "edgelimit Worker, pass-through route": `${worker}/open/x`,
+      "edgelimit Worker, limited route": `${worker}/limited/x`,
+    };
     const rows: WorkerRow[] = [];
-    for (const [target, url] of targets) {
+    for (const [target, url] of Object.entries(targets)) {
       let failed = 0;
       const get = async () => {
         const res = await fetch(url, { headers }).catch(() => undefined);
@@ -147,14 +137,16 @@ export async function runWorker(env: BenchEnv, s: { ms: number }): Promise<Worke
         failed = 0;
         await env.resetCounts();
         const { latencies, seconds } = await closedLoop(get, inFlight, s.ms);
+        const [p50, p99] = [percentile(latencies, 50), percentile(latencies, 99)];
+        const bridgePerRequest = (await env.counts()).http / latencies.length;
         rows.push({
           target,
           inFlight,
           perSec: latencies.length / seconds,
-          p50: percentile(latencies, 50),
-          p99: percentile(latencies, 99),
+          p50,
+          p99,
           failed,
-          bridgePerRequest: (await env.counts()).http / latencies.length,
+          bridgePerRequest,
         });
       }
     }
@@ -162,8 +154,16 @@ export async function runWorker(env: BenchEnv, s: { ms: number }): Promise<Worke
   } catch (error) {
     return { rows: [], pending: (error as Error).message.slice(0, 500) };
   } finally {
-    await stop(minimal);
-    await stop(worker);
+    for (const signal of ["SIGTERM", "SIGKILL"] as const) {
+      for (const proc of started) {
+        try {
+          process.kill(-proc.pid!, signal);
+        } catch {
+          // already gone
+        }
+      }
+      await sleep(500);
+    }
     origin.closeAllConnections();
     origin.close();
     rmSync(dir, { recursive: true, force: true });
