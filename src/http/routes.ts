@@ -22,11 +22,13 @@ const UNRESERVED = /[A-Za-z0-9\-._~]/;
 // After lowercasing: an encoded "/" or "\", and a segment's path parameters.
 const ENCODED_SLASH = /%2f|%5c/g;
 const PARAMETERS = /;[^/]*/g;
+const AMBIGUOUS = /%2f|%5c|;/;
 
 /**
  * The form paths are compared in: unreserved characters percent-decoded, "\" read as "/", dot segments
  * resolved, runs of slashes collapsed, a trailing slash dropped, lowercased. Path parameters (";x") and
- * encoded slashes (%2f, %5c) are kept: matching reads them both ways (see {@link canonicalPath}).
+ * encoded slashes (%2f, %5c) are kept, and a path holding them keeps its ".." segments too: matching
+ * reads such a path every way an origin may (see {@link canonicalPath}).
  *
  * @example
  * normalizePath("//API/v1/../Log%69n/") // "/api/login"
@@ -36,7 +38,11 @@ export function normalizePath(pathname: string): string {
     const char = String.fromCharCode(Number.parseInt(hex, 16));
     return UNRESERVED.test(char) ? char : encoded;
   });
-  return join(resolve(decoded.replace(/\\/g, "/").toLowerCase()));
+  const path = decoded.replace(/\\/g, "/").toLowerCase();
+  // Where origins differ (see readings), ".." is left for each reading to resolve: "/a%2fb/.." is "/" to
+  // one origin and "/a" to another, so resolving it here would lose one of them.
+  if (AMBIGUOUS.test(path)) return join(path.split("/").filter((s) => s !== "" && s !== "."));
+  return join(resolve(path));
 }
 
 /**

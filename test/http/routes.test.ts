@@ -1,3 +1,4 @@
+import fc from "fast-check";
 import { describe, expect, test } from "vitest";
 import { sha256Hex } from "../../src/engine/sha256.js";
 import { cookie, identify, parseKeySpec } from "../../src/http/identity.js";
@@ -7,6 +8,7 @@ import {
   findRoute,
   matchesPath,
   normalizePath,
+  type PathPattern,
   parsePathPattern,
 } from "../../src/http/routes.js";
 
@@ -203,5 +205,84 @@ describe("keys", () => {
     ["", "sid", undefined],
   ])("cookie(%j, %j) → %j", (header, name, expected) => {
     expect(cookie(header, name)).toBe(expected);
+  });
+});
+
+describe("no spelling escapes a route: any origin's reading of a path that matches, matches here", () => {
+  // A model of how origins read a raw path: every one decodes unreserved characters, reads "\" as "/",
+  // drops empty and "." segments, resolves "..", ignores case (the worst case for a limiter); some
+  // also strip path parameters (";x"), some decode an encoded slash (%2F, %5C) into a separator, in
+  // either order.
+  type Origin = { strip: boolean; decodeSlash: boolean; stripFirst: boolean };
+  function originReads(raw: string, { strip, decodeSlash, stripFirst }: Origin): string[] {
+    let path = raw
+      .replace(/%([0-9A-Fa-f]{2})/g, (encoded, hex: string) => {
+        const char = String.fromCharCode(Number.parseInt(hex, 16));
+        return /[A-Za-z0-9\-._~]/.test(char) ? char : encoded;
+      })
+      .replace(/\\/g, "/")
+      .toLowerCase();
+    const stripParameters = (p: string) => (strip ? p.replace(/;[^/]*/g, "") : p);
+    const split = (p: string) => (decodeSlash ? p.replace(/%2f|%5c/g, "/") : p);
+    path = stripFirst ? split(stripParameters(path)) : stripParameters(split(path));
+    const out: string[] = [];
+    for (const segment of path.split("/")) {
+      if (segment === "" || segment === ".") continue;
+      if (segment === "..") out.pop();
+      else out.push(segment);
+    }
+    return out;
+  }
+  const matchesSegments = (pattern: PathPattern, segments: string[]) => {
+    const want = pattern.segments;
+    if (pattern.rest ? segments.length < want.length : segments.length !== want.length) return false;
+    return want.every((segment, i) => segment === null || segment === segments[i]);
+  };
+
+  const piece = fc.constantFrom(
+    "login",
+    "LOGIN",
+    "Log%69n",
+    "api",
+    "users",
+    "42",
+    "edit",
+    "x",
+    ".",
+    "..",
+    "%2e",
+    "%2E%2e",
+    "..;",
+    "%2F",
+    "%2f",
+    "%5C",
+    "\\",
+    ";a=1",
+    ";",
+    "/",
+    "//",
+    "%20",
+    "a%2Fb",
+  );
+  const rawPath = fc
+    .array(fc.tuple(fc.constantFrom("/", ""), piece), { maxLength: 7 })
+    .map((parts) => `/${parts.map(([sep, p]) => sep + p).join("")}`);
+  const origin = fc.record({ strip: fc.boolean(), decodeSlash: fc.boolean(), stripFirst: fc.boolean() });
+  const patterns = ["/login", "/api/*", "/users/:id", "/users/:id/edit", "/x/login", "/"].map(
+    parsePathPattern,
+  );
+
+  test("for 20,000 random spellings and every kind of origin", () => {
+    fc.assert(
+      fc.property(rawPath, origin, (raw, how) => {
+        const read = originReads(raw, how);
+        const normalized = normalizePath(raw);
+        for (const pattern of patterns) {
+          if (matchesSegments(pattern, read))
+            expect(matchesPath(pattern, normalized), `${pattern.source} ${raw}`).toBe(true);
+        }
+      }),
+      { numRuns: 20_000 },
+    );
   });
 });
