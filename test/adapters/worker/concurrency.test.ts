@@ -1,8 +1,10 @@
 // The Worker's "concurrency" route option inside workerd, against the real bridge and a stand-in
 // origin whose /gate/ID responses stay open until the test opens them: a slot is held while a body
 // streams, and given back when it has been read to the end or the client went away (cancelled it).
+import { Redis } from "@upstash/redis/cloudflare";
 import { describe, expect, inject, test } from "vitest";
 import worker, { type Env } from "../../../src/adapters/worker/index.js";
+import { Lock } from "../../../src/index.js";
 import { config, envFor } from "./support.js";
 
 const QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded";
@@ -139,5 +141,49 @@ describe('the "concurrency" route option', () => {
     }
     expect(errors.join("\n")).toMatch(/routes\[0\]\.concurrency\.limit: must be a positive whole number/);
     expect(errors.join("\n")).toMatch(/routes\[0\]\.concurrency\.lease: /);
+  });
+});
+
+describe("Lock.withLock inside workerd", () => {
+  test("renewal keeps running after the response through ctx.waitUntil, then the lock is released", async () => {
+    const redis = new Redis({
+      url: inject("bridgeUrl"),
+      token: inject("bridgeToken"),
+      enableTelemetry: false,
+    });
+    const prefix = `tw-lock-${crypto.randomUUID().slice(0, 8)}`;
+    const lock = new Lock({ redis, prefix, lease: 600 });
+    const rival = new Lock({ redis, prefix, lease: 600 });
+    const pending: Promise<unknown>[] = [];
+    let fence = 0;
+    let signal: AbortSignal | undefined;
+    // What a fetch handler does: start the work, hand it to waitUntil, answer at once.
+    const handler = () => {
+      void lock
+        .withLock(
+          "job",
+          async (s, f) => {
+            signal = s;
+            fence = f;
+            await new Promise((resolve) => setTimeout(resolve, 2000)); // over three leases
+          },
+          { waitUntil: (p) => void pending.push(p) },
+        )
+        .catch(() => {});
+      return new Response("accepted", { status: 202 });
+    };
+    expect(handler().status).toBe(202);
+    expect(pending.length).toBe(1);
+    const tries: boolean[] = [];
+    for (let i = 0; i < 6; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 250));
+      tries.push((await rival.acquire("job", { owner: "rival" })).acquired);
+    }
+    expect(tries).toEqual([false, false, false, false, false, false]);
+    await Promise.all(pending);
+    expect(signal?.aborted).toBe(false);
+    const after = await rival.acquire("job", { owner: "rival" });
+    expect(after.acquired).toBe(true);
+    expect(after.fence).toBeGreaterThan(fence);
   });
 });
