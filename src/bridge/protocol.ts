@@ -187,11 +187,7 @@ export class JsonBody {
     }
     // An error inside an array (a Lua table holding redis.error_reply): its message, as a string.
     if (reply instanceof RedisError) return this.utf8(stringJson(reply.message, base64, false));
-    if (base64) {
-      this.byte(0x22);
-      this.raw(reply.toString("base64"));
-      return this.byte(0x22);
-    }
+    if (base64) return this.base64(reply);
     if (!isPlainAscii(reply)) return this.utf8(JSON.stringify(reply.toString("utf8")));
     this.reserve(reply.length + 2);
     const buf = this.buf;
@@ -199,6 +195,38 @@ export class JsonBody {
     buf.set(reply, this.length);
     this.length += reply.length;
     buf[this.length++] = 0x22;
+  }
+
+  /** A quoted base64 string; short values are encoded in place rather than through a JS string. */
+  private base64(bytes: Buffer): void {
+    const size = 4 * Math.ceil(bytes.length / 3);
+    this.reserve(size + 2);
+    const out = this.buf;
+    let o = this.length;
+    out[o++] = 0x22;
+    if (bytes.length > 256) {
+      o += out.write(bytes.toString("base64"), o, "latin1");
+    } else {
+      const whole = bytes.length - (bytes.length % 3);
+      let i = 0;
+      for (; i < whole; i += 3) {
+        const n = (bytes[i]! << 16) | (bytes[i + 1]! << 8) | bytes[i + 2]!;
+        out[o++] = B64[n >> 18]!;
+        out[o++] = B64[(n >> 12) & 63]!;
+        out[o++] = B64[(n >> 6) & 63]!;
+        out[o++] = B64[n & 63]!;
+      }
+      if (i < bytes.length) {
+        const two = i + 1 < bytes.length;
+        const n = (bytes[i]! << 16) | (two ? bytes[i + 1]! << 8 : 0);
+        out[o++] = B64[n >> 18]!;
+        out[o++] = B64[(n >> 12) & 63]!;
+        out[o++] = two ? B64[(n >> 6) & 63]! : 0x3d;
+        out[o++] = 0x3d;
+      }
+    }
+    out[o++] = 0x22;
+    this.length = o;
   }
 
   private utf8(text: string): void {
@@ -218,6 +246,8 @@ export class JsonBody {
     this.buf = next;
   }
 }
+
+const B64 = Buffer.from("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", "latin1");
 
 /** True when the bytes can sit inside a JSON string as they are: printable ASCII except `"` and `\`. */
 function isPlainAscii(bytes: Buffer): boolean {

@@ -89,4 +89,15 @@ describe("JSON writer", () => {
     const expected = JSON.stringify({ result: [...values, "\ufffdA", 5, null] });
     expect(body.toBuffer().toString("utf8")).toBe(expected);
   });
+
+  it("base64-encodes every length like Buffer.toString does, short values in place and long ones natively", () => {
+    const values = Array.from({ length: 300 }, (_, n) =>
+      Buffer.from(Array.from({ length: n }, (_, i) => (i * 37 + n) & 255)),
+    );
+    const body = new JsonBody();
+    body.result(values, true);
+    expect(JSON.parse(body.toBuffer().toString("latin1"))).toEqual({
+      result: values.map((v) => v.toString("base64")),
+    });
+  });
 });
