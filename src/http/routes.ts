@@ -8,7 +8,9 @@
 //   - both ways, where origins differ: a path parameter (";jsessionid=x", stripped by Tomcat, Jetty and
 //     Spring, kept by others) and an encoded slash (%2F or %5C, a separator to origins that decode it
 //     first, part of a segment to others). A pattern matches when any reading of the path matches it,
-//     so /login;x and /login%2F fall under /login, and /files/a%2Fb still falls under /files/:name.
+//     so /login;x and /login%2F fall under /login, and /files/a%2Fb still falls under /files/:name;
+//   - both ways too: a format suffix on the last segment (/login.json is /login to Rails, and to
+//     Spring's suffix matching; /login. to a server that drops a trailing dot).
 
 /** A compiled `match.path`: literal segments, `:name` (any one segment), and an optional trailing `*`. */
 export interface PathPattern {
@@ -46,15 +48,20 @@ export function normalizePath(pathname: string): string {
 }
 
 /**
- * The one form of a normalized path that an origin stripping path parameters and decoding encoded
- * slashes would see: "/login;jsessionid=x" and "/login%2f" are both "/login". What the `path` key
- * counts by, so that no spelling of a path gets a counter of its own.
+ * The one form of a normalized path that an origin stripping path parameters, decoding encoded slashes
+ * and ignoring a format suffix would see: "/login;jsessionid=x", "/login%2f" and "/login.json" are all
+ * "/login". What the `path` key counts by, so that no spelling of a path gets a counter of its own
+ * (so /report.csv and /report.pdf share one).
  *
  * @example
  * canonicalPath(normalizePath("/Login;jsessionid=x/")) // "/login"
  */
 export function canonicalPath(normalizedPath: string): string {
-  return join(resolve(normalizedPath.replace(PARAMETERS, "").replace(ENCODED_SLASH, "/")));
+  const segments = resolve(normalizedPath.replace(PARAMETERS, "").replace(ENCODED_SLASH, "/"));
+  const last = segments.at(-1);
+  const dot = last === undefined ? -1 : last.lastIndexOf(".");
+  if (dot > 0) segments[segments.length - 1] = last!.slice(0, dot);
+  return join(segments);
 }
 
 /** Segments with "" and "." dropped and ".." applied. */
@@ -77,16 +84,25 @@ function readings(normalizedPath: string): string[][] {
   const plain = resolve(normalizedPath);
   const hasParameters = normalizedPath.includes(";");
   const hasSlashes = normalizedPath.includes("%2f") || normalizedPath.includes("%5c");
-  if (!hasParameters && !hasSlashes) return [plain];
-  const stripped = normalizedPath.replace(PARAMETERS, "");
-  const split = normalizedPath.replace(ENCODED_SLASH, "/");
-  return [
-    plain,
-    resolve(stripped),
-    resolve(split),
-    resolve(stripped.replace(ENCODED_SLASH, "/")),
-    resolve(split.replace(PARAMETERS, "")),
-  ];
+  const found = [plain];
+  if (hasParameters || hasSlashes) {
+    const stripped = normalizedPath.replace(PARAMETERS, "");
+    const split = normalizedPath.replace(ENCODED_SLASH, "/");
+    found.push(
+      resolve(stripped),
+      resolve(split),
+      resolve(stripped.replace(ENCODED_SLASH, "/")),
+      resolve(split.replace(PARAMETERS, "")),
+    );
+  }
+  // A format suffix on the last segment: Rails routes /login.json (and Spring's suffix matching
+  // /login.anything) to the /login handler, and some servers drop a trailing dot.
+  for (const segments of found.slice()) {
+    const last = segments.at(-1);
+    const dot = last === undefined ? -1 : last.lastIndexOf(".");
+    if (dot > 0) found.push([...segments.slice(0, -1), last!.slice(0, dot)]);
+  }
+  return found;
 }
 
 /**
@@ -105,7 +121,10 @@ export function parsePathPattern(source: string): PathPattern {
   if (body.includes("*")) {
     throw new Error(`${JSON.stringify(source)}: "*" may only be the whole last segment, as in "/api/*"`);
   }
-  const segments = resolve(canonicalPath(normalizePath(body))).map((segment) => {
+  // Parameters stripped and encoded slashes split, as in canonicalPath, but a dot kept: "/robots.txt"
+  // means that file, not "/robots".
+  const plain = normalizePath(body).replace(PARAMETERS, "").replace(ENCODED_SLASH, "/");
+  const segments = resolve(plain).map((segment) => {
     if (!segment.startsWith(":")) return segment;
     if (segment.length === 1) throw new Error(`${JSON.stringify(source)}: name the parameter, as in "/:id"`);
     return null;

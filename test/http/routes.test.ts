@@ -40,6 +40,8 @@ describe("normalizePath", () => {
     ["/a/..;/login", "/login"],
     ["/a%2F..%2Flogin", "/login"],
     ["/files/a%2Fb", "/files/a/b"],
+    ["/login.json", "/login"],
+    ["/.well-known", "/.well-known"],
   ])("canonicalPath(normalizePath(%j)) → %j", (input, expected) => {
     expect(canonicalPath(normalizePath(input))).toBe(expected);
   });
@@ -67,17 +69,27 @@ describe("spellings of /login that an origin may treat as /login all fall under 
     "/x%2F..%2Flogin",
     "/x/..;/login",
     "/x;y/..;z/login",
+    "/login.json",
+    "/login.",
+    "/Login.JSON;x",
     "\\login",
   ])("%j", (path) => {
     expect(matchesPath(login, normalizePath(path))).toBe(true);
   });
 
-  test.each(["/login2", "/logins", "/login/x", "/login%20", "/log/in", "/x/login", "/login%252F"])(
-    "but not %j",
-    (path) => {
-      expect(matchesPath(login, normalizePath(path))).toBe(false);
-    },
-  );
+  test.each([
+    "/login2",
+    "/logins",
+    "/login/x",
+    "/login%20",
+    "/log/in",
+    "/x/login",
+    "/login%252F",
+    "/.login",
+    "/login.json/x",
+  ])("but not %j", (path) => {
+    expect(matchesPath(login, normalizePath(path))).toBe(false);
+  });
 
   test("an encoded slash inside a :name segment still matches it, as an origin that keeps it reads it", () => {
     const file = parsePathPattern("/files/:name/edit");
@@ -89,9 +101,11 @@ describe("spellings of /login that an origin may treat as /login all fall under 
   test("the path key counts every spelling as one path", () => {
     const request = new Request("https://example.com/");
     const key = (path: string) => identify({ kind: "path" }, request, undefined, normalizePath(path));
-    expect(new Set(["/login", "/login;a", "/login;b", "/LOGIN%2F", "/x/..;/login"].map(key))).toEqual(
-      new Set(["/login"]),
-    );
+    expect(
+      new Set(
+        ["/login", "/login;a", "/login;b", "/LOGIN%2F", "/x/..;/login", "/login.json", "/login.x"].map(key),
+      ),
+    ).toEqual(new Set(["/login"]));
   });
 });
 
@@ -114,6 +128,9 @@ describe("path patterns", () => {
     ["/users/:id", "/users/42/posts", false],
     ["/users/:id/*", "/users/42/posts/1", true],
     ["/API/Login", "/api/login", true],
+    ["/robots.txt", "/robots.txt", true],
+    ["/robots.txt", "/robots", false],
+    ["/robots.txt", "/robots.json", false],
   ])("%s ~ %s: %s", (pattern, path, expected) => {
     expect(matchesPath(parsePathPattern(pattern), normalizePath(path))).toBe(expected);
   });
@@ -213,8 +230,8 @@ describe("no spelling escapes a route: any origin's reading of a path that match
   // drops empty and "." segments, resolves "..", ignores case (the worst case for a limiter); some
   // also strip path parameters (";x"), some decode an encoded slash (%2F, %5C) into a separator, in
   // either order.
-  type Origin = { strip: boolean; decodeSlash: boolean; stripFirst: boolean };
-  function originReads(raw: string, { strip, decodeSlash, stripFirst }: Origin): string[] {
+  type Origin = { strip: boolean; decodeSlash: boolean; stripFirst: boolean; format: boolean };
+  function originReads(raw: string, { strip, decodeSlash, stripFirst, format }: Origin): string[] {
     let path = raw
       .replace(/%([0-9A-Fa-f]{2})/g, (encoded, hex: string) => {
         const char = String.fromCharCode(Number.parseInt(hex, 16));
@@ -231,6 +248,10 @@ describe("no spelling escapes a route: any origin's reading of a path that match
       if (segment === "..") out.pop();
       else out.push(segment);
     }
+    // Rails and Spring suffix matching: /login.json is /login
+    const last = out.at(-1);
+    if (format && last !== undefined && last.lastIndexOf(".") > 0)
+      out[out.length - 1] = last.slice(0, last.lastIndexOf("."));
     return out;
   }
   const matchesSegments = (pattern: PathPattern, segments: string[]) => {
@@ -263,11 +284,19 @@ describe("no spelling escapes a route: any origin's reading of a path that match
     "//",
     "%20",
     "a%2Fb",
+    ".json",
+    "%2Ejson",
+    "login.json",
   );
   const rawPath = fc
     .array(fc.tuple(fc.constantFrom("/", ""), piece), { maxLength: 7 })
     .map((parts) => `/${parts.map(([sep, p]) => sep + p).join("")}`);
-  const origin = fc.record({ strip: fc.boolean(), decodeSlash: fc.boolean(), stripFirst: fc.boolean() });
+  const origin = fc.record({
+    strip: fc.boolean(),
+    decodeSlash: fc.boolean(),
+    stripFirst: fc.boolean(),
+    format: fc.boolean(),
+  });
   const patterns = ["/login", "/api/*", "/users/:id", "/users/:id/edit", "/x/login", "/"].map(
     parsePathPattern,
   );
