@@ -154,7 +154,15 @@ describe("spellings of a limited path", () => {
         rules: { r: { algorithm: "gcra", limit: 1, period: "1h" } },
       },
     ]);
-    const spellings = ["/login;jsessionid=x", "/login%2F", "/LOGIN/", "//login", "/%6cogin", "/x/..;/login"];
+    const spellings = [
+      "/login;jsessionid=x",
+      "/login%2F",
+      "/LOGIN/",
+      "//login",
+      "/%6cogin",
+      "/x/..;/login",
+      "/login.json",
+    ];
     const statuses: number[] = [];
     for (const path of ["/login", ...spellings]) {
       const response = await call(env, path, { method: "POST" });
