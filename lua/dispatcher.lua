@@ -22,8 +22,10 @@ end
 
 -- One rule, the common case: no table but the answer.
 if #KEYS == 1 then
-  local p1, p2, p3 = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-  local room, reset_at, retry_after, commit, s1, s2, s3 = check_of(ARGV[3])(KEYS[1], now, cost, p1, p2, p3)
+  local check = algorithms[ARGV[3]] or check_of(ARGV[3])
+  -- the windows' unused third parameter is 0: not worth a tonumber()
+  local p1, p2, p3 = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6] == "0" and 0 or tonumber(ARGV[6])
+  local room, reset_at, retry_after, commit, s1, s2, s3 = check(KEYS[1], now, cost, p1, p2, p3)
   if not reserve then
     if cost > room then return { 0, math.max(0, room), reset_at, retry_after } end
     if peek then return { 1, room, reset_at, 0 } end

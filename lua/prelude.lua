@@ -25,23 +25,19 @@
 -- REDIS TIME. This script runs on every decision, and Redis runs scripts one at a time. A function
 -- definition builds a closure each time the script runs (about 0.1 µs each, measured), as does every
 -- table, and tonumber() parses a string each time: so an algorithm file defines its functions only
--- when a rule of this call uses it (`if uses("<name>") then`), and helpers stay few.
+-- when this call's only rule uses it (`if several or ARGV[3] == "<name>" then`), and helpers stay few.
 --
 -- All arithmetic is on integers (Lua doubles are exact below 2^53; the rule constructors keep every
 -- product below 2^50). A number handed to redis.call() is sent exactly (integers below 2^53 print in
 -- full); to put one inside a string use int(): Lua's own conversion keeps only 14 digits.
 local NEVER = -1
 local now = tonumber(ARGV[1])
-local cost = tonumber(ARGV[2])
+-- the usual cost of 1 without parsing it (each tonumber() is a strtod(), about 0.1 µs)
+local cost = ARGV[2] == "1" and 1 or tonumber(ARGV[2])
 local algorithms = {}
 
--- Whether a rule of this call uses the algorithm `name` (a scan: a table would cost more).
-local function uses(name)
-  for at = 3, 4 * #KEYS, 4 do
-    if ARGV[at] == name then return true end
-  end
-  return false
-end
+-- A call with one rule defines only that rule's algorithm; a call with several defines them all.
+local several = #KEYS > 1
 
 local function ceil_div(a, b)
   return math.floor((a + b - 1) / b)

@@ -51,7 +51,7 @@ if #KEYS == 1 and ARGV[3] == "fixedWindow" and cost >= 1 and not ARGV[7] then
   end
 end
 
-if uses("fixedWindow") then
+if several or ARGV[3] == "fixedWindow" then
   -- count > 0: the stored window is the one counted in, so add to it; else start the window.
   local function commit(key, now, units, limit, window, _, start, count, stamp)
     local ends = start + window

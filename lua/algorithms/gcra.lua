@@ -11,7 +11,7 @@
 -- with 0 <= B < limit. In units of 1/limit ms, T is `period` and burst*T is `burst*period`, so every
 -- comparison below is integer arithmetic, exact for any realistic limit.
 -- State: "<A>:<B>". Commands: GET, then SET PX on commit.
-if uses("gcra") then
+if several or ARGV[3] == "gcra" then
   -- TAT becomes now + (d + units*T); the key lives until TAT, when the state equals "no key".
   local function commit(key, now, units, limit, period, _, d)
     local next_d = d + units * period

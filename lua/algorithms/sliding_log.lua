@@ -8,7 +8,7 @@
 -- admitted, so a denial or a peek writes nothing.
 -- Commands: ZRANGE (newest) and ZCOUNT; a denial adds ZRANGEBYSCORE (when it could pass), an
 -- admission ZREMRANGEBYSCORE, ZADD (one per 1000 units) and PEXPIRE.
-if uses("slidingLog") then
+if several or ARGV[3] == "slidingLog" then
   local ZADD_CHUNK = 1000
 
   local function commit(key, now, units, limit, window, _, stamp, count)

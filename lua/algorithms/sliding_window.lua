@@ -8,7 +8,7 @@
 -- straddles the boundary can hold up to 2*limit - 1 units. All comparisons are multiplied
 -- through by `window`, so they are integer arithmetic. State: "<current start>:<current>:<previous>".
 -- Commands: GET, then SET PX on commit (the peer's two keys take GET, GET, INCRBY, PEXPIRE).
-if uses("slidingWindow") then
+if several or ARGV[3] == "slidingWindow" then
   -- the key matters until the current window has faded out entirely, a window after it ends
   local function commit(key, now, units, limit, window, _, start, current, previous)
     local fades = start + 2 * window

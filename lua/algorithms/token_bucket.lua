@@ -5,7 +5,7 @@
 -- 1/interval token ("scaled"), so a bucket earns exactly `refill` scaled units per ms and every
 -- comparison is integer arithmetic. State: "<scaled tokens>:<ms of last refill>". The refill time is
 -- never moved backwards, so a caller whose clock lags refills nothing. Commands: GET, then SET PX.
-if uses("tokenBucket") then
+if several or ARGV[3] == "tokenBucket" then
   -- once full again the state equals "no key", so it lives exactly as long as the refill takes
   local function commit(key, now, units, capacity, refill, interval, tokens, at)
     local left = tokens - units * interval
