@@ -172,49 +172,52 @@ export class Leases {
   }
 
   /**
-   * Takes Redis's answer to a decision of this Limiter: a denial drops the identifier's lease (its
-   * units are refunded), an admission with `reserved` units starts one.
+   * Takes Redis's answer to a decision of this Limiter and returns the decision to give the caller.
+   * A denial drops the identifier's lease (its units are refunded); an admission with `reserved`
+   * units starts one. Redis's `remaining` leaves out every unit taken, reserved ones included; the
+   * caller is told what this identifier can still have: that, plus what this isolate holds for it.
    */
-  settle(identifier: string, decision: Decision, reserved: number, now: number, waitUntil?: WaitUntil): void {
+  settle(
+    identifier: string,
+    decision: Decision,
+    reserved: number,
+    now: number,
+    waitUntil?: WaitUntil,
+  ): Decision {
     const seen = this.seen.get(identifier);
     if (seen !== undefined) seen.asking = undefined;
-    if (decision.source !== "redis") return;
+    if (decision.source !== "redis") return decision;
     if (!decision.allowed) {
       if (seen?.lease) this.refund([this.detach(identifier, seen)], now, waitUntil);
-      return;
+      return decision;
     }
     if (reserved > 0) this.stats.reserved += reserved;
-    if (seen === undefined) {
-      // Forgotten while the request was out (evicted); the reserved units go straight back.
-      if (reserved > 0) {
-        this.refund(
-          [{ identifier, units: reserved, windowStarts: this.windowStarts(decision) }],
-          now,
-          waitUntil,
-        );
-      }
-      return;
-    }
-    const lease = seen.lease;
     const windowStarts = this.windowStarts(decision);
+    const lease = seen?.lease;
+    // Units held before this answer, and reserved by it, are this identifier's to use (or on their way back).
+    const answer = withHeld(decision, (lease?.units ?? 0) + reserved);
+    if (seen === undefined) {
+      // Forgotten while the request was out (evicted): the reserved units go straight back.
+      if (reserved > 0) this.refund([{ identifier, units: reserved, windowStarts }], now, waitUntil);
+      return answer;
+    }
     if (lease !== undefined) {
       // A decision whose cost the lease could not cover, or a second reservation that crossed the
-      // first: Redis's fresh answer, plus what is held here. Units that would take the lease past
-      // `max`, or that were counted in another window, go back.
+      // first. Units that would take the lease past `max`, or that were counted in another window, go back.
       const same = windowStarts.every((start, i) => start === lease.windowStarts[i]);
       const keep = same ? Math.min(reserved, this.config.max - lease.units) : 0;
-      lease.snapshot = withHeld(decision.rules, lease.units - (reserved - keep));
+      lease.snapshot = answer.rules;
       lease.used = 0;
       lease.units += keep;
       if (reserved > keep)
         this.refund([{ identifier, units: reserved - keep, windowStarts }], now, waitUntil);
-      return;
+      return answer;
     }
-    if (reserved <= 0) return;
+    if (reserved <= 0) return answer;
     const held: Held = {
       units: reserved,
       expiresAt: this.expiry(now, windowStarts),
-      snapshot: { ...decision.rules },
+      snapshot: answer.rules,
       used: 0,
       windowStarts,
     };
@@ -222,6 +225,7 @@ export class Leases {
     this.held.set(identifier, held);
     if (held.expiresAt < this.nextExpiry) this.nextExpiry = held.expiresAt;
     if (waitUntil === undefined) this.arm();
+    return answer;
   }
 
   /** Forgets the identifier's lease without a refund (its state in Redis was deleted). */
@@ -342,11 +346,13 @@ export class Leases {
   }
 }
 
-function withHeld(rules: Record<string, RuleResult>, units: number): Record<string, RuleResult> {
-  const out: Record<string, RuleResult> = {};
-  for (const [name, rule] of Object.entries(rules))
-    out[name] = { ...rule, remaining: rule.remaining + units };
-  return out;
+/** The decision with `units` more remaining under every rule. */
+function withHeld(decision: Decision, units: number): Decision {
+  if (units === 0) return decision;
+  const rules: Record<string, RuleResult> = {};
+  for (const [name, rule] of Object.entries(decision.rules))
+    rules[name] = { ...rule, remaining: rule.remaining + units };
+  return { ...decision, remaining: decision.remaining + units, rules };
 }
 
 /** An admission from a lease: what Redis last said, minus what this isolate has used since. */

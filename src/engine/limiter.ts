@@ -257,8 +257,7 @@ export class Limiter {
     }
     if (!decision.allowed) this.cache?.set(identifier, Math.max(cost, 1), now, decision);
     const reserved = this.leases ? Number((reply.result as unknown[])[this.rules.length * 4]) : 0;
-    this.leases?.settle(identifier, decision, reserved, now, waitUntil);
-    return decision;
+    return this.leases ? this.leases.settle(identifier, decision, reserved, now, waitUntil) : decision;
   }
 
   /** Sends one lease refund (see lua/refund.lua); true when Redis ran it. Never sent twice. */
