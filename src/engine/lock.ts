@@ -249,6 +249,19 @@ export class Lock {
     fn: (signal: AbortSignal, fence: number) => T | Promise<T>,
     options: WithLockOptions = {},
   ): Promise<T> {
+    // Like every method here, bad input rejects the returned promise (it never throws synchronously).
+    try {
+      return this.start(name, fn, options);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  private start<T>(
+    name: string,
+    fn: (signal: AbortSignal, fence: number) => T | Promise<T>,
+    options: WithLockOptions,
+  ): Promise<T> {
     if (typeof fn !== "function") throw new TypeError(`fn: expected a function, got ${describe(fn)}`);
     const owner = options.owner === undefined ? crypto.randomUUID() : checkString(options.owner, "owner");
     const lease = options.lease === undefined ? this.lease : leaseMs(options.lease, "lease");

@@ -281,7 +281,7 @@ describe("bad input", () => {
       const lock = new Lock({ redis });
       await expect(lock.acquire("n", { lease: lease as number })).rejects.toThrow(/^lease: /);
       await expect(lock.extend("n", { owner: "o", lease: lease as number })).rejects.toThrow(/^lease: /);
-      expect(() => lock.withLock("n", () => {}, { lease: lease as number })).toThrow(/^lease: /);
+      await expect(lock.withLock("n", () => {}, { lease: lease as number })).rejects.toThrow(/^lease: /);
     },
   );
 
@@ -302,7 +302,8 @@ describe("bad input", () => {
     await expect(lock.acquire("n", { owner: 5 as unknown as string })).rejects.toThrow(/^owner: /);
     await expect(lock.acquire("n", { wait: -1 })).rejects.toThrow(/^wait: /);
     await expect(lock.release("n", {} as { owner: string })).rejects.toThrow(/^owner: /);
-    expect(() => lock.withLock("n", 5 as never)).toThrow(/^fn: /);
+    await expect(lock.withLock("n", 5 as never)).rejects.toThrow(/^fn: /);
+    await expect(lock.withLock("n", () => {}, { renew: "yes" as never })).rejects.toThrow(/^renew: /);
   });
 });
 
