@@ -187,3 +187,25 @@ describe("breaker options on a shared client", () => {
     expect(new RedisCallError("timeout", "m")).toMatchObject({ name: "RedisCallError", kind: "timeout" });
   });
 });
+
+describe("one breaker per client, shared by its limiters", () => {
+  it("opens on one limiter's failures and answers the other's decisions at once, without a request", async () => {
+    const port = await freePort(); // nothing listens
+    const redis = new Redis({ url: `http://127.0.0.1:${port}`, token: "t" });
+    const rules = { r: fixedWindow({ limit: 5, window: "1m" }) };
+    const a = new Limiter({ redis, rules, timeout: NEVER });
+    const b = new Limiter({ redis, rules, timeout: NEVER, onError: "deny" });
+    const transport = transportFor(redis);
+    for (let i = 0; i < 5; i++) expect((await a.limit("x")).error).toMatchObject({ kind: "unreachable" });
+    expect(transport.breaker?.state).toBe("open");
+    const requests = transport.stats.requests;
+    const d = await b.limit("y");
+    expect(d).toMatchObject({ allowed: false, source: "error", retryAfter: 1000 });
+    expect(d.error).toBeInstanceOf(RedisCallError);
+    expect(d.error).toMatchObject({ kind: "breaker-open" });
+    expect(d.error?.message).toMatch(
+      /circuit breaker open, Redis not asked \(next probe in \d+ ms; opens after 5 consecutive failures; last failure: unreachable: edgelimit: no answer from Redis at/,
+    );
+    expect(transport.stats.requests).toBe(requests);
+  });
+});

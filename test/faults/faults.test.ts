@@ -24,6 +24,8 @@ const refused = (o: Outcome) => o.kind === "breaker-open";
 function failedBound(failures: number, ...breakers: { opened: number }[]): number {
   return breakers.reduce((sum, b) => sum + failures + WORKERS + b.opened, 0);
 }
+const bothOpen = (...transports: { breaker?: { state: string } | undefined }[]) =>
+  transports.every((t) => t.breaker?.state === "open");
 const admitted = (outcomes: Outcome[], target: string, phases: number[]) =>
   outcomes.filter((o) => o.target === target && phases.includes(o.phase) && o.source === "redis" && o.allowed)
     .length;
@@ -64,7 +66,7 @@ describe("fault suite", () => {
       load.phase = 1;
       const sentBefore = unitsTransport.stats.sent;
       await redis.kill();
-      await load.until(() => transport.breaker?.state === "open", 5000, "the breaker to open");
+      await load.until(() => bothOpen(transport, unitsTransport), 8000, "both breakers to open");
       await sleep(1200); // one failed probe at 1000 ms: the cooldown doubles to 2000
       await redis.restart(); // an empty dataset and an empty script cache
       const back = performance.now();
@@ -128,7 +130,7 @@ describe("fault suite", () => {
       const sent: number[] = [unitsTransport.stats.sent];
       load.phase = 1;
       bridge.signal("SIGSTOP");
-      await load.until(() => transport.breaker?.state === "open", 5000, "the breaker to open");
+      await load.until(() => bothOpen(transport, unitsTransport), 8000, "both breakers to open");
       await sleep(1500);
       sent.push(unitsTransport.stats.sent);
       load.phase = 2;
@@ -190,7 +192,7 @@ describe("fault suite", () => {
         const sent: number[] = [unitsTransport.stats.sent];
         load.phase = 1;
         hop.mode = mode;
-        await load.until(() => transport.breaker?.state === "open", 5000, "the breaker to open");
+        await load.until(() => bothOpen(transport, unitsTransport), 8000, "both breakers to open");
         await sleep(700);
         sent.push(unitsTransport.stats.sent);
         load.phase = 2;

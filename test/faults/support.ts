@@ -186,7 +186,6 @@ export class Hop {
     this.sockets.add(client);
     client.on("error", () => {});
     client.once("close", () => this.sockets.delete(client));
-    if (this.mode === "stall") return; // holds the connection and whatever comes on it
     const upstream = net.connect(port, host);
     this.sockets.add(upstream);
     upstream.on("error", () => client.destroy());
@@ -197,7 +196,8 @@ export class Hop {
     client.once("close", () => upstream.destroy());
     let stalled = false;
     client.on("data", (chunk) => {
-      // a connection kept alive from before a switch to "stall" stalls from its next request on
+      // in "stall" a request is held, and so is every later one on its connection (whatever the mode
+      // by then); a connection that sent nothing while stalled carries requests again once it ends
       if (this.mode === "stall") stalled = true;
       if (!stalled) upstream.write(chunk);
     });
