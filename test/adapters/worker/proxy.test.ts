@@ -26,6 +26,12 @@ function valuesOf(received: Received, name: string): string[] {
 
 const names = (received: Received) => new Set(received.headers.map(([name]) => name));
 
+interface WorkersSocket {
+  accept(): void;
+  close(): void;
+  addEventListener(type: "message", listener: (event: { data: unknown }) => void): void;
+}
+
 describe("what the origin receives", () => {
   test("no hop-by-hop headers: Connection and those it names, Keep-Alive, Proxy-*, TE, Trailer, Upgrade", async () => {
     const response = await call(proxyEnv(), "/anything?q=1", {
@@ -111,7 +117,8 @@ describe("what the origin receives", () => {
       },
     });
     expect(response.status).toBe(101);
-    const socket = response.webSocket!;
+    // workerd's Response carries the client end of the socket (a Workers type, not a DOM one)
+    const socket = (response as Response & { webSocket: WorkersSocket | null }).webSocket!;
     const message = new Promise<string>((resolve) => {
       socket.addEventListener("message", (event) => resolve(String(event.data)));
     });
