@@ -116,6 +116,14 @@ function portOpen(port: number): Promise<boolean> {
   });
 }
 
+/** A config file with one route (a file is read faster than wrangler.toml, which loads wrangler to read). */
+function smallConfig(): string {
+  const file = join(dir, "small.json");
+  const route = { name: "all", key: "global", rules: { m: { algorithm: "gcra", limit: 100, period: "1m" } } };
+  writeFileSync(file, JSON.stringify({ origin: "https://api.example.com", routes: [route] }));
+  return file;
+}
+
 /** Starts `npm start`, waits for its banner, and returns its ports and its whole process tree. */
 async function startAndWait(args: string[] = []) {
   const run = npmStart(args, userEnv());
@@ -123,6 +131,8 @@ async function startAndWait(args: string[] = []) {
     const match = /edgelimit is running at (http:\/\/127\.0\.0\.1:(\d+))/.exec(run.output());
     if (run.npm.exitCode !== null) throw new Error(`npm start exited early:\n${run.output()}`);
     return match?.[1];
+  }).catch((error) => {
+    throw new Error(`${error.message}; its output:\n${run.output()}`);
   });
   const ports = [...run.output().matchAll(/(?:redis|http):\/\/127\.0\.0\.1:(\d+)/g)].map((m) => Number(m[1]));
   const tree = descendants(run.npm.pid as number);
@@ -239,14 +249,14 @@ describe("npm start", () => {
   }, 120_000);
 
   it.concurrent("SIGHUP to npm's pid (npm dies without passing it on) stops everything", async () => {
-    const { run, ports, tree } = await startAndWait();
+    const { run, ports, tree } = await startAndWait([smallConfig()]);
     process.kill(run.npm.pid as number, "SIGHUP");
     await run.exited;
     await expectAllGone(tree, ports);
   }, 120_000);
 
   it.concurrent("SIGKILL to the script itself: its watchdog stops everything", async () => {
-    const { run, ports, tree } = await startAndWait();
+    const { run, ports, tree } = await startAndWait([smallConfig()]);
     const script = tree.find((pid) => cmdline(pid).includes("scripts/start.mjs")) as number;
     process.kill(script, "SIGKILL");
     await expectAllGone(tree, ports);
