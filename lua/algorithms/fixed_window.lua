@@ -31,7 +31,9 @@ if #KEYS == 1 and ARGV[3] == "fixedWindow" and cost >= 1 and not ARGV[7] then
     local start = now - now % window
     local index = start / window
     local stamp = (index % 3 + 1) * SPAN
-    local value = redis.call("INCRBY", key, ARGV[2])
+    local value = redis.pcall("INCRBY", key, ARGV[2])
+    -- a value that is no integer (state of another version) fails the INCRBY: start afresh below
+    if type(value) ~= "number" then value = 0 end
     local count = value - stamp
     if count <= 0 or count > SPAN then
       local newer = ((index + 1) % 3 + 1) * SPAN

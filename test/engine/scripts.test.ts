@@ -97,7 +97,14 @@ describe("fixedWindow: one integer, one INCRBY", () => {
     expect(await redis.get(key!)).toBe(stored(T0, 1, 2 ** 50));
   });
 
-  it("starts afresh over a state it cannot read", async () => {
+  it("starts afresh over a state it cannot read, with one rule or several", async () => {
+    const single = limiterOf({ r: fixedWindow({ limit: 3, window: "1h" }) });
+    const [one] = single.limiter.keys("id");
+    await single.redis.set(one!, "12:34", { px: HOUR });
+    single.clock.set(T0);
+    expect(await single.limiter.limit("id")).toMatchObject({ allowed: true, remaining: 2, resetAt: END });
+    expect(await single.redis.get(one!)).toBe(stored(START, HOUR, 1));
+
     const { limiter, clock, redis } = limiterOf(
       { r: fixedWindow({ limit: 3, window: "1h" }), g: gcra({ limit: 5, period: "1h" }) },
       bridgeRedis(),
