@@ -17,7 +17,7 @@ REST bridge and redis-server; ratios are edgelimit ÷ @upstash/ratelimit. Re-run
 
 ${table(["commit", "machine", "node", "redis", "@upstash/ratelimit", "@upstash/redis"], [Object.values(v)])}
 
-![decisions/s and p99 per contestant](${chartFile})
+![decisions/s and p99 per contestant; latency and requests for one hot identifier behind the delay proxy](${chartFile})
 
 ${[goals(r), throughput(r), lua(r), memory(r), accuracy(r), edge(r), worker(r), METHOD].join("\n")}`;
 }

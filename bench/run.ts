@@ -107,10 +107,10 @@ const chartFile = out ? out.replace(/\.md$/, ".svg") : "BENCHMARKS.svg";
 const report = renderReport(results, basename(chartFile));
 if (out) {
   writeFileSync(out, report);
-  writeFileSync(chartFile, renderChart(results.throughput));
+  writeFileSync(chartFile, renderChart(results.throughput, results.edge));
   log(`wrote ${out} and ${chartFile} in ${results.seconds.toFixed(0)} s`);
 } else {
-  renderChart(results.throughput);
+  renderChart(results.throughput, results.edge);
   log(
     `smoke run done in ${results.seconds.toFixed(1)} s: ${report.length} characters of report, not written`,
   );
