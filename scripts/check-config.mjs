@@ -4,7 +4,7 @@
 // (every problem of every rule, not only the first); exits 1 on problems, 2 on usage errors.
 //
 //   (no FILE)        wrangler.toml's [vars] EDGELIMIT_CONFIG, as the Worker will receive it
-//   wrangler.toml    the same for that file (also wrangler.json / wrangler.jsonc)
+//   FILE.toml        the same for that wrangler file (also wrangler.json / wrangler.jsonc)
 //   FILE.json        a JSON document
 //   FILE.jsonc       JSON with // and /* */ comments and trailing commas (the README's config reference)
 //   -                stdin, read as JSONC
@@ -62,10 +62,12 @@ export function stripJsonc(text) {
 
 /** What to check, read from `file`: { value, source } or throws an Error saying why it cannot. */
 async function readConfig(file) {
-  const wranglerFile = file === undefined || /^wrangler\.(toml|json|jsonc)$/.test(basename(file));
+  // Any .toml is a wrangler config; so is a wrangler.json / wrangler.jsonc (wrangler's other formats).
+  const wranglerFile =
+    file === undefined || file.endsWith(".toml") || /^wrangler(\..+)?\.jsonc?$/.test(basename(file));
   if (wranglerFile) {
     const path = file ?? join(root, "wrangler.toml");
-    const source = `${relative(process.cwd(), path) || path} [vars] EDGELIMIT_CONFIG`;
+    const source = `${file ?? relative(process.cwd(), path)} [vars] EDGELIMIT_CONFIG`;
     let raw;
     try {
       const { experimental_readRawConfig } = await import("wrangler");

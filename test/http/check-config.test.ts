@@ -89,7 +89,7 @@ describe("check-config", () => {
     const run = check("wrangler.toml", toml);
     expect(run.code).toBe(1);
     const expected = [
-      "wrangler.toml [vars] EDGELIMIT_CONFIG: 1 problem",
+      `${join(dir, "wrangler.toml")} [vars] EDGELIMIT_CONFIG: 1 problem`,
       '  routes[0].cost: 6 can never be admitted: rule "perMinute" holds at most 5 (make the cost at most 5, or raise the rule\'s limit)',
     ];
     expect(run.err.trimEnd().split("\n")).toEqual(expected);
@@ -104,7 +104,7 @@ describe("check-config", () => {
   it("says what is missing when wrangler.toml has no EDGELIMIT_CONFIG, and reads stdin as JSONC", {
     timeout: 60_000,
   }, () => {
-    const missing = check("wrangler.toml", 'name = "x"\n[vars]\nOTHER = "1"\n');
+    const missing = check("staging.toml", 'name = "x"\n[vars]\nOTHER = "1"\n'); // any .toml is a wrangler file
     expect(missing.code).toBe(2);
     expect(missing.err).toMatch(/\[vars\] EDGELIMIT_CONFIG is not set/);
     const stdin = check("-", undefined, `// from a pipe\n${JSON.stringify(good)}`);
