@@ -209,6 +209,7 @@ class Handler {
   private readonly scripts = new ScriptRegistry();
   /** Ends each open SSE stream (and closes its Redis connection). */
   private readonly streams = new Set<() => void>();
+  private syncToken = 0;
   private readonly token: Buffer;
 
   constructor(
@@ -489,6 +490,9 @@ class Handler {
     const headers: http.OutgoingHttpHeaders = {
       "content-type": "application/json",
       "content-length": typeof body === "string" ? Buffer.byteLength(body, "utf8") : body.length,
+      // @upstash/redis's read-your-writes sends back the last token it saw. One Redis has no replica to
+      // lag behind, so a fresh number per answer is all the token needs to be.
+      "upstash-sync-token": String(++this.syncToken),
     };
     if (this.closing) headers.connection = "close";
     res.writeHead(status, headers);

@@ -246,6 +246,18 @@ describe("per-connection state cannot leak between callers", () => {
   });
 });
 
+describe("read your writes", () => {
+  it("answers a new Upstash-Sync-Token each time, which @upstash/redis keeps", async () => {
+    const redis = client();
+    expect(redis.readYourWritesSyncToken).toBe("");
+    await redis.set(key("ryw"), "v");
+    const first = redis.readYourWritesSyncToken;
+    await redis.get(key("ryw"));
+    expect([first, redis.readYourWritesSyncToken].map((t) => /^\d+$/.test(t ?? ""))).toEqual([true, true]);
+    expect(redis.readYourWritesSyncToken).not.toBe(first);
+  });
+});
+
 describe("pub/sub as Server-Sent Events", () => {
   async function numsub(channel: string): Promise<number> {
     const reply = (await direct.call("PUBSUB", "NUMSUB", channel)) as unknown[];
