@@ -263,7 +263,8 @@ export class Lock {
     options: WithLockOptions,
   ): Promise<T> {
     if (typeof fn !== "function") throw new TypeError(`fn: expected a function, got ${describe(fn)}`);
-    const owner = options.owner === undefined ? crypto.randomUUID() : checkString(options.owner, "owner");
+    const generated = options.owner === undefined;
+    const owner = generated ? crypto.randomUUID() : checkString(options.owner, "owner");
     const lease = options.lease === undefined ? this.lease : leaseMs(options.lease, "lease");
     const renew = options.renew ?? true;
     if (typeof renew !== "boolean")
@@ -275,7 +276,7 @@ export class Lock {
       );
     }
     this.key(name);
-    const run = this.hold(name, fn, { owner, lease, renew, wait: options.wait });
+    const run = this.hold(name, fn, { owner, generated, lease, renew, wait: options.wait });
     waitUntil?.(run.catch(() => {}));
     return run;
   }
@@ -283,7 +284,13 @@ export class Lock {
   private async hold<T>(
     name: string,
     fn: (signal: AbortSignal, fence: number) => T | Promise<T>,
-    options: { owner: string; lease: number; renew: boolean; wait: number | string | undefined },
+    options: {
+      owner: string;
+      generated: boolean;
+      lease: number;
+      renew: boolean;
+      wait: number | string | undefined;
+    },
   ): Promise<T> {
     const { owner, lease, renew } = options;
     const got = await this.acquire(name, {
@@ -292,6 +299,9 @@ export class Lock {
       ...(options.wait === undefined ? {} : { wait: options.wait }),
     });
     if (!got.acquired) {
+      // The try whose answer was lost may have taken the lock; nobody else knows this owner, so give it
+      // back rather than leave it to its lease. (A caller's own owner may hold it legitimately: not that.)
+      if (got.error !== undefined && options.generated) await this.release(name, { owner });
       const why = got.error
         ? `Redis did not answer (${got.error.message})`
         : `held by another owner until ${new Date(got.expiresAt).toISOString()}`;

@@ -16,6 +16,7 @@ import {
 } from "../../src/bridge/index.js";
 import { FENCE_MARGIN_MS } from "../../src/engine/lock.js";
 import { Concurrency, Lock, LockLostError, LockUnavailableError } from "../../src/index.js";
+import { startCutHop } from "../cut-hop.js";
 import { bridgeRedis, manualClock, T0, uniquePrefix } from "../support.js";
 
 let direct: RedisConnection;
@@ -127,49 +128,41 @@ describe("acquire and release", () => {
 
 describe("a lost answer", () => {
   it("a retry of the same acquire after its answer was lost is not counted as a second re-entry", async () => {
-    // An HTTP hop to the bridge that forwards every request, and for the first acquire it is told to
-    // cut, drops the connection once the bridge has answered: the script ran, the answer is lost.
-    let cut = false;
-    let cuts = 0;
-    const hop = createServer(async (request, response) => {
-      const chunks: Buffer[] = [];
-      for await (const chunk of request) chunks.push(chunk as Buffer);
-      const body = Buffer.concat(chunks).toString("utf8");
-      const answer = await fetch(`${inject("bridgeUrl")}${request.url}`, {
-        method: request.method,
-        headers: { authorization: String(request.headers.authorization) },
-        body,
-      });
-      const text = await answer.text();
-      if (cut && body.includes('"acquire"')) {
-        cut = false;
-        cuts += 1;
-        request.socket.destroy();
-        return;
-      }
-      response.writeHead(answer.status, { "content-type": "application/json" });
-      response.end(text);
-    });
-    await new Promise<void>((resolve) => hop.listen(0, "127.0.0.1", resolve));
+    const hop = await startCutHop(inject("bridgeUrl"));
     try {
-      const url = `http://127.0.0.1:${(hop.address() as AddressInfo).port}`;
       const lock = new Lock({
-        redis: bridgeRedis(url),
+        redis: bridgeRedis(hop.url),
         prefix: uniquePrefix("lost"),
         lease: "10s",
         clock: manualClock(),
       });
       // Redis must know the script already, or the cut request would only have met NOSCRIPT.
       expect((await lock.acquire("warm-up")).acquired).toBe(true);
-      cut = true;
+      hop.cutNext = '"acquire"';
       const hold = await lock.acquire("l", { owner: "o", wait: "5s" });
-      expect(cuts).toBe(1);
+      expect(hop.cuts).toBe(1);
       expect(hold).toMatchObject({ acquired: true, fence: T0, count: 1 });
       expect(await lock.release("l", { owner: "o" })).toEqual({ released: true, count: 0 });
       expect((await lock.acquire("l", { owner: "p" })).acquired).toBe(true);
     } finally {
-      hop.closeAllConnections();
-      await new Promise((resolve) => hop.close(resolve));
+      await hop.close();
+    }
+  });
+
+  it("withLock gives back a lock its lost answer may have taken, rather than leave it to the lease", async () => {
+    const hop = await startCutHop(inject("bridgeUrl"));
+    try {
+      const prefix = uniquePrefix("lost-with");
+      const lock = new Lock({ redis: bridgeRedis(hop.url), prefix, lease: "1h" });
+      expect((await lock.acquire("warm-up")).acquired).toBe(true);
+      hop.cutNext = '"acquire"';
+      const attempt = lock.withLock("w", () => "ran");
+      await expect(attempt).rejects.toBeInstanceOf(LockUnavailableError);
+      expect(hop.cuts).toBe(1);
+      // the acquire ran in Redis; the release that followed freed it
+      expect((await lock.acquire("w", { owner: "next" })).acquired).toBe(true);
+    } finally {
+      await hop.close();
     }
   });
 });

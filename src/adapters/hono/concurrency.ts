@@ -78,7 +78,17 @@ export const concurrencyLimit = <E extends Env = Env>(
         path,
       });
     }
-    if (!slot.allowed) return refusal(slot, concurrency.clock());
+    if (!slot.allowed) {
+      // Refused because Redis did not answer: the acquire may still have taken a slot. Give it back.
+      if (slot.source === "error") {
+        try {
+          waitUntil(ctx, slot.release());
+        } catch {
+          // no waitUntil here: the release runs on its own
+        }
+      }
+      return refusal(slot, concurrency.clock());
+    }
 
     // The runtime must not drop the release: it is handed over now and settles once the slot is back.
     let settle!: () => void;

@@ -2,7 +2,7 @@
 // body streams and given back at its end, when the client cancels it, or when the handler throws.
 import { Redis } from "@upstash/redis";
 import { Hono } from "hono";
-import { describe, expect, it } from "vitest";
+import { describe, expect, inject, it } from "vitest";
 import {
   type ConcurrencyEvent,
   type ConcurrencyVariables,
@@ -10,6 +10,7 @@ import {
 } from "../../../src/adapters/hono/index.js";
 import { QUOTA_EXCEEDED } from "../../../src/http/headers.js";
 import { Concurrency } from "../../../src/index.js";
+import { startCutHop } from "../../cut-hop.js";
 import { bridgeRedis, manualClock, T0, uniquePrefix } from "../../support.js";
 
 const TITLE = "Request cannot be satisfied as assigned quota has been exceeded";
@@ -177,6 +178,41 @@ describe("concurrencyLimit", () => {
     expect(events.map((event) => event.kind)).toEqual(["error"]);
     expect(events[0]!.message).toMatch(/^edgelimit: no concurrency slot from Redis for GET \/, refused/);
     expect(events[0]!.message).not.toContain("secret-api-key");
+  });
+
+  it("a refusal because the answer was lost gives back the slot the acquire may have taken", async () => {
+    const hop = await startCutHop(inject("bridgeUrl"));
+    try {
+      const concurrency = new Concurrency({
+        redis: bridgeRedis(hop.url),
+        prefix: uniquePrefix("hono-conc-lost"),
+        limit: 1,
+        lease: "1h",
+        onError: "deny",
+      });
+      await (await concurrency.acquire("warm-up")).release(); // the script is known: the cut one runs
+      const released: Promise<unknown>[] = [];
+      const app = new Hono();
+      app.use(
+        "*",
+        concurrencyLimit({
+          concurrency,
+          key: () => "k",
+          waitUntil: (_c, promise) => released.push(promise),
+          log: () => {},
+        }),
+      );
+      app.get("/", (c) => c.text("ok"));
+      hop.cutNext = '"acquire"';
+      const refused = await app.request("/");
+      expect([refused.status, hop.cuts]).toEqual([429, 1]);
+      await Promise.all(released);
+      const next = await app.request("/");
+      expect(next.status).toBe(200); // without the release the slot would be held for an hour
+      await next.text();
+    } finally {
+      await hop.close();
+    }
   });
 
   it("validates its options", () => {

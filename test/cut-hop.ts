@@ -1,0 +1,42 @@
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
+
+/**
+ * An HTTP hop in front of the REST bridge that forwards every request, and drops the connection after
+ * the bridge has answered the next request whose body contains `cutNext` (a string): the command ran in
+ * Redis, its answer is lost. `cuts` counts the answers dropped.
+ */
+export async function startCutHop(target: string) {
+  const hop = {
+    url: "",
+    cutNext: undefined as string | undefined,
+    cuts: 0,
+    close: async () => {},
+  };
+  const server = createServer(async (request, response) => {
+    const chunks: Buffer[] = [];
+    for await (const chunk of request) chunks.push(chunk as Buffer);
+    const body = Buffer.concat(chunks).toString("utf8");
+    const answer = await fetch(`${target}${request.url}`, {
+      method: request.method,
+      headers: { authorization: String(request.headers.authorization) },
+      body,
+    });
+    const text = await answer.text();
+    if (hop.cutNext !== undefined && body.includes(hop.cutNext)) {
+      hop.cutNext = undefined;
+      hop.cuts += 1;
+      request.socket.destroy();
+      return;
+    }
+    response.writeHead(answer.status, { "content-type": "application/json" });
+    response.end(text);
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  hop.url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  hop.close = async () => {
+    server.closeAllConnections();
+    await new Promise((resolve) => server.close(resolve));
+  };
+  return hop;
+}
