@@ -47,7 +47,10 @@ function decimalMs(whole: string, fraction: string, unit: number, field: string,
     throw new Error(`${field}: must be a positive whole number of milliseconds, got ${describe(value)}`);
   }
   const ms = scaled / scale;
-  return ms > BigInt(Number.MAX_SAFE_INTEGER) ? Number.POSITIVE_INFINITY : Number(ms);
+  if (ms > BigInt(Number.MAX_SAFE_INTEGER)) {
+    throw new Error(`${field}: ${describe(value)} is too long to count in milliseconds exactly`);
+  }
+  return Number(ms);
 }
 
 /** A short, safe rendering of a bad value for error messages. */
