@@ -196,8 +196,8 @@ export class Leases {
     const lease = seen?.lease;
     // Units held before this answer, and reserved by it, are this identifier's to use (or on their way back).
     const answer = withHeld(decision, (lease?.units ?? 0) + reserved);
-    if (seen === undefined) {
-      // Forgotten while the request was out (evicted): the reserved units go straight back.
+    if (seen === undefined || this.disposed) {
+      // Forgotten while the request was out (evicted), or disposed since: the reserved units go straight back.
       if (reserved > 0) this.refund([{ identifier, units: reserved, windowStarts }], now, waitUntil);
       return answer;
     }
