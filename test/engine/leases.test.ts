@@ -262,6 +262,19 @@ describe("refunds", () => {
     },
   );
 
+  it("a reservation that comes back after dispose() is given back at once", async () => {
+    const { limiters, plain, clock } = isolates(1, { r: fixedWindow({ limit: 1000, window: "1h" }) });
+    const [limiter] = limiters;
+    for (let i = 0; i < 3; i++) {
+      await limiter!.limit("late");
+      clock.set(clock.now + 1);
+    }
+    const fourth = limiter!.limit("late"); // reserves 3, on its way
+    await limiter!.dispose();
+    expect((await fourth).allowed).toBe(true);
+    await vi.waitFor(async () => expect((await plain.limit("late", { cost: 0 })).remaining).toBe(1000 - 4));
+  });
+
   it("an expired lease is refunded by the next call, through its waitUntil", async () => {
     const { limiters, plain, clock } = isolates(1, { r: gcra({ limit: 30, period: "1h" }) });
     const [limiter] = limiters;
