@@ -418,8 +418,19 @@ export function checkClock(clock: unknown): () => number {
   return clock as () => number;
 }
 
+/**
+ * A name, owner or identifier: a non-empty string (any characters, any length: keys escape or hash it).
+ * Empty is refused as the Limiter refuses an empty identifier: every caller whose value came out empty
+ * (a missing header read as "") would share one lock, one owner (re-entering each other's holds) or one
+ * set of slots.
+ */
 export function checkString(value: unknown, field: string): string {
   if (typeof value !== "string") throw new TypeError(`${field}: expected a string, got ${describe(value)}`);
+  if (value === "") {
+    throw new RangeError(
+      `${field}: must not be empty (every caller whose ${field} came out empty would share one); pass a real ${field}`,
+    );
+  }
   return value;
 }
 

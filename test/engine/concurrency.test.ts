@@ -215,5 +215,6 @@ describe("bad input", () => {
     expect(() => new Concurrency({ redis, limit: 1, lease: 1, rules: {} } as never)).toThrow(/^rules: not a/);
     const concurrency = new Concurrency({ redis, limit: 1, lease: 1 });
     await expect(concurrency.acquire(42 as unknown as string)).rejects.toThrow(/^identifier: /);
+    await expect(concurrency.acquire("")).rejects.toThrow(/^identifier: must not be empty/);
   });
 });

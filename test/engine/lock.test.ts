@@ -106,7 +106,7 @@ describe("acquire and release", () => {
 
   it("keeps locks of different names apart, whatever the names", async () => {
     const { lock } = lockWith();
-    const names = ["", "a", "{a}", "}{", "a:b", "%7b", "\u{1F600}", "x".repeat(10_000), "x".repeat(10_001)];
+    const names = [" ", "a", "{a}", "}{", "a:b", "%7b", "\u{1F600}", "x".repeat(10_000), "x".repeat(10_001)];
     for (const name of names) expect((await lock.acquire(name, { owner: "o" })).acquired).toBe(true);
     for (const name of names) expect((await lock.acquire(name, { owner: "p" })).acquired).toBe(false);
     const keys = new Set(names.map((name) => lock.key(name)));
@@ -293,6 +293,10 @@ describe("bad input", () => {
     const lock = new Lock({ redis });
     await expect(lock.acquire(5 as unknown as string)).rejects.toThrow(/^name: /);
     await expect(lock.acquire("n", { owner: 5 as unknown as string })).rejects.toThrow(/^owner: /);
+    await expect(lock.acquire("")).rejects.toThrow(/^name: must not be empty/);
+    await expect(lock.acquire("n", { owner: "" })).rejects.toThrow(/^owner: must not be empty/);
+    await expect(lock.release("n", { owner: "" })).rejects.toThrow(/^owner: must not be empty/);
+    await expect(lock.withLock("n", () => {}, { owner: "" })).rejects.toThrow(/^owner: /);
     await expect(lock.acquire("n", { wait: -1 })).rejects.toThrow(/^wait: /);
     await expect(lock.release("n", {} as { owner: string })).rejects.toThrow(/^owner: /);
     await expect(lock.withLock("n", 5 as never)).rejects.toThrow(/^fn: /);
@@ -566,7 +570,7 @@ describe("on a 3-node Redis Cluster", () => {
   it("locks names on every node: reentrancy, refusal, takeover with a larger fence, a TTL on every key", async () => {
     const clock = manualClock();
     const lock = new Lock({ redis: clusterRedis(), prefix: "cl", lease: 1000, clock });
-    const names = ["a", "b", "c", "d", "e", "f", "", "{x}", "n".repeat(5000)];
+    const names = ["a", "b", "c", "d", "e", "f", " ", "{x}", "n".repeat(5000)];
     const slots = await Promise.all(
       names.map((name) => nodes[0]!.conn.call("CLUSTER", "KEYSLOT", lock.key(name))),
     );

@@ -21,7 +21,7 @@ export type ConcurrencyLimitOptions<E extends Env = Env> = (
   | { concurrency: Concurrency }
   | (ConcurrencyOptions & { concurrency?: undefined })
 ) & {
-  /** Who is asking (user id, API key, IP). `undefined` answers 401 (or `onMissingKey`). */
+  /** Who is asking (user id, API key, IP). `undefined` or "" answers 401 (or `onMissingKey`). */
   key: (c: Context<E>) => string | undefined | Promise<string | undefined>;
   /** Where events go (default: `console.warn(event.message)`). */
   log?: (event: ConcurrencyEvent) => void;
@@ -63,7 +63,8 @@ export const concurrencyLimit = <E extends Env = Env>(
   return async function concurrencyLimit(c, next) {
     const ctx = c as unknown as Context<E>;
     const id = await key(ctx);
-    if (id === undefined) return onMissingKey ? onMissingKey(ctx) : unauthorized();
+    // An empty key is no key: counting it would put every such caller in one set of slots.
+    if (id === undefined || id === "") return onMissingKey ? onMissingKey(ctx) : unauthorized();
     const slot = await concurrency.acquire(id);
     c.set("concurrency", slot);
     if (slot.source === "error") {

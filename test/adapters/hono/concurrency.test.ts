@@ -146,6 +146,7 @@ describe("concurrencyLimit", () => {
     app.get("/", (c) => c.text("ok"));
     const missing = await app.request("/");
     expect(missing.status).toBe(401);
+    expect((await app.request("/", { headers: { "x-user": "" } })).status).toBe(401);
     expect(missing.headers.get("content-type")).toBe("application/problem+json");
     const first = await app.request("/", { headers: { "x-user": "u" } });
     expect(first.status).toBe(200);
