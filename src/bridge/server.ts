@@ -179,7 +179,7 @@ function upstream<T>(work: Promise<T>): Promise<T> {
   });
 }
 
-/** Seconds between SSE comments on a quiet subscription, so a caller that vanished is noticed. */
+/** Milliseconds between SSE comments on a quiet subscription, so a caller that vanished is noticed. */
 const HEARTBEAT_MS = 15_000;
 
 /**
@@ -421,15 +421,19 @@ class Handler {
     const sub = await upstream(this.pool.subscriber());
     if (res.destroyed) return sub.close();
     this.stats.commands++;
-    // The first confirmation (or error) decides the status; everything after it is an event.
+    // The first confirmation (or error) decides the status; every reply is an event once the headers
+    // are out, and the ones arriving before that (more confirmations, early messages) wait in order.
     let first: ((reply: Reply) => void) | undefined;
     const confirmed = new Promise<Reply>((resolve) => {
       first = resolve;
     });
+    let early: string[] | undefined = [];
     sub.conn.subscribe([kind, ...names], (reply) => {
       if (first) {
         first(reply);
         first = undefined;
+      } else if (early) {
+        early.push(sseEvent(reply));
       } else if (!res.destroyed) {
         res.write(sseEvent(reply));
       }
@@ -451,7 +455,8 @@ class Handler {
       connection: "keep-alive",
       "x-accel-buffering": "no",
     });
-    res.write(sseEvent(reply));
+    res.write(sseEvent(reply) + early.join(""));
+    early = undefined;
     const heartbeat = setInterval(() => res.write(": keep-alive\n\n"), HEARTBEAT_MS);
     heartbeat.unref();
     const end = () => {

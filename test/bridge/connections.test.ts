@@ -325,6 +325,24 @@ describe("pub/sub as Server-Sent Events", () => {
     await until("Redis to drop the subscriber", async () => (await numsub(channel)) === 0);
   });
 
+  it("subscribes to every channel of the path, confirmations first", async () => {
+    const [a, b] = [key("multi-a"), key("multi-b")];
+    const controller = new AbortController();
+    const res = await fetch(`${bridge.url}/subscribe/${a}/${b}`, {
+      headers: { authorization: `Bearer ${token}` },
+      signal: controller.signal,
+    });
+    const reader = res.body!.getReader();
+    let text = "";
+    const expected = `data: subscribe,${a},1\n\ndata: subscribe,${b},2\n\ndata: message,${b},hi\n\n`;
+    await until("both confirmations", () => numsub(b).then((n) => n === 1));
+    await direct.call("PUBLISH", b, "hi");
+    while (text.length < expected.length) text += new TextDecoder().decode((await reader.read()).value);
+    expect(text).toBe(expected);
+    controller.abort();
+    await until("Redis to drop the subscriber", async () => (await numsub(a)) + (await numsub(b)) === 0);
+  });
+
   it("answers 400 for a path with no channel, and 401 without the token", async () => {
     expect(await post("/subscribe/", [])).toEqual({
       status: 400,
