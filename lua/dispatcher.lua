@@ -6,6 +6,14 @@
 --               of what the tightest rule has left after the cost (so the last units of a quota are
 --               always decided here), at most `reserve`. Nothing is reserved on a peek or a denial.
 --
+-- No deadline. A decision its caller abandoned at its timeout may still reach Redis later (a stalled
+-- hop delivering it) and be charged then, once: the transport never sends it twice. Checking a deadline
+-- here would need Redis's clock (TIME: a billed command, and about +3 µs per call measured, half a
+-- fixed-window decision) against the caller's (the clock every script trusts; the two may disagree),
+-- or the caller times already stored (refusing, then, the live decisions of a lagging isolate). What
+-- remains: with onError "allow" (the default) the late charge matches a request that went through;
+-- with "deny" it is one unit too many per abandoned decision, never an admission too many.
+--
 -- Returns 4 integers per rule: allowed (1/0), remaining, resetAt (epoch ms), retryAfter (ms; -1 = never),
 -- then, when a reservation was asked for, the number of units reserved. Remaining counts every unit
 -- taken, reserved ones included. A rule that admits reports retryAfter 0, also when another denies.
@@ -14,15 +22,10 @@ if peek then cost = 1 end
 local reserve = ARGV[3 + 4 * #KEYS]
 if reserve then reserve = tonumber(reserve) end
 
-local function check_of(name)
-  local check = algorithms[name]
-  if not check then error("edgelimit: unknown algorithm " .. tostring(name)) end
-  return check
-end
-
 -- One rule, the common case: no table but the answer.
 if #KEYS == 1 then
-  local check = algorithms[ARGV[3]] or check_of(ARGV[3])
+  local check = algorithms[ARGV[3]]
+  if not check then error("edgelimit: unknown algorithm " .. tostring(ARGV[3])) end
   -- the windows' unused third parameter is 0: not worth a tonumber()
   local p1, p2, p3 = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6] == "0" and 0 or tonumber(ARGV[6])
   local room, reset_at, retry_after, commit, s1, s2, s3 = check(KEYS[1], now, cost, p1, p2, p3)
@@ -43,7 +46,9 @@ local rules, admitted, reserved = {}, true, reserve or 0
 for i = 1, #KEYS do
   local at = 3 + 4 * (i - 1)
   local p1, p2, p3 = tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3])
-  local room, reset_at, retry_after, commit, s1, s2, s3 = check_of(ARGV[at])(KEYS[i], now, cost, p1, p2, p3)
+  local check = algorithms[ARGV[at]]
+  if not check then error("edgelimit: unknown algorithm " .. tostring(ARGV[at])) end
+  local room, reset_at, retry_after, commit, s1, s2, s3 = check(KEYS[i], now, cost, p1, p2, p3)
   rules[i] = {
     room = room, reset_at = reset_at, retry_after = retry_after,
     commit = commit, args = { p1, p2, p3, s1, s2, s3 },

@@ -32,8 +32,11 @@ if #KEYS == 1 and ARGV[3] == "fixedWindow" and cost >= 1 and not ARGV[7] then
     local index = start / window
     local stamp = (index % 3 + 1) * SPAN
     local value = redis.pcall("INCRBY", key, ARGV[2])
-    -- a value that is no integer (state of another version) fails the INCRBY: start afresh below
-    if type(value) ~= "number" then value = 0 end
+    if type(value) ~= "number" then
+      -- a string that is no integer (another version's state) starts afresh below; other errors stand
+      if not string.find(value.err, "not an integer", 1, true) then return redis.error_reply(value.err) end
+      value = 0
+    end
     local count = value - stamp
     if count <= 0 or count > SPAN then
       local newer = ((index + 1) % 3 + 1) * SPAN
