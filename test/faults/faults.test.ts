@@ -255,12 +255,6 @@ describe("fault suite", () => {
       checkCommon(outcomes);
       expect(flushes).toBeGreaterThanOrEqual(10);
       expect(outcomes.filter((o) => o.source !== "redis")).toEqual([]);
-      const perTarget = names.map((n) => [
-        n,
-        admitted(outcomes, n, [0]),
-        outcomes.filter((o) => o.target === n).length,
-      ]);
-      console.log(JSON.stringify(perTarget));
       for (const name of names) expect(admitted(outcomes, name, [0])).toBe(EXACT_LIMIT);
       const units = outcomes.filter((o) => o.target === "units");
       expect(await consumed(0)).toBe(units.length);
