@@ -178,8 +178,8 @@ export function checkRule(
   const bounded = (count: number | undefined, ms: number | undefined, what: string) => {
     if (count !== undefined && ms !== undefined) read(() => bound(count, ms, `${at}: ${what}`));
   };
+  // Called once every field has passed.
   const make = (limit: number, policy: Rule["policy"], params: number[]) => {
-    if (errors.length > 0) return { rule: undefined, errors };
     const rule: Rule = {
       name,
       algorithm: algorithm as Algorithm,
