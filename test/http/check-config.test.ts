@@ -101,6 +101,29 @@ describe("check-config", () => {
     ]);
   });
 
+  it("reads EDGELIMIT_CONFIG written as a TOML table, as the Worker receives it", { timeout: 60_000 }, () => {
+    const toml = [
+      'name = "x"',
+      "[vars.EDGELIMIT_CONFIG]",
+      'origin = "https://api.example.com"',
+      "[[vars.EDGELIMIT_CONFIG.routes]]",
+      'name = "login"',
+      'key = "ip"',
+      "cost = 2",
+      "[vars.EDGELIMIT_CONFIG.routes.rules.perMinute]",
+      'algorithm = "gcra"',
+      "limit = 0",
+      'period = "1m"',
+      "",
+    ].join("\n");
+    const run = check("table.toml", toml);
+    expect(run.code).toBe(1);
+    expect(run.err.trimEnd().split("\n")).toEqual([
+      `${join(dir, "table.toml")} [vars] EDGELIMIT_CONFIG: 1 problem`,
+      "  routes[0].rules.perMinute.limit: must be a positive whole number, got 0",
+    ]);
+  });
+
   it("says what is missing when wrangler.toml has no EDGELIMIT_CONFIG, and reads stdin as JSONC", {
     timeout: 60_000,
   }, () => {
