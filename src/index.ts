@@ -51,4 +51,5 @@ export {
   tooManyRequests,
   unauthorized,
 } from "./http/headers.js";
+export { type FailureLog, type FailureLogOptions, failureLog } from "./http/error-log.js";
 export { hashed } from "./http/identity.js";
