@@ -36,6 +36,7 @@ export {
   type WithLockOptions,
 } from "./engine/lock.js";
 export type { Decision, RuleResult } from "./engine/types.js";
+export { type FailureLog, type FailureLogOptions, failureLog } from "./http/error-log.js";
 export {
   type Enforcement,
   enforce,
@@ -51,5 +52,4 @@ export {
   tooManyRequests,
   unauthorized,
 } from "./http/headers.js";
-export { type FailureLog, type FailureLogOptions, failureLog } from "./http/error-log.js";
 export { hashed } from "./http/identity.js";
