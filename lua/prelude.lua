@@ -29,7 +29,8 @@
 --
 -- All arithmetic is on integers (Lua doubles are exact below 2^53; the rule constructors keep every
 -- product below 2^50). A number handed to redis.call() is sent exactly (integers below 2^53 print in
--- full); to put one inside a string use int(): Lua's own conversion keeps only 14 digits.
+-- full); to put one inside a string use int() or string.format("%d..."), never `..` on a number:
+-- Lua's own conversion keeps only 14 digits.
 local NEVER = -1
 local now = tonumber(ARGV[1])
 -- the usual cost of 1 without parsing it (each tonumber() is a strtod(), about 0.1 µs)

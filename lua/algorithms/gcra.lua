@@ -17,7 +17,7 @@ if several or ARGV[3] == "gcra" then
     local next_d = d + units * period
     local whole = math.floor(next_d / limit)
     local ttl = ceil_div(next_d, limit)
-    redis.call("SET", key, int(now + whole) .. ":" .. int(next_d - whole * limit), "PX", ttl)
+    redis.call("SET", key, string.format("%d:%d", now + whole, next_d - whole * limit), "PX", ttl)
     return now + ttl
   end
 

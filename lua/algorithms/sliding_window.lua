@@ -12,7 +12,7 @@ if several or ARGV[3] == "slidingWindow" then
   -- the key matters until the current window has faded out entirely, a window after it ends
   local function commit(key, now, units, limit, window, _, start, current, previous)
     local fades = start + 2 * window
-    redis.call("SET", key, int(start) .. ":" .. int(current + units) .. ":" .. int(previous), "PX", fades - now)
+    redis.call("SET", key, string.format("%d:%d:%d", start, current + units, previous), "PX", fades - now)
     return fades
   end
 

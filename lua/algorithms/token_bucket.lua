@@ -10,7 +10,7 @@ if several or ARGV[3] == "tokenBucket" then
   local function commit(key, now, units, capacity, refill, interval, tokens, at)
     local left = tokens - units * interval
     local refill_ms = ceil_div(capacity * interval - left, refill)
-    redis.call("SET", key, int(left) .. ":" .. int(at), "PX", math.max(1, at - now + refill_ms))
+    redis.call("SET", key, string.format("%d:%d", left, at), "PX", math.max(1, at - now + refill_ms))
     return at + refill_ms
   end
 
