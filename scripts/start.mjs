@@ -32,6 +32,8 @@ const cleanups = [];
 let stopping = false;
 let wrangler;
 let watchdog;
+let redisChild;
+let tempDir;
 
 function say(text) {
   try {
@@ -57,6 +59,8 @@ function fail(message, code = 1) {
 async function stop(code) {
   if (stopping) return;
   stopping = true;
+  // A cleanup that hangs must not keep anything alive: past this, exit (the exit hook SIGKILLs the rest).
+  setTimeout(() => process.exit(code), 15_000).unref();
   // Last in, first out: wrangler (and its workerd) before the bridge before Redis.
   for (const cleanup of cleanups.reverse()) {
     try {
@@ -78,8 +82,16 @@ for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"]) {
 }
 process.on("uncaughtException", (error) => fail(`crashed: ${error.stack ?? error}`));
 process.on("unhandledRejection", (error) => fail(`crashed: ${error?.stack ?? error}`));
-// Whatever happens, never leave wrangler's process group running behind us.
-process.on("exit", () => killGroup("SIGKILL"));
+// A closed terminal or pipe (EPIPE) is no crash. Left to uncaughtException, each failed write would log
+// a failure that fails to write, in a loop that starves the event loop and with it the cleanups.
+process.stdout.on("error", () => {});
+process.stderr.on("error", () => {});
+// Whatever happens, never leave wrangler's process group or redis-server running behind us.
+process.on("exit", () => {
+  killGroup("SIGKILL");
+  if (redisChild?.exitCode === null && redisChild.signalCode === null) redisChild.kill("SIGKILL");
+  if (tempDir) rmSync(tempDir, { recursive: true, force: true });
+});
 
 function killGroup(signal) {
   if (wrangler?.pid === undefined) return;
@@ -131,25 +143,34 @@ function isAlive(pid) {
   return processInfo(pid)?.state !== "Z";
 }
 
-// Holds every child's id (a negative id: a whole process group) and kills them all when this process's
-// end of its stdin closes without a "done" line, which is what a SIGKILL here looks like from there.
-// A signal to the watchdog itself is passed on to this process, which then stops in order.
+// Holds every child's id (a negative id: a whole process group) and the temp directory, and kills the
+// children and deletes the directory when this process's end of its stdin closes without a "done" line,
+// which is what a SIGKILL here looks like from there. A signal to the watchdog itself is passed on to
+// this process, which then stops in order.
 const WATCHDOG = `trap 'signalled=1; kill -s TERM $PPID 2>/dev/null' INT TERM HUP
 pids=""
+dir=""
 while :; do
   signalled=0
   if IFS= read -r line; then
-    case "$line" in done) exit 0 ;; *) pids="$pids $line" ;; esac
+    case "$line" in done) exit 0 ;; "rm "*) dir="\${line#rm }" ;; *) pids="$pids $line" ;; esac
   elif [ "$signalled" = 0 ]; then
     break
   fi
 done
 [ -n "$pids" ] && kill -s KILL -- $pids 2>/dev/null
+[ -n "$dir" ] && rm -rf -- "$dir"
 exit 0`;
 
 function startWatchdog() {
   watchdog = spawn("sh", ["-c", WATCHDOG], { stdio: ["pipe", "ignore", "inherit"] });
   watchdog.stdin.on("error", () => {});
+  watchdog.once("exit", (code, signal) => {
+    if (!stopping)
+      complain(
+        `npm start: its watchdog exited (${signal ?? `code ${code}`}); a SIGKILL here would orphan the rest`,
+      );
+  });
   watchdog.unref();
   watchdog.stdin.unref?.();
 }
@@ -354,6 +375,7 @@ async function startLocalRedis(dir) {
     }
   }
   const { child } = redis;
+  redisChild = child;
   child.removeAllListeners("exit");
   child.once("exit", (code, signal) => {
     if (!stopping) fail(`redis-server exited (${signal ?? `code ${code}`})`);
@@ -481,7 +503,8 @@ async function main() {
 
   startWatchdog();
   const dir = mkdtempSync(join(tmpdir(), "edgelimit-dev-"));
-  cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
+  tempDir = dir;
+  watchdog.stdin.write(`rm ${dir}\n`);
 
   // 2. Redis, answering PING through its REST URL.
   let redis;

@@ -1,7 +1,7 @@
 // `npm start` as a user runs it: spawned through npm, stopped by signalling npm's pid (or by killing the
 // script outright), then every process of its tree must be gone and every port it served closed.
 import { type ChildProcess, spawn } from "node:child_process";
-import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -27,7 +27,10 @@ function userEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
 interface Run {
   npm: ChildProcess;
   output: () => string;
+  /** npm has exited and its output is all read (its pipes closed: a child still holding them delays it). */
   exited: Promise<number | null>;
+  /** npm has exited. */
+  ended: Promise<unknown>;
 }
 
 function npmStart(args: string[], env: NodeJS.ProcessEnv): Run {
@@ -45,7 +48,8 @@ function npmStart(args: string[], env: NodeJS.ProcessEnv): Run {
     output += chunk;
   });
   const exited = new Promise<number | null>((resolve) => npm.once("close", (code) => resolve(code)));
-  return { npm, output: () => output, exited };
+  const ended = new Promise((resolve) => npm.once("exit", resolve));
+  return { npm, output: () => output, exited, ended };
 }
 
 async function until<T>(what: string, probe: () => T | undefined, timeout = 90_000): Promise<T> {
@@ -139,19 +143,23 @@ async function startAndWait(args: string[] = []) {
   const names = tree.map(cmdline);
   // The whole cast is there before it is stopped: otherwise "all gone" would prove nothing.
   for (const part of ["scripts/start.mjs", "redis-server", "wrangler", "workerd"]) {
-    expect(names.some((name) => name.includes(part))).toBe(true);
+    expect(names.some((name) => name.includes(part)), `${part} among ${names.join("\n")}`).toBe(true);
   }
   expect(new Set(ports).size).toBeGreaterThanOrEqual(4); // worker, redis-server, bridge, echo origin
-  return { run, url, ports: [...new Set(ports)], tree };
+  // Its private directory (wrangler names the env file in it): deleted once it stops.
+  const temp = /\/(edgelimit-dev-[A-Za-z0-9]+)\//.exec(run.output())?.[1];
+  expect(temp).toBeDefined();
+  return { run, url, ports: [...new Set(ports)], tree, temp: join(tmpdir(), temp as string) };
 }
 
-async function expectAllGone(tree: number[], ports: number[]) {
+async function expectAllGone({ tree, ports, temp }: { tree: number[]; ports: number[]; temp: string }) {
   await until("every process of the tree to exit", () => (tree.some(alive) ? undefined : true), 20_000).catch(
     () => {
       throw new Error(`still running: ${tree.filter(alive).map((pid) => `${pid} ${cmdline(pid)}`)}`);
     },
   );
   for (const port of ports) expect(await portOpen(port), `port ${port}`).toBe(false);
+  await until(`${temp} to be deleted`, () => (existsSync(temp) ? undefined : true), 5000);
 }
 
 describe("npm start", () => {
@@ -207,7 +215,8 @@ describe("npm start", () => {
   });
 
   it.concurrent("serves wrangler.toml's config, and SIGTERM to npm's pid stops every process it started", async () => {
-    const { run, url, ports, tree } = await startAndWait();
+    const started = await startAndWait();
+    const { run, url } = started;
     const { experimental_readRawConfig } = await import("wrangler");
     const config = JSON.parse(
       experimental_readRawConfig({ config: join(root, "wrangler.toml") }).rawConfig.vars
@@ -218,8 +227,8 @@ describe("npm start", () => {
     expect((await fetch(`${url}/not-limited`)).status).toBe(200);
 
     process.kill(run.npm.pid as number, "SIGTERM");
-    await run.exited;
-    await expectAllGone(tree, ports);
+    await run.ended;
+    await expectAllGone(started);
   }, 120_000);
 
   it.concurrent("serves a config file given on the command line; SIGINT to npm's pid stops everything", async () => {
@@ -238,28 +247,31 @@ describe("npm start", () => {
         ],
       }),
     );
-    const { run, url, ports, tree } = await startAndWait([file]);
+    const started = await startAndWait([file]);
+    const { run, url } = started;
     const statuses = [];
     for (let i = 0; i < 3; i++) statuses.push((await fetch(`${url}/two`)).status);
     expect(statuses).toEqual([200, 200, 429]);
 
     process.kill(run.npm.pid as number, "SIGINT");
-    await run.exited;
-    await expectAllGone(tree, ports);
+    await run.ended;
+    await expectAllGone(started);
   }, 120_000);
 
   it.concurrent("SIGHUP to npm's pid (npm dies without passing it on) stops everything", async () => {
-    const { run, ports, tree } = await startAndWait([smallConfig()]);
+    const started = await startAndWait([smallConfig()]);
+    const { run } = started;
     process.kill(run.npm.pid as number, "SIGHUP");
-    await run.exited;
-    await expectAllGone(tree, ports);
+    await run.ended;
+    await expectAllGone(started);
   }, 120_000);
 
   it.concurrent("SIGKILL to the script itself: its watchdog stops everything", async () => {
-    const { run, ports, tree } = await startAndWait([smallConfig()]);
+    const started = await startAndWait([smallConfig()]);
+    const { run, tree } = started;
     const script = tree.find((pid) => cmdline(pid).includes("scripts/start.mjs")) as number;
     process.kill(script, "SIGKILL");
-    await expectAllGone(tree, ports);
+    await expectAllGone(started);
     run.npm.kill("SIGKILL");
   }, 120_000);
 });
