@@ -1,4 +1,3 @@
--- uses: prelude
 -- A reentrant lock with a lease and a fencing token, one HASH per lock name.
 --
 -- KEYS[1]  the lock's HASH: owner, count (reentrancy depth), expires (epoch ms, caller's clock), fence
@@ -29,6 +28,12 @@
 -- stopped being the future: the next token, `now`, is larger, as long as no caller's clock runs more
 -- than `margin` ms behind the clock of the caller who wrote it. Tokens track the caller's clock, and
 -- run ahead of it only while holders follow each other more than once a millisecond.
+-- Standalone (no prelude: it is the limiter's). Lua's own number-to-string conversion keeps only 14
+-- digits; what is stored must round-trip exactly.
+local function int(x)
+  return string.format("%d", x)
+end
+
 local key = KEYS[1]
 local op = ARGV[1]
 local now = tonumber(ARGV[2])
