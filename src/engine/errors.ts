@@ -3,10 +3,11 @@
  *
  * - `"timeout"`: no answer within the call's timeout (the request may still run in Redis later).
  * - `"unreachable"`: the REST endpoint could not be reached or dropped the connection (refused, reset,
- *   DNS). Never retried: a request that may have reached Redis is not sent again.
+ *   DNS), or a gateway in front of Redis answered 502, 503 or 504 (Redis unavailable behind it). Never
+ *   retried: a request that may have reached Redis is not sent again.
  * - `"unauthorized"`: the REST endpoint answered 401 or 403: the token is wrong. A configuration error.
- * - `"http"`: the REST endpoint answered another HTTP error (5xx from a proxy or gateway), or a body
- *   that is not a pipeline reply.
+ * - `"http"`: the REST endpoint answered another HTTP error (500, 413, ...), or a body that is not a
+ *   pipeline reply.
  * - `"redis"`: Redis ran the command and answered an error (WRONGTYPE, OOM, a script error, ...).
  * - `"breaker-open"`: nothing was sent: the circuit breaker is open after repeated failures. `cause` is
  *   the failure that opened it.
@@ -22,7 +23,7 @@ export type RedisErrorKind = "timeout" | "unreachable" | "unauthorized" | "http"
  */
 export class RedisCallError extends Error {
   override readonly name = "RedisCallError";
-  /** HTTP status of the answer, for `"unauthorized"` and `"http"`. */
+  /** HTTP status of the answer, when there was one (`"unauthorized"`, `"http"`, a gateway's `"unreachable"`). */
   readonly status: number | undefined;
 
   constructor(

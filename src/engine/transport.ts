@@ -287,7 +287,7 @@ function senderFor(redis: UpstashClient, stats: TransportStats): Sender {
         body = JSON.parse(text);
       } catch {
         throw new RedisCallError(
-          "http",
+          statusKind(response.status),
           `edgelimit: Redis at ${origin} answered HTTP ${response.status} with a body that is not JSON`,
           { status: response.status },
         );
@@ -296,7 +296,8 @@ function senderFor(redis: UpstashClient, stats: TransportStats): Sender {
         const message = (body as { error?: unknown } | null)?.error;
         const said = typeof message === "string" ? message : `HTTP ${response.status}`;
         // 400 with an error: Redis (or the REST layer) refused the command itself
-        const kind = response.status === 400 && typeof message === "string" ? "redis" : "http";
+        const kind =
+          response.status === 400 && typeof message === "string" ? "redis" : statusKind(response.status);
         throw new RedisCallError(
           kind,
           `edgelimit: Redis at ${origin} answered HTTP ${response.status}: ${said}`,
@@ -337,6 +338,11 @@ function senderFor(redis: UpstashClient, stats: TransportStats): Sender {
     }
     return replies as Reply[];
   };
+}
+
+/** A gateway in front of Redis that could not reach it (502, 503, 504) is "unreachable"; the rest "http". */
+function statusKind(status: number): "unreachable" | "http" {
+  return status === 502 || status === 503 || status === 504 ? "unreachable" : "http";
 }
 
 function asCallError(error: unknown): RedisCallError {

@@ -660,7 +660,7 @@ describe("timeouts and errors", () => {
       });
       const d = await limiter.limit("x");
       expect(d).toMatchObject({ allowed: false, source: "error" });
-      expect(d.error).toMatchObject({ kind: "http", status: 502 });
+      expect(d.error).toMatchObject({ kind: "unreachable", status: 502 }); // a gateway without its upstream
       // what the endpoint said, and not the request body, which holds identifiers
       expect(d.error?.message).toMatch(/answered HTTP 502: bad gateway$/);
     } finally {

@@ -60,7 +60,9 @@ describe.each(["cut", "502"] as const)("a hop that forwards, then %s", (mode) =>
     hop.mode = "pass";
     expect(decision.source).toBe("error");
     expect(decision.error).toBeInstanceOf(RedisCallError);
-    expect((decision.error as RedisCallError).kind).toBe(mode === "cut" ? "unreachable" : "http");
+    expect(decision.error).toMatchObject(
+      mode === "cut" ? { kind: "unreachable" } : { kind: "unreachable", status: 502 },
+    );
     expect(hop.swallowed - before).toBe(1); // Redis ran it once, and was not asked again
     const peek = await direct.limit("victim", { cost: 0 });
     for (const rule of Object.values(peek.rules)) expect(rule.remaining).toBe(9);

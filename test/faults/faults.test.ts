@@ -206,9 +206,7 @@ describe("fault suite", () => {
         for (const name of names)
           expect(admitted(outcomes, name, [0, 1, 2])).toBeLessThanOrEqual(EXACT_LIMIT);
         const failed = outcomes.filter((o) => o.phase === 1 && failedAtRedis(o));
-        expect(new Set(failed.map((o) => o.kind))).toEqual(
-          new Set([mode === "cut" ? "unreachable" : "http"]),
-        );
+        expect(new Set(failed.map((o) => o.kind))).toEqual(new Set(["unreachable"]));
         expect(failed.length).toBeLessThanOrEqual(
           failedBound(breaker.failures, transport.breaker!, unitsTransport.breaker!),
         );
