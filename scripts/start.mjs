@@ -194,29 +194,39 @@ function freePort() {
 
 /** JSONC as editors write it: // and /* *\/ comments and trailing commas, outside strings. */
 function stripJsonc(text) {
-  let out = "";
-  let i = 0;
-  while (i < text.length) {
-    const c = text[i];
-    if (c === '"') {
-      let j = i + 1;
-      while (j < text.length && text[j] !== '"') j += text[j] === "\\" ? 2 : 1;
-      out += text.slice(i, j + 1);
-      i = j + 1;
-    } else if (c === "/" && text[i + 1] === "/") {
-      while (i < text.length && text[i] !== "\n") i++;
-    } else if (c === "/" && text[i + 1] === "*") {
-      const end = text.indexOf("*/", i + 2);
-      i = end === -1 ? text.length : end + 2;
-      out += " ";
-    } else {
-      out += c;
-      i++;
+  // One pass per kind, both skipping strings: comments first, so that a comma before a comment and a
+  // closing bracket is seen as trailing.
+  const outsideStrings = (input, step) => {
+    let out = "";
+    let i = 0;
+    while (i < input.length) {
+      if (input[i] === '"') {
+        let j = i + 1;
+        while (j < input.length && input[j] !== '"') j += input[j] === "\\" ? 2 : 1;
+        out += input.slice(i, j + 1);
+        i = j + 1;
+      } else {
+        const [kept, next] = step(input, i);
+        out += kept;
+        i = next;
+      }
     }
-  }
-  // A comma followed only by whitespace and a closing bracket (strings were kept verbatim above, so a
-  // `,]` inside one is rare enough; JSON.parse then reports it at its place).
-  return out.replace(/,(\s*[}\]])/g, "$1");
+    return out;
+  };
+  const uncommented = outsideStrings(text, (input, i) => {
+    if (input.startsWith("//", i)) {
+      const end = input.indexOf("\n", i);
+      return ["", end === -1 ? input.length : end];
+    }
+    if (input.startsWith("/*", i)) {
+      const end = input.indexOf("*/", i + 2);
+      return [" ", end === -1 ? input.length : end + 2];
+    }
+    return [input[i], i + 1];
+  });
+  return outsideStrings(uncommented, (input, i) =>
+    input[i] === "," && /^\s*[}\]]/.test(input.slice(i + 1)) ? ["", i + 1] : [input[i], i + 1],
+  );
 }
 
 async function readConfig(file) {
