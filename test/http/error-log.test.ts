@@ -1,7 +1,8 @@
 import { Redis } from "@upstash/redis";
 import { Hono } from "hono";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { type RateLimitEvent, rateLimit } from "../../src/adapters/hono/index.js";
+import { createMiddleware } from "../../src/adapters/vercel/index.js";
 import { RedisCallError, type RedisErrorKind } from "../../src/engine/errors.js";
 import type { Decision } from "../../src/engine/types.js";
 import { failureLog } from "../../src/http/error-log.js";
@@ -85,5 +86,27 @@ describe("the Hono middleware's failure log", () => {
         /^edgelimit: no decision from Redis for GET \/x, allowed \(onError: allow\): \[unreachable\]/,
       ),
     ]);
+  });
+});
+
+describe("the Vercel middleware's failure log", () => {
+  it("warns once for 30 failed decisions in a row", async () => {
+    const port = await freePort();
+    const limiter = new Limiter({
+      redis: new Redis({ url: `http://127.0.0.1:${port}`, token: "t" }),
+      rules: { r: fixedWindow({ limit: 5, window: "1m" }) },
+    });
+    const middleware = createMiddleware({ limiter, key: () => "k" });
+    const warn = vi.spyOn(console, "warn").mockImplementation(() => {});
+    try {
+      for (let i = 0; i < 30; i++) await middleware(new Request("https://app.test/api/x"));
+      expect(warn.mock.calls.map((call) => String(call[0]))).toEqual([
+        expect.stringMatching(
+          /^edgelimit: no decision from Redis for GET \/api\/x, allowed \(onError: allow\): \[unreachable\]/,
+        ),
+      ]);
+    } finally {
+      warn.mockRestore();
+    }
   });
 });
