@@ -29,7 +29,7 @@
 --
 -- All arithmetic is on integers (Lua doubles are exact below 2^53; the rule constructors keep every
 -- product below 2^50). A number handed to redis.call() is sent exactly (integers below 2^53 print in
--- full); to put one inside a string use int() or string.format("%d..."), never `..` on a number:
+-- full); to put one inside a string use string.format("%d"), never `..` on a number:
 -- Lua's own conversion keeps only 14 digits.
 local NEVER = -1
 local now = tonumber(ARGV[1])
@@ -40,6 +40,8 @@ local algorithms = {}
 -- A call with one rule defines only that rule's algorithm; a call with several defines them all.
 local several = #KEYS > 1
 
+-- Helpers of lua/refund.lua (which takes this prelude); the algorithms define their own where they
+-- need them, so that a call of one fixed window rule builds none.
 local function ceil_div(a, b)
   return math.floor((a + b - 1) / b)
 end

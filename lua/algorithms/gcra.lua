@@ -12,6 +12,10 @@
 -- comparison below is integer arithmetic, exact for any realistic limit.
 -- State: "<A>:<B>". Commands: GET, then SET PX on commit.
 if several or ARGV[3] == "gcra" then
+  local function ceil_div(a, b)
+    return math.floor((a + b - 1) / b)
+  end
+
   -- TAT becomes now + (d + units*T); the key lives until TAT, when the state equals "no key".
   local function commit(key, now, units, limit, period, _, d)
     local next_d = d + units * period

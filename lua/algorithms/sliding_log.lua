@@ -15,12 +15,11 @@ if several or ARGV[3] == "slidingLog" then
     redis.call("ZREMRANGEBYSCORE", key, "-inf", stamp - window)
     -- unpack() fails past a few thousand values, and a write must not fail after others were made
     -- (a script error does not undo them): add at most ZADD_CHUNK entries per call.
-    local prefix = int(stamp) .. ":"
     for first = 1, units, ZADD_CHUNK do
       local entries = {}
       for i = first, math.min(units, first + ZADD_CHUNK - 1) do
         entries[#entries + 1] = stamp
-        entries[#entries + 1] = prefix .. int(count + i)
+        entries[#entries + 1] = string.format("%d:%d", stamp, count + i)
       end
       redis.call("ZADD", key, unpack(entries))
     end
@@ -32,7 +31,7 @@ algorithms.slidingLog = function(key, now, cost, limit, window)
   local newest = redis.call("ZRANGE", key, -1, -1, "WITHSCORES")[2]
   local stamp = now
   if newest then stamp = math.max(now, tonumber(newest)) end
-  local floor = "(" .. int(stamp - window)
+  local floor = string.format("(%d", stamp - window)
   local count = redis.call("ZCOUNT", key, floor, "+inf")
   local room = limit - count
   -- back to the full limit once the newest entry leaves the window

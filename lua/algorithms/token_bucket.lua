@@ -6,6 +6,10 @@
 -- comparison is integer arithmetic. State: "<scaled tokens>:<ms of last refill>". The refill time is
 -- never moved backwards, so a caller whose clock lags refills nothing. Commands: GET, then SET PX.
 if several or ARGV[3] == "tokenBucket" then
+  local function ceil_div(a, b)
+    return math.floor((a + b - 1) / b)
+  end
+
   -- once full again the state equals "no key", so it lives exactly as long as the refill takes
   local function commit(key, now, units, capacity, refill, interval, tokens, at)
     local left = tokens - units * interval
