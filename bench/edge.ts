@@ -178,9 +178,9 @@ export async function runEdge(env: BenchEnv, s: EdgeSettings, tag: string): Prom
   }
   for (const n of s.isolates) {
     for (const e of CONTESTANTS) {
-      const plan = arrivals(300, s.seconds.isolates, 1, n);
+      const plan = arrivals(200, s.seconds.isolates, 1, n);
       rows.push(
-        await run(env, tag, "(d) isolates sharing one limit, 300/s", e, s.isolatesDelay, HOT, plan, n),
+        await run(env, tag, "(d) isolates sharing one limit, 200/s in all", e, s.isolatesDelay, HOT, plan, n),
       );
     }
   }
