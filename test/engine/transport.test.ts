@@ -46,6 +46,16 @@ describe("transport", () => {
     expect(replies[2]).toMatchObject({ ok: false, error: { kind: "redis" } });
   });
 
+  it("keeps the client's read-your-writes token moving, as the client's own requests do", async () => {
+    const redis = bridgeRedis();
+    const transport = new Transport(redis);
+    await transport.call(["SET", `ryw-${crypto.randomUUID()}`, "v"], { timeout: NEVER });
+    const first = redis.readYourWritesSyncToken;
+    expect(first).toMatch(/^\d+$/);
+    await transport.call(["PING"], { timeout: NEVER });
+    expect(redis.readYourWritesSyncToken).not.toBe(first);
+  });
+
   it("fails at once, without retrying or waiting out the timeout, when the connection is refused", async () => {
     const port = await freePort(); // nothing listens there
     const transport = new Transport(new Redis({ url: `http://127.0.0.1:${port}`, token: "t" }));
