@@ -6,7 +6,8 @@
 -- ARGV[2]  cost, a whole number of units; 0 peeks (answers for a cost of 1, writes nothing)
 -- ARGV[3 + 4(i-1) ..]  rule i: algorithm name, then up to three integer parameters
 --
--- THE CONTRACT. Each algorithm file registers one function, algorithms.<name>, the check:
+-- THE CONTRACT. Each algorithm file registers one function, algorithms.<name>, the check (its line
+-- starts unindented, even inside the file's `if`: scripts/build-lua.mjs looks for it there):
 --
 --   algorithms.<name>(key, now, cost, p1, p2, p3) reads the rule's state, writes nothing, and returns
 --     room         units the rule could take now: `cost` is admitted iff cost <= room
