@@ -8,7 +8,6 @@ import type { BenchEnv } from "./env.js";
 import { log, percentile, sleep } from "./util.js";
 
 export const LEASE = { max: 50, ttl: "1s" };
-const LEASE_TTL_MS = 1000;
 
 export interface EdgeSettings {
   delays: number[];
@@ -126,8 +125,8 @@ async function run(
   await env.resetCounts();
   const { results, seconds } = await openLoop(plan, (a) => cs[a.isolate]!.limit(a.id));
   await Promise.all(cs.map((c) => c.close()));
-  // requests still under way (the peer's pending writes, lease refunds) are part of the cost
-  await sleep(4 * delay + 100 + (e.lease ? LEASE_TTL_MS : 0));
+  // close() waits for the lease refunds; the peer's writes still under way count too
+  await sleep(4 * delay + 100);
   const counts = await env.counts();
   const allowed = results.filter((r) => r.outcome.allowed);
   const latencies = results.map((r) => r.latency);
