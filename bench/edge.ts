@@ -1,5 +1,5 @@
 // A benchmark that looks like the edge: the clients reach the bridge through a proxy on loopback that
-// delays every chunk 0, 5 or 20 ms each way (bench/delay-proxy.mjs), and decisions arrive as independent
+// delays every chunk 0, 5 or 20 ms each way (bench/server.mjs), and decisions arrive as independent
 // requests do (open loop, each in a macrotask of its own), in real time. Every run starts at the
 // beginning of a window: each contestant's clock is real time shifted to a window boundary.
 import { ideal } from "./accuracy.js";

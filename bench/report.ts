@@ -167,7 +167,7 @@ function edge(r: Results): string {
   );
   return `## 5. At the edge: a delay proxy between the clients and Redis
 
-A TCP proxy on loopback delays every chunk ${s.delays.join(", ")} ms each way (bench/delay-proxy.mjs, its own process).
+A TCP proxy on loopback delays every chunk ${s.delays.join(", ")} ms each way (bench/server.mjs, a process apart from the clients).
 Decisions arrive open-loop in real time, each in a macrotask of its own as independent requests do; p50 / p99 is the
 latency \`limit()\` adds to a request. Both libraries' caches on (their defaults); fixedWindow, 1000 per minute
 ((c): 10 per hour); every run starts at a window boundary. Leases: \`lease: ${JSON.stringify(LEASE)}\`. HTTP and
