@@ -115,63 +115,74 @@ describe("fault suite", () => {
     }
   });
 
-  it("the bridge SIGSTOPped then SIGCONTed: timeouts open the breaker, requests replayed later charge once", async () => {
-    const redis = await RedisProcess.start();
-    const bridge = await BridgeProcess.start(redis.url, "stop");
-    const breaker = { failures: 5, cooldown: 300, maxCooldown: 600 };
-    const { targets, transport, unitsTransport, consumed, names } = loadTargets(bridge.url, "stop", {
-      timeout: 1000,
-      breaker,
-    });
-    const load = new Load(targets, WORKERS);
-    try {
-      await load.until(recovered(0, [...names, "units"]), 5000, "a first answer from every limiter");
-      await sleep(200);
-      const sent: number[] = [unitsTransport.stats.sent];
-      load.phase = 1;
-      bridge.signal("SIGSTOP");
-      await load.until(() => bothOpen(transport, unitsTransport), 8000, "both breakers to open");
-      await sleep(1500);
-      sent.push(unitsTransport.stats.sent);
-      load.phase = 2;
-      bridge.signal("SIGCONT");
-      const back = performance.now();
-      await load.until(recovered(2, [...names, "units"]), 5000, "decisions from Redis after SIGCONT");
-      const firstBack = load.outcomes.find((o) => o.phase === 2 && o.source === "redis");
-      await sleep(300);
-      const outcomes = await load.stop();
-      sent.push(unitsTransport.stats.sent);
-
-      checkCommon(outcomes);
-      for (const name of names) expect(admitted(outcomes, name, [0, 1, 2])).toBeLessThanOrEqual(EXACT_LIMIT);
-      const opened = transport.breaker!.opened;
-      const timeouts = outcomes.filter((o) => o.phase === 1 && o.kind === "timeout").length;
-      // only the calls in flight when it stalled, and one probe per cooldown, waited for the timeout
-      expect(timeouts).toBeLessThanOrEqual(
-        failedBound(breaker.failures, transport.breaker!, unitsTransport.breaker!),
-      );
-      expect(outcomes.filter((o) => o.phase === 1 && refused(o)).length).toBeGreaterThan(20);
-      expect(outcomes.filter((o) => o.phase === 2 && failedAtRedis(o))).toEqual([]);
-      // the stalled requests ran once the bridge woke (their decisions had failed open), once each
-      const replayed = await consumed(1, bridge.url);
-      const sentWhileStopped = sent[1]! - sent[0]!;
-      expect(replayed).toBeLessThanOrEqual(sentWhileStopped);
-      expect(await consumed(2, bridge.url)).toBeLessThanOrEqual(sent[2]! - sent[1]!);
-      figures("bridge SIGSTOP + SIGCONT", {
-        ...breakerFigures(outcomes, 1),
-        timeouts,
-        firstDecisionFromRedisAfterSigcontMs: Math.round((firstBack?.end ?? Number.NaN) - back),
-        unitsSentWhileStopped: sentWhileStopped,
-        unitsReplayedAfterSigcont: replayed,
-        breakerOpened: opened,
-        decisions: outcomes.length,
+  it.each(["bridge", "redis-server"] as const)(
+    "the %s SIGSTOPped then SIGCONTed: timeouts open the breaker, requests replayed later charge once",
+    async (stalled) => {
+      const redis = await RedisProcess.start();
+      // the bridge in a child process of its own, so that SIGSTOP freezes it and not the tests
+      const bridge =
+        stalled === "bridge"
+          ? await BridgeProcess.start(redis.url, "stop")
+          : await startBridge({ redisUrl: redis.url, port: 0, token: "stop" });
+      const freeze = (signal: "SIGSTOP" | "SIGCONT") =>
+        bridge instanceof BridgeProcess ? bridge.signal(signal) : redis.signal(signal);
+      const breaker = { failures: 5, cooldown: 300, maxCooldown: 600 };
+      const { targets, transport, unitsTransport, consumed, names } = loadTargets(bridge.url, "stop", {
+        timeout: 1000,
+        breaker,
       });
-    } finally {
-      await load.stop();
-      await bridge.stop();
-      await redis.stop();
-    }
-  });
+      const load = new Load(targets, WORKERS);
+      try {
+        await load.until(recovered(0, [...names, "units"]), 5000, "a first answer from every limiter");
+        await sleep(200);
+        const sent: number[] = [unitsTransport.stats.sent];
+        load.phase = 1;
+        freeze("SIGSTOP");
+        await load.until(() => bothOpen(transport, unitsTransport), 8000, "both breakers to open");
+        await sleep(1000);
+        sent.push(unitsTransport.stats.sent);
+        load.phase = 2;
+        freeze("SIGCONT");
+        const back = performance.now();
+        await load.until(recovered(2, [...names, "units"]), 5000, "decisions from Redis after SIGCONT");
+        const firstBack = load.outcomes.find((o) => o.phase === 2 && o.source === "redis");
+        await sleep(300);
+        const outcomes = await load.stop();
+        sent.push(unitsTransport.stats.sent);
+
+        checkCommon(outcomes);
+        for (const name of names)
+          expect(admitted(outcomes, name, [0, 1, 2])).toBeLessThanOrEqual(EXACT_LIMIT);
+        const opened = transport.breaker!.opened;
+        const timeouts = outcomes.filter((o) => o.phase === 1 && o.kind === "timeout").length;
+        // only the calls in flight when it stalled, and one probe per cooldown, waited for the timeout
+        expect(timeouts).toBeLessThanOrEqual(
+          failedBound(breaker.failures, transport.breaker!, unitsTransport.breaker!),
+        );
+        expect(outcomes.filter((o) => o.phase === 1 && refused(o)).length).toBeGreaterThan(20);
+        expect(outcomes.filter((o) => o.phase === 2 && failedAtRedis(o))).toEqual([]);
+        // the stalled requests ran once the bridge woke (their decisions had failed open), once each
+        const replayed = await consumed(1, bridge.url);
+        const sentWhileStopped = sent[1]! - sent[0]!;
+        expect(replayed).toBeLessThanOrEqual(sentWhileStopped);
+        expect(await consumed(2, bridge.url)).toBeLessThanOrEqual(sent[2]! - sent[1]!);
+        figures(`${stalled} SIGSTOP + SIGCONT`, {
+          ...breakerFigures(outcomes, 1),
+          timeouts,
+          firstDecisionFromRedisAfterSigcontMs: Math.round((firstBack?.end ?? Number.NaN) - back),
+          unitsSentWhileStopped: sentWhileStopped,
+          unitsReplayedAfterSigcont: replayed,
+          breakerOpened: opened,
+          decisions: outcomes.length,
+        });
+      } finally {
+        await load.stop();
+        if (bridge instanceof BridgeProcess) await bridge.stop();
+        else await bridge.close();
+        await redis.stop();
+      }
+    },
+  );
 
   it.each(["502", "cut"] as const)(
     "a hop that forwards, then answers %s: each decision sent charges exactly one unit, the breaker opens and recovers",
