@@ -77,6 +77,8 @@ async function versions(env: BenchEnv) {
   return {
     commit: `${await git("rev-parse", "--short", "HEAD")}${dirty}`,
     machine: `${os.cpus().length} × ${os.cpus()[0]?.model ?? "?"}, ${Math.round(os.totalmem() / 2 ** 30)} GiB`,
+    // other work on the machine while the run starts (the benchmark shares it)
+    load: os.loadavg()[0]!.toFixed(1),
     node: process.version,
     redis: /redis_version:(\S+)/.exec(String(await env.call("INFO", "server")))?.[1] ?? "?",
     ratelimit: pkg("@upstash/ratelimit") as string,
