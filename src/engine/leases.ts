@@ -33,6 +33,12 @@ export interface LeaseConfig {
 /** Hands a promise to the runtime so that it may finish after the response (`ctx.waitUntil`). */
 export type WaitUntil = (promise: Promise<unknown>) => void;
 
+/** Redis's answer to a top-up: a decision of cost 1 whose unit, and `reserved` more, go to the lease. */
+export interface TopUp {
+  readonly decision: Decision;
+  readonly reserved: number;
+}
+
 /** Unused units of one identifier to give back. */
 export interface Refund {
   readonly identifier: string;
@@ -119,6 +125,11 @@ export class Leases {
     /** Sends one refund; resolves true when Redis ran it. Never rejects. */
     private readonly send: (refund: Refund, now: number) => Promise<boolean>,
     private readonly clock: () => number,
+    /**
+     * Sends a top-up: a decision of cost 1 reserving `want` more, all for the lease; undefined when
+     * Redis gave no answer. Never rejects.
+     */
+    private readonly topUp?: (identifier: string, want: number, now: number) => Promise<TopUp | undefined>,
   ) {
     // A sliding log stamps every unit with the time it was admitted. A unit handed out later from a
     // lease would carry an earlier stamp and leave the log early, letting a later window hold more than
@@ -155,7 +166,75 @@ export class Leases {
     this.stats.answered += 1;
     const decision = fromLease(lease, this.rules);
     if (lease.units === 0) this.detach(identifier, seen);
+    else this.refill(identifier, seen, lease, now, waitUntil);
     return decision;
+  }
+
+  /**
+   * Tops a hot lease up before it runs dry, in the background (through `waitUntil` when given): when
+   * it holds no more than about an eighth of a ttl's traffic (at most a quarter of `max`), one decision
+   * of cost 1 goes to Redis reserving up to `max` for the lease. Without it, every decision arriving
+   * while the next reservation is on its way would go to Redis on its own. No answer waits on it.
+   * One reservation or top-up per identifier is on its way at a time.
+   */
+  private refill(
+    identifier: string,
+    seen: Seen,
+    lease: Held,
+    now: number,
+    waitUntil: WaitUntil | undefined,
+  ): void {
+    if (this.topUp === undefined || this.disposed) return;
+    const low = Math.min(Math.floor(this.config.max / 4), Math.ceil(seen.estimate / 8));
+    const want = this.config.max - lease.units - 1;
+    if (lease.units > low || want < 1) return;
+    // The top-up's own unit is taken without the script's half rule: only while Redis, as last seen,
+    // has plenty left, so that the last units of a quota are still decided in Redis.
+    const redisLeft =
+      Math.min(...Object.values(lease.snapshot).map((rule) => rule.remaining)) - lease.used - lease.units;
+    if (redisLeft < 2 * this.config.max) return;
+    if (seen.asking !== undefined && now - seen.asking < this.config.ttl) return;
+    seen.asking = now;
+    const sent = this.topUp(identifier, want, now).then((answer) => {
+      seen.asking = undefined;
+      if (answer !== undefined) this.settleTopUp(identifier, answer, now, waitUntil);
+    });
+    this.pending.add(sent);
+    sent.finally(() => this.pending.delete(sent));
+    waitUntil?.(sent);
+  }
+
+  /** A top-up's answer: its unit and the reserved ones join the lease (or start a new one). */
+  private settleTopUp(
+    identifier: string,
+    { decision, reserved }: TopUp,
+    now: number,
+    waitUntil?: WaitUntil,
+  ): void {
+    if (decision.source !== "redis") return;
+    const seen = this.seen.get(identifier);
+    const windowStarts = this.windowStarts(decision);
+    const units = decision.allowed ? 1 + reserved : 0;
+    if (units > 0) this.stats.reserved += units;
+    if (!decision.allowed) {
+      if (seen?.lease) this.refund([this.detach(identifier, seen)], now, waitUntil);
+      return;
+    }
+    const lease = seen?.lease;
+    if (seen === undefined || this.disposed) {
+      this.refund([{ identifier, units, windowStarts }], now, waitUntil);
+      return;
+    }
+    if (lease === undefined) {
+      this.start(identifier, seen, units, withHeld(decision, units).rules, windowStarts, now, waitUntil);
+      return;
+    }
+    const same = windowStarts.every((start, i) => start === lease.windowStarts[i]);
+    const keep = same ? Math.min(units, this.config.max - lease.units) : 0;
+    lease.units += keep;
+    lease.snapshot = withHeld(decision, lease.units).rules;
+    lease.used = 0;
+    if (units > keep) this.refund([{ identifier, units: units - keep, windowStarts }], now, waitUntil);
   }
 
   /** Units to reserve beside the `cost` of a decision going to Redis now. */
@@ -213,19 +292,24 @@ export class Leases {
         this.refund([{ identifier, units: reserved - keep, windowStarts }], now, waitUntil);
       return answer;
     }
-    if (reserved <= 0) return answer;
-    const held: Held = {
-      units: reserved,
-      expiresAt: this.expiry(now, windowStarts),
-      snapshot: answer.rules,
-      used: 0,
-      windowStarts,
-    };
+    if (reserved > 0) this.start(identifier, seen, reserved, answer.rules, windowStarts, now, waitUntil);
+    return answer;
+  }
+
+  private start(
+    identifier: string,
+    seen: Seen,
+    units: number,
+    snapshot: Record<string, RuleResult>,
+    windowStarts: number[],
+    now: number,
+    waitUntil: WaitUntil | undefined,
+  ): void {
+    const held: Held = { units, expiresAt: this.expiry(now, windowStarts), snapshot, used: 0, windowStarts };
     seen.lease = held;
     this.held.set(identifier, held);
     if (held.expiresAt < this.nextExpiry) this.nextExpiry = held.expiresAt;
     if (waitUntil === undefined) this.arm();
-    return answer;
   }
 
   /** Forgets the identifier's lease without a refund (its state in Redis was deleted). */

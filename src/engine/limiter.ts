@@ -5,7 +5,7 @@ import { describe } from "./duration.js";
 import { RedisCallError } from "./errors.js";
 import { SCRIPT, SCRIPT_SHA1, SCRIPTS } from "./generated/scripts.js";
 import { checkIdentifier, checkPrefix, keyTag } from "./keys.js";
-import { type LeaseOptions, Leases, leaseConfig, type Refund, type WaitUntil } from "./leases.js";
+import { type LeaseOptions, Leases, leaseConfig, type Refund, type TopUp, type WaitUntil } from "./leases.js";
 import { type Transport, transportFor } from "./transport.js";
 import type { Decision, RuleResult } from "./types.js";
 
@@ -154,7 +154,8 @@ export class Limiter {
     }
     if (options.lease !== undefined && options.lease !== false) {
       const refund = (r: Refund, now: number) => this.refund(r, now);
-      this.leases = new Leases(leaseConfig(options.lease), this.rules, refund, () => this.now());
+      const topUp = (identifier: string, want: number, now: number) => this.topUp(identifier, want, now);
+      this.leases = new Leases(leaseConfig(options.lease), this.rules, refund, () => this.now(), topUp);
     }
   }
 
@@ -258,6 +259,26 @@ export class Limiter {
     if (!decision.allowed) this.cache?.set(identifier, Math.max(cost, 1), now, decision);
     const reserved = this.leases ? Number((reply.result as unknown[])[this.rules.length * 4]) : 0;
     return this.leases ? this.leases.settle(identifier, decision, reserved, now, waitUntil) : decision;
+  }
+
+  /** A lease top-up: one unit and up to `want` more, all for the lease (see Leases). Never rejects. */
+  private async topUp(identifier: string, want: number, now: number): Promise<TopUp | undefined> {
+    const keys = this.keys(identifier);
+    const command = ["EVALSHA", SCRIPT_SHA1, String(keys.length), ...keys, String(now), "1"];
+    command.push(...this.ruleArgs, String(want));
+    const reply = await this.transport.call(command, {
+      timeout: this.timeout,
+      batchWindow: this.batchWindow,
+      breaker: this.useBreaker,
+      script: SCRIPT_TEXT,
+    });
+    if (!reply.ok) return undefined;
+    try {
+      const decision = this.decode(reply.result);
+      return { decision, reserved: Number((reply.result as unknown[])[this.rules.length * 4]) };
+    } catch {
+      return undefined;
+    }
   }
 
   /** Sends one lease refund (see lua/refund.lua); true when Redis ran it. Never sent twice. */

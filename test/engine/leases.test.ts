@@ -58,6 +58,14 @@ function isolates(n: number, rules: Record<string, RuleConfig>, options: Options
   return { limiters, plain, clock, prefix };
 }
 
+/** One decision, then its background work (top-ups, refunds) awaited, as a runtime does with waitUntil. */
+async function settled(limiter: Limiter, id: string, cost = 1): Promise<Decision> {
+  const background: Promise<unknown>[] = [];
+  const decision = await limiter.limit(id, { cost, waitUntil: (p) => void background.push(p) });
+  await Promise.all(background);
+  return decision;
+}
+
 async function everyKeyHasATtl(prefix: string): Promise<number> {
   const redis = client();
   const keys = await redis.keys(`${prefix}:*`);
@@ -102,17 +110,18 @@ describe("answering from a lease", () => {
     const [limiter] = limiters;
     const sources: string[] = [];
     for (let i = 0; i < 6; i++) {
-      sources.push((await limiter!.limit("hot")).source);
+      sources.push((await settled(limiter!, "hot")).source);
       clock.set(clock.now + 1);
     }
     // 1st: seen once, no lease. 2nd: 1 unit seen over the last ttl, so 1 reserved (answers the 3rd).
     // 4th: 3 seen, 3 reserved (5th, 6th, 7th).
     expect(sources).toEqual(["redis", "redis", "lease", "redis", "lease", "lease"]);
-    // Redis holds the 6 used and the 1 still leased.
-    expect((await plain.limit("hot", { cost: 0 })).remaining).toBe(100_000 - 7);
+    // The 6th left 1 unit, a top-up's threshold at this rate: one decision of cost 1 reserved 48 more
+    // for the lease. Redis holds the 6 used, the 1 left and the 49 of the top-up.
+    expect((await plain.limit("hot", { cost: 0 })).remaining).toBe(100_000 - 56);
   });
 
-  it("answers 1,000 hot decisions with 25 HTTP requests (max 50, 1 decision per ms, ttl 1s)", async () => {
+  it("answers 1,000 hot decisions with 29 HTTP requests (max 50, 1 decision per ms, ttl 1s)", async () => {
     const { limiters } = isolates(1, { r: fixedWindow({ limit: 100_000, window: "1h" }) });
     const [limiter] = limiters;
     await limiter!.limit("warm-up"); // the script load, if this Redis has not seen it yet
@@ -120,14 +129,14 @@ describe("answering from a lease", () => {
     bridge.stats.reset();
     const sources: Record<string, number> = {};
     for (let i = 0; i < 1000; i++) {
-      const d = await limiter!.limit("hot");
+      const d = await settled(limiter!, "hot");
       sources[d.source] = (sources[d.source] ?? 0) + 1;
       clock.set(clock.now + 1);
     }
-    // Leases of 1, 3, 7, 15, 31 units (all seen over the last second), then 50 at a time:
-    // Redis decides the 1st, 2nd, 4th, 8th, 16th, 32nd, 64th, then every 51st.
-    expect(sources).toEqual({ redis: 25, lease: 975 });
-    expect(bridge.stats.requests).toBe(25);
+    // Redis decides the 1st, 2nd (reserving 1) and 4th (reserving 3); from then on the lease is topped
+    // up in the background whenever it is down to its threshold (at most 12 units), 26 times in all.
+    expect(sources).toEqual({ redis: 3, lease: 997 });
+    expect(bridge.stats.requests).toBe(29);
   });
 
   it("reports what Redis said minus what this isolate used since: the same headers as without a lease", async () => {
@@ -157,19 +166,21 @@ describe("answering from a lease", () => {
     const { limiters, plain, clock } = isolates(1, { r: fixedWindow({ limit: 1000, window: "1h" }) });
     const [limiter] = limiters;
     for (let i = 0; i < 10; i++) {
-      await limiter!.limit("c", { cost: 5 });
+      await settled(limiter!, "c", 5);
       clock.set(clock.now + 10);
     }
     // Redis decided the 1st, 2nd (reserving 5), 4th (15 seen: reserving 15) and 8th (35 seen:
     // reserving 35); the 9th and 10th came from that lease, which still holds 25.
     const before = (await plain.limit("c", { cost: 0 })).remaining;
     expect(before).toBe(1000 - 50 - 25);
-    const d = await limiter!.limit("c", { cost: 20 });
+    // 20 from the lease leave 5, under a top-up's threshold: one decision of cost 1 reserves 44 more
+    const d = await settled(limiter!, "c", 20);
     expect(d.source).toBe("lease");
-    const e = await limiter!.limit("c", { cost: 10 }); // 5 left in the lease: Redis decides
+    expect((await plain.limit("c", { cost: 0 })).remaining).toBe(before - 45);
+    const e = await settled(limiter!, "c", 60); // the lease holds 5 + 45 = 50: Redis decides
     expect(e.source).toBe("redis");
-    expect((await plain.limit("c", { cost: 0 })).remaining).toBe(before - 10);
-    const peek = await limiter!.limit("c", { cost: 0 }); // a peek with units held: answered here
+    expect((await plain.limit("c", { cost: 0 })).remaining).toBe(before - 45 - 60);
+    const peek = await settled(limiter!, "c", 0); // a peek with units held: answered here
     expect([peek.source, peek.allowed]).toEqual(["lease", true]);
   });
 
