@@ -108,15 +108,32 @@ ${r.lua ?? "**Pending:** bench/lua-cost.ts is not there or was not run."}
 }
 
 function memory(r: Results): string {
+  // the peer's nearest algorithm (it has no sliding log)
+  const NEAREST: Record<string, string> = { gcra: "tokenBucket", slidingLog: "none" };
+  const rows = r.memory
+    .filter((m) => m.lib === "edgelimit")
+    .map((m) => {
+      const algo = m.label.split(" ")[1]!;
+      const peer = r.memory.find(
+        (x) => x.lib === "upstash" && x.label.endsWith(` ${NEAREST[algo] ?? algo}`) && x.limit === m.limit,
+      );
+      const bytes = (x: typeof m | undefined) =>
+        x ? `${fmt(x.bytes)} (${x.keys} key${x.keys === 1 ? "" : "s"})` : "–";
+      return [
+        algo,
+        fmt(m.limit),
+        bytes(m),
+        peer ? peer.label.split(" ")[1]! : "–",
+        bytes(peer),
+        ratio(m.bytes, peer?.bytes),
+      ];
+    });
   return `## 3. Memory per identifier
 
 One identifier filled to \`limit\` within one 60 s window (injected time); \`MEMORY USAGE\` summed over its keys.
 The peer's slidingWindow keeps one key per window and reads the previous one: two keys in steady state.
 
-${table(
-  ["contestant", "limit", "keys", "bytes"],
-  r.memory.map((m) => [m.label, fmt(m.limit), m.keys, fmt(m.bytes)]),
-)}
+${table(["edgelimit", "limit", "bytes", "@upstash/ratelimit", "bytes", "ratio"], rows)}
 `;
 }
 
