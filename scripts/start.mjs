@@ -15,7 +15,7 @@
 //   the children's ids and kills them if this process is killed outright (SIGKILL) before it can.
 import { spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
 import net from "node:net";
 import { tmpdir } from "node:os";
@@ -128,10 +128,62 @@ function processInfo(pid) {
     const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
     const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
     const argv = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0");
-    return { state: fields[0], ppid: Number(fields[1]), argv };
+    return { state: fields[0], ppid: Number(fields[1]), group: Number(fields[2]), argv };
   } catch {
     return undefined; // not Linux, or gone
   }
+}
+
+// workerd does not always exit when signalled: on SIGTERM the one in front (wrangler's proxy) closes its
+// entry socket and stays, and wrangler outlives a workerd that exits. So count the TCP sockets that the
+// workerd processes of wrangler's group listen on (Linux /proc; elsewhere nothing is watched), and stop
+// when fewer listen than at the start for 5 s in a row (a reload after a file change takes less).
+function workerdListeners() {
+  let listening = 0;
+  for (const name of readdirSync("/proc")) {
+    if (!/^\d+$/.test(name)) continue;
+    const info = processInfo(Number(name));
+    if (info?.group !== wrangler.pid || !/(^|\/)workerd$/.test(info.argv[0] ?? "")) continue;
+    listening += tcpListeners(name);
+  }
+  return listening;
+}
+
+function tcpListeners(pid) {
+  let count = 0;
+  try {
+    const sockets = new Set();
+    for (const fd of readdirSync(`/proc/${pid}/fd`)) {
+      const inode = /^socket:\[(\d+)\]$/.exec(readlinkSync(`/proc/${pid}/fd/${fd}`))?.[1];
+      if (inode) sockets.add(inode);
+    }
+    for (const table of ["tcp", "tcp6"]) {
+      for (const line of readFileSync(`/proc/${pid}/net/${table}`, "utf8").split("\n").slice(1)) {
+        const fields = line.trim().split(/\s+/);
+        if (fields[3] === "0A" && sockets.has(fields[9])) count += 1; // 0A: LISTEN
+      }
+    }
+  } catch {
+    // gone, or not Linux
+  }
+  return count;
+}
+
+function watchWorkerd() {
+  const baseline = workerdListeners();
+  if (baseline === 0) return; // nothing to compare with (not Linux)
+  let short = 0;
+  const timer = setInterval(() => {
+    const listening = workerdListeners();
+    short = listening < baseline ? short + 1 : 0;
+    if (short >= 5) {
+      clearInterval(timer);
+      fail(
+        `workerd (under wrangler dev) stopped serving: ${listening} of its ${baseline} sockets still listen`,
+      );
+    }
+  }, 1000);
+  timer.unref();
 }
 
 function isAlive(pid) {
@@ -591,6 +643,7 @@ async function main() {
 
   const url = `http://127.0.0.1:${port}`;
   if (!(await waitUntilServing(`${url}/`, wrangler))) return fail("wrangler dev did not start serving");
+  watchWorkerd();
   say(`
 edgelimit is running at ${url}  (Ctrl-C stops everything)
 config: ${config.source}

@@ -143,7 +143,10 @@ async function startAndWait(args: string[] = []) {
   const names = tree.map(cmdline);
   // The whole cast is there before it is stopped: otherwise "all gone" would prove nothing.
   for (const part of ["scripts/start.mjs", "redis-server", "wrangler", "workerd"]) {
-    expect(names.some((name) => name.includes(part)), `${part} among ${names.join("\n")}`).toBe(true);
+    expect(
+      names.some((name) => name.includes(part)),
+      `${part} among ${names.join("\n")}`,
+    ).toBe(true);
   }
   expect(new Set(ports).size).toBeGreaterThanOrEqual(4); // worker, redis-server, bridge, echo origin
   // Its private directory (wrangler names the env file in it): deleted once it stops.
@@ -263,6 +266,15 @@ describe("npm start", () => {
     const { run } = started;
     process.kill(run.npm.pid as number, "SIGHUP");
     await run.ended;
+    await expectAllGone(started);
+  }, 120_000);
+
+  it.concurrent("SIGTERM to workerd (which stops listening but stays): everything stops", async () => {
+    const started = await startAndWait([smallConfig()]);
+    const workerd = started.tree.find((pid) => cmdline(pid).includes("workerd serve")) as number;
+    process.kill(workerd, "SIGTERM");
+    await started.run.ended;
+    expect(started.run.output()).toContain("workerd (under wrangler dev) stopped serving");
     await expectAllGone(started);
   }, 120_000);
 
