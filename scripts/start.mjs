@@ -11,8 +11,9 @@
 //   before the banner: a wrong URL or token exits 1 with the fix.
 // - Stopping: SIGINT, SIGTERM or SIGHUP to this process or to npm (package.json runs it with `exec`, so npm
 //   forwards SIGINT and SIGTERM here; a parent that dies is noticed within half a second), the exit of any
-//   child (redis-server, wrangler), or a crash here stops every process it started. A watchdog shell holds
-//   the children's ids and kills them if this process is killed outright (SIGKILL) before it can.
+//   child (redis-server, wrangler), workerd no longer listening, or a crash here stops every process it
+//   started. A watchdog shell holds the children's ids and kills them if this process is killed outright
+//   (SIGKILL) before it can.
 import { spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
