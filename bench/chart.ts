@@ -79,6 +79,7 @@ export function renderChart(throughput: ThroughputRow[], edge: EdgeRow[]): strin
   const width = LABEL + 2 * (BAR + GAP);
   return `${[
     `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="system-ui, sans-serif" font-size="12">`,
+    "<title>edgelimit and @upstash/ratelimit: decisions/s and p99; one hot identifier behind the delay proxy</title>",
     `<rect width="100%" height="100%" fill="#fff"/>`,
     ...top.svg,
     ...(hot.length ? below.svg : []),
