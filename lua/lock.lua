@@ -6,7 +6,8 @@
 -- ARGV[3]  owner (already encoded by the caller: printable, at most 129 bytes)
 -- ARGV[4]  lease, ms (acquire, extend)
 -- ARGV[5]  margin, ms: how long the fence outlives the lock (see below)
--- ARGV[6]  attempt id (acquire): the same for every try of one acquire() call
+-- ARGV[6]  acquire: attempt id, the same for every try of one acquire() call;
+--          release: release id, the same for every try of one release() call
 --
 -- Returns { ok (1/0), fence, count, expires }:
 --   acquire  ok 1: held by owner now (count 1 is a fresh hold with a new fence, more is a re-entry);
@@ -17,6 +18,8 @@
 -- A try whose answer was lost (a timeout) may still have taken the lock. The owner's next try of the
 -- same acquire() call carries the same attempt id and is answered as the first was, not counted as a
 -- re-entry: otherwise the hold would be one level deeper than its owner knows, and never freed.
+-- Likewise a release tried again after a lost answer is answered as the first was, not taken as a
+-- second level given back (the id of the last release stays in the hash, beside the fence).
 --
 -- The lease is judged by the caller's clock (the stored `expires`), never by Redis's: a hold whose
 -- `expires` has passed is lost, whoever asks, and the next acquire takes it over with a new fence.
@@ -40,7 +43,7 @@ local now = tonumber(ARGV[2])
 local owner = ARGV[3]
 local margin = tonumber(ARGV[5])
 
-local state = redis.call("HMGET", key, "owner", "count", "expires", "fence", "attempt")
+local state = redis.call("HMGET", key, "owner", "count", "expires", "fence", "attempt", "released")
 local holder = state[1]
 local count = tonumber(state[2]) or 0
 local expires = tonumber(state[3]) or 0
@@ -76,18 +79,23 @@ if op == "acquire" then
   return { 1, fence, count, expires }
 end
 
-if holder ~= owner then return { 0, 0, 0, 0 } end
-
 if op == "release" then
+  local id = ARGV[6]
+  -- this try's earlier twin got through: it was given back already
+  if state[6] == id then return { 1, fence, holder == owner and count or 0, holder == owner and expires or now } end
+  if holder ~= owner then return { 0, 0, 0, 0 } end
   count = count - 1
   if count > 0 then
-    redis.call("HSET", key, "count", int(count))
+    redis.call("HSET", key, "count", int(count), "released", id)
     return { 1, fence, count, expires }
   end
   redis.call("HDEL", key, "owner", "count", "expires", "attempt")
+  redis.call("HSET", key, "released", id)
   keep(now)
   return { 1, fence, 0, now }
 end
+
+if holder ~= owner then return { 0, 0, 0, 0 } end
 
 if op == "extend" then
   expires = math.max(expires, now + tonumber(ARGV[4]))

@@ -7,6 +7,7 @@ import {
   checkString,
   ints4,
   leaseMs,
+  mayRetry,
   runScript,
   timeoutMs,
   transportOf,
@@ -136,18 +137,22 @@ export class Concurrency {
     const release = async (): Promise<boolean> => {
       if (released) return false;
       released = true;
-      try {
-        const freed = await runScript(
-          this.transport,
-          SCRIPTS.concurrency,
-          [key],
-          ["release", String(this.now()), leaseId],
-          this.timeout,
-        );
-        return freed === 1;
-      } catch {
-        // The lease frees the slot by itself; a release is only a courtesy to the next caller.
-        return false;
+      // Removing a lease id twice is harmless: a release whose answer was lost is tried once more.
+      for (let attempt = 1; ; attempt++) {
+        try {
+          const freed = await runScript(
+            this.transport,
+            SCRIPTS.concurrency,
+            [key],
+            ["release", String(this.now()), leaseId],
+            this.timeout,
+          );
+          return freed === 1;
+        } catch (error) {
+          if (attempt < 2 && mayRetry(error)) continue;
+          // The lease frees the slot by itself; a release is only a courtesy to the next caller.
+          return false;
+        }
       }
     };
     const base = { limit: this.limit, rule: "concurrency" as const, leaseId, release };

@@ -1,4 +1,5 @@
 import { describe, toMs } from "./duration.js";
+import { RedisCallError } from "./errors.js";
 import { SCRIPTS } from "./generated/scripts.js";
 import { checkPrefix, keyTag } from "./keys.js";
 import { type Script, type Transport, transportFor } from "./transport.js";
@@ -205,11 +206,17 @@ export class Lock {
   async release(name: string, options: { owner: string }): Promise<ReleaseResult> {
     const key = this.key(name);
     const owner = checkString(options?.owner, "owner");
-    try {
-      const [ok, , count] = ints4(await this.run(key, "release", this.now(), owner, 0));
-      return { released: ok === 1, count };
-    } catch (error) {
-      return { released: false, count: 0, error: asError(error) };
+    // A release whose answer is lost would leave the lock to its lease: it is tried once more, with one
+    // id for both tries, so that a first try that did get through is not counted twice.
+    const releaseId = crypto.randomUUID();
+    for (let attempt = 1; ; attempt++) {
+      try {
+        const [ok, , count] = ints4(await this.run(key, "release", this.now(), owner, 0, releaseId));
+        return { released: ok === 1, count };
+      } catch (error) {
+        if (attempt < 2 && mayRetry(error)) continue;
+        return { released: false, count: 0, error: asError(error) };
+      }
     }
   }
 
@@ -361,15 +368,8 @@ export class Lock {
     return Math.floor(now);
   }
 
-  private run(
-    key: string,
-    op: string,
-    now: number,
-    owner: string,
-    lease: number,
-    attempt = "",
-  ): Promise<unknown> {
-    const args = [op, String(now), ownerArg(owner), String(lease), String(FENCE_MARGIN_MS), attempt];
+  private run(key: string, op: string, now: number, owner: string, lease: number, id = ""): Promise<unknown> {
+    const args = [op, String(now), ownerArg(owner), String(lease), String(FENCE_MARGIN_MS), id];
     return runScript(this.transport, SCRIPTS.lock, [key], args, this.timeout);
   }
 }
@@ -448,6 +448,12 @@ export async function runScript(
   const outcome = await transport.eval(script, keys, args, { timeout });
   if (!outcome.ok) throw outcome.error;
   return outcome.result;
+}
+
+/** Whether a failed call is worth one more try: no answer (it may or may not have run), not a refusal. */
+export function mayRetry(error: unknown): boolean {
+  const kind = (error as RedisCallError | undefined)?.kind;
+  return error instanceof RedisCallError && (kind === "timeout" || kind === "unreachable" || kind === "http");
 }
 
 /** A script's reply of 4 integers, or an Error. */

@@ -149,6 +149,28 @@ describe("a lost answer", () => {
     }
   });
 
+  it("a release whose answer was lost is tried once more, and counted once", async () => {
+    const hop = await startCutHop(inject("bridgeUrl"));
+    try {
+      const prefix = uniquePrefix("lost-release");
+      const lock = new Lock({ redis: bridgeRedis(hop.url), prefix, lease: "1h", clock: manualClock() });
+      await lock.acquire("r", { owner: "o" });
+      await lock.acquire("r", { owner: "o" });
+      hop.cutNext = '"release"';
+      // the first try ran (depth 2 -> 1) and its answer was cut; the second is answered as the first was
+      expect(await lock.release("r", { owner: "o" })).toEqual({ released: true, count: 1 });
+      expect(hop.cuts).toBe(1);
+      expect((await lock.acquire("r", { owner: "p" })).acquired).toBe(false); // still held, at depth 1
+      hop.cutNext = '"release"';
+      expect(await lock.release("r", { owner: "o" })).toEqual({ released: true, count: 0 });
+      expect(hop.cuts).toBe(2);
+      expect(await lock.release("r", { owner: "o" })).toEqual({ released: false, count: 0 });
+      expect((await lock.acquire("r", { owner: "p" })).acquired).toBe(true);
+    } finally {
+      await hop.close();
+    }
+  });
+
   it("withLock gives back a lock its lost answer may have taken, rather than leave it to the lease", async () => {
     const hop = await startCutHop(inject("bridgeUrl"));
     try {
