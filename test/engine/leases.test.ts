@@ -267,7 +267,10 @@ describe("refunds", () => {
       await limiter!.dispose();
       expect((await plain.limit("u", { cost: 0 })).remaining).toBe(30 - 4);
       expect(await everyKeyHasATtl(prefix)).toBe(1);
-      // disposed: decides in Redis from now on, with no new lease
+      // Symbol.asyncDispose is dispose() (for `await using`): nothing left to give back
+    await (limiter as unknown as Record<symbol, () => Promise<void>>)[Symbol.asyncDispose]!();
+    expect((await plain.limit("u", { cost: 0 })).remaining).toBe(30 - 4);
+    // disposed: decides in Redis from now on, with no new lease
       expect((await limiter!.limit("u")).source).toBe("redis");
       expect((await limiter!.limit("u")).source).toBe("redis");
     },
