@@ -98,6 +98,21 @@ describe("a blocking command whose caller went away", () => {
     expect(await info("blocked_clients")).toBe(0);
   });
 
+  it("holds with @upstash/redis's own signal option: redis.exec(BLPOP q 0) three times, then abort", async () => {
+    const q = key("client-signal");
+    const controller = new AbortController();
+    const blocking = new Redis({ url: bridge.url, token, enableTelemetry: false, signal: controller.signal });
+    const pops = [1, 2, 3].map(() => blocking.exec(["BLPOP", q, "0"]));
+    await until("the BLPOPs to block", async () => (await info("blocked_clients")) > 0);
+    controller.abort();
+    // The client answers an aborted request with its "Aborted" result rather than an error.
+    await Promise.allSettled(pops);
+    await until("the dedicated connections to be freed", () => bridge.stats.dedicatedConnections === 0);
+    const redis = client();
+    expect(await redis.rpush(q, "a", "b", "c")).toBe(3);
+    expect(await redis.lrange(q, 0, -1)).toEqual(["a", "b", "c"]);
+  });
+
   it("does not swallow them from inside a pipeline, nor run the pipeline's later commands", async () => {
     const q = key("pipeline");
     const marker = key("marker");
