@@ -104,19 +104,22 @@ interface Seen {
  * The leases of one Limiter.
  *
  * @example
- * const leases = new Leases({ max: 50, ttl: 1000 }, rules, send);
- * const answer = leases.answer("user:42", 1, now); // a Decision from the lease, or undefined
+ * const leases = new Leases({ max: 50, ttl: 1000 }, limiter.rules, sendRefund, clock, sendTopUp);
+ * const answer = leases.answer("user:42", 1, now, waitUntil); // a Decision from the lease, or undefined
  */
 export class Leases {
   private readonly seen = new Map<string, Seen>();
   private readonly held = new Map<string, Held>();
   private readonly pending = new Set<Promise<void>>();
-  /** Whether any rule forbids reserving (a sliding log: see `leasable`). */
+  /** Whether this Limiter may reserve at all (not with a sliding log rule: see the constructor). */
   private readonly leasable: boolean;
   private nextExpiry = Number.POSITIVE_INFINITY;
   private timer: ReturnType<typeof setTimeout> | undefined;
   private disposed = false;
-  /** Units given back so far, and refund calls that failed (their units stay consumed until the state expires). */
+  /**
+   * Counters for tests and reports: units reserved (top-ups included), answers given here, units given
+   * back, and refunds that failed (their units stay consumed until the state expires).
+   */
   readonly stats = { reserved: 0, answered: 0, refunded: 0, refundsFailed: 0 };
 
   constructor(
