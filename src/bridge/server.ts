@@ -225,17 +225,19 @@ class Handler {
   handle(req: IncomingMessage, res: ServerResponse): void {
     this.stats.requests++;
     // Aborts when the caller goes away before its answer is written: a blocking command it sent must
-    // not stay blocked (and then swallow the next pushed item) on its behalf.
-    // The socket's end is seen while Redis I/O is still being gathered for this event-loop turn, before
-    // the response's close: a command from a request read after it then reaches Redis after the kill.
+    // not stay blocked (and then swallow the next pushed item) on its behalf. The socket's end or error
+    // is seen in the same event-loop turn as the packet, before the response's close (which comes after
+    // this turn's Redis writes are flushed): a command read after it then reaches Redis after the kill.
     const gone = new AbortController();
     const socket = req.socket;
     const left = () => {
       if (!res.writableFinished) gone.abort();
     };
-    socket.once("end", left);
+    socket.once("end", left); // FIN
+    socket.once("error", left); // RST (a killed client), which ends no stream
     res.once("close", () => {
       socket.off("end", left);
+      socket.off("error", left);
       left();
     });
     this.route(req, res, gone.signal).catch((error: unknown) => {

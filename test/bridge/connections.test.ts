@@ -4,6 +4,7 @@
  * A private redis-server, so connection and subscriber counts are this file's alone.
  */
 import http from "node:http";
+import net from "node:net";
 import { Redis } from "@upstash/redis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
@@ -111,6 +112,25 @@ describe("a blocking command whose caller went away", () => {
     const redis = client();
     expect(await redis.rpush(q, "a", "b", "c")).toBe(3);
     expect(await redis.lrange(q, 0, -1)).toEqual(["a", "b", "c"]);
+  });
+
+  it("holds when the caller's connection is reset (a killed client), not closed", async () => {
+    const q = key("reset");
+    const { port } = new URL(bridge.url);
+    const body = JSON.stringify(["BLPOP", q, 0]);
+    const request =
+      `POST / HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${token}\r\n` +
+      `Content-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`;
+    const sockets = [1, 2, 3].map(() =>
+      net.connect(Number(port), "127.0.0.1", function (this: net.Socket) {
+        this.write(request);
+      }),
+    );
+    for (const socket of sockets) socket.on("error", () => {});
+    await until("3 blocked clients", async () => (await info("blocked_clients")) === 3);
+    for (const socket of sockets) socket.resetAndDestroy();
+    expect(await post("/", ["RPUSH", q, "a", "b", "c"])).toEqual({ status: 200, json: { result: 3 } });
+    expect(await direct.call("LRANGE", q, 0, -1)).toEqual(["a", "b", "c"].map((v) => Buffer.from(v)));
   });
 
   it("does not swallow them from inside a pipeline, nor run the pipeline's later commands", async () => {
