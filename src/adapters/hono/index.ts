@@ -37,7 +37,7 @@ export type RateLimitEvent =
 export interface RateLimitOptions<E extends Env = Env> {
   limiter: Limiter;
   /**
-   * Who is asking (user id, API key, IP). `undefined` answers 401 in enforce mode; shadow mode serves
+   * Who is asking (user id, API key, IP). `undefined` or `""` answers 401 in enforce mode; shadow mode serves
    * the request marked `EdgeLimit-Shadow: no-key`. `onMissingKey`, when given, answers in both modes.
    */
   key: (c: Context<E>) => string | undefined | Promise<string | undefined>;
@@ -87,7 +87,8 @@ export const rateLimit = <E extends Env = Env>({
   return async function rateLimit(c, next) {
     const ctx = c as unknown as Context<E>;
     const id = await key(ctx);
-    if (id === undefined) {
+    // An empty key (a header sent empty) is no key: never one bucket shared by every such caller.
+    if (id === undefined || id === "") {
       if (onMissingKey) return onMissingKey(ctx);
       if (mode === "enforce") return unauthorized();
       const { method, path } = c.req;

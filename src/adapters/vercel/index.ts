@@ -25,7 +25,7 @@ export interface VercelRateLimitOptions {
   cost?: (request: Request) => number | Promise<number>;
   /** Also send X-RateLimit-Limit / -Remaining / -Reset (default false). */
   legacyHeaders?: boolean;
-  /** The response when `key` gives undefined (default: a 401 problem+json). */
+  /** The response when `key` gives undefined or "" (default: a 401 problem+json). */
   onMissingKey?: (request: Request) => Response | Promise<Response>;
 }
 
@@ -65,7 +65,7 @@ export function createMiddleware(
     const { pathname } = new URL(request.url);
     if (!limited(pathname)) return undefined;
     const id = await key(request);
-    if (id === undefined) return onMissingKey(request);
+    if (id === undefined || id === "") return onMissingKey(request);
     const decision = await limiter.limit(id, { cost: await cost(request), waitUntil: vercelWaitUntil() });
     const failure = failures.record(decision, `${request.method} ${pathname}`);
     if (failure) console.warn(failure);
