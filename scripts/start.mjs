@@ -545,6 +545,10 @@ async function main() {
   }
   if (args.length > 1 || args[0]?.startsWith("-"))
     return fail(`unexpected arguments: ${args.join(" ")}\n${USAGE}`, 2);
+  const { PORT } = process.env;
+  if (PORT && !(/^\d+$/.test(PORT) && Number(PORT) >= 1 && Number(PORT) <= 65535)) {
+    return fail(`PORT: must be a port number from 1 to 65535, got ${JSON.stringify(PORT)}`, 2);
+  }
   watchAncestors();
 
   // 1. The config, validated before anything starts.
@@ -614,7 +618,7 @@ async function main() {
     `EDGELIMIT_CONFIG='${value}'\nUPSTASH_REDIS_REST_URL='${redis.url}'\nUPSTASH_REDIS_REST_TOKEN='${redis.token}'\n`,
     { mode: 0o600 },
   );
-  const port = Number(process.env.PORT) || (await freePort());
+  const port = process.env.PORT ? Number(process.env.PORT) : await freePort();
   const inspectorPort = await freePort();
   const bin = join(root, "node_modules", ".bin", process.platform === "win32" ? "wrangler.cmd" : "wrangler");
   const wranglerArgs = ["dev", "--local", "--ip", "127.0.0.1", "--port", String(port)];
