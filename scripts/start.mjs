@@ -232,6 +232,14 @@ function guard(pid) {
   watchdog?.stdin.write(`${pid}\n`);
 }
 
+function portFree(port) {
+  return new Promise((resolve) => {
+    const server = net.createServer();
+    server.once("error", () => resolve(false));
+    server.listen(port, "127.0.0.1", () => server.close(() => resolve(true)));
+  });
+}
+
 function freePort() {
   return new Promise((resolve, reject) => {
     const server = net.createServer();
@@ -548,6 +556,9 @@ async function main() {
   const { PORT } = process.env;
   if (PORT && !(/^\d+$/.test(PORT) && Number(PORT) >= 1 && Number(PORT) <= 65535)) {
     return fail(`PORT: must be a port number from 1 to 65535, got ${JSON.stringify(PORT)}`, 2);
+  }
+  if (PORT && !(await portFree(Number(PORT)))) {
+    return fail(`PORT: 127.0.0.1:${PORT} is in use; pick another, or leave PORT unset for a free one`, 2);
   }
   watchAncestors();
 
