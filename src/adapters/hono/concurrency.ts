@@ -1,14 +1,17 @@
 import type { Context, Env, MiddlewareHandler } from "hono";
 import { Concurrency, type ConcurrencyDecision, type ConcurrencyOptions } from "../../engine/concurrency.js";
 import type { Decision } from "../../engine/types.js";
-import { tooManyRequests, unauthorized } from "../../http/headers.js";
+import { SHADOW_HEADER, tooManyRequests, unauthorized } from "../../http/headers.js";
 
 /** What the middleware puts in the context: `c.get("concurrency")`, the slot this request holds. */
 export type ConcurrencyVariables = { concurrency: ConcurrencyDecision };
 
-/** Something worth a log line: an acquire Redis could not answer (`onError` decided). No key in it. */
+/**
+ * Something worth a log line: an acquire Redis could not answer (`onError` decided), or a request shadow
+ * mode let through although every slot was taken. `message` leaves the key out (it may be a secret).
+ */
 export interface ConcurrencyEvent {
-  kind: "error";
+  kind: "error" | "shadow-denied";
   message: string;
   key: string;
   decision: ConcurrencyDecision;
@@ -23,6 +26,11 @@ export type ConcurrencyLimitOptions<E extends Env = Env> = (
 ) & {
   /** Who is asking (user id, API key, IP). `undefined` or "" answers 401 (or `onMissingKey`). */
   key: (c: Context<E>) => string | undefined | Promise<string | undefined>;
+  /**
+   * "enforce" (default) refuses with 429 when every slot is taken; "shadow" lets the request through
+   * (without a slot), marks the response `EdgeLimit-Shadow: denied` and logs it.
+   */
+  mode?: "enforce" | "shadow";
   /** Where events go (default: `console.warn(event.message)`). */
   log?: (event: ConcurrencyEvent) => void;
   /** The response when `key` gives undefined (default: a 401 problem). */
@@ -53,9 +61,13 @@ export const concurrencyLimit = <E extends Env = Env>(
     key,
     log = (event: ConcurrencyEvent) => console.warn(event.message),
     onMissingKey,
+    mode = "enforce",
     waitUntil = defaultWaitUntil as (c: Context<E>, promise: Promise<unknown>) => void,
   } = options;
   if (typeof key !== "function") throw new Error("key: expected a function (c) => string | undefined");
+  if (mode !== "enforce" && mode !== "shadow") {
+    throw new Error(`mode: must be "enforce" or "shadow", got ${JSON.stringify(mode)}`);
+  }
   const concurrency =
     options.concurrency instanceof Concurrency
       ? options.concurrency
@@ -88,7 +100,19 @@ export const concurrencyLimit = <E extends Env = Env>(
           // no waitUntil here: the release runs on its own
         }
       }
-      return refusal(slot, concurrency.clock());
+      if (mode === "enforce") return refusal(slot, concurrency.clock());
+      const { method, path } = c.req;
+      log({
+        kind: "shadow-denied",
+        message: `edgelimit shadow: would refuse ${method} ${path} (${slot.source === "error" ? "no concurrency slot from Redis, onError: deny" : `all ${slot.limit} concurrency slots taken`})`,
+        key: id,
+        decision: slot,
+        method,
+        path,
+      });
+      await next();
+      c.header(SHADOW_HEADER, "denied");
+      return;
     }
 
     // The runtime must not drop the release: it is handed over now and settles once the slot is back.
@@ -130,6 +154,7 @@ function engineOptions(options: Record<string, unknown>): ConcurrencyOptions {
     onMissingKey: _missing,
     waitUntil: _wait,
     concurrency: _c,
+    mode: _mode,
     ...rest
   } = options;
   return rest as unknown as ConcurrencyOptions;

@@ -135,6 +135,7 @@ function limitedRoute(route: RouteConfig, config: EdgelimitConfig, redis: Redis)
       ...(route.onError === undefined ? {} : { onError: route.onError }),
     }),
     key,
+    mode: route.mode,
     log: (event) => console.warn(`${event.message} [route "${route.name}"]`),
   });
   const limit: MiddlewareHandler<AppEnv> = (c, next) =>

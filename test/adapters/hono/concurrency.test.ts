@@ -216,6 +216,45 @@ describe("concurrencyLimit", () => {
     }
   });
 
+  it("in shadow mode lets a request over the limit through, marked and logged, holding no slot", async () => {
+    const concurrency = new Concurrency({
+      redis: bridgeRedis(),
+      prefix: uniquePrefix("hono-conc-shadow"),
+      limit: 1,
+      lease: "30s",
+      clock: manualClock(),
+    });
+    const events: ConcurrencyEvent[] = [];
+    const released: Promise<unknown>[] = [];
+    const app = new Hono();
+    app.use(
+      "*",
+      concurrencyLimit({
+        concurrency,
+        key: () => "secret-key",
+        mode: "shadow",
+        log: (event) => events.push(event),
+        waitUntil: (_c, promise) => released.push(promise),
+      }),
+    );
+    app.get("/", (c) => c.text("ok"));
+    const first = await app.request("/");
+    expect([first.status, first.headers.get("edgelimit-shadow")]).toEqual([200, null]);
+    const second = await app.request("/"); // the first body is unread: its slot is still held
+    expect([second.status, second.headers.get("edgelimit-shadow"), await second.text()]).toEqual([
+      200,
+      "denied",
+      "ok",
+    ]);
+    expect(events.map((event) => [event.kind, event.message])).toEqual([
+      ["shadow-denied", "edgelimit shadow: would refuse GET / (all 1 concurrency slots taken)"],
+    ]);
+    expect(released.length).toBe(1); // only the first request held a slot
+    await first.text();
+    await Promise.all(released);
+    expect((await app.request("/")).headers.get("edgelimit-shadow")).toBe(null);
+  });
+
   it("validates its options", () => {
     expect(() => concurrencyLimit({ redis: bridgeRedis(), limit: 0, lease: 1, key: () => "k" })).toThrow(
       /^limit: /,
@@ -223,5 +262,14 @@ describe("concurrencyLimit", () => {
     expect(() =>
       concurrencyLimit({ redis: bridgeRedis(), limit: 1, lease: 1, key: "k" as unknown as () => string }),
     ).toThrow(/^key: /);
+    expect(() =>
+      concurrencyLimit({
+        redis: bridgeRedis(),
+        limit: 1,
+        lease: 1,
+        key: () => "k",
+        mode: "loud" as "shadow",
+      }),
+    ).toThrow(/^mode: /);
   });
 });

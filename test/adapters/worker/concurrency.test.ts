@@ -126,6 +126,40 @@ describe('the "concurrency" route option', () => {
     }
   });
 
+  test("a shadow route lets a request over the limit through, marked EdgeLimit-Shadow: denied", async () => {
+    const env = envFor(
+      config([
+        {
+          name: "reports",
+          match: { path: "/*" },
+          key: "ip",
+          rules: generous,
+          mode: "shadow",
+          concurrency: { limit: 1, lease: "30s" },
+        },
+      ]),
+    );
+    const warnings: string[] = [];
+    const original = console.warn;
+    console.warn = (message: string) => void warnings.push(message);
+    try {
+      const gate = crypto.randomUUID();
+      const held = await send(env, `/gate/${gate}`);
+      expect(held.response.status).toBe(200);
+      const over = await send(env, "/status/200");
+      expect([over.response.status, over.response.headers.get("edgelimit-shadow")]).toEqual([200, "denied"]);
+      expect(await over.response.text()).toBe("origin says 200");
+      await openGate(gate);
+      await held.response.text();
+      await held.settled();
+    } finally {
+      console.warn = original;
+    }
+    expect(warnings).toEqual([
+      'edgelimit shadow: would refuse GET /status/200 (all 1 concurrency slots taken) [route "reports"]',
+    ]);
+  });
+
   test("a bad concurrency option is a configuration error naming the field", async () => {
     const env = envFor(
       config([{ name: "r", key: "ip", rules: generous, concurrency: { limit: 0, lease: "soon" } }]),
