@@ -1,7 +1,7 @@
 // `npm start` as a user runs it: spawned through npm, stopped by signalling npm's pid (or by killing the
 // script outright), then every process of its tree must be gone and every port it served closed.
 import { type ChildProcess, spawn } from "node:child_process";
-import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -13,6 +13,7 @@ const started: ChildProcess[] = [];
 
 afterAll(() => {
   for (const child of started) if (child.exitCode === null) child.kill("SIGKILL");
+  rmSync(dir, { recursive: true, force: true });
 });
 
 /** The environment of a user with no Redis configured (the test runner may have its own vars). */
