@@ -452,6 +452,15 @@ describe("withLock", () => {
     expect(outcome).toEqual({ lost: true, free: true, newer: true });
   });
 
+  it("re-enters a hold of the same owner, and leaves it held afterwards", async () => {
+    const { lock } = lockWith({ lease: "1h" });
+    const outer = await lock.acquire("nest", { owner: "o" });
+    const inner = await lock.withLock("nest", async (_signal, fence) => fence, { owner: "o" });
+    expect(inner).toBe(outer.fence);
+    expect((await lock.acquire("nest", { owner: "p" })).acquired).toBe(false); // still held by o
+    expect(await lock.release("nest", { owner: "o" })).toEqual({ released: true, count: 0 });
+  });
+
   it("rejects with LockUnavailableError when the lock is held, and runs nothing", async () => {
     const { lock } = lockWith();
     await lock.acquire("busy", { owner: "holder" });
