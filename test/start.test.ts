@@ -279,6 +279,15 @@ describe("npm start", () => {
     await expectAllGone(started);
   }, 120_000);
 
+  it.concurrent("SIGTERM to its redis-server: everything stops", async () => {
+    const started = await startAndWait([smallConfig()]);
+    const redis = started.tree.find((pid) => cmdline(pid).startsWith("redis-server")) as number;
+    process.kill(redis, "SIGTERM");
+    await started.run.ended;
+    expect(started.run.output()).toContain("npm start: redis-server exited");
+    await expectAllGone(started);
+  }, 120_000);
+
   it.concurrent("SIGKILL to the script itself: its watchdog stops everything", async () => {
     const started = await startAndWait([smallConfig()]);
     const { run, tree } = started;
