@@ -21,6 +21,7 @@ import { join, relative } from "node:path";
 import { promisify } from "node:util";
 import ts from "typescript";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { parseConfig } from "../src/http/config.js";
 
 const root = join(import.meta.dirname, "..");
 
@@ -193,6 +194,44 @@ describe("the README's TypeScript, as a consumer compiles it", () => {
       /edgelimit\/bridge[^\n]*@types\/node|@types\/node[^\n]*bridge/,
     );
   }, 120_000);
+});
+
+/** // and /* *\/ comments and trailing commas removed, outside strings: JSONC as the README writes it. */
+function jsonc(text: string): unknown {
+  let out = "";
+  for (let i = 0; i < text.length; ) {
+    if (text[i] === '"') {
+      let j = i + 1;
+      while (j < text.length && text[j] !== '"') j += text[j] === "\\" ? 2 : 1;
+      out += text.slice(i, j + 1);
+      i = j + 1;
+    } else if (text.startsWith("//", i)) {
+      i = text.includes("\n", i) ? text.indexOf("\n", i) : text.length;
+    } else if (text.startsWith("/*", i)) {
+      i = text.indexOf("*/", i + 2) + 2;
+    } else {
+      out += text[i];
+      i += 1;
+    }
+  }
+  return JSON.parse(out.replace(/,(\s*[}\]])/g, "$1"));
+}
+
+describe("the README's Worker config examples", () => {
+  it("every ```jsonc config (and route) in the README is accepted by the Worker's parser", () => {
+    const markdown = readFileSync(join(root, "README.md"), "utf8");
+    const blocks = [...markdown.matchAll(/^```jsonc\n([\s\S]*?)^```$/gm)].map((match) =>
+      jsonc(match[1] ?? ""),
+    );
+    expect(blocks.length).toBeGreaterThan(0);
+    for (const block of blocks) {
+      const value = block as Record<string, unknown>;
+      // A lone route is checked inside a config of its own.
+      const config = "origin" in value ? value : { origin: "https://api.example.com", routes: [value] };
+      const result = parseConfig(config);
+      expect(result.ok ? [] : result.errors, JSON.stringify(block)).toEqual([]);
+    }
+  });
 });
 
 describe("the README's bundle size", () => {
