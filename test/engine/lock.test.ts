@@ -17,6 +17,7 @@ import {
 import { FENCE_MARGIN_MS } from "../../src/engine/lock.js";
 import { Concurrency, Lock, LockLostError, LockUnavailableError } from "../../src/index.js";
 import { startCutHop } from "../cut-hop.js";
+import { BridgeProcess } from "../faults/support.js";
 import { bridgeRedis, manualClock, T0, uniquePrefix } from "../support.js";
 
 let direct: RedisConnection;
@@ -460,6 +461,24 @@ describe("withLock", () => {
     expect((await lock.acquire("nest", { owner: "p" })).acquired).toBe(false); // still held by o
     expect(await lock.release("nest", { owner: "o" })).toEqual({ released: true, count: 0 });
   });
+
+  it("aborts signal when the bridge process is stopped (SIGSTOP) mid-hold", async () => {
+    const bridge = await BridgeProcess.start(inject("redisUrl"), inject("bridgeToken"));
+    try {
+      const prefix = uniquePrefix("sigstop");
+      const lock = new Lock({ redis: bridgeRedis(bridge.url), prefix, lease: 900, timeout: 300 });
+      const outcome = await lock.withLock("frozen", async (signal) => {
+        bridge.signal("SIGSTOP"); // renewals now get no answer at all
+        await new Promise((resolve) => signal.addEventListener("abort", resolve));
+        return { lost: signal.reason instanceof LockLostError, why: (signal.reason as Error).message };
+      });
+      expect(outcome.lost).toBe(true);
+      expect(outcome.why).toMatch(/the lease ran out before it could be renewed/);
+    } finally {
+      bridge.signal("SIGCONT");
+      await bridge.stop();
+    }
+  }, 30_000);
 
   it("rejects with LockUnavailableError when the lock is held, and runs nothing", async () => {
     const { lock } = lockWith();
