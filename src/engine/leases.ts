@@ -176,7 +176,8 @@ export class Leases {
   /**
    * Tops a hot lease up before it runs dry, in the background (through `waitUntil` when given): when
    * it holds no more than about an eighth of a ttl's traffic (at most a quarter of `max`), one decision
-   * of cost 1 goes to Redis reserving up to `max` for the lease. Without it, every decision arriving
+   * of cost 1 goes to Redis reserving about a ttl's traffic (at most `max` held) for the lease, which
+   * then lives a ttl from then. Without it, every decision arriving
    * while the next reservation is on its way would go to Redis on its own. No answer waits on it.
    * One reservation or top-up per identifier is on its way at a time.
    */
@@ -189,7 +190,8 @@ export class Leases {
   ): void {
     if (this.topUp === undefined || this.disposed) return;
     const low = Math.min(Math.floor(this.config.max / 4), Math.ceil(seen.estimate / 8));
-    const want = this.config.max - lease.units - 1;
+    // about a ttl's traffic, like a fresh lease: a slow identifier is topped up a little
+    const want = Math.min(this.config.max, Math.floor(seen.estimate)) - lease.units - 1;
     if (lease.units > low || want < 1) return;
     // The top-up's own unit is taken without the script's half rule: only while Redis, as last seen,
     // has plenty left, so that the last units of a quota are still decided in Redis.
@@ -237,6 +239,8 @@ export class Leases {
     lease.units += keep;
     lease.snapshot = withHeld(decision, lease.units).rules;
     lease.used = 0;
+    // a lease topped up lives a ttl from then (what is left of the old units is at most a quarter of max)
+    if (keep > 0) lease.expiresAt = this.expiry(now, windowStarts);
     if (units > keep) this.refund([{ identifier, units: units - keep, windowStarts }], now, waitUntil);
   }
 
