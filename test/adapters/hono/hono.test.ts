@@ -11,13 +11,15 @@ import { QUOTA_EXCEEDED } from "../../../src/http/headers.js";
 import { fixedWindow, gcra, Limiter, type LimiterOptions } from "../../../src/index.js";
 import { bridgeRedis, manualClock, T0, uniquePrefix } from "../../support.js";
 
-// burst: T = 100 ms, 3 at once. hourly: 5 per clock hour; T0 is 14 min past an hour, so its window
-// ends 2760 s after T0.
+// burst: T = 60 s, 3 at once. hourly: 5 per clock hour; T0 is 14 min past an hour, so its window
+// ends 2760 s after T0. Keys expire in real time by TTLs counted on the test clock (a burst unit's key
+// lives T): these rules keep every key a test writes alive for a minute or more, longer than a test may
+// run, so a slow machine cannot expire state between two steps.
 const RULES = {
-  burst: gcra({ limit: 10, period: "1s", burst: 3 }),
+  burst: gcra({ limit: 10, period: "10m", burst: 3 }),
   hourly: fixedWindow({ limit: 5, window: "1h" }),
 };
-const POLICY = '"burst";q=10;w=1, "hourly";q=5;w=3600';
+const POLICY = '"burst";q=3;w=180, "hourly";q=5;w=3600';
 const TITLE = "Request cannot be satisfied as assigned quota has been exceeded";
 
 /** An app with one limited route, a real Limiter on the bridge, and a hand-moved clock. */
@@ -28,6 +30,7 @@ function setup(options: Partial<RateLimitOptions> = {}, limiterOptions: Partial<
     prefix: uniquePrefix("hono"),
     rules: RULES,
     clock,
+    timeout: 15_000, // these tests are not about timeouts: a slow machine must not make a decision fail open
     ...limiterOptions,
   });
   const events: RateLimitEvent[] = [];
@@ -65,7 +68,7 @@ function rateHeaders(response: Response): Record<string, string> {
 describe("hono rateLimit (enforce)", () => {
   it("sets RateLimit-Policy and the binding rule's RateLimit, then a 429 with problem+json", async () => {
     const { get, clock } = setup();
-    const expected = ['"burst";r=2;t=1', '"burst";r=1;t=1', '"burst";r=0;t=1'];
+    const expected = ['"burst";r=2;t=60', '"burst";r=1;t=120', '"burst";r=0;t=180'];
     for (const rateLimitValue of expected) {
       const response = await get("/api/json");
       expect(response.status).toBe(200);
@@ -78,30 +81,30 @@ describe("hono rateLimit (enforce)", () => {
       "cache-control": "no-store",
       "content-type": "application/problem+json",
       "ratelimit-policy": POLICY,
-      ratelimit: '"burst";r=0;t=1',
-      "retry-after": "1",
+      ratelimit: '"burst";r=0;t=60',
+      "retry-after": "60",
     });
     expect(await denied.json()).toEqual({
       type: QUOTA_EXCEEDED,
       title: TITLE,
       status: 429,
-      detail: 'Quota exceeded for "burst". Retry after 1 second.',
+      detail: 'Quota exceeded for "burst". Retry after 60 seconds.',
       "violated-policies": ["burst"],
-      "retry-after": 1,
+      "retry-after": 60,
     });
 
-    // A second later the burst is back; the hourly rule (2 left) now binds, its window 2759 s from here.
-    clock.set(T0 + 1000);
+    // Ten minutes later the burst is back; the hourly rule (2 left) now binds, its window 2160 s from here.
+    clock.set(T0 + 600_000);
     const again = await get("/api/json");
     expect(again.status).toBe(200);
-    expect(again.headers.get("ratelimit")).toBe('"hourly";r=1;t=2759');
+    expect(again.headers.get("ratelimit")).toBe('"hourly";r=1;t=2160');
     expect(await again.json()).toEqual({ remaining: 1, rule: "hourly" });
-    expect((await get("/api/json")).headers.get("ratelimit")).toBe('"hourly";r=0;t=2759');
+    expect((await get("/api/json")).headers.get("ratelimit")).toBe('"hourly";r=0;t=2160');
 
     const hourly = await get("/api/json");
     expect(hourly.status).toBe(429);
-    expect(hourly.headers.get("retry-after")).toBe("2759");
-    expect(hourly.headers.get("ratelimit")).toBe('"hourly";r=0;t=2759');
+    expect(hourly.headers.get("retry-after")).toBe("2160");
+    expect(hourly.headers.get("ratelimit")).toBe('"hourly";r=0;t=2160');
     expect((await hourly.json())["violated-policies"]).toEqual(["hourly"]);
   });
 
@@ -110,13 +113,13 @@ describe("hono rateLimit (enforce)", () => {
     const raw = await get("/api/raw");
     expect(await raw.text()).toBe("raw");
     expect(raw.headers.get("x-handler")).toBe("yes");
-    expect(raw.headers.get("ratelimit")).toBe('"burst";r=2;t=1');
+    expect(raw.headers.get("ratelimit")).toBe('"burst";r=2;t=60');
     expect(raw.headers.get("ratelimit-policy")).toBe(POLICY);
 
     const redirect = await get("/api/redirect");
     expect(redirect.status).toBe(302);
     expect(redirect.headers.get("location")).toBe("https://example.com/elsewhere");
-    expect(redirect.headers.get("ratelimit")).toBe('"burst";r=1;t=1');
+    expect(redirect.headers.get("ratelimit")).toBe('"burst";r=1;t=120');
   });
 
   it("leaves routes outside its path alone", async () => {
@@ -132,7 +135,7 @@ describe("hono rateLimit (enforce)", () => {
     expect((await get("/api/json", { "x-user": "alice" })).status).toBe(429);
     const bob = await get("/api/json", { "x-user": "bob" });
     expect(bob.status).toBe(200);
-    expect(bob.headers.get("ratelimit")).toBe('"burst";r=2;t=1');
+    expect(bob.headers.get("ratelimit")).toBe('"burst";r=2;t=60');
   });
 
   it("answers 401 problem+json when key gives undefined, and consumes nothing", async () => {
@@ -166,7 +169,7 @@ describe("hono rateLimit (enforce)", () => {
 
     const heavy = await get("/api/json", { "x-user": "alice", "x-cost": "3" });
     expect(heavy.status).toBe(200);
-    expect(heavy.headers.get("ratelimit")).toBe('"burst";r=0;t=1');
+    expect(heavy.headers.get("ratelimit")).toBe('"burst";r=0;t=180');
 
     const tooBig = await get("/api/json", { "x-user": "bob", "x-cost": "4" });
     expect(tooBig.status).toBe(429);
@@ -186,10 +189,10 @@ describe("hono rateLimit (enforce)", () => {
     const response = await get("/api/json");
     expect(rateHeaders(response)).toEqual({
       "ratelimit-policy": POLICY,
-      ratelimit: '"burst";r=2;t=1',
+      ratelimit: '"burst";r=2;t=60',
       "x-ratelimit-limit": "3",
       "x-ratelimit-remaining": "2",
-      "x-ratelimit-reset": String((T0 + 1000) / 1000),
+      "x-ratelimit-reset": String((T0 + 60_000) / 1000),
     });
   });
 });
@@ -204,7 +207,7 @@ describe("hono rateLimit (shadow)", () => {
     expect(shadowed.status).toBe(200);
     expect(rateHeaders(shadowed)).toEqual({
       "ratelimit-policy": POLICY,
-      ratelimit: '"burst";r=0;t=1',
+      ratelimit: '"burst";r=0;t=60',
       "edgelimit-shadow": "denied",
     });
     expect(await shadowed.json()).toEqual({ remaining: 0, rule: "burst" });
@@ -214,11 +217,11 @@ describe("hono rateLimit (shadow)", () => {
         key: "alice",
         method: "GET",
         path: "/api/json",
-        message: 'edgelimit shadow: would deny GET /api/json (rule "burst", retry in 100 ms)',
+        message: 'edgelimit shadow: would deny GET /api/json (rule "burst", retry in 60000 ms)',
         decision: expect.objectContaining({
           allowed: false,
           rule: "burst",
-          retryAfter: 100,
+          retryAfter: 60_000,
           source: "redis",
         }),
       },
@@ -252,7 +255,7 @@ describe("hono rateLimit (shadow)", () => {
       console.warn = original;
     }
     expect(warnings).toEqual([
-      ['edgelimit shadow: would deny GET /api/json (rule "burst", retry in 100 ms)'],
+      ['edgelimit shadow: would deny GET /api/json (rule "burst", retry in 60000 ms)'],
     ]);
   });
 });
