@@ -268,9 +268,9 @@ describe("refunds", () => {
       expect((await plain.limit("u", { cost: 0 })).remaining).toBe(30 - 4);
       expect(await everyKeyHasATtl(prefix)).toBe(1);
       // Symbol.asyncDispose is dispose() (for `await using`): nothing left to give back
-    await (limiter as unknown as Record<symbol, () => Promise<void>>)[Symbol.asyncDispose]!();
-    expect((await plain.limit("u", { cost: 0 })).remaining).toBe(30 - 4);
-    // disposed: decides in Redis from now on, with no new lease
+      await (limiter as unknown as Record<symbol, () => Promise<void>>)[Symbol.asyncDispose]!();
+      expect((await plain.limit("u", { cost: 0 })).remaining).toBe(30 - 4);
+      // disposed: decides in Redis from now on, with no new lease
       expect((await limiter!.limit("u")).source).toBe("redis");
       expect((await limiter!.limit("u")).source).toBe("redis");
     },
