@@ -30,6 +30,11 @@ afterAll(async () => {
   expect(unhandled).toEqual([]);
 });
 
+// Keys expire in real time by TTLs counted on the test clock (a gcra unit's key lives T): a test that
+// reads state again in a later step uses rules whose keys outlive the test (20 s at most), so a loaded
+// machine cannot expire it in between. Limiters wait 15 s before failing open, except where the test is
+// about timeouts.
+
 /** A limiter on the counting bridge, with a hand-moved clock. */
 function counted(
   rules: Record<string, RuleConfig>,
@@ -41,6 +46,7 @@ function counted(
     prefix: uniquePrefix("lim"),
     rules,
     clock,
+    timeout: 15_000,
     ...options,
   });
   return { limiter, clock };
@@ -133,20 +139,21 @@ describe("several rules", () => {
 
   it("reports the denial with the latest retry as binding", async () => {
     const { limiter, clock } = counted(
-      { second: fixedWindow({ limit: 1, window: "1s" }), minute: fixedWindow({ limit: 1, window: "1m" }) },
+      { minute: fixedWindow({ limit: 1, window: "1m" }), hour: fixedWindow({ limit: 1, window: "1h" }) },
       { denyCache: false },
     );
     await limiter.limit("b");
     clock.set(T0 + 200);
     const d = await limiter.limit("b");
+    // T0 is 14 minutes past an hour: the hour's window ends 2760 s after T0.
     expect(d).toMatchObject({
       allowed: false,
-      rule: "minute",
-      retryAfter: 59_800,
-      resetAt: T0 + 60_000,
+      rule: "hour",
+      retryAfter: 2_759_800,
+      resetAt: T0 + 2_760_000,
       limit: 1,
     });
-    expect(d.rules.second!.retryAfter).toBe(800);
+    expect(d.rules.minute!.retryAfter).toBe(59_800);
   });
 
   it("names the rule with least remaining when admitted", async () => {
@@ -172,7 +179,7 @@ describe("peek, cost and reset", () => {
   });
 
   it("takes cost units at once, and never admits a cost above the limit", async () => {
-    const { limiter } = counted({ r: tokenBucket({ capacity: 10, refillRate: 1, interval: "1s" }) });
+    const { limiter } = counted({ r: tokenBucket({ capacity: 10, refillRate: 1, interval: "1m" }) });
     expect(await limiter.limit("k", { cost: 4 })).toMatchObject({ allowed: true, remaining: 6 });
     expect(await limiter.limit("k", { cost: 11 })).toMatchObject({
       allowed: false,
@@ -215,6 +222,7 @@ describe("script cache", () => {
       rules: { r: fixedWindow({ limit: 5, window: "1m" }) },
       denyCache: false,
       clock: manualClock(),
+      timeout: 15_000,
     });
     return { redis, limiter };
   };
@@ -246,44 +254,50 @@ describe("script cache", () => {
 
 describe("deny cache", () => {
   it("answers a repeat offender with no request, exactly until it could be admitted", async () => {
-    const { limiter, clock } = counted({ r: fixedWindow({ limit: 2, window: "1s" }) });
+    const { limiter, clock } = counted({ r: fixedWindow({ limit: 2, window: "1m" }) });
     await limiter.limit("d", { cost: 2 });
     bridge.stats.reset();
     const denied = await limiter.limit("d");
-    expect(denied).toMatchObject({ allowed: false, source: "redis", retryAfter: 1000 });
+    expect(denied).toMatchObject({ allowed: false, source: "redis", retryAfter: 60_000 });
     expect(bridge.stats.requests).toBe(1);
 
     bridge.stats.reset();
-    clock.set(T0 + 400);
+    clock.set(T0 + 24_000);
     const hit = await limiter.limit("d");
-    expect(hit).toMatchObject({ allowed: false, source: "cache", retryAfter: 600, rule: "r", remaining: 0 });
+    expect(hit).toMatchObject({
+      allowed: false,
+      source: "cache",
+      retryAfter: 36_000,
+      rule: "r",
+      remaining: 0,
+    });
     expect(Object.keys(hit)).toEqual(Object.keys(denied));
-    clock.set(T0 + 999);
+    clock.set(T0 + 59_999);
     expect(await limiter.limit("d")).toMatchObject({ source: "cache", retryAfter: 1 });
     expect(bridge.stats.requests).toBe(0);
 
-    clock.set(T0 + 1000);
+    clock.set(T0 + 60_000);
     expect(await limiter.limit("d")).toMatchObject({ allowed: true, source: "redis" });
     expect(bridge.stats.requests).toBe(1);
   });
 
   it("answers only the cost it cached: Redis decides another cost, and how long it must wait", async () => {
-    const { limiter } = counted({ r: gcra({ limit: 10, period: "1s", burst: 3 }) });
+    const { limiter } = counted({ r: gcra({ limit: 10, period: "10m", burst: 3 }) }); // T = 60 s
     await limiter.limit("e", { cost: 3 });
     expect(await limiter.limit("e", { cost: 2 })).toMatchObject({
       allowed: false,
       source: "redis",
-      retryAfter: 200,
+      retryAfter: 120_000,
     });
     expect(await limiter.limit("e", { cost: 2 })).toMatchObject({
       allowed: false,
       source: "cache",
-      retryAfter: 200,
+      retryAfter: 120_000,
     });
     expect(await limiter.limit("e", { cost: 3 })).toMatchObject({
       allowed: false,
       source: "redis",
-      retryAfter: 300,
+      retryAfter: 180_000,
     });
     expect(await limiter.limit("e", { cost: 4 })).toMatchObject({
       allowed: false,
@@ -293,12 +307,12 @@ describe("deny cache", () => {
     expect(await limiter.limit("e", { cost: 0 })).toMatchObject({
       allowed: false,
       source: "redis",
-      retryAfter: 100,
+      retryAfter: 60_000,
     });
     expect(await limiter.limit("e", { cost: 1 })).toMatchObject({
       allowed: false,
       source: "cache",
-      retryAfter: 100,
+      retryAfter: 60_000,
     });
   });
 
@@ -331,6 +345,7 @@ describe("deny cache", () => {
         prefix,
         rules: { r: gcra({ limit: 1, period: "1m" }) },
         clock,
+        timeout: 15_000,
       });
     const first = make();
     await first.limit("s");
@@ -376,6 +391,7 @@ describe("changing a rule's algorithm", () => {
         rules: { r: rule },
         denyCache: false,
         clock,
+        timeout: 15_000,
       });
       expect(await limiter.limit("same", { cost: 2 })).toMatchObject({
         allowed: true,
@@ -403,7 +419,15 @@ describe("exact admission under concurrency", () => {
       // four clients, as four isolates would have: four pipelines racing on one key
       const limiters = Array.from(
         { length: 4 },
-        () => new Limiter({ redis: bridgeRedis(), prefix, rules: { r: rule }, denyCache: false, clock }),
+        () =>
+          new Limiter({
+            redis: bridgeRedis(),
+            prefix,
+            rules: { r: rule },
+            denyCache: false,
+            clock,
+            timeout: 15_000,
+          }),
       );
       const decisions = await Promise.all(
         Array.from({ length: 200 }, (_, i) => limiters[i % 4]!.limit("hot")),
@@ -428,13 +452,16 @@ describe("keys", () => {
       redis,
       prefix,
       rules: {
-        g: gcra({ limit: 5, period: "10s" }),
-        t: tokenBucket({ capacity: 5, refillRate: 1, interval: "1s" }),
+        // Every key written lives 24 s or more (a gcra unit, a token, what is left of the minute after
+        // 27.3 s), longer than the test may run: the 35 keys are all still there when it counts them.
+        g: gcra({ limit: 5, period: "2m" }),
+        t: tokenBucket({ capacity: 5, refillRate: 1, interval: "24s" }),
         f: fixedWindow({ limit: 5, window: "1m" }),
         s: slidingWindow({ limit: 5, window: "1m" }),
         l: slidingLog({ limit: 5, window: "1m" }),
       },
       clock,
+      timeout: 15_000,
     });
     for (let i = 0; i < 40; i++) {
       clock.set(T0 + i * 700);
@@ -677,7 +704,13 @@ describe("timeouts and errors", () => {
 
   it("follows onError on a Redis error inside the script", async () => {
     const redis = bridgeRedis();
-    const limiter = new Limiter({ redis, prefix: uniquePrefix("err"), rules, onError: "deny" });
+    const limiter = new Limiter({
+      redis,
+      prefix: uniquePrefix("err"),
+      rules,
+      onError: "deny",
+      timeout: 15_000,
+    });
     const [key] = limiter.keys("wrong");
     await redis.hset(key!, { not: "a string" });
     const d = await limiter.limit("wrong");
