@@ -75,6 +75,7 @@ describe("the Hono middleware's failure log", () => {
     const limiter = new Limiter({
       redis: new Redis({ url: `http://127.0.0.1:${port}`, token: "t" }),
       rules: { r: fixedWindow({ limit: 5, window: "1m" }) },
+      timeout: 15_000, // refused at once; a slow machine must not turn that into a timeout
     });
     const events: RateLimitEvent[] = [];
     const app = new Hono();
@@ -95,6 +96,7 @@ describe("the Vercel middleware's failure log", () => {
     const limiter = new Limiter({
       redis: new Redis({ url: `http://127.0.0.1:${port}`, token: "t" }),
       rules: { r: fixedWindow({ limit: 5, window: "1m" }) },
+      timeout: 15_000, // refused at once; a slow machine must not turn that into a timeout
     });
     const middleware = createMiddleware({ limiter, key: () => "k" });
     const warn = vi.spyOn(console, "warn").mockImplementation(() => {});
