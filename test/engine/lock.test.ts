@@ -1,7 +1,7 @@
 // The Lock against a real redis-server behind the REST bridge: reentrancy, owners, leases judged by an
 // injected clock, fencing tokens across expiry, renewal, and mutual exclusion under 200 contenders.
 import { createServer, type Server } from "node:http";
-import net, { type AddressInfo } from "node:net";
+import type { AddressInfo } from "node:net";
 import { Redis } from "@upstash/redis";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import {
@@ -9,13 +9,12 @@ import {
   connectRedis,
   type RedisConnection,
   RedisError,
-  type RedisServer,
   type Reply,
   startBridge,
-  startRedisServer,
 } from "../../src/bridge/index.js";
 import { FENCE_MARGIN_MS } from "../../src/engine/lock.js";
 import { Concurrency, Lock, LockLostError, LockUnavailableError } from "../../src/index.js";
+import { type Cluster, startCluster } from "../cluster.js";
 import { startCutHop } from "../cut-hop.js";
 import { BridgeProcess } from "../faults/support.js";
 import { bridgeRedis, manualClock, T0, uniquePrefix } from "../support.js";
@@ -524,30 +523,16 @@ describe("on a 3-node Redis Cluster", () => {
   // Three redis-server nodes sharing the slots, and an HTTP front speaking the REST pipeline protocol
   // that routes each command as a cluster client does: to any node, then where MOVED points (SCRIPT
   // LOAD to every node). The real Lock and Concurrency run through it unchanged.
-  const nodes: { server: RedisServer; conn: RedisConnection }[] = [];
+  let cluster: Cluster;
   let front: Server;
   let frontUrl: string;
 
-  const isFree = (port: number) =>
-    new Promise<boolean>((resolve) => {
-      const probe = net.createServer();
-      probe.once("error", () => resolve(false));
-      probe.listen(port, "127.0.0.1", () => probe.close(() => resolve(true)));
-    });
-
   async function route(command: string[]): Promise<Reply> {
     if (command[0]?.toUpperCase() === "SCRIPT") {
-      const replies = await Promise.all(nodes.map((node) => node.conn.send([command])));
+      const replies = await Promise.all(cluster.nodes.map((node) => node.conn.send([command])));
       return replies[0]![0]!;
     }
-    let node = nodes[0]!;
-    for (let hop = 0; hop < 3; hop++) {
-      const [reply] = await node.conn.send([command]);
-      const moved = reply instanceof RedisError ? /^MOVED \d+ [\d.]+:(\d+)/.exec(reply.message) : null;
-      if (!moved) return reply!;
-      node = nodes.find((n) => n.server.port === Number(moved[1]))!;
-    }
-    throw new Error("too many redirects");
+    return cluster.call(command);
   }
 
   const json = (reply: Reply): unknown => {
@@ -558,38 +543,7 @@ describe("on a 3-node Redis Cluster", () => {
   };
 
   beforeAll(async () => {
-    for (let i = 0; i < 3; i++) {
-      let port: number;
-      do port = 20_000 + Math.floor(Math.random() * 20_000);
-      while (!((await isFree(port)) && (await isFree(port + 10_000))));
-      const server = await startRedisServer({
-        port,
-        args: [
-          "--cluster-enabled",
-          "yes",
-          "--cluster-config-file",
-          "nodes.conf",
-          "--cluster-node-timeout",
-          "5000",
-        ],
-      });
-      nodes.push({ server, conn: await connectRedis(server.url) });
-    }
-    const ranges = [
-      [0, 5460],
-      [5461, 10922],
-      [10923, 16383],
-    ];
-    for (const [i, node] of nodes.entries()) await node.conn.call("CLUSTER", "ADDSLOTSRANGE", ...ranges[i]!);
-    for (const node of nodes.slice(1))
-      await nodes[0]!.conn.call("CLUSTER", "MEET", "127.0.0.1", node.server.port);
-    const deadline = Date.now() + 20_000;
-    for (;;) {
-      const infos = await Promise.all(nodes.map((node) => node.conn.call("CLUSTER", "INFO")));
-      if (infos.every((info) => String(info).includes("cluster_state:ok"))) break;
-      if (Date.now() > deadline) throw new Error(`the cluster did not form: ${String(infos[0])}`);
-      await new Promise((resolve) => setTimeout(resolve, 50));
-    }
+    cluster = await startCluster();
     front = createServer(async (request, response) => {
       const chunks: Buffer[] = [];
       for await (const chunk of request) chunks.push(chunk as Buffer);
@@ -609,10 +563,7 @@ describe("on a 3-node Redis Cluster", () => {
   afterAll(async () => {
     front?.closeAllConnections();
     await new Promise((resolve) => front?.close(resolve));
-    for (const node of nodes) {
-      await node.conn.close();
-      await node.server.stop();
-    }
+    await cluster?.stop();
   });
 
   const clusterRedis = () => new Redis({ url: frontUrl, token: "cluster", enableTelemetry: false });
@@ -622,7 +573,7 @@ describe("on a 3-node Redis Cluster", () => {
     const lock = new Lock({ redis: clusterRedis(), prefix: "cl", lease: 1000, clock });
     const names = ["a", "b", "c", "d", "e", "f", " ", "{x}", "n".repeat(5000)];
     const slots = await Promise.all(
-      names.map((name) => nodes[0]!.conn.call("CLUSTER", "KEYSLOT", lock.key(name))),
+      names.map((name) => cluster.nodes[0]!.conn.call("CLUSTER", "KEYSLOT", lock.key(name))),
     );
     expect(new Set(slots.map((slot) => Math.floor(Number(slot) / 5461))).size).toBe(3); // all three nodes
     for (const name of names) {
@@ -638,7 +589,7 @@ describe("on a 3-node Redis Cluster", () => {
     for (const name of names) {
       expect(await lock.acquire(name, { owner: "p" })).toMatchObject({ acquired: true, fence: T0 + 1000 });
     }
-    for (const node of nodes) {
+    for (const node of cluster.nodes) {
       const keys = (await node.conn.call("KEYS", "cl:*")) as Buffer[];
       for (const key of keys) expect(Number(await node.conn.call("PTTL", key))).toBeGreaterThan(0);
     }

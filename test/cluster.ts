@@ -1,0 +1,104 @@
+// A real 3-node Redis Cluster for tests: three redis-server nodes sharing the 16384 slots, and a call
+// that routes a command as a cluster client does (to any node, then where a MOVED points).
+import net from "node:net";
+import {
+  connectRedis,
+  type RedisConnection,
+  RedisError,
+  type RedisServer,
+  type Reply,
+  startRedisServer,
+} from "../src/bridge/index.js";
+
+export interface ClusterNode {
+  server: RedisServer;
+  conn: RedisConnection;
+}
+
+export interface Cluster {
+  readonly nodes: readonly ClusterNode[];
+  /** Sends a command to the first node, then where a MOVED points (3 hops at most). */
+  call(command: readonly (string | number)[]): Promise<Reply>;
+  /** Closes every connection and stops every node. */
+  stop(): Promise<void>;
+}
+
+function isFree(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const probe = net.createServer();
+    probe.once("error", () => resolve(false));
+    probe.listen(port, "127.0.0.1", () => probe.close(() => resolve(true)));
+  });
+}
+
+/** A port whose cluster bus port (port + 10000) is free too. */
+async function clusterPort(): Promise<number> {
+  for (;;) {
+    const port = 20_000 + Math.floor(Math.random() * 20_000);
+    if ((await isFree(port)) && (await isFree(port + 10_000))) return port;
+  }
+}
+
+/** Starts three nodes, gives each a third of the slots, and resolves once every node says cluster_state:ok. */
+export async function startCluster(): Promise<Cluster> {
+  const nodes: ClusterNode[] = [];
+  const stop = async () => {
+    for (const node of nodes.splice(0)) {
+      await node.conn.close();
+      await node.server.stop();
+    }
+  };
+  try {
+    for (let i = 0; i < 3; i++) {
+      const server = await startRedisServer({
+        port: await clusterPort(),
+        args: [
+          "--cluster-enabled",
+          "yes",
+          "--cluster-config-file",
+          "nodes.conf",
+          "--cluster-node-timeout",
+          "5000",
+        ],
+      });
+      try {
+        nodes.push({ server, conn: await connectRedis(server.url) });
+      } catch (error) {
+        await server.stop();
+        throw error;
+      }
+    }
+    const ranges = [
+      [0, 5460],
+      [5461, 10922],
+      [10923, 16383],
+    ];
+    for (const [i, node] of nodes.entries()) await node.conn.call("CLUSTER", "ADDSLOTSRANGE", ...ranges[i]!);
+    for (const node of nodes.slice(1))
+      await nodes[0]!.conn.call("CLUSTER", "MEET", "127.0.0.1", node.server.port);
+    const deadline = Date.now() + 20_000;
+    for (;;) {
+      const infos = await Promise.all(nodes.map((node) => node.conn.call("CLUSTER", "INFO")));
+      if (infos.every((info) => String(info).includes("cluster_state:ok"))) break;
+      if (Date.now() > deadline) throw new Error(`the cluster did not form: ${String(infos[0])}`);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+  } catch (error) {
+    await stop();
+    throw error;
+  }
+  return {
+    nodes,
+    async call(command) {
+      let node = nodes[0]!;
+      for (let hop = 0; hop < 3; hop++) {
+        const [reply] = await node.conn.send([command]);
+        const moved = reply instanceof RedisError ? /^MOVED \d+ [\d.]+:(\d+)/.exec(reply.message) : null;
+        if (!moved) return reply!;
+        node = nodes.find((n) => n.server.port === Number(moved[1]))!;
+      }
+      throw new Error("too many redirects");
+    },
+    stop,
+  };
+}
