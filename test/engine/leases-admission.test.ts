@@ -3,19 +3,12 @@
 // (the ideal count). Traffic: 200 decisions/s in total, round-robin over the instances, on a
 // hand-moved clock. LEASE_REPORT=1 prints the figures (see the README's Leases section).
 import { Redis } from "@upstash/redis";
-import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
-import { startBridge } from "../../src/bridge/index.js";
+import { describe, expect, inject, it } from "vitest";
 import { fixedWindow, gcra, Limiter, type RuleConfig } from "../../src/index.js";
+import { ownBridge } from "../own-bridge.js";
 import { bridgeRedis, manualClock, T0, uniquePrefix } from "../support.js";
 
-type Bridge = Awaited<ReturnType<typeof startBridge>>;
-let bridge: Bridge;
-beforeAll(async () => {
-  bridge = await startBridge({ redisUrl: inject("redisUrl"), port: 0, token: inject("bridgeToken") });
-});
-afterAll(async () => {
-  await bridge.close();
-});
+const bridge = ownBridge();
 
 const MAX = 50;
 const STEP_MS = 5; // 200 decisions/s in total

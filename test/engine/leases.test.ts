@@ -1,8 +1,7 @@
 // Leases against a real redis-server behind the REST bridge, with hand-moved clocks. Several Limiter
 // instances, each on its own client, stand for several isolates.
 import { Redis } from "@upstash/redis";
-import { afterAll, beforeAll, describe, expect, inject, it, vi } from "vitest";
-import { startBridge } from "../../src/bridge/index.js";
+import { describe, expect, inject, it, vi } from "vitest";
 import type { Decision } from "../../src/engine/types.js";
 import {
   fixedWindow,
@@ -13,23 +12,12 @@ import {
   slidingWindow,
   tokenBucket,
 } from "../../src/index.js";
+import { failOnUnhandledRejections, ownBridge } from "../own-bridge.js";
 import { manualClock, T0, uniquePrefix } from "../support.js";
 
-type Bridge = Awaited<ReturnType<typeof startBridge>>;
-let bridge: Bridge;
-const unhandled: unknown[] = [];
-const onUnhandled = (reason: unknown) => unhandled.push(reason);
-
-beforeAll(async () => {
-  process.on("unhandledRejection", onUnhandled);
-  // A bridge of this file's own, so that its request count is this file's alone.
-  bridge = await startBridge({ redisUrl: inject("redisUrl"), port: 0, token: inject("bridgeToken") });
-});
-afterAll(async () => {
-  await bridge.close();
-  process.off("unhandledRejection", onUnhandled);
-  expect(unhandled).toEqual([]);
-});
+failOnUnhandledRejections();
+// A bridge of this file's own, so that its request count is this file's alone.
+const bridge = ownBridge();
 
 /** A client as a user builds it: one per isolate. */
 const client = () => new Redis({ url: bridge.url, token: inject("bridgeToken"), enableTelemetry: false });

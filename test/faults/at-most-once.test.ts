@@ -13,18 +13,17 @@ import {
   slidingWindow,
   tokenBucket,
 } from "../../src/index.js";
+import { failOnUnhandledRejections } from "../own-bridge.js";
 import { bridgeRedis, manualClock, uniquePrefix } from "../support.js";
-import { Hop, watchUnhandled } from "./support.js";
+import { Hop } from "./support.js";
 
+failOnUnhandledRejections();
 let hop: Hop;
-const unhandled = watchUnhandled();
 beforeAll(async () => {
   hop = await Hop.start(inject("bridgeUrl"));
 });
 afterAll(async () => {
   await hop.close();
-  unhandled.stop();
-  expect(unhandled.reasons).toEqual([]);
 });
 
 const single: Record<string, Record<string, RuleConfig>> = {

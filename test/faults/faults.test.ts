@@ -4,17 +4,14 @@
 // answers at once while open, lets the first decision after recovery through, and NOSCRIPT after a
 // restart costs no failed decision. Latencies are measured (FAULT_FIGURES=1 prints them), not asserted.
 import { Redis } from "@upstash/redis";
-import { afterAll, describe, expect, inject, it } from "vitest";
+import { describe, expect, inject, it } from "vitest";
 import { startBridge } from "../../src/bridge/index.js";
+import { failOnUnhandledRejections } from "../own-bridge.js";
 import { EXACT_LIMIT, figures, Load, loadTargets, type Outcome, percentile } from "./load.js";
-import { BridgeProcess, Hop, RedisProcess, watchUnhandled } from "./support.js";
+import { BridgeProcess, Hop, RedisProcess } from "./support.js";
 
 const WORKERS = 4;
-const unhandled = watchUnhandled();
-afterAll(() => {
-  unhandled.stop();
-  expect(unhandled.reasons).toEqual([]);
-});
+failOnUnhandledRejections();
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const failedAtRedis = (o: Outcome) => o.source === "error" && o.kind !== "breaker-open";

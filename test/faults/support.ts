@@ -231,11 +231,3 @@ export class Hop {
     return new Promise((resolve) => this.server.close(() => resolve()));
   }
 }
-
-/** Collects unhandled rejections while a suite runs. */
-export function watchUnhandled(): { readonly reasons: unknown[]; stop(): void } {
-  const reasons: unknown[] = [];
-  const on = (reason: unknown) => reasons.push(reason);
-  process.on("unhandledRejection", on);
-  return { reasons, stop: () => process.off("unhandledRejection", on) };
-}
