@@ -19,45 +19,10 @@ const USAGE =
   "usage: npm run check-config [FILE]   FILE: wrangler.toml (the default), a .json or .jsonc file, or - for stdin";
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 
-/**
- * JSONC to JSON: drops // and /* *\/ comments and trailing commas outside strings. Strings are copied
- * verbatim and line breaks kept, so JSON.parse reports an error where the file has it.
- */
-export function stripJsonc(text) {
-  let out = "";
-  let i = 0;
-  // Index in `out` of a comma not yet known to be followed by a value.
-  let pendingComma = -1;
-  while (i < text.length) {
-    const char = text[i];
-    if (char === '"') {
-      let end = i + 1;
-      while (end < text.length && text[end] !== '"') end += text[end] === "\\" ? 2 : 1;
-      out += text.slice(i, end + 1);
-      i = end + 1;
-      pendingComma = -1;
-    } else if (char === "/" && text[i + 1] === "/") {
-      while (i < text.length && text[i] !== "\n") i++;
-    } else if (char === "/" && text[i + 1] === "*") {
-      const end = text.indexOf("*/", i + 2);
-      const comment = text.slice(i, end === -1 ? text.length : end + 2);
-      out += comment.replace(/[^\n]/g, " ");
-      i += comment.length;
-    } else if (char === ",") {
-      pendingComma = out.length;
-      out += char;
-      i++;
-    } else if ((char === "}" || char === "]") && pendingComma !== -1) {
-      out = `${out.slice(0, pendingComma)} ${out.slice(pendingComma + 1)}${char}`;
-      pendingComma = -1;
-      i++;
-    } else {
-      if (!/\s/.test(char)) pendingComma = -1;
-      out += char;
-      i++;
-    }
-  }
-  return out;
+// The Worker's own modules, straight from src/ (no build needed).
+async function fromSrc(path) {
+  const { tsImport } = await import("tsx/esm/api");
+  return tsImport(path, import.meta.url);
 }
 
 /** What to check, read from `file`: { value, source } or throws an Error saying why it cannot. */
@@ -90,6 +55,7 @@ async function readConfig(file) {
   }
   const source = file === "-" ? "stdin" : file;
   const jsonc = file === "-" || file.endsWith(".jsonc");
+  const { stripJsonc } = jsonc ? await fromSrc("../src/http/jsonc.ts") : {};
   try {
     return { value: JSON.parse(jsonc ? stripJsonc(text) : text), source };
   } catch (error) {
@@ -115,9 +81,7 @@ async function main() {
     console.error(`${config.source}: 1 problem\n  ${config.syntax}`);
     return 1;
   }
-  // The Worker's own parser, straight from src/ (no build needed).
-  const { tsImport } = await import("tsx/esm/api");
-  const { parseConfig } = await tsImport("../src/http/config.ts", import.meta.url);
+  const { parseConfig } = await fromSrc("../src/http/config.ts");
   const result = parseConfig(config.value);
   if (!result.ok) {
     const count = result.errors.length;

@@ -253,43 +253,6 @@ function freePort() {
 
 // ---------------------------------------------------------------------------------------------- config
 
-/** JSONC as editors write it: // and /* *\/ comments and trailing commas, outside strings. */
-function stripJsonc(text) {
-  // One pass per kind, both skipping strings: comments first, so that a comma before a comment and a
-  // closing bracket is seen as trailing.
-  const outsideStrings = (input, step) => {
-    let out = "";
-    let i = 0;
-    while (i < input.length) {
-      if (input[i] === '"') {
-        let j = i + 1;
-        while (j < input.length && input[j] !== '"') j += input[j] === "\\" ? 2 : 1;
-        out += input.slice(i, j + 1);
-        i = j + 1;
-      } else {
-        const [kept, next] = step(input, i);
-        out += kept;
-        i = next;
-      }
-    }
-    return out;
-  };
-  const uncommented = outsideStrings(text, (input, i) => {
-    if (input.startsWith("//", i)) {
-      const end = input.indexOf("\n", i);
-      return ["", end === -1 ? input.length : end];
-    }
-    if (input.startsWith("/*", i)) {
-      const end = input.indexOf("*/", i + 2);
-      return [" ", end === -1 ? input.length : end + 2];
-    }
-    return [input[i], i + 1];
-  });
-  return outsideStrings(uncommented, (input, i) =>
-    input[i] === "," && /^\s*[}\]]/.test(input.slice(i + 1)) ? ["", i + 1] : [input[i], i + 1],
-  );
-}
-
 async function readConfig(file) {
   if (file !== undefined) {
     let text;
@@ -298,7 +261,11 @@ async function readConfig(file) {
     } catch (error) {
       throw new Error(`cannot read ${file} (${error.code ?? error.message})`);
     }
-    return { text: file.endsWith(".jsonc") ? stripJsonc(text) : text, source: file };
+    if (!file.endsWith(".jsonc")) return { text, source: file };
+    // One JSONC reader for both scripts: src/http/jsonc.ts (check-config uses it too).
+    const { tsImport } = await import("tsx/esm/api");
+    const { stripJsonc } = await tsImport("../src/http/jsonc.ts", import.meta.url);
+    return { text: stripJsonc(text), source: file };
   }
   const path = join(root, "wrangler.toml");
   const source = `${relative(process.cwd(), path) || "wrangler.toml"} [vars] EDGELIMIT_CONFIG`;
