@@ -4,10 +4,8 @@
  * it and not the tests), and a TCP hop whose behaviour a test switches at any time.
  */
 import { type ChildProcess, spawn } from "node:child_process";
-import { mkdtempSync } from "node:fs";
 import net from "node:net";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { connectRedis, type RedisServer, startRedisServer } from "../../src/bridge/index.js";
 
 const children = new Set<ChildProcess>();
 process.once("exit", () => {
@@ -31,37 +29,20 @@ export function freePort(): Promise<number> {
   });
 }
 
-/** Resolves once something answers `+PONG` on the port. */
-async function waitForRedis(port: number, timeout = 10_000): Promise<void> {
-  const deadline = Date.now() + timeout;
-  for (;;) {
-    const ok = await new Promise<boolean>((resolve) => {
-      const socket = net.connect(port, "127.0.0.1");
-      socket.setTimeout(500, () => socket.destroy());
-      socket.once("connect", () => socket.write("PING\r\n"));
-      socket.once("data", (data) => {
-        socket.destroy();
-        resolve(data.toString().startsWith("+PONG"));
-      });
-      socket.once("error", () => resolve(false));
-      socket.once("close", () => resolve(false));
-    });
-    if (ok) return;
-    if (Date.now() > deadline) throw new Error(`redis-server on port ${port} did not answer PING`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
-
-/** A redis-server of the test's own, on a fixed port so it can come back where it was. */
+/**
+ * A redis-server of the test's own (startRedisServer), on a fixed port so it can come back where it
+ * was; its process id (from INFO) lets a test SIGKILL, SIGSTOP and SIGCONT it.
+ */
 export class RedisProcess {
-  private child: ChildProcess | undefined;
-  private readonly dir = mkdtempSync(join(tmpdir(), "edgelimit-fault-redis-"));
+  private server: RedisServer | undefined;
+  private pid = 0;
 
   private constructor(readonly port: number) {}
 
   static async start(): Promise<RedisProcess> {
-    const redis = new RedisProcess(await freePort());
-    await redis.restart();
+    const server = await startRedisServer();
+    const redis = new RedisProcess(server.port);
+    await redis.adopt(server);
     return redis;
   }
 
@@ -69,25 +50,32 @@ export class RedisProcess {
     return `redis://127.0.0.1:${this.port}`;
   }
 
-  /** Starts the server (again), with an empty dataset and an empty script cache. */
+  /** Starts the server again, with an empty dataset and an empty script cache. */
   async restart(): Promise<void> {
-    const args = ["--port", String(this.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"];
-    args.push("--dir", this.dir, "--logfile", "", "--loglevel", "warning");
-    this.child = track(spawn("redis-server", args, { stdio: "ignore" }));
-    await waitForRedis(this.port);
+    await this.adopt(await startRedisServer({ port: this.port }));
+  }
+
+  private async adopt(server: RedisServer): Promise<void> {
+    this.server = server;
+    const conn = await connectRedis(server.url);
+    try {
+      this.pid = Number(/process_id:(\d+)/.exec(String(await conn.call("INFO", "server")))![1]);
+    } finally {
+      await conn.close();
+    }
   }
 
   /** SIGKILL: the port refuses connections until `restart()`. */
   async kill(): Promise<void> {
-    const child = this.child;
-    if (!child || child.exitCode !== null || child.signalCode !== null) return;
-    const exited = new Promise((resolve) => child.once("exit", resolve));
-    child.kill("SIGKILL");
-    await exited;
+    const server = this.server;
+    if (!server) return;
+    this.server = undefined;
+    process.kill(this.pid, "SIGKILL");
+    await server.stop(); // waits for the exit, then deletes the server's directory
   }
 
   signal(signal: "SIGSTOP" | "SIGCONT"): void {
-    this.child?.kill(signal);
+    if (this.server) process.kill(this.pid, signal);
   }
 
   async stop(): Promise<void> {
