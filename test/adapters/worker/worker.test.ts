@@ -1,5 +1,5 @@
-import { afterEach, describe, expect, inject, test, vi } from "vitest";
-import { type CallOptions, call, config, type Echo, envFor, limitHeaders } from "./support.js";
+import { afterEach, beforeEach, describe, expect, inject, test, vi } from "vitest";
+import { type CallOptions, call, config as configFor, type Echo, envFor, limitHeaders } from "./support.js";
 
 const QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded";
 const QUOTA_TITLE = "Request cannot be satisfied as assigned quota has been exceeded";
@@ -7,6 +7,15 @@ const QUOTA_TITLE = "Request cannot be satisfied as assigned quota has been exce
 // GCRA "2 per hour": one unit every 30 minutes, so every number below is independent of the wall clock.
 const twoPerHour = { perHour: { algorithm: "gcra", limit: 2, period: "1h" } };
 const onePerHour = { perHour: { algorithm: "gcra", limit: 1, period: "1h" } };
+
+/** A config whose routes wait 15 s for Redis unless they say otherwise: only the Redis trouble tests are
+ * about timeouts, and a slow machine must not make another test's decision fail open. */
+function config(routes: Record<string, unknown>[], extra?: Record<string, unknown>) {
+  return configFor(
+    routes.map((route) => ({ timeout: "15s", ...route })),
+    extra,
+  );
+}
 
 const post: CallOptions = { method: "POST" };
 
@@ -20,7 +29,13 @@ async function statuses(env: ReturnType<typeof envFor>, path: string, n: number,
   return out;
 }
 
+// The Worker decides by the wall clock: frozen during each test (Date only; timers run), so a slow
+// machine cannot move a t= or a Retry-After by a second between two steps.
+beforeEach(() => {
+  vi.useFakeTimers({ toFake: ["Date"] });
+});
 afterEach(() => {
+  vi.useRealTimers();
   vi.restoreAllMocks();
 });
 
