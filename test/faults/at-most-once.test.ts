@@ -33,7 +33,7 @@ const single: Record<string, Record<string, RuleConfig>> = {
   slidingWindow: { r: slidingWindow({ limit: 10, window: "1m" }) },
   slidingLog: { r: slidingLog({ limit: 10, window: "1m" }) },
   "three rules": {
-    burst: gcra({ limit: 10, period: "1s", burst: 10 }),
+    burst: gcra({ limit: 10, period: "10m", burst: 10 }),
     minute: slidingLog({ limit: 10, window: "1m" }),
     daily: fixedWindow({ limit: 10, window: "1d" }),
   },
