@@ -40,13 +40,3 @@ local algorithms = {}
 
 -- A call with one rule defines only that rule's algorithm; a call with several defines them all.
 local several = #KEYS > 1
-
--- Helpers of lua/refund.lua (which takes this prelude); the algorithms define their own where they
--- need them, so that a call of one fixed window rule builds none.
-local function ceil_div(a, b)
-  return math.floor((a + b - 1) / b)
-end
-
-local function int(x)
-  return string.format("%d", x)
-end

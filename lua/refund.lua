@@ -1,4 +1,3 @@
--- uses: prelude
 -- Gives back units a lease reserved and never handed out, under every rule of one identifier.
 --
 -- KEYS[i]  the state key of rule i, as the limiter script wrote it
@@ -13,9 +12,19 @@
 -- gone (expired, reset) is left alone: there is nothing to give back to. Nothing is ever created, a
 -- key keeps its expiry or gets the one its new state needs, and no stored time moves. Sliding log
 -- rules are never leased, so they are never refunded. Returns the number of rules given back to.
+-- Stands alone (no prelude): the limiter's prelude then builds no helper it does not use itself.
 local now = tonumber(ARGV[1])
 local units = tonumber(ARGV[2])
 local done = 0
+
+local function ceil_div(a, b)
+  return math.floor((a + b - 1) / b)
+end
+
+-- an integer inside a string: Lua's own `..` keeps only 14 digits
+local function int(x)
+  return string.format("%d", x)
+end
 
 local refund = {}
 

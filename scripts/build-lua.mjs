@@ -1,5 +1,7 @@
 // Builds the Lua scripts the engine sends and computes their SHA-1s, so no SHA is ever typed by hand.
-//  - the limiter: lua/prelude.lua, then every lua/algorithms/*.lua (sorted), then lua/dispatcher.lua;
+//  - the limiter: every lua/shortcut/*.lua (sorted: single-rule paths that run before anything else,
+//    so a call taking one builds nothing it does not use), then lua/prelude.lua, then every
+//    lua/algorithms/*.lua (sorted), then lua/dispatcher.lua;
 //  - every other lua/*.lua (lock, concurrency, refunds, ...) is a script of its own, with the prelude
 //    put first when its first line is `-- uses: prelude`.
 // Writes src/engine/generated/scripts.ts (ignored by git; rebuilt by build, test, typecheck, prepare).
@@ -32,7 +34,13 @@ const strip = (source) =>
 const join_ = (files) => files.map((file) => strip(read(file))).join("\n");
 const sha1 = (text) => createHash("sha1").update(text).digest("hex");
 
-const scripts = { limiter: join_(["prelude.lua", ...algorithmFiles, "dispatcher.lua"]) };
+const shortcutFiles = existsSync(join(luaDir, "shortcut"))
+  ? readdirSync(join(luaDir, "shortcut"))
+      .filter((file) => file.endsWith(".lua"))
+      .sort()
+      .map((file) => join("shortcut", file))
+  : [];
+const scripts = { limiter: join_([...shortcutFiles, "prelude.lua", ...algorithmFiles, "dispatcher.lua"]) };
 for (const file of readdirSync(luaDir).sort()) {
   if (!file.endsWith(".lua") || file === "prelude.lua" || file === "dispatcher.lua") continue;
   const name = file.slice(0, -4).replace(/[-_](\w)/g, (_, c) => c.toUpperCase());

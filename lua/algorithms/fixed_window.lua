@@ -10,8 +10,8 @@
 -- The key lives until its window ends. A clock that lags by more than a whole window cannot be told
 -- from an older window (mod 3) and restarts the count: callers' clocks must agree within a window.
 --
--- One rule, cost 1..limit, no reservation (the common call) takes the shortcut below, one command
--- like a plain counter:
+-- One rule, cost 1..limit, no reservation (the common call) takes the shortcut in
+-- lua/shortcut/fixed_window.lua (the first lines of the limiter script), one command like a plain counter:
 --   first in a window  INCRBY, then SET stamp*SPAN + cost PX <until the window ends>
 --   later              INCRBY
 --   denied             INCRBY. When the window was already full, the overshoot is harmless (full
@@ -23,38 +23,6 @@
 -- A stored count stays at most SPAN/2 (limit <= 2^50 = SPAN/2), so an INCRBY reads at most SPAN/2 +
 -- limit <= SPAN: a count of exactly SPAN still belongs to its stamp, and 3 * SPAN + SPAN = 2^53 is exact.
 local SPAN = 2 ^ 51
-
-if #KEYS == 1 and ARGV[3] == "fixedWindow" and cost >= 1 and not ARGV[7] then
-  local limit, window = tonumber(ARGV[4]), tonumber(ARGV[5])
-  if cost <= limit then
-    local key = KEYS[1]
-    local start = now - now % window
-    local index = start / window
-    local stamp = (index % 3 + 1) * SPAN
-    local value = redis.pcall("INCRBY", key, ARGV[2])
-    if type(value) ~= "number" then
-      -- a string that is no integer (another version's state) starts afresh below; other errors stand
-      if not string.find(value.err, "not an integer", 1, true) then return redis.error_reply(value.err) end
-      value = 0
-    end
-    local count = value - stamp
-    if count <= 0 or count > SPAN then
-      local newer = ((index + 1) % 3 + 1) * SPAN
-      count = value - newer
-      if count > 0 and count <= SPAN then
-        start = start + window
-      else
-        redis.call("SET", key, stamp + cost, "PX", start + window - now)
-        count = cost
-      end
-    end
-    local ends = start + window
-    if count <= limit then return { 1, limit - count, ends, 0 } end
-    local before = count - cost
-    if before < limit or count >= SPAN / 2 then redis.call("DECRBY", key, ARGV[2]) end
-    return { 0, math.max(0, limit - before), ends, ends - now }
-  end
-end
 
 if several or ARGV[3] == "fixedWindow" then
   -- count > 0: the stored window is the one counted in, so add to it; else start the window.
