@@ -2,7 +2,8 @@
 -- then lua/dispatcher.lua.
 --
 -- KEYS[i]  the state key of rule i (all keys of a call share one cluster hash tag)
--- ARGV[1]  now, epoch ms, from the caller's clock
+-- ARGV[1]  now, epoch ms, from the caller's clock, in hexadecimal (a 13-digit decimal strtod costs
+--          about 0.2 µs more per call, measured; the clock is never negative: see Limiter)
 -- ARGV[2]  cost, a whole number of units; 0 peeks (answers for a cost of 1, writes nothing)
 -- ARGV[3 + 4(i-1) ..]  rule i: algorithm name, then up to three integer parameters
 --
@@ -33,7 +34,7 @@
 -- full); to put one inside a string use string.format("%d"), never `..` on a number:
 -- Lua's own conversion keeps only 14 digits.
 local NEVER = -1
-local now = tonumber(ARGV[1])
+local now = tonumber(ARGV[1], 16)
 -- the usual cost of 1 without parsing it (each tonumber() is a strtod(), about 0.1 µs)
 local cost = ARGV[2] == "1" and 1 or tonumber(ARGV[2])
 local algorithms = {}

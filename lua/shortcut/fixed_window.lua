@@ -7,7 +7,7 @@ if #KEYS == 1 and ARGV[3] == "fixedWindow" and not ARGV[7] then
   local cost = ARGV[2] == "1" and 1 or tonumber(ARGV[2])
   local limit, window = tonumber(ARGV[4]), tonumber(ARGV[5])
   if cost >= 1 and cost <= limit then
-    local now = tonumber(ARGV[1])
+    local now = tonumber(ARGV[1], 16)
     local key = KEYS[1]
     local start = now - now % window
     local index = start / window

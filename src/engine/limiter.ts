@@ -217,8 +217,8 @@ export class Limiter {
 
   private now(): number {
     const now = this.clock();
-    if (typeof now !== "number" || !Number.isFinite(now)) {
-      throw new TypeError(`clock: returned ${describe(now)}, expected epoch milliseconds`);
+    if (typeof now !== "number" || !Number.isFinite(now) || now < 0) {
+      throw new TypeError(`clock: returned ${describe(now)}, expected epoch milliseconds (0 or more)`);
     }
     return Math.floor(now);
   }
@@ -235,7 +235,7 @@ export class Limiter {
       SCRIPT_SHA1,
       String(keys.length),
       ...keys,
-      String(now),
+      now.toString(16), // the script parses hex: cheaper in Redis than a 13-digit decimal
       String(cost),
       ...this.ruleArgs,
     ];
@@ -264,7 +264,7 @@ export class Limiter {
   /** A lease top-up: one unit and up to `want` more, all for the lease (see Leases). Never rejects. */
   private async topUp(identifier: string, want: number, now: number): Promise<TopUp | undefined> {
     const keys = this.keys(identifier);
-    const command = ["EVALSHA", SCRIPT_SHA1, String(keys.length), ...keys, String(now), "1"];
+    const command = ["EVALSHA", SCRIPT_SHA1, String(keys.length), ...keys, now.toString(16), "1"];
     command.push(...this.ruleArgs, String(want));
     const reply = await this.transport.call(command, {
       timeout: this.timeout,

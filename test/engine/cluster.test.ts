@@ -30,7 +30,7 @@ const limiter = new Limiter({
 });
 const ruleArgs = limiter.rules.flatMap((rule) => rule.args);
 const decide = (keys: string[], cost: number) =>
-  cluster.call(["EVAL", SCRIPT, keys.length, ...keys, T0, cost, ...ruleArgs]);
+  cluster.call(["EVAL", SCRIPT, keys.length, ...keys, T0.toString(16), cost, ...ruleArgs]);
 
 describe("on a 3-node Redis Cluster", () => {
   it("runs one decision over five rules for any identifier, all or nothing", async () => {

@@ -188,7 +188,9 @@ describe("reservation (leases)", () => {
     const keys = limiter.keys("id");
     const rules = limiter.rules.flatMap((rule) => rule.args);
     const call = (cost: number, reserve: number, at = T0) =>
-      redis.eval(SCRIPT, keys, [String(at), String(cost), ...rules, String(reserve)]) as Promise<number[]>;
+      redis.eval(SCRIPT, keys, [at.toString(16), String(cost), ...rules, String(reserve)]) as Promise<
+        number[]
+      >;
     const gReset = (units: number) => T0 + units * 36_000;
     expect(await call(1, 10)).toEqual([1, 4, END, 0, 1, 95, gReset(5), 0, 4]); // f: (9 - 1) / 2 = 4
     expect(await call(1, 10)).toEqual([1, 2, END, 0, 1, 93, gReset(7), 0, 1]); // (4 - 1) / 2 = 1
@@ -198,7 +200,7 @@ describe("reservation (leases)", () => {
     const single = limiterOf({ t: tokenBucket({ capacity: 10, refillRate: 1, interval: "1h" }) }).limiter;
     const one = (cost: number, reserve: number) =>
       redis.eval(SCRIPT, single.keys("id"), [
-        String(T0),
+        T0.toString(16),
         String(cost),
         ...single.rules[0]!.args,
         String(reserve),
