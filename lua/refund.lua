@@ -74,11 +74,32 @@ refund.fixedWindow = function(key, limit, window, _, start)
   return true
 end
 
--- "<current start>:<current>:<previous>"
+-- stamp * 2^50 + current * 2^25 + previous when limit < 2^25 (see lua/algorithms/sliding_window.lua),
+-- else "<current start>:<current>:<previous>"
+local PACK, STAMP = 2 ^ 25, 2 ^ 50
 refund.slidingWindow = function(key, limit, window, _, start)
   local stored = redis.call("GET", key)
   if not stored then return false end
+  if limit < PACK then
+    local value = tonumber(stored)
+    if not value then return false end
+    local index = start / window
+    local stamp = math.floor(value / STAMP)
+    local counts = value - stamp * STAMP
+    local c = math.floor(counts / PACK)
+    local p = counts - c * PACK
+    if stamp == index % 4 + 1 then
+      c = math.max(0, c - units)
+    elseif stamp == (index + 1) % 4 + 1 then
+      p = math.max(0, p - units)
+    else
+      return false
+    end
+    redis.call("SET", key, stamp * STAMP + c * PACK + p, "KEEPTTL")
+    return true
+  end
   local s, c, p = string.match(stored, "^(%-?%d+):(%d+):(%d+)$")
+  if not s then return false end
   s, c, p = tonumber(s), tonumber(c), tonumber(p)
   if s == start then
     c = math.max(0, c - units)

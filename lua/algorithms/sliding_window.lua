@@ -6,13 +6,32 @@
 -- It assumes the previous window's traffic was spread evenly. That is exact for even traffic; in the
 -- worst case (the whole previous window's traffic at its very end) a window of `window` ms that
 -- straddles the boundary can hold up to 2*limit - 1 units. All comparisons are multiplied
--- through by `window`, so they are integer arithmetic. State: "<current start>:<current>:<previous>".
--- Commands: GET, then SET PX on commit (the peer's two keys take GET, GET, INCRBY, PEXPIRE).
+-- through by `window`, so they are integer arithmetic.
+--
+-- State, when limit < 2^25 (the usual case): one integer, stamp * 2^50 + current * 2^25 + previous,
+-- stamp = (window index mod 4) + 1, so a later unit in the same window is one INCRBY and nothing is
+-- formatted or matched. Commands: GET, then INCRBY on commit (SET PX when a window starts; the peer's
+-- two keys take GET, GET, INCRBY, PEXPIRE). The key lives until its window has faded out, a window
+-- after it ends, so a stored stamp is this window's, the previous one's, or (a lagging caller) the
+-- next one's; mod 4 keeps the one before the previous apart from the next (clocks must agree within
+-- a window). A larger limit keeps the text state "<current start>:<current>:<previous>" (GET, SET PX).
+local PACK = 2 ^ 25
+local STAMP = 2 ^ 50
 if several or ARGV[3] == "slidingWindow" then
-  -- the key matters until the current window has faded out entirely, a window after it ends
+  -- the key matters until the current window has faded out entirely, a window after it ends.
+  -- current > 0: the stored window is the one counted in (packed: add to it).
   local function commit(key, now, units, limit, window, _, start, current, previous)
     local fades = start + 2 * window
-    redis.call("SET", key, string.format("%d:%d:%d", start, current + units, previous), "PX", fades - now)
+    if limit < PACK then
+      if current > 0 then
+        redis.call("INCRBY", key, units * PACK)
+      else
+        local stamp = (start / window % 4 + 1) * STAMP
+        redis.call("SET", key, stamp + units * PACK + previous, "PX", fades - now)
+      end
+    else
+      redis.call("SET", key, string.format("%d:%d:%d", start, current + units, previous), "PX", fades - now)
+    end
     return fades
   end
 
@@ -21,13 +40,33 @@ algorithms.slidingWindow = function(key, now, cost, limit, window)
   local current, previous = 0, 0
   local stored = redis.call("GET", key)
   if stored then
-    local s, c, p = string.match(stored, "^(%-?%d+):(%d+):(%d+)$")
-    s, c, p = tonumber(s), tonumber(c), tonumber(p)
-    if s >= start then
-      -- same window, or a lagging clock: count in the stored (newer) window, from its start
-      start, current, previous = s, c, p
-    elseif s == start - window then
-      previous = c
+    if limit < PACK then
+      local value = tonumber(stored)
+      if value then
+        local index = start / window
+        local stamp = math.floor(value / STAMP)
+        local counts = value - stamp * STAMP
+        local c = math.floor(counts / PACK)
+        if stamp == index % 4 + 1 then
+          current, previous = c, counts - c * PACK
+        elseif stamp == (index + 1) % 4 + 1 then
+          -- a lagging clock: count in the stored (newer) window, from its start
+          start, current, previous = start + window, c, counts - c * PACK
+        elseif stamp == (index + 3) % 4 + 1 then
+          previous = c
+        end
+      end
+    else
+      local s, c, p = string.match(stored, "^(%-?%d+):(%d+):(%d+)$")
+      if s then
+        s, c, p = tonumber(s), tonumber(c), tonumber(p)
+        if s >= start then
+          -- same window, or a lagging clock: count in the stored (newer) window, from its start
+          start, current, previous = s, c, p
+        elseif s == start - window then
+          previous = c
+        end
+      end
     end
   end
   -- A lagging caller (now before the stored window's start) weighs the previous window fully, as at

@@ -267,8 +267,17 @@ describe("commands per decision (each path, one rule)", () => {
       slidingWindow({ limit: 2, window: "1h" }),
       [
         [1, "EVALSHA GET SET"],
-        [1, "EVALSHA GET SET"],
+        [1, "EVALSHA GET INCRBY"], // one integer: a later unit in the window is an INCRBY
         [1, "EVALSHA GET"],
+      ],
+    ],
+    [
+      "slidingWindow (limit of 2^25 or more: text state)",
+      slidingWindow({ limit: 2 ** 25, window: "1s" }),
+      [
+        [1, "EVALSHA GET SET"],
+        [1, "EVALSHA GET SET"],
+        [2 ** 25, "EVALSHA GET"],
       ],
     ],
     [
