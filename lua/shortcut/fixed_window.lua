@@ -1,6 +1,11 @@
 -- The fixed window's shortcut (see lua/algorithms/fixed_window.lua): one rule, cost 1..limit, no
 -- reservation. It is the first thing the limiter script runs (scripts/build-lua.mjs puts lua/shortcut/
 -- before the prelude), so a call taking it parses only what it uses and builds no table or closure.
+-- It answers one integer, not the dispatcher's 4 (a table costs Redis about 1.3 µs more, measured):
+--   admitted  count * 2 + newer            (count after this call, >= 1)
+--   denied    -(before * 2 + newer) - 1    (count before this call)
+-- newer is 1 when a lagging caller was counted in the next window, else 0. The Limiter knows now,
+-- the limit and the window, and derives remaining, resetAt and retryAfter from them.
 local SPAN = 2 ^ 51
 
 if #KEYS == 1 and ARGV[3] == "fixedWindow" and not ARGV[7] then
@@ -19,21 +24,20 @@ if #KEYS == 1 and ARGV[3] == "fixedWindow" and not ARGV[7] then
       value = 0
     end
     local count = value - stamp
+    local newer = 0
     if count <= 0 or count > SPAN then
-      local newer = ((index + 1) % 3 + 1) * SPAN
-      count = value - newer
+      count = value - ((index + 1) % 3 + 1) * SPAN
       if count > 0 and count <= SPAN then
-        start = start + window
+        start, newer = start + window, 1
       else
         redis.call("SET", key, stamp + cost, "PX", start + window - now)
         count = cost
       end
     end
-    local ends = start + window
-    if count <= limit then return { 1, limit - count, ends, 0 } end
+    if count <= limit then return count * 2 + newer end
     local before = count - cost
     if before < limit or count >= SPAN / 2 then redis.call("DECRBY", key, ARGV[2]) end
-    return { 0, math.max(0, limit - before), ends, ends - now }
+    return -(before * 2 + newer) - 1
   end
 end
 

@@ -252,7 +252,8 @@ export class Limiter {
     if (!reply.ok) return this.failure(reply.error, now);
     let decision: Decision;
     try {
-      decision = this.decode(reply.result);
+      decision =
+        typeof reply.result === "number" ? this.decodeShortcut(reply.result, now) : this.decode(reply.result);
     } catch (error) {
       return this.failure(error, now);
     }
@@ -294,6 +295,31 @@ export class Limiter {
       script: SCRIPTS.refund,
     });
     return reply.ok;
+  }
+
+  /**
+   * The fixed window's one-rule shortcut answers one integer (lua/shortcut/fixed_window.lua):
+   * count * 2 + newer when admitted, -(count before * 2 + newer) - 1 when denied; newer = 1 when
+   * this caller's lagging clock was counted in the next window.
+   */
+  private decodeShortcut(result: number, now: number): Decision {
+    const rule = this.rules[0];
+    if (
+      this.rules.length !== 1 ||
+      this.leases ||
+      rule?.args[0] !== "fixedWindow" ||
+      !Number.isInteger(result)
+    ) {
+      throw new RedisCallError("redis", `edgelimit: unexpected script result ${describe(result)}`);
+    }
+    const window = Number(rule.args[2]);
+    const allowed = result >= 0;
+    const packed = allowed ? result : -result - 1;
+    const newer = packed % 2;
+    const count = (packed - newer) / 2;
+    const resetAt = now - (now % window) + (newer + 1) * window;
+    const remaining = Math.max(0, rule.limit - count);
+    return this.decode([allowed ? 1 : 0, remaining, resetAt, allowed ? 0 : resetAt - now]);
   }
 
   private decode(result: unknown): Decision {
