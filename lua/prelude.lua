@@ -1,5 +1,5 @@
--- Shared by every algorithm file. The build sends one script: this file, then lua/algorithms/*.lua,
--- then lua/dispatcher.lua.
+-- Shared by every algorithm file. The build sends one script: lua/shortcut/*.lua (single-rule paths
+-- that run before anything else), this file, then lua/algorithms/*.lua, then lua/dispatcher.lua.
 --
 -- KEYS[i]  the state key of rule i (all keys of a call share one cluster hash tag)
 -- ARGV[1]  now, epoch ms, from the caller's clock, in hexadecimal (a 13-digit decimal strtod costs
@@ -22,7 +22,8 @@
 --     A commit runs only once every rule has admitted, and must not fail: Redis does not undo a
 --     script's writes when it errors midway, so everything that can fail happens in the check.
 --
--- A call with one rule may take a shorter path of its algorithm's own (fixed_window.lua does).
+-- A call with one rule may take a shorter path of its algorithm's own (lua/shortcut/fixed_window.lua
+-- does, answering one integer that the Limiter decodes).
 --
 -- REDIS TIME. This script runs on every decision, and Redis runs scripts one at a time. A function
 -- definition builds a closure each time the script runs (about 0.1 µs each, measured), as does every
