@@ -1,7 +1,7 @@
 import { createServer, type IncomingMessage, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { Redis } from "@upstash/redis";
-import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startBridge, startRedisServer } from "../../src/bridge/index.js";
 import {
   type Decision,
@@ -13,22 +13,12 @@ import {
   slidingWindow,
   tokenBucket,
 } from "../../src/index.js";
+import { failOnUnhandledRejections, ownBridge } from "../own-bridge.js";
 import { bridgeRedis, manualClock, T0, uniquePrefix } from "../support.js";
 
 type Bridge = Awaited<ReturnType<typeof startBridge>>;
-let bridge: Bridge;
-const unhandled: unknown[] = [];
-const onUnhandled = (reason: unknown) => unhandled.push(reason);
-
-beforeAll(async () => {
-  process.on("unhandledRejection", onUnhandled);
-  bridge = await startBridge({ redisUrl: inject("redisUrl"), port: 0, token: inject("bridgeToken") });
-});
-afterAll(async () => {
-  await bridge.close();
-  process.off("unhandledRejection", onUnhandled);
-  expect(unhandled).toEqual([]);
-});
+failOnUnhandledRejections();
+const bridge = ownBridge();
 
 // Keys expire in real time by TTLs counted on the test clock (a gcra unit's key lives T): a test that
 // reads state again in a later step uses rules whose keys outlive the test (20 s at most), so a loaded
