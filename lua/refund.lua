@@ -4,11 +4,12 @@
 -- ARGV[1]  now, epoch ms, from the caller's clock
 -- ARGV[2]  units to give back (whole, > 0)
 -- ARGV[3 + 5(i-1) ..]  rule i: algorithm name, its three integer parameters (as the limiter sends
---          them), and the start of the window the units were counted in (0 for gcra, tokenBucket)
+--          them), and the start of the window the units were counted in (0 for gcra)
 --
--- Exact for gcra and the token bucket (the state moves back by exactly the units), and for the fixed
--- window within the window the units were counted in; the sliding window gives them back to its
--- current counter, or to its previous one once that window has become the previous. A state already
+-- Exact for gcra and the token bucket (which runs as gcra): the state moves back by exactly the
+-- units; and for the fixed window, in the window the units were counted in (KEYS[i] names it). The
+-- sliding window gives them back to its current counter, or to its previous one once that window
+-- has become the previous. A state already
 -- gone (expired, reset) is left alone: there is nothing to give back to. Nothing is ever created, a
 -- key keeps its expiry or gets the one its new state needs, and no stored time moves. Sliding log
 -- rules are never leased, so they are never refunded. Returns the number of rules given back to.
@@ -44,38 +45,16 @@ refund.gcra = function(key, limit, period)
   return true
 end
 
--- "<scaled tokens>:<ms of last refill>"; n units are n*interval scaled tokens, up to the capacity.
-refund.tokenBucket = function(key, capacity, refill, interval)
-  local stored = redis.call("GET", key)
-  if not stored then return false end
-  local t, at = string.match(stored, "^(%d+):(%-?%d+)$")
-  local full = capacity * interval
-  local tokens = math.min(full, tonumber(t) + units * interval)
-  at = tonumber(at)
-  local ttl = at - now + ceil_div(full - tokens, refill)
-  if tokens >= full or ttl <= 0 then
-    redis.call("DEL", key)
-  else
-    redis.call("SET", key, int(tokens) .. ":" .. int(at), "PX", ttl)
-  end
+-- the window's count, in the window's own key (see lua/algorithms/fixed_window.lua; KEYS[i] is the
+-- key of the window the units were counted in). A count above the limit (a denial's harmless
+-- overshoot) counts as the limit.
+refund.fixedWindow = function(key, limit)
+  local count = tonumber(redis.call("GET", key))
+  if not count then return false end
+  redis.call("SET", key, math.max(0, math.min(count, limit) - units), "KEEPTTL")
   return true
 end
 
--- stamp * SPAN + count (see lua/algorithms/fixed_window.lua): only the window the units were counted
--- in gets them back. A count above the limit (a denial's harmless overshoot) counts as the limit.
-local SPAN = 2 ^ 51
-refund.fixedWindow = function(key, limit, window, _, start)
-  local value = tonumber(redis.call("GET", key))
-  if not value then return false end
-  local stamp = (start / window % 3 + 1) * SPAN
-  if value < stamp or value > stamp + SPAN then return false end
-  local count = math.min(value - stamp, limit)
-  redis.call("SET", key, stamp + math.max(0, count - units), "KEEPTTL")
-  return true
-end
-
--- stamp * 2^50 + current * 2^25 + previous when limit < 2^25 (see lua/algorithms/sliding_window.lua),
--- else "<current start>:<current>:<previous>"
 local PACK, STAMP = 2 ^ 25, 2 ^ 50
 refund.slidingWindow = function(key, limit, window, _, start)
   local stored = redis.call("GET", key)

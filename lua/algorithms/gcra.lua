@@ -11,6 +11,12 @@
 -- with 0 <= B < limit. In units of 1/limit ms, T is `period` and burst*T is `burst*period`, so every
 -- comparison below is integer arithmetic, exact for any realistic limit.
 -- State: "<A>:<B>". Commands: GET, then SET PX on commit.
+--
+-- A token bucket runs as GCRA: `capacity` tokens refilled continuously at `refillRate` per `interval`
+-- is GCRA with limit = refillRate, period = interval, burst = capacity (tokens left = burst - d/period;
+-- the Limiter sends it as such). A caller whose clock lags sees the bucket as it was at its own time
+-- (fewer tokens), so it is only held back more, and the state never moves back.
+-- One rule, cost 1..burst, no reservation takes the shortcut in lua/shortcut/gcra.lua.
 if several or ARGV[3] == "gcra" then
   local function ceil_div(a, b)
     return math.floor((a + b - 1) / b)

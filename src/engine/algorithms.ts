@@ -39,7 +39,10 @@ export interface Rule {
    * seconds at the rule's real rate (see policyOf), and quota ≥ limit.
    */
   readonly policy: { readonly quota: number; readonly window: number };
-  /** The algorithm's name and integer parameters, as the script reads them (4 ARGV slots). */
+  /**
+   * The script's algorithm and its integer parameters, as the script reads them (4 ARGV slots). A
+   * token bucket runs as GCRA: ["gcra", refillRate, interval, capacity].
+   */
   readonly args: readonly [string, string, string, string];
 }
 
@@ -94,8 +97,7 @@ export const slidingLog = (options: WindowOptions): RuleConfig => ({ algorithm: 
 // intermediate the scripts form stays below 2^53 with room for the clock (now ≈ 2^41 ms today):
 //   gcra         capacity = burst×period; d ≤ capacity + limit (in 1/limit ms); next_d = d + cost×period ≤
 //                2×capacity + limit; ceil_div(next_d, limit) adds limit - 1: all ≤ 2^52 (cost ≤ burst)
-//   tokenBucket  full = capacity×interval; ceil_div(full - tokens, refillRate) adds refillRate - 1:
-//                ≤ 2^51; (now - at)×refillRate may pass 2^53 only where min(full, …) discards it
+//   tokenBucket  runs as gcra with burst×period = capacity×interval and limit = refillRate: as above
 //   windows      limit×window; the sliding estimate previous×(window - elapsed) + current×window ≤
 //                2×limit×window ≤ 2^51; stamps and resets are now + at most 2×window
 //   slidingLog   one entry per unit: limit ≤ MAX_LOG_LIMIT
@@ -179,13 +181,13 @@ export function checkRule(
     if (count !== undefined && ms !== undefined) read(() => bound(count, ms, `${at}: ${what}`));
   };
   // Called once every field has passed.
-  const make = (limit: number, policy: Rule["policy"], params: number[]) => {
+  const make = (limit: number, policy: Rule["policy"], params: number[], script: string = algorithm) => {
     const rule: Rule = {
       name,
       algorithm: algorithm as Algorithm,
       limit,
       policy,
-      args: [algorithm, String(params[0] ?? 0), String(params[1] ?? 0), String(params[2] ?? 0)],
+      args: [script, String(params[0] ?? 0), String(params[1] ?? 0), String(params[2] ?? 0)],
     };
     return { rule, errors: [] as const };
   };
@@ -204,11 +206,14 @@ export function checkRule(
       const interval = c.interval === undefined ? 1000 : read(() => toMs(c.interval, `${at}.interval`));
       bounded(capacity, interval, "capacity × interval");
       if (errors.length > 0) return { rule: undefined, errors };
-      return make(capacity!, policyOf(capacity!, refillRate!, interval!), [
+      // a token bucket of `capacity` refilled at refillRate per interval is GCRA with limit = refillRate,
+      // period = interval and burst = capacity (lua/algorithms/gcra.lua)
+      return make(
         capacity!,
-        refillRate!,
-        interval!,
-      ]);
+        policyOf(capacity!, refillRate!, interval!),
+        [refillRate!, interval!, capacity!],
+        "gcra",
+      );
     }
     default: {
       const limit = read(() => count(c.limit, `${at}.limit`));

@@ -6,6 +6,7 @@ import { RedisCallError } from "./errors.js";
 import { SCRIPT, SCRIPT_SHA1, SCRIPTS } from "./generated/scripts.js";
 import { checkIdentifier, checkPrefix, keyTag } from "./keys.js";
 import { type LeaseOptions, Leases, leaseConfig, type Refund, type TopUp, type WaitUntil } from "./leases.js";
+import { decodeShortcut, fixedWindowArgs, takesShortcut } from "./shortcuts.js";
 import { type Transport, transportFor } from "./transport.js";
 import type { Decision, RuleResult } from "./types.js";
 
@@ -102,6 +103,8 @@ export class Limiter {
   readonly clock: () => number;
   private readonly ruleArgs: string[];
   private readonly keySuffixes: string[];
+  /** Per rule: the window of a fixed window (whose keys are one per window), else 0. */
+  private readonly windows: number[];
   private readonly leases: Leases | undefined;
 
   constructor(options: LimiterOptions) {
@@ -127,6 +130,7 @@ export class Limiter {
     // The algorithm is part of the key: a rule whose algorithm changes starts afresh instead of
     // reading state written in another algorithm's format.
     this.keySuffixes = this.rules.map((rule) => `:${rule.name}:${rule.algorithm}`);
+    this.windows = this.rules.map((rule) => (rule.algorithm === "fixedWindow" ? Number(rule.args[2]) : 0));
 
     this.timeout = delay(options.timeout ?? 1000, "timeout", true);
     const onError = options.onError ?? "allow";
@@ -206,13 +210,27 @@ export class Limiter {
     checkIdentifier(identifier);
     this.cache?.delete(identifier);
     this.leases?.drop(identifier);
-    await this.redis.del(...this.keys(identifier));
+    // a fixed window's key outlives its window by a grace, and a caller whose clock runs ahead may
+    // already have opened the next one
+    const now = this.now();
+    const keys = this.keys(identifier, now);
+    this.windows.forEach((window, i) => {
+      if (window > 0)
+        keys.push(this.keys(identifier, now - window)[i]!, this.keys(identifier, now + window)[i]!);
+    });
+    await this.redis.del(...keys);
   }
 
-  /** The Redis keys of `identifier`, one per rule, in rule order. */
-  keys(identifier: string): string[] {
+  /**
+   * The Redis keys of `identifier` at `now` (default: this Limiter's clock), one per rule, in rule
+   * order. A fixed window has a key per window: the rule's key, ":", the window's index.
+   */
+  keys(identifier: string, now: number = this.now()): string[] {
     const base = `${this.prefix}:${keyTag(identifier)}`;
-    return this.keySuffixes.map((suffix) => base + suffix);
+    return this.keySuffixes.map((suffix, i) => {
+      const window = this.windows[i]!;
+      return window > 0 ? `${base}${suffix}:${Math.floor(now / window)}` : base + suffix;
+    });
   }
 
   private now(): number {
@@ -229,16 +247,16 @@ export class Limiter {
     now: number,
     waitUntil?: WaitUntil,
   ): Promise<Decision> {
-    const keys = this.keys(identifier);
-    const command = [
-      "EVALSHA",
-      SCRIPT_SHA1,
-      String(keys.length),
-      ...keys,
-      now.toString(16), // the script parses hex: cheaper in Redis than a 13-digit decimal
-      String(cost),
-      ...this.ruleArgs,
-    ];
+    const keys = this.keys(identifier, now);
+    // One rule and no reservation: the script answers one integer (lua/shortcut/); the fixed window's
+    // shortcut has arguments of its own.
+    const shortcut = this.rules.length === 1 && !this.leases && takesShortcut(this.rules[0]!, cost);
+    const command = ["EVALSHA", SCRIPT_SHA1, String(keys.length), ...keys];
+    if (shortcut && this.windows[0]! > 0) command.push(...fixedWindowArgs(this.rules[0]!, cost, now));
+    else {
+      // the script parses now in hex: cheaper in Redis than a 13-digit decimal
+      command.push(now.toString(16), String(cost), ...this.ruleArgs);
+    }
     // With leases on, the units to reserve beside `cost` go last; the script answers how many it did.
     if (this.leases) command.push(String(this.leases.want(identifier, cost, now)));
     // Sent at most once (NOSCRIPT aside: the script did not run), with its own timeout, through the
@@ -252,8 +270,7 @@ export class Limiter {
     if (!reply.ok) return this.failure(reply.error, now);
     let decision: Decision;
     try {
-      decision =
-        typeof reply.result === "number" ? this.decodeShortcut(reply.result, now) : this.decode(reply.result);
+      decision = shortcut ? this.decodeShortcut(reply.result, cost, now) : this.decode(reply.result);
     } catch (error) {
       return this.failure(error, now);
     }
@@ -264,7 +281,7 @@ export class Limiter {
 
   /** A lease top-up: one unit and up to `want` more, all for the lease (see Leases). Never rejects. */
   private async topUp(identifier: string, want: number, now: number): Promise<TopUp | undefined> {
-    const keys = this.keys(identifier);
+    const keys = this.keys(identifier, now);
     const command = ["EVALSHA", SCRIPT_SHA1, String(keys.length), ...keys, now.toString(16), "1"];
     command.push(...this.ruleArgs, String(want));
     const reply = await this.transport.call(command, {
@@ -284,7 +301,11 @@ export class Limiter {
 
   /** Sends one lease refund (see lua/refund.lua); true when Redis ran it. Never sent twice. */
   private async refund(refund: Refund, now: number): Promise<boolean> {
-    const keys = this.keys(refund.identifier);
+    // a fixed window's units go back to the window they were counted in
+    const keys = this.keys(refund.identifier, now).map((key, i) => {
+      const start = refund.windowStarts[i];
+      return this.windows[i]! > 0 && start !== undefined ? this.keys(refund.identifier, start)[i]! : key;
+    });
     const perRule = this.rules.flatMap((rule, i) => [...rule.args, String(refund.windowStarts[i] ?? 0)]);
     const command = ["EVALSHA", SCRIPTS.refund.sha1, String(keys.length), ...keys, String(now)];
     command.push(String(refund.units), ...perRule);
@@ -297,29 +318,19 @@ export class Limiter {
     return reply.ok;
   }
 
-  /**
-   * The fixed window's one-rule shortcut answers one integer (lua/shortcut/fixed_window.lua):
-   * count * 2 + newer when admitted, -(count before * 2 + newer) - 1 when denied; newer = 1 when
-   * this caller's lagging clock was counted in the next window.
-   */
-  private decodeShortcut(result: number, now: number): Decision {
-    const rule = this.rules[0];
-    if (
-      this.rules.length !== 1 ||
-      this.leases ||
-      rule?.args[0] !== "fixedWindow" ||
-      !Number.isInteger(result)
-    ) {
+  /** A shortcut's one integer (see shortcuts.ts), as the Decision the general answer would give. */
+  private decodeShortcut(result: unknown, cost: number, now: number): Decision {
+    const rule = this.rules[0]!;
+    if (typeof result !== "number" || !Number.isInteger(result)) {
       throw new RedisCallError("redis", `edgelimit: unexpected script result ${describe(result)}`);
     }
-    const window = Number(rule.args[2]);
-    const allowed = result >= 0;
-    const packed = allowed ? result : -result - 1;
-    const newer = packed % 2;
-    const count = (packed - newer) / 2;
-    const resetAt = now - (now % window) + (newer + 1) * window;
-    const remaining = Math.max(0, rule.limit - count);
-    return this.decode([allowed ? 1 : 0, remaining, resetAt, allowed ? 0 : resetAt - now]);
+    const outcome = decodeShortcut(rule, result, cost, now);
+    return {
+      ...outcome,
+      rule: rule.name,
+      source: "redis",
+      rules: { [rule.name]: outcome },
+    };
   }
 
   private decode(result: unknown): Decision {

@@ -87,8 +87,8 @@ const cases: { name: string; rule: RuleConfig; steps: Step[] }[] = [
       [300, 1, false, 0, 1000, 700],
       [999, 1, false, 0, 1000, 1],
       [1000, 1, true, 2, 2000, 0],
-      [999, 1, true, 1, 2000, 0], // a lagging clock is counted in the newer window, never the old one
-      [1500, 4, false, 1, 2000, NEVER],
+      [999, 1, false, 0, 1000, 1], // a lagging clock is counted in the window it names (kept a while)
+      [1500, 4, false, 2, 2000, NEVER],
     ],
   },
   {

@@ -1,5 +1,5 @@
-// The limiter script's own paths, exactly: the fixed window's one-integer state (its INCRBY shortcut,
-// the harmless overshoot, the undo, lagging callers), what each path costs in Redis commands, the
+// The limiter script's own paths, exactly: the fixed window's key per window (its INCR shortcut,
+// the harmless overshoot, the undo, lagging callers, the grace), what each path costs in Redis commands, the
 // sliding window's lagging caller, and the dispatcher's reservation.
 import { Redis } from "@upstash/redis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -21,9 +21,6 @@ const HOUR = 3_600_000;
 /** The hour T0 falls in: windows of an hour start at START and end at END. */
 const START = T0 - (T0 % HOUR);
 const END = START + HOUR;
-const SPAN = 2 ** 51;
-/** The fixed window's stored integer for `count` units in the window that starts at `start`. */
-const stored = (start: number, window: number, count: number) => (((start / window) % 3) + 1) * SPAN + count;
 
 function limiterOf(
   rules: Record<string, RuleConfig>,
@@ -54,66 +51,74 @@ async function run(limiter: Limiter, clock: ReturnType<typeof manualClock>, step
   return got;
 }
 
-describe("fixedWindow: one integer, one INCRBY", () => {
-  it("answers the shortcut's every path exactly, and keeps the count where it belongs", async () => {
+describe("fixedWindow: a key per window, one INCR", () => {
+  it("answers the shortcut's every path exactly, and keeps the count in its window's key", async () => {
     const { limiter, clock, redis } = limiterOf({ r: fixedWindow({ limit: 3, window: "1h" }) });
-    const [key] = limiter.keys("id");
-    const count = async (start: number) => Number(await redis.get(key!)) - stored(start, HOUR, 0);
+    const [first] = limiter.keys("id", T0);
+    const [next] = limiter.keys("id", END);
+    expect(first).toBe(`${limiter.prefix}:{=id}:r:fixedWindow:${START / HOUR}`);
     const steps: Step[] = [
-      [T0, 1, true, 2, END, 0], // first in the window: INCRBY, SET
+      [T0, 1, true, 2, END, 0], // first in the window: INCR, PEXPIRE
       [T0 + 1, 2, true, 0, END, 0], // later: INCRBY
       [T0 + 2, 1, false, 0, END, END - T0 - 2], // full: the overshoot stays
     ];
     expect(await run(limiter, clock, steps)).toEqual(steps);
-    expect(await count(START)).toBe(4);
+    expect(await redis.get(first!)).toBe(4);
     const more: Step[] = [
       [T0 + 2, 0, false, 0, END, END - T0 - 2], // a peek reads the overshoot as full
-      [END, 1, true, 2, END + HOUR, 0], // the next window starts afresh
-      [END - 1, 1, true, 1, END + HOUR, 0], // a lagging clock counts in the newer window
-      [END + 5, 2, false, 1, END + HOUR, HOUR - 5], // a partial window denied by a large cost: undone
-    ];
-    expect(await run(limiter, clock, more)).toEqual(more);
-    expect(await count(END)).toBe(2);
-    const last: Step[] = [
-      [END + 5, 1, true, 0, END + HOUR, 0],
+      [END, 1, true, 2, END + HOUR, 0], // the next window starts afresh, in a key of its own
+      [END - 1, 1, false, 0, END, 1], // a lagging clock is counted in the window it names, still kept
+      [END + 5, 3, false, 2, END + HOUR, HOUR - 5], // a partial window denied by a large cost: undone
+      [END + 5, 2, true, 0, END + HOUR, 0],
       [END + 5, 4, false, 0, END + HOUR, NEVER], // above the limit: never, and nothing written
     ];
-    expect(await run(limiter, clock, last)).toEqual(last);
-    expect(await count(END)).toBe(3);
-    expect(await redis.pttl(key!)).toBeGreaterThan(0);
+    expect(await run(limiter, clock, more)).toEqual(more);
+    expect(await redis.get(first!)).toBe(5);
+    expect(await redis.get(next!)).toBe(3);
   });
 
-  it("undoes an overshoot that reaches half the stamp's span, so counts never spill into the stamp", async () => {
-    // limit 2^50 needs 1 ms windows; the state is written by hand with an hour to live
-    const { limiter, clock, redis } = limiterOf({ r: fixedWindow({ limit: 2 ** 50, window: 1 }) });
-    const [key] = limiter.keys("id");
-    await redis.set(key!, stored(T0, 1, 2 ** 50), { px: HOUR });
-    clock.set(T0);
-    expect(await limiter.limit("id", { cost: 2 ** 50 })).toMatchObject({
-      allowed: false,
-      remaining: 0,
-      retryAfter: 1,
-    });
-    expect(await redis.get(key!)).toBe(stored(T0, 1, 2 ** 50));
+  it("keeps a window's key until the window ends plus min(window, 1 minute)", async () => {
+    for (const [window, grace] of [
+      [HOUR, 60_000],
+      [10_000, 10_000],
+    ] as const) {
+      for (const rules of [
+        { r: fixedWindow({ limit: 3, window }) } as Record<string, RuleConfig>,
+        { r: fixedWindow({ limit: 3, window }), g: gcra({ limit: 5, period: "1h" }) },
+      ]) {
+        // the shortcut (one rule) and the check (several) set the same expiry
+        const { limiter, clock, redis } = limiterOf(rules);
+        const now = T0 - (T0 % window) + 1234;
+        clock.set(now);
+        await limiter.limit("id");
+        const ttl = now - (now % window) + window + grace - now;
+        const pttl = await redis.pttl(limiter.keys("id")[0]!);
+        expect(pttl).toBeLessThanOrEqual(ttl);
+        expect(pttl).toBeGreaterThan(ttl - 5_000);
+      }
+    }
   });
 
-  it("starts afresh over a state it cannot read, with one rule or several", async () => {
+  it("starts afresh over a value it cannot read, with one rule or several", async () => {
     const single = limiterOf({ r: fixedWindow({ limit: 3, window: "1h" }) });
+    single.clock.set(T0);
     const [one] = single.limiter.keys("id");
     await single.redis.set(one!, "12:34", { px: HOUR });
-    single.clock.set(T0);
     expect(await single.limiter.limit("id")).toMatchObject({ allowed: true, remaining: 2, resetAt: END });
-    expect(await single.redis.get(one!)).toBe(stored(START, HOUR, 1));
+    expect(await single.redis.get(one!)).toBe(1);
+    await single.redis.set(one!, "12:34", { px: HOUR });
+    expect(await single.limiter.limit("id", { cost: 2 })).toMatchObject({ allowed: true, remaining: 1 });
+    expect(await single.redis.get(one!)).toBe(2);
 
     const { limiter, clock, redis } = limiterOf(
       { r: fixedWindow({ limit: 3, window: "1h" }), g: gcra({ limit: 5, period: "1h" }) },
       bridgeRedis(),
     );
+    clock.set(T0);
     const [key] = limiter.keys("id");
     await redis.set(key!, "from another version", { px: HOUR });
-    clock.set(T0);
     expect((await limiter.limit("id")).rules.r).toMatchObject({ allowed: true, remaining: 2, resetAt: END });
-    expect(await redis.get(key!)).toBe(stored(START, HOUR, 1));
+    expect(await redis.get(key!)).toBe(1);
   });
 
   it("with several rules reads a stored overshoot as full and commits all or nothing", async () => {
@@ -132,16 +137,52 @@ describe("fixedWindow: one integer, one INCRBY", () => {
     expect(denied.rules.f).toMatchObject({ allowed: false, remaining: 0, retryAfter: END - T0 - 10 });
     expect(denied.rules.g).toMatchObject({ allowed: true, remaining: 10 });
     expect(await redis.exists(two.limiter.keys("id")[1]!)).toBe(0);
-    two.clock.set(END); // a new window: the commit SETs it
+    two.clock.set(END); // a new window: the commit SETs its key
     expect((await two.limiter.limit("id")).rules.f).toMatchObject({ remaining: 1, resetAt: END + HOUR });
-    two.clock.set(END - 1); // lagging: counted in the newer window, where the commit INCRBYs
-    expect((await two.limiter.limit("id")).rules.f).toMatchObject({ allowed: true, remaining: 0 });
-    const [f] = two.limiter.keys("id");
-    expect(await redis.get(f!)).toBe(stored(END, HOUR, 2));
-    expect((await two.limiter.limit("id")).rules.f).toMatchObject({
-      allowed: false,
-      retryAfter: END + HOUR - (END - 1),
-    });
+    expect((await two.limiter.limit("id")).rules.f).toMatchObject({ allowed: true, remaining: 0 }); // INCRBY
+    expect(await redis.get(two.limiter.keys("id", END)[0]!)).toBe(2);
+    two.clock.set(END - 1); // lagging: counted in the window it names, which is full
+    const lagging = await two.limiter.limit("id");
+    expect(lagging.rules.f).toMatchObject({ allowed: false, remaining: 0, retryAfter: 1 });
+    // gcra took 2 of 10 at END; seen from 1 ms earlier, its schedule is 1 ms further ahead: 7 left
+    expect(lagging.rules.g).toMatchObject({ allowed: true, remaining: 7 });
+    expect(await redis.get(two.limiter.keys("id", T0)[0]!)).toBe(3);
+  });
+});
+
+describe("the one-rule shortcuts", () => {
+  // A single rule's decision takes its algorithm's shortcut (one integer, decoded by the Limiter);
+  // beside a rule that never binds it takes the general path (the dispatcher's table). Both must
+  // answer the same, step for step, on the same history: random costs, times moving on and, now and
+  // then, a caller lagging behind.
+  const cases: [string, RuleConfig][] = [
+    ["fixedWindow", fixedWindow({ limit: 7, window: "1h" })],
+    ["slidingWindow", slidingWindow({ limit: 7, window: "1h" })],
+    ["gcra", gcra({ limit: 7, period: "1h", burst: 5 })], // T = 3,600,000/7 ms: TAT in fractions of a ms
+    ["tokenBucket", tokenBucket({ capacity: 5, refillRate: 7, interval: "1h" })],
+  ];
+  it.each(cases)("%s answers what the general path answers", async (_, rule) => {
+    const redis = bridgeRedis();
+    const shortcut = limiterOf({ r: rule }, redis);
+    const general = limiterOf({ r: rule, loose: gcra({ limit: 2 ** 20, period: "1s" }) }, redis);
+    let seed = 7;
+    const random = (n: number) => {
+      seed = (seed * 1103515245 + 12345) % 2 ** 31;
+      return seed % n;
+    };
+    let now = T0;
+    let denied = 0;
+    for (let step = 0; step < 150; step++) {
+      now += random(10) < 8 ? random(HOUR / 10) : -random(HOUR / 20); // sometimes a lagging caller
+      const cost = 1 + random(random(4) === 0 ? 7 : 2);
+      shortcut.clock.set(now);
+      general.clock.set(now);
+      const a = await shortcut.limiter.limit("id", { cost });
+      const b = await general.limiter.limit("id", { cost });
+      expect({ step, now, cost, ...a.rules.r }).toEqual({ step, now, cost, ...b.rules.r });
+      if (!a.allowed) denied++;
+    }
+    expect(denied).toBeGreaterThan(10); // the history reaches denials too
   });
 });
 
@@ -246,10 +287,10 @@ describe("commands per decision (each path, one rule)", () => {
       "fixedWindow",
       fixedWindow({ limit: 3, window: "1h" }),
       [
-        [1, "EVALSHA INCRBY SET"],
-        [1, "EVALSHA INCRBY"],
-        [1, "EVALSHA INCRBY"],
-        [1, "EVALSHA INCRBY"], // full: the overshoot stays, no undo
+        [1, "EVALSHA INCR PEXPIRE"],
+        [1, "EVALSHA INCR"],
+        [1, "EVALSHA INCR"],
+        [1, "EVALSHA INCR"], // full: the overshoot stays, no undo
         [0, "EVALSHA GET"], // peek
         [4, "EVALSHA GET"], // above the limit
       ],
@@ -258,7 +299,7 @@ describe("commands per decision (each path, one rule)", () => {
       "fixedWindow, a partial window denied by a large cost",
       fixedWindow({ limit: 3, window: "1h" }),
       [
-        [2, "EVALSHA INCRBY SET"],
+        [2, "EVALSHA INCRBY PEXPIRE"],
         [2, "DECRBY EVALSHA INCRBY"],
       ],
     ],
