@@ -75,40 +75,48 @@ const WINDOW = 3_600_000;
 /** A round hour plus 17 minutes: mid-window for every algorithm. */
 const NOW = 1_700_000_000_000 - (1_700_000_000_000 % WINDOW) + 17 * 60_000;
 
-interface Command {
+export interface Command {
   sha: string;
   keys: string[];
   args: string[];
 }
 
-function ourRule(algo: LuaAlgo): RuleConfig {
+function ourRule(algo: LuaAlgo, limit: number): RuleConfig {
   switch (algo) {
     case "fixedWindow":
-      return fixedWindow({ limit: LIMIT, window: WINDOW });
+      return fixedWindow({ limit, window: WINDOW });
     case "slidingWindow":
-      return slidingWindow({ limit: LIMIT, window: WINDOW });
+      return slidingWindow({ limit, window: WINDOW });
     case "slidingLog":
-      return slidingLog({ limit: LIMIT, window: WINDOW });
+      return slidingLog({ limit, window: WINDOW });
     case "tokenBucket":
-      return tokenBucket({ capacity: LIMIT, refillRate: 1, interval: WINDOW });
+      return tokenBucket({ capacity: limit, refillRate: 1, interval: WINDOW });
     case "gcra":
-      return gcra({ limit: 1, period: WINDOW, burst: LIMIT });
+      return gcra({ limit: 1, period: WINDOW, burst: limit });
   }
 }
 
-function peerAlgorithm(algo: "fixedWindow" | "slidingWindow" | "tokenBucket") {
+function peerAlgorithm(algo: "fixedWindow" | "slidingWindow" | "tokenBucket", limit: number) {
   switch (algo) {
     case "fixedWindow":
-      return Ratelimit.fixedWindow(LIMIT, `${WINDOW} ms`);
+      return Ratelimit.fixedWindow(limit, `${WINDOW} ms`);
     case "slidingWindow":
-      return Ratelimit.slidingWindow(LIMIT, `${WINDOW} ms`);
+      return Ratelimit.slidingWindow(limit, `${WINDOW} ms`);
     case "tokenBucket":
-      return Ratelimit.tokenBucket(1, `${WINDOW} ms`, LIMIT);
+      return Ratelimit.tokenBucket(1, `${WINDOW} ms`, limit);
   }
 }
 
-/** The EVALSHA each of `ids` would send through edgelimit's Limiter (captured, not rebuilt). */
-async function captureOurs(algo: LuaAlgo, prefix: string, ids: string[]): Promise<Command[]> {
+/**
+ * The EVALSHA each of `ids` would send through edgelimit's Limiter (captured, not rebuilt), for the
+ * algorithm's rule of `limit` units per hour at one fixed time.
+ */
+export async function captureOurs(
+  algo: LuaAlgo,
+  prefix: string,
+  ids: string[],
+  limit = LIMIT,
+): Promise<Command[]> {
   const out: Command[] = [];
   const client = {
     request: async (req: { body?: unknown }) => {
@@ -130,7 +138,7 @@ async function captureOurs(algo: LuaAlgo, prefix: string, ids: string[]): Promis
   const limiter = new Limiter({
     redis: { client, del: async () => 0 } as never,
     prefix,
-    rules: { r0: ourRule(algo) },
+    rules: { r0: ourRule(algo, limit) },
     denyCache: false,
     clock: () => NOW,
   });
@@ -141,10 +149,11 @@ async function captureOurs(algo: LuaAlgo, prefix: string, ids: string[]): Promis
 }
 
 /** The EVALSHA each of `ids` would send through @upstash/ratelimit, and its script (shebang flags this Redis knows). */
-async function capturePeer(
+export async function capturePeer(
   algo: "fixedWindow" | "slidingWindow" | "tokenBucket",
   prefix: string,
   ids: string[],
+  limit = LIMIT,
 ): Promise<{ script: string; commands: Omit<Command, "sha">[] }> {
   let script = "";
   const commands: Omit<Command, "sha">[] = [];
@@ -160,7 +169,7 @@ async function capturePeer(
   };
   const limiter = new Ratelimit({
     redis: redis as unknown as Redis,
-    limiter: peerAlgorithm(algo),
+    limiter: peerAlgorithm(algo, limit),
     prefix,
     ephemeralCache: false,
     enableTelemetry: false,

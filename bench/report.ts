@@ -60,6 +60,19 @@ function goals(r: Results): string {
       check(b && bNo && b.p50 <= bNo.p50 * 1.05 && b.p99 <= bNo.p99 * 1.05),
     ],
   ];
+  // the lean-script goal, from part 2's two tables (every algorithm and path, one rule)
+  for (const [name, md] of [
+    ["bench/lua-cost.ts", r.lua],
+    ["redis-benchmark", r.luaRedisBenchmark],
+  ] as const) {
+    const ratios = [...(md ?? "").matchAll(/\| ([\d.]+)× \|/g)].map((m) => Number(m[1]));
+    const worst = ratios.length ? Math.max(...ratios) : undefined;
+    rows.push([
+      `Redis µs per EVALSHA ≤ 1.0× the peer's, every path (${name}, part 2)`,
+      worst === undefined ? "–" : `at most ${worst.toFixed(2)}×`,
+      check(worst === undefined ? undefined : worst <= 1),
+    ]);
+  }
   return `## Goals at the edge (20 ms each way, \`lease: ${JSON.stringify(LEASE)}\`, see part 5)\n\n${table(["goal", "measured", ""], rows)}\n`;
 }
 
@@ -104,6 +117,12 @@ both libraries interleaved; commands as INFO commandstats counts them (EVALSHA a
 Upstash bills both), µs its usec per EVALSHA. One rule; ratio is edgelimit ÷ peer.
 
 ${r.lua ?? "**Pending:** bench/lua-cost.ts is not there or was not run."}
+
+bench/lua-redis-benchmark.ts: the same captured EVALSHA replayed by redis-benchmark (a fresh key each call for
+\`first\`, one key for \`later\` and \`denied\`), usec_per_call from INFO commandstats after each run, the two
+libraries in turns.
+
+${r.luaRedisBenchmark ?? "**Pending:** bench/lua-redis-benchmark.ts is not there or was not run."}
 `;
 }
 

@@ -60,7 +60,11 @@ async function collect(env: BenchEnv) {
     edge: want("edge") ? await runEdge(env, settings.edge, tag) : [],
     worker: smoke || !want("worker") ? undefined : await runWorker(env, settings.worker),
     /** Markdown printed by bench/lua-cost.ts, when it exists. */
-    lua: want("lua") ? await luaCost() : undefined,
+    lua: want("lua") ? await luaPart("lua-cost.ts", ["--rounds", "1", "--ids", "200"]) : undefined,
+    /** Markdown printed by bench/lua-redis-benchmark.ts (the same figures, the way redis-benchmark takes them). */
+    luaRedisBenchmark: want("lua")
+      ? await luaPart("lua-redis-benchmark.ts", ["--rounds", "1", "--requests", "10000"])
+      : undefined,
   };
 }
 export type Results = Awaited<ReturnType<typeof collect>> & { seconds: number };
@@ -86,15 +90,15 @@ async function versions(env: BenchEnv) {
   };
 }
 
-/** bench/lua-cost.ts (the lean-script figures) runs on its own and prints Markdown. */
-async function luaCost(): Promise<string | undefined> {
-  const file = join(ROOT, "bench", "lua-cost.ts");
+/** The lean-script figures (bench/lua-cost.ts, bench/lua-redis-benchmark.ts) run on their own and print Markdown. */
+async function luaPart(name: string, smokeArgs: string[]): Promise<string | undefined> {
+  const file = join(ROOT, "bench", name);
   if (!existsSync(file)) return undefined;
-  log("lua cost: bench/lua-cost.ts");
-  const a = ["--import", "tsx", file, ...(smoke ? ["--rounds", "1", "--ids", "200"] : [])];
+  log(`lua cost: bench/${name}`);
+  const a = ["--import", "tsx", file, ...(smoke ? smokeArgs : [])];
   return exec(process.execPath, a, { cwd: ROOT, maxBuffer: 1 << 22, timeout: 300_000 }).then(
     (r) => r.stdout.trim(),
-    (error: Error) => `**Pending:** bench/lua-cost.ts failed: ${error.message.split("\n")[0]}`,
+    (error: Error) => `**Pending:** bench/${name} failed: ${error.message.split("\n")[0]}`,
   );
 }
 

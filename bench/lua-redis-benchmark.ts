@@ -1,0 +1,104 @@
+// Redis µs per EVALSHA measured the way a redis-benchmark user measures it: the EVALSHA each library
+// sends (captured from the library itself, as bench/lua-cost.ts does) replayed by redis-benchmark
+// against one redis-server, and INFO commandstats' usec_per_call read after each run. The two
+// libraries take turns, round after round; the figures are medians. One rule, cost 1:
+//   first   a fresh key every call (__rand_int__ in the identifier, -r 100000000)
+//   later   one key and a limit far above the calls: every call after a warm-up one is admitted
+//   denied  one key and a limit of 1: every call after a warm-up one is denied
+// With taskset (util-linux), redis-server runs on the last CPU and redis-benchmark on the first: on a
+// small machine they otherwise contend, and the spread doubles.
+//
+//   node --import tsx bench/lua-redis-benchmark.ts [--requests 100000] [--rounds 5]
+import { spawnSync } from "node:child_process";
+import { availableParallelism } from "node:os";
+import { connectRedis, startRedisServer } from "../src/bridge/index.js";
+import { SCRIPT } from "../src/engine/generated/scripts.js";
+import { type Command, captureOurs, capturePeer, LUA_PAIRS, LUA_PATHS, type LuaPath } from "./lua-cost.js";
+
+const BIG = 10_000_000; // below 2^25: the sliding window keeps its packed state
+
+const arg = (name: string, fallback: number) => {
+  const i = process.argv.indexOf(`--${name}`);
+  return i > 0 ? Number(process.argv[i + 1]) : fallback;
+};
+const requests = arg("requests", 100_000);
+const rounds = arg("rounds", 5);
+
+const hasTaskset = spawnSync("taskset", ["-V"]).status === 0;
+const cpus = availableParallelism();
+const pinned = (cpu: number, command: string[]) =>
+  hasTaskset && cpus > 1 ? ["taskset", "-c", String(cpu), ...command] : command;
+
+const server = await startRedisServer();
+const conn = await connectRedis(server.url);
+try {
+  const pid = /process_id:(\d+)/.exec(String(await conn.call("INFO", "server")))?.[1];
+  if (hasTaskset && cpus > 1 && pid) spawnSync("taskset", ["-a", "-pc", String(cpus - 1), pid]);
+  const ours = String(await conn.call("SCRIPT", "LOAD", SCRIPT));
+
+  /** One redis-benchmark run of `command`; usec per EVALSHA from INFO commandstats. */
+  const run = async (command: string[], n: number, random: boolean): Promise<number> => {
+    await conn.call("CONFIG", "RESETSTAT");
+    const bench = pinned(0, [
+      "redis-benchmark",
+      "-p",
+      String(server.port),
+      "-q",
+      "-n",
+      String(n),
+      "-P",
+      String(Math.min(16, n)),
+      ...(random ? ["-r", "100000000"] : []),
+      ...command,
+    ]);
+    const done = spawnSync(bench[0]!, bench.slice(1), { encoding: "utf8" });
+    if (done.status !== 0) throw new Error(`redis-benchmark failed: ${done.stderr || done.stdout}`);
+    const info = String(await conn.call("INFO", "commandstats"));
+    const m = /cmdstat_evalsha:calls=(\d+),usec=(\d+)/.exec(info);
+    if (!m || Number(m[1]) !== n) throw new Error(`expected ${n} EVALSHA, INFO says ${m?.[0]}`);
+    return Number(m[2]) / n;
+  };
+  const argv = (sha: string, c: Omit<Command, "sha">) => [
+    "EVALSHA",
+    sha,
+    String(c.keys.length),
+    ...c.keys,
+    ...c.args,
+  ];
+
+  console.log(
+    `redis-benchmark, ${requests} EVALSHA a run, -P 16, ${rounds} rounds, medians${hasTaskset ? ", pinned" : ""}`,
+  );
+  console.log("| algorithm | path | µs/EVALSHA (ours) | µs/EVALSHA (peer) | ratio |");
+  console.log("|---|---|---:|---:|---:|");
+  for (const pair of LUA_PAIRS) {
+    if (!pair.peer) continue;
+    for (const path of LUA_PATHS) {
+      const id = path === "first" ? "__rand_int__" : `rb-${path}`;
+      const limit = path === "denied" ? 1 : BIG;
+      const [mine] = await captureOurs(pair.algo, `rb-${pair.algo}`, [id], limit);
+      const theirs = await capturePeer(pair.peer, `rb-peer-${pair.algo}`, [id], limit);
+      const peerSha = String(await conn.call("SCRIPT", "LOAD", theirs.script));
+      const commands = { ours: argv(ours, mine!), peer: argv(peerSha, theirs.commands[0]!) };
+      const usec: Record<"ours" | "peer", number[]> = { ours: [], peer: [] };
+      for (let round = 0; round < rounds; round++) {
+        const order = round % 2 === 0 ? (["ours", "peer"] as const) : (["peer", "ours"] as const);
+        for (const who of order) {
+          await conn.call("FLUSHALL");
+          if (path !== "first") await run(commands[who], 1, false); // the warm-up call: first in its window
+          usec[who].push(await run(commands[who], requests, path === "first"));
+        }
+      }
+      const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
+      const o = median(usec.ours);
+      const p = median(usec.peer);
+      const name = pair.peer === pair.algo ? pair.algo : `${pair.algo} (peer: ${pair.peer})`;
+      console.log(
+        `| ${name} | ${path satisfies LuaPath} | ${o.toFixed(2)} | ${p.toFixed(2)} | ${(o / p).toFixed(2)}× |`,
+      );
+    }
+  }
+} finally {
+  await conn.close();
+  await server.stop();
+}
