@@ -67,7 +67,7 @@ try {
   ];
 
   console.log(
-    `redis-benchmark, ${requests} EVALSHA a run, -P 16, ${rounds} rounds, medians${hasTaskset ? ", pinned" : ""}`,
+    `redis-benchmark, ${requests} EVALSHA a run, -P 16, ${rounds} rounds, medians${hasTaskset ? ", pinned" : ""}.\n`,
   );
   console.log("| algorithm | path | µs/EVALSHA (ours) | µs/EVALSHA (peer) | ratio |");
   console.log("|---|---|---:|---:|---:|");

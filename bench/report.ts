@@ -73,7 +73,7 @@ function goals(r: Results): string {
       check(worst === undefined ? undefined : worst <= 1),
     ]);
   }
-  return `## Goals at the edge (20 ms each way, \`lease: ${JSON.stringify(LEASE)}\`, see part 5)\n\n${table(["goal", "measured", ""], rows)}\n`;
+  return `## Goals\n\nAt the edge: 20 ms each way, \`lease: ${JSON.stringify(LEASE)}\` (part 5). Lean scripts: one rule, every algorithm and path (part 2).\n\n${table(["goal", "measured", ""], rows)}\n`;
 }
 
 function throughput(r: Results): string {

@@ -54,7 +54,12 @@ export async function runThroughput(env: BenchEnv, s: { rounds: number; sampleMs
     const cs = entries.map((e) =>
       contestant(e, { redis: env.client(), prefix: `tp-${tag}-${n++}`, policy: OPEN, cache: "off" }),
     );
-    for (const c of cs) await closedLoop(c.limit, 64, s.sampleMs / 2); // warm-up
+    // warm-up at both loads: the first group otherwise also pays the process's own warm-up (JIT,
+    // connections) in its first round, which its median does not always shed
+    for (const c of cs) {
+      await closedLoop(c.limit, 64, s.sampleMs / 2);
+      await closedLoop(c.limit, 1, s.sampleMs / 2);
+    }
     for (const inFlight of [1, 64]) {
       log(`throughput: ${group}, ${inFlight} in flight`);
       const runs = cs.map(() => ({ rates: [] as number[], latencies: [] as number[], http: 0 }));

@@ -23,9 +23,12 @@
 --     A commit runs only once every rule has admitted, and must not fail: Redis does not undo a
 --     script's writes when it errors midway, so everything that can fail happens in the check.
 --
--- A call with one rule and no reservation takes its algorithm's shortcut (lua/shortcut/*.lua) when it
--- has one: straight-line code answering one integer, which the Limiter decodes (fixed window, gcra
--- and the token bucket, sliding window). They must agree with the algorithm files, state for state.
+-- A call with one rule, no reservation and a cost from 1 to what the rule can ever admit takes its
+-- algorithm's shortcut (lua/shortcut/*.lua) when it has one: straight-line code answering one
+-- integer, which the Limiter decodes (src/engine/shortcuts.ts). The fixed window's has arguments of
+-- its own; gcra's (the token bucket's too) and the sliding window's (limit below 2^25) read the ones
+-- above. A peek, a larger cost, several rules or a sliding log come here. The shortcuts must agree
+-- with the algorithm files, state for state (test/engine/scripts.test.ts runs both on one history).
 --
 -- REDIS TIME. This script runs on every decision, and Redis runs scripts one at a time. Measured on
 -- Redis 7.0 (µs per EVALSHA): a table reply costs about 0.5 more than an integer one; a number

@@ -10,7 +10,7 @@
 --
 -- One rule, cost 1..limit, no reservation (the common call) takes the shortcut in
 -- lua/shortcut/fixed_window.lua, the commands of a plain counter:
---   first in a window  INCR, then PEXPIRE
+--   first in a window  INCR (INCRBY for a cost above 1), then PEXPIRE
 --   later              INCR
 --   denied             INCR. When the window was already full, the overshoot is harmless (full
 --                      either way, remaining 0) and stays; only a partial window denied by a large
@@ -32,8 +32,12 @@ if several or ARGV[3] == "fixedWindow" then
 
 algorithms.fixedWindow = function(key, now, cost, limit, window)
   local start = now - now % window
-  -- a value that is no count (not this version's) reads as a new window, which the commit SETs
-  local count = tonumber(redis.call("GET", key)) or 0
+  -- A value that is no count (not this version's) reads as a new window, which the commit SETs.
+  -- Only what INCRBY takes is a count: tonumber() also reads "1.5", "1e3" or " 3", on which the
+  -- commit's INCRBY would fail midway, after other rules have been written.
+  local stored = redis.call("GET", key)
+  local count = tonumber(stored)
+  if not count or string.format("%d", count) ~= stored then count = 0 end
   local ends = start + window
   local room = limit - count
   local reset_at = count > 0 and ends or now

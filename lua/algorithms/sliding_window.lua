@@ -41,8 +41,9 @@ algorithms.slidingWindow = function(key, now, cost, limit, window)
   local stored = redis.call("GET", key)
   if stored then
     if limit < PACK then
+      -- only what INCRBY takes (the commit's INCRBY must not fail midway, after other rules)
       local value = tonumber(stored)
-      if value then
+      if value and string.format("%d", value) == stored then
         local index = start / window
         local stamp = math.floor(value / STAMP)
         local counts = value - stamp * STAMP

@@ -1,7 +1,8 @@
 import { describe } from "./duration.js";
 import { sha256Hex } from "./sha256.js";
 
-// Keys look like `<prefix>:{<tag>}:<rule>`. The tag is the Redis Cluster hash tag shared by every key of
+// Keys look like `<prefix>:{<tag>}:<rule>:<algorithm>` (a fixed window adds `:<window index>`, a token
+// bucket says `tokenBucket.gcra`: see Limiter). The tag is the Redis Cluster hash tag shared by every key of
 // one identifier, so a multi-rule script never crosses slots. It is built so that distinct identifiers
 // never share it:
 //   "=" + the identifier with every UTF-16 code unit outside printable ASCII, and "%", "{", "}", escaped

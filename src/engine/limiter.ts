@@ -127,9 +127,14 @@ export class Limiter {
     }
     this.rules = Object.entries(rules).map(([name, config]) => compileRule(name, config));
     this.ruleArgs = this.rules.flatMap((rule) => rule.args);
-    // The algorithm is part of the key: a rule whose algorithm changes starts afresh instead of
-    // reading state written in another algorithm's format.
-    this.keySuffixes = this.rules.map((rule) => `:${rule.name}:${rule.algorithm}`);
+    // The algorithm is part of the key: a rule whose algorithm changes starts afresh instead of reading
+    // state written in another algorithm's format. A token bucket keeps GCRA's state, and its key says
+    // so ("tokenBucket.gcra"): a token bucket's state of an earlier format is never read.
+    this.keySuffixes = this.rules.map((rule) =>
+      rule.args[0] === rule.algorithm
+        ? `:${rule.name}:${rule.algorithm}`
+        : `:${rule.name}:${rule.algorithm}.${rule.args[0]}`,
+    );
     this.windows = this.rules.map((rule) => (rule.algorithm === "fixedWindow" ? Number(rule.args[2]) : 0));
 
     this.timeout = delay(options.timeout ?? 1000, "timeout", true);
@@ -270,7 +275,11 @@ export class Limiter {
     if (!reply.ok) return this.failure(reply.error, now);
     let decision: Decision;
     try {
-      decision = shortcut ? this.decodeShortcut(reply.result, cost, now) : this.decode(reply.result);
+      // a shortcut answers one integer, the general path a table (lua/shortcut/, lua/dispatcher.lua)
+      decision =
+        typeof reply.result === "number" && shortcut
+          ? this.decodeShortcut(reply.result, cost, now)
+          : this.decode(reply.result);
     } catch (error) {
       return this.failure(error, now);
     }

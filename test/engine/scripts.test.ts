@@ -121,6 +121,48 @@ describe("fixedWindow: a key per window, one INCR", () => {
     expect(await redis.get(key!)).toBe(1);
   });
 
+  it("reset() deletes the previous, current and next window's keys", async () => {
+    const { limiter, clock, redis } = limiterOf({ r: fixedWindow({ limit: 3, window: "1h" }) });
+    for (const at of [T0 - HOUR, T0, T0 + HOUR]) {
+      clock.set(at);
+      await limiter.limit("id");
+    }
+    const keys = [T0 - HOUR, T0, T0 + HOUR].map((at) => limiter.keys("id", at)[0]!);
+    expect(await redis.exists(...keys)).toBe(3);
+    clock.set(T0);
+    await limiter.reset("id");
+    expect(await redis.exists(...keys)).toBe(0);
+  });
+
+  it("with several rules, a value INCRBY would refuse reads as a new window, and the commit stays whole", async () => {
+    const { limiter, clock, redis } = limiterOf({
+      g: gcra({ limit: 5, period: "1h" }),
+      r: fixedWindow({ limit: 3, window: "1h" }),
+    });
+    clock.set(T0);
+    const [g, r] = limiter.keys("id");
+    let gcraLeft = 5;
+    for (const foreign of ["1.5", "1e3", " 3"]) {
+      await redis.set(r!, foreign, { px: HOUR });
+      const d = await limiter.limit("id");
+      expect(d.source).toBe("redis");
+      expect(d.rules.r).toMatchObject({ allowed: true, remaining: 2 });
+      expect(d.rules.g).toMatchObject({ allowed: true, remaining: --gcraLeft });
+      expect(await redis.get(r!)).toBe(1);
+    }
+    expect(await redis.pttl(g!)).toBeGreaterThan(0);
+  });
+
+  it("names a token bucket's key after its algorithm and the state it keeps, GCRA's", () => {
+    const { limiter } = limiterOf({
+      r: tokenBucket({ capacity: 5, refillRate: 1 }),
+      f: fixedWindow({ limit: 1, window: "1h" }),
+    });
+    const [bucket, window] = limiter.keys("id", T0);
+    expect(bucket).toBe(`${limiter.prefix}:{=id}:r:tokenBucket.gcra`);
+    expect(window).toBe(`${limiter.prefix}:{=id}:f:fixedWindow:${START / HOUR}`);
+  });
+
   it("with several rules reads a stored overshoot as full and commits all or nothing", async () => {
     const prefix = uniquePrefix("scr");
     const redis = bridgeRedis();
@@ -172,8 +214,12 @@ describe("the one-rule shortcuts", () => {
     };
     let now = T0;
     let denied = 0;
+    let crossings = 0; // lagging steps that fall back into an earlier window
+    let latest = now;
     for (let step = 0; step < 150; step++) {
-      now += random(10) < 8 ? random(HOUR / 10) : -random(HOUR / 20); // sometimes a lagging caller
+      now += random(10) < 7 ? random(HOUR / 5) : -random(HOUR / 3); // sometimes a lagging caller
+      if (Math.floor(now / HOUR) < Math.floor(latest / HOUR)) crossings++;
+      latest = Math.max(latest, now);
       const cost = 1 + random(random(4) === 0 ? 7 : 2);
       shortcut.clock.set(now);
       general.clock.set(now);
@@ -183,6 +229,69 @@ describe("the one-rule shortcuts", () => {
       if (!a.allowed) denied++;
     }
     expect(denied).toBeGreaterThan(10); // the history reaches denials too
+    expect(crossings).toBeGreaterThan(5); // and lagging callers across window boundaries
+  });
+
+  it("answers one integer where it is taken (and a table where it is not), as the Limiter expects", async () => {
+    // what Redis answered each decision, read from the requests the Limiter sends
+    const answers: unknown[] = [];
+    const realFetch = globalThis.fetch;
+    globalThis.fetch = async (...args: Parameters<typeof fetch>) => {
+      const response = await realFetch(...args);
+      const body = (await response.clone().json()) as { result?: unknown }[];
+      if (Array.isArray(body)) answers.push(...body.map((b) => b.result));
+      return response;
+    };
+    try {
+      const redis = bridgeRedis();
+      for (const [, rule] of [
+        ...cases,
+        ["slidingWindow at 2^25 - 1", slidingWindow({ limit: 2 ** 25 - 1, window: "1h" })] as const,
+      ]) {
+        const { limiter, clock } = limiterOf({ r: rule }, redis);
+        clock.set(T0);
+        await limiter.limit("warm-up"); // the script loaded
+        answers.length = 0;
+        await limiter.limit("id"); // a shortcut
+        await limiter.limit("id", { cost: 2 }); // a shortcut
+        await limiter.limit("id", { cost: 0 }); // a peek: the general path
+        expect(answers.map((a) => (Array.isArray(a) ? "table" : typeof a))).toEqual([
+          "number",
+          "number",
+          "table",
+        ]);
+      }
+      const { limiter, clock } = limiterOf({ r: slidingWindow({ limit: 2 ** 25, window: "1s" }) }, redis);
+      clock.set(T0);
+      await limiter.limit("warm-up");
+      answers.length = 0;
+      await limiter.limit("id"); // a limit of 2^25 keeps a text state: no shortcut
+      expect(answers.map((a) => (Array.isArray(a) ? "table" : typeof a))).toEqual(["table"]);
+    } finally {
+      globalThis.fetch = realFetch;
+    }
+  });
+
+  it("agrees with the general path at the sliding window's largest packed limit", async () => {
+    const rule = slidingWindow({ limit: 2 ** 25 - 1, window: "1h" });
+    const redis = bridgeRedis();
+    const shortcut = limiterOf({ r: rule }, redis);
+    const general = limiterOf({ r: rule, loose: gcra({ limit: 2 ** 26, period: "1h" }) }, redis);
+    for (const [at, cost] of [
+      [T0, 2 ** 25 - 2],
+      [T0 + 1, 1],
+      [T0 + 2, 1],
+      [T0 + HOUR, 2 ** 24],
+      [T0 + HOUR + 1, 2 ** 24],
+    ] as const) {
+      shortcut.clock.set(at);
+      general.clock.set(at);
+      const a = await shortcut.limiter.limit("id", { cost });
+      const b = await general.limiter.limit("id", { cost });
+      expect(a.rules.r).toEqual(b.rules.r);
+    }
+    shortcut.clock.set(T0 + 2);
+    expect((await shortcut.limiter.limit("id", { cost: 0 })).remaining).toBe(0);
   });
 });
 
