@@ -33,7 +33,7 @@ const settings = {
     delays: smoke ? [0, 5] : [0, 5, 20],
     seconds: smoke
       ? { hot: 0.3, many: 0.2, flood: 0.2, isolates: 0.3 }
-      : { hot: 6, many: 4, flood: 2, isolates: 6 },
+      : { hot: 6, many: 8, flood: 2, isolates: 6 },
     manyIds: 40,
     isolates: smoke ? [1, 4] : [1, 4, 16],
     isolatesDelay: smoke ? 5 : 20,
