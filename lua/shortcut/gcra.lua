@@ -1,7 +1,7 @@
 -- GCRA's shortcut (see lua/algorithms/gcra.lua; token buckets run as GCRA too): one rule, cost
 -- 1..burst, no reservation. The general layout (ARGV: now, cost, "gcra", limit, period, burst).
--- It answers one integer instead of the dispatcher's 4 (a table reply costs Redis about 0.5 µs more: lua/prelude.lua,
--- measured): d, how far TAT lies ahead of now in 1/limit ms, after the cost when admitted (d >= 1),
+-- It answers one integer instead of the dispatcher's 4 (cheaper for Redis: see lua/prelude.lua):
+-- d, how far TAT lies ahead of now in 1/limit ms, after the cost when admitted (d >= 1),
 -- or -(d before) - 1 when denied. The Limiter derives remaining, resetAt and retryAfter from d.
 -- Commands: GET, then SET PX when admitted.
 if #KEYS == 1 and ARGV[3] == "gcra" and not ARGV[7] then
