@@ -9,31 +9,23 @@
 -- knows now, the limit and the window, so it derives remaining, resetAt and retryAfter from it.
 -- Commands: INCR (INCRBY), and PEXPIRE when the key is new, as a plain counter takes.
 if not ARGV[4] then
-  local key = KEYS[1]
-  if not ARGV[2] then
-    local count = redis.pcall("INCR", key)
-    if count == 1 then
-      redis.call("PEXPIRE", key, ARGV[1])
-    elseif type(count) ~= "number" then
-      -- a string that is no count (not this version's) starts the window afresh, as the check does;
-      -- other errors (a key of another type) stand
-      if not string.find(count.err, "not an integer", 1, true) then return redis.error_reply(count.err) end
-      redis.call("SET", key, "1", "PX", ARGV[1])
-      count = 1
-    end
-    return count
-  end
-  local cost, limit = tonumber(ARGV[2]), tonumber(ARGV[3])
-  local count = redis.pcall("INCRBY", key, ARGV[2])
+  local key, units = KEYS[1], ARGV[2]
+  local cost = units and tonumber(units) or 1
+  local count = units and redis.pcall("INCRBY", key, units) or redis.pcall("INCR", key)
   if count == cost then
     redis.call("PEXPIRE", key, ARGV[1])
   elseif type(count) ~= "number" then
+    -- a string that is no count (not this version's) starts the window afresh, as the check does;
+    -- other errors (a key of another type) stand
     if not string.find(count.err, "not an integer", 1, true) then return redis.error_reply(count.err) end
-    redis.call("SET", key, ARGV[2], "PX", ARGV[1])
+    redis.call("SET", key, units or "1", "PX", ARGV[1])
     count = cost
   end
   -- a window a large cost overshot gets the cost back (its remaining units stay usable); once the
   -- window is full the overshoot is harmless (full either way) and stays, saving the DECRBY
-  if count > limit and count - cost < limit then redis.call("DECRBY", key, ARGV[2]) end
+  if units then
+    local limit = tonumber(ARGV[3])
+    if count > limit and count - cost < limit then redis.call("DECRBY", key, units) end
+  end
   return count
 end

@@ -1,7 +1,7 @@
 /** Argument parsing for the `edgelimit-bridge` CLI, apart from cli.ts so it can be tested in-process. */
 import { parseArgs } from "node:util";
 import { parseRedisUrl } from "./resp.js";
-import type { BridgeOptions } from "./server.js";
+import { BRIDGE_DEFAULTS, type BridgeOptions } from "./server.js";
 
 export const USAGE = `Usage: edgelimit-bridge [--redis URL] [--port N] [--host H] [--token T] [--max-dedicated N]
                         [--max-body-bytes N]
@@ -86,8 +86,16 @@ export function parseCliArgs(argv: string[], env: Record<string, string | undefi
   if (host === "") throw new UsageError("--host must not be empty");
   const token = values.token ?? env.EDGELIMIT_BRIDGE_TOKEN ?? "";
   if (token === "") throw new UsageError("--token is required (or set EDGELIMIT_BRIDGE_TOKEN)");
-  const maxDedicatedConnections = positiveInteger("--max-dedicated", values["max-dedicated"], 100);
-  const maxBodyBytes = positiveInteger("--max-body-bytes", values["max-body-bytes"], 64 * 1024 * 1024);
+  const maxDedicatedConnections = positiveInteger(
+    "--max-dedicated",
+    values["max-dedicated"],
+    BRIDGE_DEFAULTS.maxDedicatedConnections,
+  );
+  const maxBodyBytes = positiveInteger(
+    "--max-body-bytes",
+    values["max-body-bytes"],
+    BRIDGE_DEFAULTS.maxBodyBytes,
+  );
   return { redisUrl, port, host, token, maxDedicatedConnections, maxBodyBytes };
 }
 

@@ -137,7 +137,8 @@ async function waitForPing(url: string, timeout: number): Promise<void> {
   }
 }
 
-function freePort(): Promise<number> {
+/** A TCP port on 127.0.0.1 that was free a moment ago (bound to :0 and released). */
+export function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = net.createServer();
     server.once("error", reject);

@@ -80,19 +80,22 @@ const METHODS = new Set(["GET", "HEAD", "POST", "PUT"]);
  * await redis.set("greeting", "hello");
  * await bridge.close();
  */
+/** What startBridge (and the CLI) take when an option is left out. */
+export const BRIDGE_DEFAULTS = { maxDedicatedConnections: 100, maxBodyBytes: 64 * 1024 * 1024 } as const;
+
 export async function startBridge(options: BridgeOptions): Promise<Bridge> {
   if (typeof options.token !== "string" || options.token === "") {
     throw new Error("startBridge: `token` is required (the bearer token clients must send)");
   }
   const redisUrl = options.redisUrl ?? "redis://127.0.0.1:6379";
   const host = options.host ?? "127.0.0.1";
-  const maxDedicated = options.maxDedicatedConnections ?? 100;
+  const maxDedicated = options.maxDedicatedConnections ?? BRIDGE_DEFAULTS.maxDedicatedConnections;
   if (!Number.isInteger(maxDedicated) || maxDedicated < 1) {
     throw new Error(
       `startBridge: \`maxDedicatedConnections\` must be an integer of at least 1, got ${maxDedicated}`,
     );
   }
-  const maxBodyBytes = options.maxBodyBytes ?? 64 * 1024 * 1024;
+  const maxBodyBytes = options.maxBodyBytes ?? BRIDGE_DEFAULTS.maxBodyBytes;
   if (!Number.isInteger(maxBodyBytes) || maxBodyBytes < 1) {
     throw new Error(`startBridge: \`maxBodyBytes\` must be an integer of at least 1, got ${maxBodyBytes}`);
   }

@@ -218,11 +218,12 @@ export class Limiter {
     // a fixed window's key outlives its window by a grace, and a caller whose clock runs ahead may
     // already have opened the next one
     const now = this.now();
-    const keys = this.keys(identifier, now);
-    this.windows.forEach((window, i) => {
-      if (window > 0)
-        keys.push(this.keys(identifier, now - window)[i]!, this.keys(identifier, now + window)[i]!);
-    });
+    const base = this.base(identifier);
+    const keys = this.windows.flatMap((window, i) =>
+      window > 0
+        ? [now - window, now, now + window].map((t) => this.key(base, i, t))
+        : [this.key(base, i, now)],
+    );
     await this.redis.del(...keys);
   }
 
@@ -231,11 +232,20 @@ export class Limiter {
    * order. A fixed window has a key per window: the rule's key, ":", the window's index.
    */
   keys(identifier: string, now: number = this.now()): string[] {
-    const base = `${this.prefix}:${keyTag(identifier)}`;
-    return this.keySuffixes.map((suffix, i) => {
-      const window = this.windows[i]!;
-      return window > 0 ? `${base}${suffix}:${Math.floor(now / window)}` : base + suffix;
-    });
+    const base = this.base(identifier);
+    return this.keySuffixes.map((_, i) => this.key(base, i, now));
+  }
+
+  /** What every key of `identifier` starts with: the prefix and its hash tag. */
+  private base(identifier: string): string {
+    return `${this.prefix}:${keyTag(identifier)}`;
+  }
+
+  /** Rule i's key at `now`, after `base`. */
+  private key(base: string, i: number, now: number): string {
+    const window = this.windows[i]!;
+    const key = base + this.keySuffixes[i]!;
+    return window > 0 ? `${key}:${Math.floor(now / window)}` : key;
   }
 
   private now(): number {
@@ -277,7 +287,7 @@ export class Limiter {
     try {
       // a shortcut answers one integer, the general path a table (lua/shortcut/, lua/dispatcher.lua)
       decision =
-        typeof reply.result === "number" && shortcut
+        shortcut && typeof reply.result === "number"
           ? this.decodeShortcut(reply.result, cost, now)
           : this.decode(reply.result);
     } catch (error) {
@@ -311,10 +321,8 @@ export class Limiter {
   /** Sends one lease refund (see lua/refund.lua); true when Redis ran it. Never sent twice. */
   private async refund(refund: Refund, now: number): Promise<boolean> {
     // a fixed window's units go back to the window they were counted in
-    const keys = this.keys(refund.identifier, now).map((key, i) => {
-      const start = refund.windowStarts[i];
-      return this.windows[i]! > 0 && start !== undefined ? this.keys(refund.identifier, start)[i]! : key;
-    });
+    const base = this.base(refund.identifier);
+    const keys = this.rules.map((_, i) => this.key(base, i, refund.windowStarts[i] ?? now));
     const perRule = this.rules.flatMap((rule, i) => [...rule.args, String(refund.windowStarts[i] ?? 0)]);
     const command = ["EVALSHA", SCRIPTS.refund.sha1, String(keys.length), ...keys, String(now)];
     command.push(String(refund.units), ...perRule);
@@ -328,9 +336,9 @@ export class Limiter {
   }
 
   /** A shortcut's one integer (see shortcuts.ts), as the Decision the general answer would give. */
-  private decodeShortcut(result: unknown, cost: number, now: number): Decision {
+  private decodeShortcut(result: number, cost: number, now: number): Decision {
     const rule = this.rules[0]!;
-    if (typeof result !== "number" || !Number.isInteger(result)) {
+    if (!Number.isInteger(result)) {
       throw new RedisCallError("redis", `edgelimit: unexpected script result ${describe(result)}`);
     }
     const outcome = decodeShortcut(rule, result, cost, now);

@@ -493,9 +493,20 @@ describe("keys", () => {
     expect(first.every((d) => d.allowed)).toBe(true);
     const second = await Promise.all(ids.map((id) => limiter.limit(id)));
     expect(second.every((d) => !d.allowed)).toBe(true);
+    // the longest keys: a 64-character prefix and rule names, the longest algorithm suffixes, and a
+    // fixed window of 1 ms (its window index has as many digits as the clock)
+    const longest = new Limiter({
+      redis: bridgeRedis(),
+      prefix: "p".repeat(64),
+      rules: {
+        ["f".repeat(64)]: fixedWindow({ limit: 1, window: 1 }),
+        ["t".repeat(64)]: tokenBucket({ capacity: 1, refillRate: 1 }),
+      },
+    });
     for (const id of ids) {
-      const [key] = limiter.keys(id);
-      expect(new TextEncoder().encode(key).length).toBeLessThanOrEqual(512);
+      for (const key of [...limiter.keys(id), ...longest.keys(id)]) {
+        expect(new TextEncoder().encode(key).length).toBeLessThan(512);
+      }
     }
   });
 });

@@ -18,16 +18,7 @@ function track(child: ChildProcess): ChildProcess {
   return child;
 }
 
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address() as net.AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
-}
+export { freePort } from "../../src/bridge/redis-server.js";
 
 /**
  * A redis-server of the test's own (startRedisServer), on a fixed port so it can come back where it
