@@ -473,7 +473,9 @@ describe("withLock", () => {
     });
     const prefix = uniquePrefix("cut");
     const clock = manualClock();
-    const lock = new Lock({ redis: bridgeRedis(bridge.url), prefix, lease: 600, timeout: 150, clock });
+    // A timeout well past the lease: the acquire before the cut may be slow on a busy machine, and the
+    // abort never waits for a renewal in flight (after the cut each is refused at once anyway).
+    const lock = new Lock({ redis: bridgeRedis(bridge.url), prefix, lease: 600, timeout: 2000, clock });
     const watcher = new Lock({ redis: bridgeRedis(), prefix, lease: 600, clock });
     const outcome = await lock.withLock("cut", async (signal, fence) => {
       await bridge.close();
@@ -514,7 +516,9 @@ describe("withLock", () => {
     const bridge = await BridgeProcess.start(inject("redisUrl"), inject("bridgeToken"));
     try {
       const prefix = uniquePrefix("sigstop");
-      const lock = new Lock({ redis: bridgeRedis(bridge.url), prefix, lease: 900, timeout: 300 });
+      // The acquire before the stop may be slow on a busy machine; a renewal after it hangs until its
+      // timeout, and the abort does not wait for it.
+      const lock = new Lock({ redis: bridgeRedis(bridge.url), prefix, lease: 900, timeout: 2000 });
       const outcome = await lock.withLock("frozen", async (signal) => {
         bridge.signal("SIGSTOP"); // renewals now get no answer at all
         await new Promise((resolve) => signal.addEventListener("abort", resolve));
