@@ -67,7 +67,7 @@ const ERROR_RETRY_MS = 1000;
  * @example
  * const inFlight = new Concurrency({ redis: new Redis({ url, token }), limit: 10, lease: "30s" });
  * const slot = await inFlight.acquire("user:42");
- * if (!slot.allowed) return new Response("too many at once", { status: 429 });
+ * if (!slot.allowed) return tooManyInFlight(slot); // the 429, with Retry-After
  * try { return await handle(request); } finally { ctx.waitUntil(slot.release()); }
  */
 export class Concurrency {

@@ -23,6 +23,8 @@
 //   source "error"    Redis did not answer, the state is unknown: RateLimit and the X-RateLimit-* fields
 //                     are left out rather than invented; RateLimit-Policy (static) stays. A fail-closed
 //                     denial gets Retry-After and an "about:blank" 429: no quota was exceeded.
+//   tooManyInFlight   a cap on requests in flight (Concurrency) has no rate policy to describe: its 429
+//                     carries Retry-After and the problem body, no RateLimit fields.
 import type { Rule } from "../engine/algorithms.js";
 import type { ConcurrencyDecision } from "../engine/concurrency.js";
 import type { Decision } from "../engine/types.js";
