@@ -1,22 +1,13 @@
+import { asError, ints4, mayRetry, runScript } from "./calls.js";
 import { describe } from "./duration.js";
 import { SCRIPTS } from "./generated/scripts.js";
 import { checkPrefix, keyTag } from "./keys.js";
-import {
-  asError,
-  checkClock,
-  checkString,
-  ints4,
-  leaseMs,
-  mayRetry,
-  runScript,
-  timeoutMs,
-  transportOf,
-} from "./lock.js";
-import type { Transport } from "./transport.js";
+import { type Transport, transportFor } from "./transport.js";
+import { checkClock, checkOptions, checkString, durationMs, positiveMs, readClock } from "./validate.js";
 
 /** What `new Concurrency()` takes. `redis`, `limit` and `lease` are required. */
 export interface ConcurrencyOptions {
-  /** An @upstash/redis client (`new Redis({ url, token })`). */
+  /** An @upstash/redis client (`new Redis({ url, token })`), or the `{ url, token }` of a REST endpoint. */
   redis: unknown;
   /** Key namespace (default "edgelimit"): 1-64 characters of A-Z a-z 0-9 _ . : - */
   prefix?: string;
@@ -76,7 +67,7 @@ const ERROR_RETRY_MS = 1000;
  * @example
  * const inFlight = new Concurrency({ redis: new Redis({ url, token }), limit: 10, lease: "30s" });
  * const slot = await inFlight.acquire("user:42");
- * if (!slot.allowed) return new Response("too many at once", { status: 429 });
+ * if (!slot.allowed) return tooManyInFlight(slot); // the 429, with Retry-After
  * try { return await handle(request); } finally { ctx.waitUntil(slot.release()); }
  */
 export class Concurrency {
@@ -91,14 +82,13 @@ export class Concurrency {
   private readonly failOpen: boolean;
 
   constructor(options: ConcurrencyOptions) {
-    if (options === null || typeof options !== "object")
-      throw new Error("Concurrency: expected an options object");
-    for (const field of Object.keys(options)) {
-      if (!OPTIONS.includes(field)) {
-        throw new Error(`${field}: not a Concurrency option; it takes ${OPTIONS.join(", ")}`);
-      }
+    checkOptions(options, "Concurrency", OPTIONS);
+    // transportFor checks what the object is (a client or { url, token }) and throws naming `redis`.
+    const redis = options.redis;
+    if (redis === null || typeof redis !== "object") {
+      throw new Error(`redis: expected an @upstash/redis client or { url, token }, got ${describe(redis)}`);
     }
-    this.transport = transportOf(options.redis);
+    this.transport = transportFor(redis);
     this.prefix = checkPrefix(options.prefix ?? "edgelimit");
     const limit = options.limit;
     if (typeof limit !== "number" || !Number.isInteger(limit) || limit < 1 || limit > 1_000_000) {
@@ -106,8 +96,8 @@ export class Concurrency {
     }
     this.limit = limit;
     if (options.lease === undefined) throw new Error('lease: is required, e.g. lease: "30s"');
-    this.lease = leaseMs(options.lease, "lease");
-    this.timeout = timeoutMs(options.timeout ?? 1000, "timeout");
+    this.lease = durationMs(options.lease, "lease");
+    this.timeout = positiveMs(options.timeout ?? 1000, "timeout", { infinite: true });
     const onError = options.onError ?? "allow";
     if (onError !== "allow" && onError !== "deny") {
       throw new Error(`onError: must be "allow" or "deny", got ${describe(onError)}`);
@@ -186,10 +176,6 @@ export class Concurrency {
   }
 
   private now(): number {
-    const now = this.clock();
-    if (typeof now !== "number" || !Number.isFinite(now)) {
-      throw new TypeError(`clock: returned ${describe(now)}, expected epoch milliseconds`);
-    }
-    return Math.floor(now);
+    return readClock(this.clock);
   }
 }

@@ -1,11 +1,18 @@
-import { describe, toMs } from "./duration.js";
-import { RedisCallError } from "./errors.js";
+import { asError, ints4, mayRetry, runScript } from "./calls.js";
+import { describe } from "./duration.js";
 import { SCRIPTS } from "./generated/scripts.js";
 import { checkPrefix, keyTag } from "./keys.js";
-import { type Script, type Transport, transportFor } from "./transport.js";
+import { type Transport, transportFor } from "./transport.js";
+import {
+  checkClock,
+  checkOptions,
+  checkString,
+  durationMs,
+  MAX_TIMER_MS,
+  positiveMs,
+  readClock,
+} from "./validate.js";
 
-/** Timers clamp a delay above 2^31 - 1 ms to 1 ms: no lease, wait or timeout may be longer. */
-const MAX_MS = 2 ** 31 - 1;
 /**
  * How long a lock's fence outlives its last hold (ms). The fence stays strictly increasing across an
  * expired key as long as no caller's clock runs this far behind another's (see lua/lock.lua).
@@ -18,7 +25,7 @@ const POLL_MAX_MS = 500;
 
 /** What `new Lock()` takes. Only `redis` is required. */
 export interface LockOptions {
-  /** An @upstash/redis client (`new Redis({ url, token })`). */
+  /** An @upstash/redis client (`new Redis({ url, token })`), or the `{ url, token }` of a REST endpoint. */
   redis: unknown;
   /** Key namespace (default "edgelimit"): 1-64 characters of A-Z a-z 0-9 _ . : - */
   prefix?: string;
@@ -139,15 +146,16 @@ export class Lock {
   private readonly timeout: number;
 
   constructor(options: LockOptions) {
-    if (options === null || typeof options !== "object") throw new Error("Lock: expected an options object");
-    for (const field of Object.keys(options)) {
-      if (!OPTIONS.includes(field))
-        throw new Error(`${field}: not a Lock option; it takes ${OPTIONS.join(", ")}`);
+    checkOptions(options, "Lock", OPTIONS);
+    // transportFor checks what the object is (a client or { url, token }) and throws naming `redis`.
+    const redis = options.redis;
+    if (redis === null || typeof redis !== "object") {
+      throw new Error(`redis: expected an @upstash/redis client or { url, token }, got ${describe(redis)}`);
     }
-    this.transport = transportOf(options.redis);
+    this.transport = transportFor(redis);
     this.prefix = checkPrefix(options.prefix ?? "edgelimit");
-    this.lease = options.lease === undefined ? DEFAULT_LEASE_MS : leaseMs(options.lease, "lease");
-    this.timeout = timeoutMs(options.timeout ?? 1000, "timeout");
+    this.lease = options.lease === undefined ? DEFAULT_LEASE_MS : durationMs(options.lease, "lease");
+    this.timeout = positiveMs(options.timeout ?? 1000, "timeout", { infinite: true });
     this.clock = checkClock(options.clock ?? Date.now);
   }
 
@@ -169,8 +177,8 @@ export class Lock {
   async acquire(name: string, options: AcquireOptions = {}): Promise<LockResult> {
     const key = this.key(name);
     const owner = options.owner === undefined ? crypto.randomUUID() : checkString(options.owner, "owner");
-    const lease = options.lease === undefined ? this.lease : leaseMs(options.lease, "lease");
-    const wait = options.wait === undefined || options.wait === 0 ? 0 : leaseMs(options.wait, "wait");
+    const lease = options.lease === undefined ? this.lease : durationMs(options.lease, "lease");
+    const wait = options.wait === undefined || options.wait === 0 ? 0 : durationMs(options.wait, "wait");
     const deadline = Date.now() + wait;
     // Every try of this call carries one id: a retry after a lost answer is not a second re-entry.
     const attemptId = crypto.randomUUID();
@@ -230,7 +238,7 @@ export class Lock {
   async extend(name: string, options: { owner: string; lease?: number | string }): Promise<ExtendResult> {
     const key = this.key(name);
     const owner = checkString(options?.owner, "owner");
-    const lease = options.lease === undefined ? this.lease : leaseMs(options.lease, "lease");
+    const lease = options.lease === undefined ? this.lease : durationMs(options.lease, "lease");
     try {
       const [ok, , , expires] = ints4(await this.run(key, "extend", this.now(), owner, lease));
       return { extended: ok === 1, expiresAt: ok === 1 ? expires : 0 };
@@ -244,6 +252,10 @@ export class Lock {
    * runs, and releases it afterwards, however `fn` ends. `signal` aborts (with a LockLostError) the
    * moment the hold is known to be lost: Redis says another owner has it, or the lease ran out before a
    * renewal got through. `fn` should stop writing then; the fence is what keeps a late write out.
+   * The lease's end is timed by a timer, which can fire a little before the Lock's clock reaches it:
+   * `signal` may abort just before another owner can take the lock, never on purpose after. Early is
+   * the safe side (`fn` stops while the lock is still its own); a busy event loop can fire the timer
+   * late, and the fence covers that.
    * Rejects with LockUnavailableError when the lock cannot be had within `wait`.
    *
    * @example
@@ -272,7 +284,7 @@ export class Lock {
     if (typeof fn !== "function") throw new TypeError(`fn: expected a function, got ${describe(fn)}`);
     const generated = options.owner === undefined;
     const owner = generated ? crypto.randomUUID() : checkString(options.owner, "owner");
-    const lease = options.lease === undefined ? this.lease : leaseMs(options.lease, "lease");
+    const lease = options.lease === undefined ? this.lease : durationMs(options.lease, "lease");
     const renew = options.renew ?? true;
     if (typeof renew !== "boolean")
       throw new TypeError(`renew: expected true or false, got ${describe(renew)}`);
@@ -328,7 +340,7 @@ export class Lock {
       clearTimeout(lapseTimer);
       lapseTimer = setTimeout(
         () => lost("the lease ran out before it could be renewed"),
-        Math.max(0, Math.min(MAX_MS, expiresAt - this.clock())),
+        Math.max(0, Math.min(MAX_TIMER_MS, expiresAt - this.clock())),
       );
     };
     const scheduleRenewal = (ms: number) => {
@@ -361,11 +373,7 @@ export class Lock {
   }
 
   private now(): number {
-    const now = this.clock();
-    if (typeof now !== "number" || !Number.isFinite(now)) {
-      throw new TypeError(`clock: returned ${describe(now)}, expected epoch milliseconds`);
-    }
-    return Math.floor(now);
+    return readClock(this.clock);
   }
 
   private run(key: string, op: string, now: number, owner: string, lease: number, id = ""): Promise<unknown> {
@@ -377,99 +385,6 @@ export class Lock {
 /** An owner as stored: escaped like an identifier, hashed when long. */
 function ownerArg(owner: string): string {
   return keyTag(owner).slice(1, -1);
-}
-
-// ---- shared with concurrency.ts -------------------------------------------------------------------
-
-/** The shared transport of an @upstash/redis client, or an Error naming the field. */
-export function transportOf(redis: unknown): Transport {
-  const client = (redis as { client?: unknown } | null | undefined)?.client;
-  if (client === null || typeof client !== "object") {
-    throw new Error("redis: expected an @upstash/redis client, e.g. new Redis({ url, token })");
-  }
-  return transportFor(redis as object);
-}
-
-/** A lease, wait or other positive duration up to 2^31 - 1 ms, or an Error naming `field`. */
-export function leaseMs(value: unknown, field: string): number {
-  if (typeof value === "number" && (!Number.isFinite(value) || value <= 0)) {
-    throw new Error(
-      `${field}: must be a positive number of milliseconds up to ${MAX_MS}, got ${describe(value)}`,
-    );
-  }
-  const ms = toMs(value, field);
-  if (ms > MAX_MS)
-    throw new Error(`${field}: must be at most ${MAX_MS} ms (about 24.8 days), got ${describe(value)}`);
-  return ms;
-}
-
-export function timeoutMs(value: unknown, field: string): number {
-  if (value === Number.POSITIVE_INFINITY) return value;
-  if (typeof value !== "number" || !Number.isFinite(value) || value <= 0 || value > MAX_MS) {
-    throw new Error(
-      `${field}: must be a positive number of milliseconds up to ${MAX_MS} (or Infinity), got ${describe(value)}`,
-    );
-  }
-  return value;
-}
-
-export function checkClock(clock: unknown): () => number {
-  if (typeof clock !== "function") throw new Error("clock: must be a function returning epoch ms");
-  return clock as () => number;
-}
-
-/**
- * A name, owner or identifier: a non-empty string (any characters, any length: keys escape or hash it).
- * Empty is refused as the Limiter refuses an empty identifier: every caller whose value came out empty
- * (a missing header read as "") would share one lock, one owner (re-entering each other's holds) or one
- * set of slots.
- */
-export function checkString(value: unknown, field: string): string {
-  if (typeof value !== "string") throw new TypeError(`${field}: expected a string, got ${describe(value)}`);
-  if (value === "") {
-    throw new RangeError(
-      `${field}: must not be empty (every caller whose ${field} came out empty would share one); pass a real ${field}`,
-    );
-  }
-  return value;
-}
-
-/**
- * Runs a script through the client's shared transport (batching, timeout, breaker, NOSCRIPT). Rejects
- * with the transport's RedisCallError on any failure, for the callers' catch.
- */
-export async function runScript(
-  transport: Transport,
-  script: Script,
-  keys: string[],
-  args: string[],
-  timeout: number,
-): Promise<unknown> {
-  const outcome = await transport.eval(script, keys, args, { timeout });
-  if (!outcome.ok) throw outcome.error;
-  return outcome.result;
-}
-
-/** Whether a failed call is worth one more try: no answer (it may or may not have run), not a refusal. */
-export function mayRetry(error: unknown): boolean {
-  const kind = (error as RedisCallError | undefined)?.kind;
-  return error instanceof RedisCallError && (kind === "timeout" || kind === "unreachable" || kind === "http");
-}
-
-/** A script's reply of 4 integers, or an Error. */
-export function ints4(result: unknown): [number, number, number, number] {
-  if (!Array.isArray(result) || result.length !== 4 || !result.every((x) => typeof x === "number")) {
-    throw new Error(`edgelimit: unexpected script result ${describe(result)}`);
-  }
-  return result as [number, number, number, number];
-}
-
-export function asError(error: unknown): Error {
-  const message = error instanceof Error ? error.message : String(error);
-  // @upstash/redis appends the request body, which holds other calls' keys: never pass that on.
-  const cut = message.indexOf(", command was:");
-  if (cut !== -1) return new Error(message.slice(0, cut));
-  return error instanceof Error ? error : new Error(message);
 }
 
 function sleep(ms: number): Promise<void> {

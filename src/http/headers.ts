@@ -23,7 +23,10 @@
 //   source "error"    Redis did not answer, the state is unknown: RateLimit and the X-RateLimit-* fields
 //                     are left out rather than invented; RateLimit-Policy (static) stays. A fail-closed
 //                     denial gets Retry-After and an "about:blank" 429: no quota was exceeded.
+//   tooManyInFlight   a cap on requests in flight (Concurrency) has no rate policy to describe: its 429
+//                     carries Retry-After and the problem body, no RateLimit fields.
 import type { Rule } from "../engine/algorithms.js";
+import type { ConcurrencyDecision } from "../engine/concurrency.js";
 import type { Decision } from "../engine/types.js";
 
 /** What the header functions read of a rule: `limiter.rules` fits. */
@@ -125,33 +128,13 @@ export function problemDetails(
   if (decision.allowed) throw new TypeError("problemDetails: the decision admitted the request");
   const now = options.now ?? Date.now();
   const retry = secondsUntil(nextAt(decision, now), now);
-  const retryText = retry === undefined ? "" : ` Retry after ${retry} ${retry === 1 ? "second" : "seconds"}.`;
-  if (decision.source === "error") {
-    return {
-      type: "about:blank",
-      title: "Too Many Requests",
-      status: 429,
-      detail: `The rate limiter could not decide and refuses requests until it can.${retryText}`,
-      ...(retry === undefined ? {} : { "retry-after": retry }),
-    };
-  }
+  if (decision.source === "error") return undecided(retry);
   const violated = Object.keys(decision.rules).filter((name) => decision.rules[name]?.allowed === false);
   if (violated.length === 0) violated.push(decision.rule);
   // Rule order, so the list reads like RateLimit-Policy.
   const order = new Map(rules.map((rule, i) => [rule.name, i]));
   violated.sort((a, b) => (order.get(a) ?? rules.length) - (order.get(b) ?? rules.length));
-  const names = violated.map((name) => `"${name}"`).join(", ");
-  return {
-    type: QUOTA_EXCEEDED,
-    title: QUOTA_EXCEEDED_TITLE,
-    status: 429,
-    detail:
-      retry === undefined
-        ? `This request needs more quota than ${names} can ever grant; retrying will not help.`
-        : `Quota exceeded for ${names}.${retryText}`,
-    "violated-policies": violated,
-    ...(retry === undefined ? {} : { "retry-after": retry }),
-  };
+  return quotaExceeded(violated, retry);
 }
 
 /**
@@ -173,6 +156,28 @@ export function tooManyRequests(
     // A refusal is about this moment: no cache may replay it to the next request.
     "Cache-Control": "no-store",
   });
+}
+
+/**
+ * The 429 of a cap on requests in flight (a refused `Concurrency.acquire`): problem+json naming the
+ * limit, Retry-After (the wait until the oldest holder's lease runs out, the latest a slot is sure to
+ * be free), no-store. No RateLimit fields: a cap on requests in flight has no rate policy to describe.
+ * When Redis did not answer (`onError: "deny"`), an about:blank 429. Throws a TypeError for a slot
+ * that was taken: there is nothing to refuse.
+ *
+ * @example
+ * const slot = await inFlight.acquire(apiKey);
+ * if (!slot.allowed) return tooManyInFlight(slot);
+ */
+export function tooManyInFlight(
+  refusal: Pick<ConcurrencyDecision, "allowed" | "rule" | "retryAfter" | "source">,
+): Response {
+  if (refusal.allowed) throw new TypeError("tooManyInFlight: the request was given a slot");
+  const retry = secondsUntil(Math.max(0, refusal.retryAfter), 0);
+  const body = refusal.source === "error" ? undecided(retry) : quotaExceeded([refusal.rule], retry);
+  const headers: Record<string, string> = { "Cache-Control": "no-store" };
+  if (retry !== undefined) headers["Retry-After"] = String(retry);
+  return problemResponse(body, headers);
 }
 
 /** What an adapter does with a decision: answer with `refusal`, or serve and add `headers`. */
@@ -233,6 +238,37 @@ export function unauthorized(options: { detail?: string; challenge?: string } = 
   const headers: Record<string, string> = { "Cache-Control": "no-store" };
   if (challenge !== undefined) headers["WWW-Authenticate"] = challenge;
   return problemResponse({ type: "about:blank", title: "Unauthorized", status: 401, detail }, headers);
+}
+
+/** The draft's quota-exceeded problem for the `violated` policies; `retry` undefined: never fits. */
+function quotaExceeded(violated: string[], retry: number | undefined): ProblemDetails {
+  const names = violated.map((name) => `"${name}"`).join(", ");
+  return {
+    type: QUOTA_EXCEEDED,
+    title: QUOTA_EXCEEDED_TITLE,
+    status: 429,
+    detail:
+      retry === undefined
+        ? `This request needs more quota than ${names} can ever grant; retrying will not help.`
+        : `Quota exceeded for ${names}.${retryText(retry)}`,
+    "violated-policies": violated,
+    ...(retry === undefined ? {} : { "retry-after": retry }),
+  };
+}
+
+/** The about:blank 429 of a refusal made because Redis could not be asked (`onError: "deny"`). */
+function undecided(retry: number | undefined): ProblemDetails {
+  return {
+    type: "about:blank",
+    title: "Too Many Requests",
+    status: 429,
+    detail: `The rate limiter could not decide and refuses requests until it can.${retryText(retry)}`,
+    ...(retry === undefined ? {} : { "retry-after": retry }),
+  };
+}
+
+function retryText(retry: number | undefined): string {
+  return retry === undefined ? "" : ` Retry after ${retry} ${retry === 1 ? "second" : "seconds"}.`;
 }
 
 function problemResponse(body: ProblemDetails, headers: Record<string, string>): Response {

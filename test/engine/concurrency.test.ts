@@ -4,7 +4,7 @@
 import { Redis } from "@upstash/redis";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { connectRedis, type RedisConnection } from "../../src/bridge/index.js";
-import { Concurrency, type ConcurrencyDecision } from "../../src/index.js";
+import { Concurrency, type ConcurrencyDecision } from "../../src/engine/concurrency.js";
 import { bridgeRedis, manualClock, T0, uniquePrefix } from "../support.js";
 
 let direct: RedisConnection;
@@ -217,4 +217,13 @@ describe("bad input", () => {
     await expect(concurrency.acquire(42 as unknown as string)).rejects.toThrow(/^identifier: /);
     await expect(concurrency.acquire("")).rejects.toThrow(/^identifier: must not be empty/);
   });
+  it.each([-1, Number.NaN, Number.POSITIVE_INFINITY, "1700000040000"])(
+    "refuses a clock that returns %s, naming it, before any call to Redis",
+    async (now) => {
+      const concurrency = new Concurrency({ redis, limit: 1, lease: 1, clock: () => now as number });
+      await expect(concurrency.acquire("k")).rejects.toThrow(
+        /^clock: returned .*, expected epoch milliseconds \(0 or more\)$/,
+      );
+    },
+  );
 });

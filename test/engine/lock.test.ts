@@ -12,8 +12,8 @@ import {
   type Reply,
   startBridge,
 } from "../../src/bridge/index.js";
-import { FENCE_MARGIN_MS } from "../../src/engine/lock.js";
-import { Concurrency, Lock, LockLostError, LockUnavailableError } from "../../src/index.js";
+import { Concurrency } from "../../src/engine/concurrency.js";
+import { FENCE_MARGIN_MS, Lock, LockLostError, LockUnavailableError } from "../../src/engine/lock.js";
 import { type Cluster, startCluster } from "../cluster.js";
 import { startCutHop } from "../cut-hop.js";
 import { BridgeProcess } from "../faults/support.js";
@@ -324,6 +324,22 @@ describe("bad input", () => {
     await expect(lock.withLock("n", 5 as never)).rejects.toThrow(/^fn: /);
     await expect(lock.withLock("n", () => {}, { renew: "yes" as never })).rejects.toThrow(/^renew: /);
   });
+
+  it.each([-1, Number.NaN, Number.POSITIVE_INFINITY, "1700000040000"])(
+    "refuses a clock that returns %s, naming it",
+    async (now) => {
+      const lock = new Lock({ redis, clock: () => now as number });
+      const broken = /^clock: returned .*, expected epoch milliseconds \(0 or more\)$/;
+      await expect(lock.acquire("n")).rejects.toThrow(broken);
+      await expect(lock.withLock("n", () => {})).rejects.toThrow(broken);
+    },
+  );
+
+  it("floors a clock that returns fractions of a ms", async () => {
+    const { lock, clock } = lockWith();
+    clock.set(T0 + 0.9);
+    expect(await lock.acquire("frac", { owner: "o" })).toMatchObject({ fence: T0, expiresAt: T0 + 1000 });
+  });
 });
 
 describe("mutual exclusion", () => {
@@ -395,21 +411,37 @@ describe("withLock", () => {
     expect(after.fence).toBeGreaterThan(fence);
   });
 
+  // The lease's end is timed by a timer, which can fire a little before the clock reaches it (the safe
+  // side). So the tests below hold the clock and move it by hand: after the abort, the lock is still the
+  // holder's one ms before its lease ends and free at the end, exactly.
   it("without renewal the lease runs out: signal aborts and a rival gets in", async () => {
-    const prefix = uniquePrefix("norenew");
-    const lock = new Lock({ redis: bridgeRedis(), prefix, lease: 200 });
+    const clock = manualClock();
+    const lock = new Lock({ redis: bridgeRedis(), prefix: uniquePrefix("norenew"), lease: 200, clock });
     const result = await lock.withLock(
       "short",
-      async (signal) => {
+      async (signal, fence) => {
         await new Promise((resolve) => signal.addEventListener("abort", resolve));
-        return [
-          signal.reason instanceof LockLostError,
-          (await lock.acquire("short", { owner: "rival" })).acquired,
-        ];
+        clock.set(T0 + 199);
+        const early = await lock.acquire("short", { owner: "rival" });
+        clock.set(T0 + 200);
+        const rival = await lock.acquire("short", { owner: "rival" });
+        return {
+          lost: signal.reason instanceof LockLostError,
+          why: (signal.reason as Error).message,
+          early: [early.acquired, early.expiresAt],
+          rival: [rival.acquired, rival.fence],
+          fence,
+        };
       },
       { renew: false },
     );
-    expect(result).toEqual([true, true]);
+    expect(result).toEqual({
+      lost: true,
+      why: 'lock "short": the lease ran out before it could be renewed',
+      early: [false, T0 + 200],
+      rival: [true, T0 + 200],
+      fence: T0,
+    });
   });
 
   it("aborts signal when a renewal finds another owner holding the lock", async () => {
@@ -440,16 +472,35 @@ describe("withLock", () => {
       token: inject("bridgeToken"),
     });
     const prefix = uniquePrefix("cut");
-    const lock = new Lock({ redis: bridgeRedis(bridge.url), prefix, lease: 600, timeout: 150 });
-    const watcher = new Lock({ redis: bridgeRedis(), prefix, lease: 600 });
+    const clock = manualClock();
+    // A timeout well past the lease: the acquire before the cut may be slow on a busy machine, and the
+    // abort never waits for a renewal in flight (after the cut each is refused at once anyway).
+    const lock = new Lock({ redis: bridgeRedis(bridge.url), prefix, lease: 600, timeout: 2000, clock });
+    const watcher = new Lock({ redis: bridgeRedis(), prefix, lease: 600, clock });
     const outcome = await lock.withLock("cut", async (signal, fence) => {
       await bridge.close();
       await new Promise((resolve) => signal.addEventListener("abort", resolve));
-      // the lock really is free now (its lease ran out): the watcher, on the shared bridge, gets it
+      // no renewal got through: the lock is the holder's until its lease ends, and free from then on;
+      // the watcher, on the shared bridge, gets it with a newer fence
+      clock.set(T0 + 599);
+      const early = await watcher.acquire("cut", { owner: "watcher" });
+      clock.set(T0 + 600);
       const hold = await watcher.acquire("cut", { owner: "watcher" });
-      return { lost: signal.reason instanceof LockLostError, free: hold.acquired, newer: hold.fence > fence };
+      return {
+        lost: signal.reason instanceof LockLostError,
+        why: (signal.reason as Error).message,
+        early: [early.acquired, early.expiresAt],
+        free: hold.acquired,
+        fences: [fence, hold.fence],
+      };
     });
-    expect(outcome).toEqual({ lost: true, free: true, newer: true });
+    expect(outcome).toEqual({
+      lost: true,
+      why: 'lock "cut": the lease ran out before it could be renewed',
+      early: [false, T0 + 600],
+      free: true,
+      fences: [T0, T0 + 600],
+    });
   });
 
   it("re-enters a hold of the same owner, and leaves it held afterwards", async () => {
@@ -465,7 +516,9 @@ describe("withLock", () => {
     const bridge = await BridgeProcess.start(inject("redisUrl"), inject("bridgeToken"));
     try {
       const prefix = uniquePrefix("sigstop");
-      const lock = new Lock({ redis: bridgeRedis(bridge.url), prefix, lease: 900, timeout: 300 });
+      // The acquire before the stop may be slow on a busy machine; a renewal after it hangs until its
+      // timeout, and the abort does not wait for it.
+      const lock = new Lock({ redis: bridgeRedis(bridge.url), prefix, lease: 900, timeout: 2000 });
       const outcome = await lock.withLock("frozen", async (signal) => {
         bridge.signal("SIGSTOP"); // renewals now get no answer at all
         await new Promise((resolve) => signal.addEventListener("abort", resolve));

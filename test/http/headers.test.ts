@@ -6,6 +6,7 @@ import {
   problemDetails,
   QUOTA_EXCEEDED,
   rateLimitHeaders,
+  tooManyInFlight,
   tooManyRequests,
   unauthorized,
 } from "../../src/http/headers.js";
@@ -324,6 +325,51 @@ describe("responses", () => {
       "violated-policies": ["burst"],
       "retry-after": 1,
     });
+  });
+
+  it("tooManyInFlight: 429, problem+json naming the limit, Retry-After rounded up, no RateLimit", async () => {
+    const full = tooManyInFlight({
+      allowed: false,
+      rule: "concurrency",
+      retryAfter: 29_001,
+      source: "redis",
+    });
+    expect(full.status).toBe(429);
+    expect(Object.fromEntries(full.headers)).toEqual({
+      "cache-control": "no-store",
+      "content-type": "application/problem+json",
+      "retry-after": "30",
+    });
+    expect(await full.json()).toEqual({
+      type: QUOTA_EXCEEDED,
+      title: "Request cannot be satisfied as assigned quota has been exceeded",
+      status: 429,
+      detail: 'Quota exceeded for "concurrency". Retry after 30 seconds.',
+      "violated-policies": ["concurrency"],
+      "retry-after": 30,
+    });
+    // Redis did not answer and onError is "deny": no quota was exceeded
+    const unknown = tooManyInFlight({
+      allowed: false,
+      rule: "concurrency",
+      retryAfter: 1000,
+      source: "error",
+    });
+    expect(Object.fromEntries(unknown.headers)).toEqual({
+      "cache-control": "no-store",
+      "content-type": "application/problem+json",
+      "retry-after": "1",
+    });
+    expect(await unknown.json()).toEqual({
+      type: "about:blank",
+      title: "Too Many Requests",
+      status: 429,
+      detail: "The rate limiter could not decide and refuses requests until it can. Retry after 1 second.",
+      "retry-after": 1,
+    });
+    expect(() =>
+      tooManyInFlight({ allowed: true, rule: "concurrency", retryAfter: 0, source: "redis" }),
+    ).toThrow(TypeError);
   });
 
   it("unauthorized: 401 problem+json, with the challenge when given", async () => {

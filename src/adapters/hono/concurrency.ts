@@ -1,7 +1,6 @@
 import type { Context, Env, MiddlewareHandler } from "hono";
 import { Concurrency, type ConcurrencyDecision, type ConcurrencyOptions } from "../../engine/concurrency.js";
-import type { Decision } from "../../engine/types.js";
-import { SHADOW_HEADER, tooManyRequests, unauthorized } from "../../http/headers.js";
+import { SHADOW_HEADER, tooManyInFlight, unauthorized } from "../../http/headers.js";
 
 /** What the middleware puts in the context: `c.get("concurrency")`, the slot this request holds. */
 export type ConcurrencyVariables = { concurrency: ConcurrencyDecision };
@@ -100,7 +99,7 @@ export const concurrencyLimit = <E extends Env = Env>(
           // no waitUntil here: the release runs on its own
         }
       }
-      if (mode === "enforce") return refusal(slot, concurrency.clock());
+      if (mode === "enforce") return tooManyInFlight(slot);
       const { method, path } = c.req;
       log({
         kind: "shadow-denied",
@@ -195,26 +194,4 @@ function untilDone(body: ReadableStream<Uint8Array>, onDone: () => void): Readab
     },
     { highWaterMark: 0 },
   );
-}
-
-/** The 429 of a full (or, with onError "deny", unknown) concurrency limit: problem+json, Retry-After. */
-function refusal(slot: ConcurrencyDecision, now: number): Response {
-  const outcome = {
-    allowed: false,
-    limit: slot.limit,
-    remaining: 0,
-    resetAt: slot.resetAt,
-    retryAfter: slot.retryAfter,
-  };
-  const decision: Decision = {
-    ...outcome,
-    rule: slot.rule,
-    source: slot.source === "error" ? "error" : "redis",
-    rules: { [slot.rule]: outcome },
-    ...(slot.error ? { error: slot.error } : {}),
-  };
-  const response = tooManyRequests(decision, [], { now });
-  // RateLimit describes a rate policy; a cap on requests in flight has none to point at.
-  response.headers.delete("RateLimit");
-  return response;
 }

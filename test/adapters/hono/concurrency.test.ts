@@ -8,8 +8,8 @@ import {
   type ConcurrencyVariables,
   concurrencyLimit,
 } from "../../../src/adapters/hono/index.js";
+import { Concurrency } from "../../../src/engine/concurrency.js";
 import { QUOTA_EXCEEDED } from "../../../src/http/headers.js";
-import { Concurrency } from "../../../src/index.js";
 import { startCutHop } from "../../cut-hop.js";
 import { bridgeRedis, manualClock, T0, uniquePrefix } from "../../support.js";
 
