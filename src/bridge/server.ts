@@ -68,6 +68,9 @@ export interface Bridge {
 
 const METHODS = new Set(["GET", "HEAD", "POST", "PUT"]);
 
+/** What startBridge (and the CLI) take when an option is left out. */
+export const BRIDGE_DEFAULTS = { maxDedicatedConnections: 100, maxBodyBytes: 64 * 1024 * 1024 } as const;
+
 /**
  * Starts the REST bridge. Connects to Redis first, so an unreachable Redis fails here, not later.
  *
@@ -80,9 +83,6 @@ const METHODS = new Set(["GET", "HEAD", "POST", "PUT"]);
  * await redis.set("greeting", "hello");
  * await bridge.close();
  */
-/** What startBridge (and the CLI) take when an option is left out. */
-export const BRIDGE_DEFAULTS = { maxDedicatedConnections: 100, maxBodyBytes: 64 * 1024 * 1024 } as const;
-
 export async function startBridge(options: BridgeOptions): Promise<Bridge> {
   if (typeof options.token !== "string" || options.token === "") {
     throw new Error("startBridge: `token` is required (the bearer token clients must send)");
