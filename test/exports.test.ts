@@ -70,6 +70,7 @@ const ENTRIES: Record<string, Entry> = {
       "policyHeader",
       "problemDetails",
       "rateLimitHeaders",
+      "tooManyInFlight",
       "tooManyRequests",
       "unauthorized",
     ],

@@ -16,6 +16,7 @@ export {
   QUOTA_EXCEEDED,
   rateLimitHeaders,
   SHADOW_HEADER,
+  tooManyInFlight,
   tooManyRequests,
   unauthorized,
 } from "./headers.js";
