@@ -253,7 +253,7 @@ async function bundle(name: string, code: string): Promise<{ text: string; modul
 
 // Strings only the lock, the concurrency limiter and the HTTP helpers carry (minifying keeps strings).
 const LOCK = ["LockLostError", "LockUnavailableError", ":lock:"];
-const CONCURRENCY = ["Concurrency: expected an options object", ":concurrency:"];
+const CONCURRENCY = ["must be a whole number of holders", ":concurrency:"];
 const HTTP = ["application/problem+json", "EdgeLimit-Shadow", "quota-exceeded"];
 
 describe('"sideEffects": false: what a consumer\'s bundler keeps', () => {
