@@ -40,14 +40,16 @@ async function run(decide: () => Promise<unknown>, count: number): Promise<numbe
 }
 
 for (const decide of Object.values(contestants)) await run(decide, decisions / 4); // warm up
-const results: Record<string, number[]> = {};
+const results: Record<string, number[]> = Object.fromEntries(
+  Object.keys(contestants).map((name) => [name, []]),
+);
 for (let round = 0; round < rounds; round++) {
-  for (const [name, decide] of Object.entries(contestants)) {
-    (results[name] ??= []).push(await run(decide, decisions));
-  }
+  for (const [name, decide] of Object.entries(contestants)) results[name]!.push(await run(decide, decisions));
 }
 for (const [name, values] of Object.entries(results)) {
   const sorted = [...values].sort((a, b) => a - b);
   const median = sorted[Math.floor(sorted.length / 2)]!;
-  console.log(`${name.padEnd(28)} median ${median.toFixed(2)} µs  (${sorted.map((v) => v.toFixed(1)).join(" ")})`);
+  console.log(
+    `${name.padEnd(28)} median ${median.toFixed(2)} µs  (${sorted.map((v) => v.toFixed(1)).join(" ")})`,
+  );
 }
