@@ -84,11 +84,7 @@ export class Concurrency {
   constructor(options: ConcurrencyOptions) {
     checkOptions(options, "Concurrency", OPTIONS);
     // transportFor checks what the object is (a client or { url, token }) and throws naming `redis`.
-    const redis = options.redis;
-    if (redis === null || typeof redis !== "object") {
-      throw new Error(`redis: expected an @upstash/redis client or { url, token }, got ${describe(redis)}`);
-    }
-    this.transport = transportFor(redis);
+    this.transport = transportFor(options.redis);
     this.prefix = checkPrefix(options.prefix ?? "edgelimit");
     const limit = options.limit;
     if (typeof limit !== "number" || !Number.isInteger(limit) || limit < 1 || limit > 1_000_000) {

@@ -148,11 +148,7 @@ export class Lock {
   constructor(options: LockOptions) {
     checkOptions(options, "Lock", OPTIONS);
     // transportFor checks what the object is (a client or { url, token }) and throws naming `redis`.
-    const redis = options.redis;
-    if (redis === null || typeof redis !== "object") {
-      throw new Error(`redis: expected an @upstash/redis client or { url, token }, got ${describe(redis)}`);
-    }
-    this.transport = transportFor(redis);
+    this.transport = transportFor(options.redis);
     this.prefix = checkPrefix(options.prefix ?? "edgelimit");
     this.lease = options.lease === undefined ? DEFAULT_LEASE_MS : durationMs(options.lease, "lease");
     this.timeout = positiveMs(options.timeout ?? 1000, "timeout", { infinite: true });
