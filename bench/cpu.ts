@@ -60,6 +60,17 @@ export interface CpuRow {
   roundRatios?: [number, number];
 }
 
+/** The rows, and the floor: the part of a decision no client avoids, timed in the same turns. */
+export interface CpuResult {
+  rows: CpuRow[];
+  /**
+   * CPU µs of JSON.stringify of one command, `fetch` answered in-process, `text()` and JSON.parse of
+   * the reply: the median round and its quartiles.
+   */
+  floorUs: number;
+  floorQuartiles: [number, number];
+}
+
 export interface CpuOptions {
   /** Rounds: each runs every contestant once per path. */
   rounds?: number;
@@ -228,7 +239,7 @@ function quantile(values: number[], q: number): number {
 }
 
 /** Runs the whole measurement: one row per algorithm and path. */
-export async function measureCpu(options: CpuOptions = {}): Promise<CpuRow[]> {
+export async function measureCpu(options: CpuOptions = {}): Promise<CpuResult> {
   const rounds = options.rounds ?? 9;
   const n = options.n ?? 4000;
   const warmup = options.warmup ?? 3000;
@@ -254,9 +265,12 @@ export async function measureCpu(options: CpuOptions = {}): Promise<CpuRow[]> {
     await rest.close();
     await server.stop();
   }
+  const floor = floorOf(rest.url, cells[0]!.contestants[0]!.reply!);
   log(`cpu: replies recorded; warm-up of ${warmup} decisions each`);
   for (const cell of cells) for (const c of cell.contestants) await warm(c, cell.path, warmup);
+  await turn(floor, warmup);
   const samples = cells.map((cell) => cell.contestants.map(() => [] as number[]));
+  const floorSamples: number[] = [];
   for (let round = 0; round < rounds; round++) {
     log(`cpu: round ${round + 1} of ${rounds}, ${n} decisions each`);
     for (const [i, cell] of cells.entries()) {
@@ -267,9 +281,10 @@ export async function measureCpu(options: CpuOptions = {}): Promise<CpuRow[]> {
         samples[i]![at]!.push(await turn(cell.contestants[at]!, n));
       }
     }
+    floorSamples.push(await turn(floor, n));
   }
   mode = "record";
-  return cells.map((cell, i): CpuRow => {
+  const rows = cells.map((cell, i): CpuRow => {
     const [o, ...peers] = samples[i]!;
     const row: CpuRow = {
       algo: cell.algo,
@@ -293,6 +308,26 @@ export async function measureCpu(options: CpuOptions = {}): Promise<CpuRow[]> {
       roundRatios: [Math.min(...ratios), Math.max(...ratios)],
     };
   });
+  return {
+    rows,
+    floorUs: quantile(floorSamples, 0.5),
+    floorQuartiles: [quantile(floorSamples, 0.25), quantile(floorSamples, 0.75)],
+  };
+}
+
+/** The floor as a contestant: one command out, edgelimit's fixed-window reply back, nothing else. */
+function floorOf(url: string, reply: Reply): Contestant {
+  const command = [["EVALSHA", "0".repeat(40), "1", "edgelimit:{=user:1000}:r:fixedWindow:0", "3600000"]];
+  const init = { method: "POST", headers: { authorization: "Bearer token" } };
+  return {
+    name: "floor",
+    reply,
+    limit: async () => {
+      const response = await fetch(`${url}/pipeline`, { ...init, body: JSON.stringify(command) });
+      return JSON.parse(await response.text());
+    },
+    outcome: () => ({ allowed: true, redis: true }),
+  };
 }
 
 /** edgelimit ÷ the cheaper of the peer's clients (undefined: no peer). */
@@ -301,8 +336,8 @@ export const cpuRatio = (r: CpuRow) => (r.peerUs && r.cheaper ? r.us / r.peerUs[
 const us = (x: number) => x.toFixed(1);
 const withSpread = (x: number, q: [number, number]) => `${us(x)} (${us(q[0])}–${us(q[1])})`;
 
-/** The rows as a Markdown table; "ratio" is edgelimit ÷ the cheaper peer client, median rounds. */
-export function cpuTable(rows: CpuRow[]): string {
+/** The rows as a Markdown table, and the floor; "ratio" is edgelimit ÷ the cheaper peer client, median rounds. */
+export function cpuTable({ rows, floorUs, floorQuartiles }: CpuResult): string {
   const head = [
     "algorithm",
     "path",
@@ -330,7 +365,8 @@ export function cpuTable(rows: CpuRow[]): string {
       ].join(" | ")} |`,
     );
   }
-  return lines.join("\n");
+  const floor = `Floor, in the same turns: JSON.stringify of one command, \`fetch\` answered in-process, \`text()\` and JSON.parse of the reply: ${withSpread(floorUs, floorQuartiles)} µs.`;
+  return `${lines.join("\n")}\n\n${floor}`;
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {
@@ -339,12 +375,12 @@ if (import.meta.url === `file://${process.argv[1]}`) {
     return i > 0 ? Number(process.argv[i + 1]) : undefined;
   };
   const smoke = process.argv.includes("--smoke");
-  const rows = await measureCpu({
+  const result = await measureCpu({
     rounds: arg("rounds") ?? (smoke ? 2 : undefined),
     n: arg("n") ?? (smoke ? 200 : undefined),
     warmup: arg("warmup") ?? (smoke ? 100 : undefined),
     log: (line) => process.stderr.write(`${line}\n`),
   });
-  console.log(process.argv.includes("--json") ? JSON.stringify(rows) : cpuTable(rows));
+  console.log(process.argv.includes("--json") ? JSON.stringify(result) : cpuTable(result));
   process.exit(0); // a client's keep-alive sockets would hold the process open a while
 }

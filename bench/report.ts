@@ -1,6 +1,6 @@
 // BENCHMARKS.md from one run's results: tables, edgelimit beside @upstash/ratelimit, ratios edgelimit ÷ peer.
 import { ACCURACY_POLICY } from "./accuracy.js";
-import { CPU_PAIRS, type CpuRow, cpuRatio, cpuTable } from "./cpu.js";
+import { CPU_PAIRS, type CpuResult, cpuRatio, cpuTable } from "./cpu.js";
 import { type EdgeRow, LEASE } from "./edge.js";
 import type { Results } from "./run.js";
 import { fmt, ms, ratio, table } from "./util.js";
@@ -247,9 +247,9 @@ ${table(
 }
 
 /** One goal row per algorithm the peer has: edgelimit's client CPU at most the peer's on every path. */
-function cpuGoals(rows: CpuRow[] | string | undefined): string[][] {
+function cpuGoals(cpu: CpuResult | string | undefined): string[][] {
   return CPU_PAIRS.filter((pair) => pair.peer).map((pair) => {
-    const mine = Array.isArray(rows) ? rows.filter((x) => x.algo === pair.algo) : [];
+    const mine = typeof cpu === "object" ? cpu.rows.filter((x) => x.algo === pair.algo) : [];
     const ratios = mine.map((x) => [x.path, cpuRatio(x)] as const);
     const known = ratios.length > 0 && ratios.every(([, x]) => x !== undefined);
     const name = pair.peer === pair.algo ? pair.algo : `${pair.algo} (peer: ${pair.peer})`;

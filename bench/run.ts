@@ -8,7 +8,7 @@ import { basename, join } from "node:path";
 import { promisify } from "node:util";
 import { runAccuracy, SIM_T0 } from "./accuracy.js";
 import { renderChart } from "./chart.js";
-import type { CpuRow } from "./cpu.js";
+import type { CpuResult } from "./cpu.js";
 import { type EdgeSettings, runEdge } from "./edge.js";
 import { type BenchEnv, startEnv } from "./env.js";
 import { ROOT } from "./load.js";
@@ -106,11 +106,11 @@ async function luaPart(name: string, smokeArgs: string[]): Promise<string | unde
 }
 
 /** bench/cpu.ts in a process of its own: only the decisions it times run there while it measures. */
-async function cpuPart(): Promise<CpuRow[] | string> {
+async function cpuPart(): Promise<CpuResult | string> {
   log("client cpu: bench/cpu.ts");
   const a = ["--import", "tsx", join(ROOT, "bench", "cpu.ts"), "--json", ...(smoke ? ["--smoke"] : [])];
   return exec(process.execPath, a, { cwd: ROOT, maxBuffer: 1 << 22, timeout: 600_000 }).then(
-    (r) => JSON.parse(r.stdout) as CpuRow[],
+    (r) => JSON.parse(r.stdout) as CpuResult,
     (error: Error) => `bench/cpu.ts failed: ${error.message.split("\n")[0]}`,
   );
 }
