@@ -10,13 +10,16 @@
 //   edgelimit:  new Limiter({ redis, rules: { r: fixedWindow({ limit: 2, window: "1h" }) } })
 //   the peer:   new Ratelimit({ redis, limiter: Ratelimit.fixedWindow(2, "1 h") })
 // with every other option at its default (the peer's analytics off, its ephemeralCache on, its
-// timeout 5 s; edgelimit's denyCache on, its timeout 1 s and its breaker on). Paths:
+// timeout 5 s; edgelimit's denyCache on, its timeout 1 s and its breaker on). The peer runs twice: on
+// the default client, and on one with `enableAutoPipelining: false`, which costs it less CPU; the ratio
+// is taken against the cheaper of the two. edgelimit is measured as it ships (bench/load.ts). Paths:
 //   later:   a decision after the first in its window, still allowed;
 //   denied:  a denial, with edgelimit's `denyCache: false` and the peer's `ephemeralCache: false`, so
 //            both libraries ask Redis (by default each answers a repeated denial from memory).
 // Each path runs N decisions in a row, one at a time, over 256 identifiers in turn; CPU is
-// process.cpuUsage() (user + system) over the N, divided by N. Both libraries take turns (who goes first
-// alternates by round) after a warm-up; the figures are medians over the rounds.
+// process.cpuUsage() (user + system) over the N, divided by N. The contestants take turns (who goes
+// first rotates by round) after a warm-up; the figures are medians over the rounds. The floor (one
+// command stringified, `fetch` answered, its reply read and parsed) is timed in the same rounds.
 //
 //   node --import tsx bench/cpu.ts [--rounds 9] [--n 4000] [--warmup 3000] [--smoke] [--json]
 import { Ratelimit } from "@upstash/ratelimit";
