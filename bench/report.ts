@@ -1,5 +1,6 @@
 // BENCHMARKS.md from one run's results: tables, edgelimit beside @upstash/ratelimit, ratios edgelimit ÷ peer.
 import { ACCURACY_POLICY } from "./accuracy.js";
+import { CPU_PAIRS, type CpuResult, cpuRatio, cpuTable } from "./cpu.js";
 import { type EdgeRow, LEASE } from "./edge.js";
 import type { Results } from "./run.js";
 import { fmt, ms, ratio, table } from "./util.js";
@@ -20,7 +21,7 @@ ${table(["commit", "machine", "load average at start", "node", "redis", "@upstas
 
 ![decisions/s and p99 per contestant; latency and requests for one hot identifier behind the delay proxy](${chartFile})
 
-${[goals(r), throughput(r), lua(r), memory(r), accuracy(r), edge(r), worker(r), METHOD].join("\n")}`;
+${[goals(r), throughput(r), lua(r), memory(r), accuracy(r), edge(r), worker(r), cpu(r), METHOD].join("\n")}`;
 }
 
 function goals(r: Results): string {
@@ -73,7 +74,8 @@ function goals(r: Results): string {
       check(worst === undefined ? undefined : worst <= 1),
     ]);
   }
-  return `## Goals\n\nAt the edge: 20 ms each way, \`lease: ${JSON.stringify(LEASE)}\` (part 5). Lean scripts: one rule, every algorithm and path (part 2).\n\n${table(["goal", "measured", ""], rows)}\n`;
+  rows.push(...cpuGoals(r.cpu));
+  return `## Goals\n\nAt the edge: 20 ms each way, \`lease: ${JSON.stringify(LEASE)}\` (part 5). Lean scripts: one rule, every algorithm and path (part 2). Client CPU: one rule, every path, against the cheaper of the peer's two clients (part 7).\n\n${table(["goal", "measured", ""], rows)}\n`;
 }
 
 function throughput(r: Results): string {
@@ -242,6 +244,46 @@ ${table(
   ]),
 )}`;
   return `## 6. Worker overhead\n\n${body}\n`;
+}
+
+/** One goal row per algorithm the peer has: edgelimit's client CPU at most the peer's on every path. */
+function cpuGoals(cpu: CpuResult | string | undefined): string[][] {
+  return CPU_PAIRS.filter((pair) => pair.peer).map((pair) => {
+    const mine = typeof cpu === "object" ? cpu.rows.filter((x) => x.algo === pair.algo) : [];
+    const ratios = mine.map((x) => [x.path, cpuRatio(x)] as const);
+    const known = ratios.length > 0 && ratios.every(([, x]) => x !== undefined);
+    const name = pair.peer === pair.algo ? pair.algo : `${pair.algo} (peer: ${pair.peer})`;
+    return [
+      `CPU µs per decision ≤ 1.0× the peer's, ${name}, every path (part 7)`,
+      known ? ratios.map(([path, x]) => `${path} ${x!.toFixed(2)}×`).join(", ") : "–",
+      check(known ? ratios.every(([, x]) => x! <= 1) : undefined),
+    ];
+  });
+}
+
+function cpu(r: Results): string {
+  const body =
+    r.cpu === undefined
+      ? "Not run (left out by `--only`)."
+      : typeof r.cpu === "string"
+        ? `**Pending:** ${r.cpu}`
+        : cpuTable(r.cpu);
+  return `## 7. Client CPU per decision
+
+bench/cpu.ts, in a process of its own: the CPU (user + system, \`process.cpuUsage()\`) one sequential \`limit()\`
+costs the calling process, with \`fetch\` answered in-process: each library's request is first sent for real
+(a private redis-server behind the REST bridge), its HTTP reply recorded, and \`fetch\` then returns
+\`new Response(body, headers)\` of that reply at once; what remains is the library, the Response and its
+body, and the decision's timers and promises. One rule (2 per hour), 256 identifiers in turn. Both libraries
+as a user writes them, each on its own \`new Redis({ url, token })\`, options at their defaults (the peer's
+analytics off, ephemeralCache on, timeout 5 s; edgelimit's deny cache on, timeout 1 s, breaker on); the peer
+also with \`enableAutoPipelining: false\`, its cheaper client. "later": an allowed decision after the first in
+its window; "denied": a denial, with edgelimit's \`denyCache: false\` and the peer's \`ephemeralCache: false\` so
+both ask Redis. Every timed decision made one \`fetch\`. Contestants take turns after a warm-up; µs is the
+median round (quartiles in brackets); ratio is edgelimit ÷ the cheaper peer client, and per round against it.
+
+${body}
+`;
 }
 
 const METHOD = `## Method

@@ -1,6 +1,6 @@
 // `npm run bench`: every part against a private redis-server and bridge; writes BENCHMARKS.md and
 // BENCHMARKS.svg. `npm run bench:smoke`: a few iterations of each part, no wrangler, writes nothing
-// (unless given --out FILE). --only throughput,memory,accuracy,edge,worker,lua runs those parts.
+// (unless given --out FILE). --only throughput,memory,accuracy,edge,worker,lua,cpu runs those parts.
 import { execFile } from "node:child_process";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import os from "node:os";
@@ -8,6 +8,7 @@ import { basename, join } from "node:path";
 import { promisify } from "node:util";
 import { runAccuracy, SIM_T0 } from "./accuracy.js";
 import { renderChart } from "./chart.js";
+import type { CpuResult } from "./cpu.js";
 import { type EdgeSettings, runEdge } from "./edge.js";
 import { type BenchEnv, startEnv } from "./env.js";
 import { ROOT } from "./load.js";
@@ -65,6 +66,8 @@ async function collect(env: BenchEnv) {
     luaRedisBenchmark: want("lua")
       ? await luaPart("lua-redis-benchmark.ts", ["--rounds", "1", "--requests", "10000"])
       : undefined,
+    /** bench/cpu.ts: client CPU µs per decision, or why it is missing. */
+    cpu: want("cpu") ? await cpuPart() : undefined,
   };
 }
 export type Results = Awaited<ReturnType<typeof collect>> & { seconds: number };
@@ -99,6 +102,16 @@ async function luaPart(name: string, smokeArgs: string[]): Promise<string | unde
   return exec(process.execPath, a, { cwd: ROOT, maxBuffer: 1 << 22, timeout: 300_000 }).then(
     (r) => r.stdout.trim(),
     (error: Error) => `**Pending:** bench/${name} failed: ${error.message.split("\n")[0]}`,
+  );
+}
+
+/** bench/cpu.ts in a process of its own: only the decisions it times run there while it measures. */
+async function cpuPart(): Promise<CpuResult | string> {
+  log("client cpu: bench/cpu.ts");
+  const a = ["--import", "tsx", join(ROOT, "bench", "cpu.ts"), "--json", ...(smoke ? ["--smoke"] : [])];
+  return exec(process.execPath, a, { cwd: ROOT, maxBuffer: 1 << 22, timeout: 600_000 }).then(
+    (r) => JSON.parse(r.stdout) as CpuResult,
+    (error: Error) => `bench/cpu.ts failed: ${error.message.split("\n")[0]}`,
   );
 }
 
