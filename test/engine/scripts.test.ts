@@ -4,7 +4,8 @@
 import { Redis } from "@upstash/redis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connectRedis, type RedisConnection, startBridge, startRedisServer } from "../../src/bridge/index.js";
-import { SCRIPT } from "../../src/engine/generated/scripts.js";
+import { SCRIPTS } from "../../src/engine/generated/scripts.js";
+import { limiterArgs } from "../../src/engine/script.js";
 import {
   fixedWindow,
   gcra,
@@ -336,27 +337,19 @@ describe("reservation (leases)", () => {
       g: gcra({ limit: 100, period: "1h" }),
     });
     const keys = limiter.keys("id");
-    const rules = limiter.rules.flatMap((rule) => rule.args);
     const call = (cost: number, reserve: number, at = T0) =>
-      redis.eval(SCRIPT, keys, [at.toString(16), String(cost), ...rules, String(reserve)]) as Promise<
-        number[]
-      >;
+      redis.eval(SCRIPTS.limiter.text, keys, limiterArgs(limiter.rules, at, cost, reserve)) as Promise<number[]>;
     const gReset = (units: number) => T0 + units * 36_000;
-    expect(await call(1, 10)).toEqual([1, 4, END, 0, 1, 95, gReset(5), 0, 4]); // f: (9 - 1) / 2 = 4
-    expect(await call(1, 10)).toEqual([1, 2, END, 0, 1, 93, gReset(7), 0, 1]); // (4 - 1) / 2 = 1
-    expect(await call(0, 10)).toEqual([1, 2, END, 0, 1, 93, gReset(7), 0, 0]); // a peek reserves nothing
-    expect(await call(3, 10)).toEqual([0, 2, END, END - T0, 1, 93, gReset(7), 0, 0]); // nor a denial
-    expect(await call(2, 10)).toEqual([1, 0, END, 0, 1, 91, gReset(9), 0, 0]);
+    expect(await call(1, 10)).toEqual([1, 4, END, 0, 1, 95, gReset(5), 0, 4, START, 0]); // f: (9 - 1) / 2 = 4; counted in f's window
+    expect(await call(1, 10)).toEqual([1, 2, END, 0, 1, 93, gReset(7), 0, 1, START, 0]); // (4 - 1) / 2 = 1
+    expect(await call(0, 10)).toEqual([1, 2, END, 0, 1, 93, gReset(7), 0, 0, 0, 0]); // a peek reserves nothing
+    expect(await call(3, 10)).toEqual([0, 2, END, END - T0, 1, 93, gReset(7), 0, 0, 0, 0]); // nor a denial
+    expect(await call(2, 10)).toEqual([1, 0, END, 0, 1, 91, gReset(9), 0, 0, START, 0]);
     const single = limiterOf({ t: tokenBucket({ capacity: 10, refillRate: 1, interval: "1h" }) }).limiter;
     const one = (cost: number, reserve: number) =>
-      redis.eval(SCRIPT, single.keys("id"), [
-        T0.toString(16),
-        String(cost),
-        ...single.rules[0]!.args,
-        String(reserve),
-      ]);
-    expect(await one(2, 3)).toEqual([1, 5, T0 + 5 * HOUR, 0, 3]); // (10 - 2) / 2 = 4, at most 3
-    expect(await one(1, 9)).toEqual([1, 2, T0 + 8 * HOUR, 0, 2]);
+      redis.eval(SCRIPTS.limiter.text, single.keys("id"), limiterArgs(single.rules, T0, cost, reserve));
+    expect(await one(2, 3)).toEqual([1, 5, T0 + 5 * HOUR, 0, 3, 0]); // (10 - 2) / 2 = 4, at most 3
+    expect(await one(1, 9)).toEqual([1, 2, T0 + 8 * HOUR, 0, 2, 0]);
   });
 });
 
