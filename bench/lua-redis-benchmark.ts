@@ -15,7 +15,15 @@
 import { spawnSync } from "node:child_process";
 import { availableParallelism } from "node:os";
 import { connectRedis, startRedisServer } from "../src/bridge/index.js";
-import { type Command, captureOurs, capturePeer, LUA_PAIRS, LUA_PATHS, type LuaPath, loadOurs } from "./lua-cost.js";
+import {
+  type Command,
+  captureOurs,
+  capturePeer,
+  LUA_PAIRS,
+  LUA_PATHS,
+  type LuaPath,
+  loadOurs,
+} from "./lua-cost.js";
 
 const BIG = 10_000_000; // below 2^25: the sliding window keeps its packed state
 

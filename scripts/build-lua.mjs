@@ -52,11 +52,15 @@ const algorithms = readdirSync(join(luaDir, "algorithms"))
   .map((file) => {
     const parts = sections(join("algorithms", file));
     const names = [...parts.check.matchAll(/^algorithms\.(\w+) = function/gm)].map((m) => m[1]);
-    if (names.length !== 1) throw new Error(`lua/algorithms/${file} must define exactly one algorithms.<name>`);
+    if (names.length !== 1)
+      throw new Error(`lua/algorithms/${file} must define exactly one algorithms.<name>`);
     const constants = {};
-    for (const [, name, base, power] of parts.state.matchAll(/^local ([A-Z][A-Z_]*) = (\d+)(?: \^ (\d+))?$/gm)) {
+    for (const [, name, base, power] of parts.state.matchAll(
+      /^local ([A-Z][A-Z_]*) = (\d+)(?: \^ (\d+))?$/gm,
+    )) {
       constants[name] = power === undefined ? Number(base) : Number(base) ** Number(power);
-      if (!Number.isSafeInteger(constants[name])) throw new Error(`lua/algorithms/${file}: ${name} is no exact integer`);
+      if (!Number.isSafeInteger(constants[name]))
+        throw new Error(`lua/algorithms/${file}: ${name} is no exact integer`);
     }
     return { name: names[0], file, ...parts, constants };
   });

@@ -44,7 +44,7 @@ end
 -- Stores TAT = now + d; returns when the stream is back to idle (the reset).
 local function write(key, now, limit, d)
   local whole = math.floor(d / limit)
-  local ttl = ceil_div(d, limit)
+  local ttl = math.floor((d + limit - 1) / limit)
   redis.call("SET", key, string.format("%d:%d", now + whole, d - whole * limit), "PX", string.format("%d", ttl))
   return now + ttl
 end
@@ -73,8 +73,9 @@ local limit, period, burst = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV
 local key = KEYS[1]
 local d = read(key, now, limit) or 0
 if cost > room_of(d, period, burst) then return -d - 1 end
-commit(key, now, cost, limit, period, burst, d)
-return d + cost * period
+d = d + cost * period
+write(key, now, limit, d)
+return d
 
 -- #refund
 -- TAT moves back by units*T; back at idle, the key goes (the same as no state at all).

@@ -22,17 +22,20 @@
 -- #state
 local PACK = 2 ^ 25
 local STAMP = 2 ^ 50
+-- one unit in the packed state, as INCRBY takes it
+local ONE = "33554432"
 
 -- The stored state as seen from the window starting at `start`: the stored window's start (start,
 -- start + window or start - window for the packed state), its count and its previous window's
--- count; nil when there is none this version wrote. Only what INCRBY takes is a packed state (the
--- commit's INCRBY must not fail midway, after other rules were written).
-local function read(key, limit, start, window)
+-- count; nil when there is none this version wrote. `strict`: only what INCRBY takes is a packed state
+-- (the limiter script's commit must not fail midway, after other rules were written; alone, a rule's
+-- INCRBY failing fails only its own call).
+local function read(key, limit, start, window, strict)
   local stored = redis.call("GET", key)
   if not stored then return nil end
   if limit < PACK then
     local value = tonumber(stored)
-    if not value or string.format("%d", value) ~= stored then return nil end
+    if not value or (strict and string.format("%d", value) ~= stored) then return nil end
     local stamp = math.floor(value / STAMP)
     local counts = value - stamp * STAMP
     local current = math.floor(counts / PACK)
@@ -49,9 +52,9 @@ end
 
 -- The window a caller at `now` is counted in, and its two counts: now's window, or the stored (newer)
 -- one when the caller's clock lags behind its start.
-local function counted(key, now, limit, window)
+local function counted(key, now, limit, window, strict)
   local start = now - now % window
-  local s, c, p = read(key, limit, start, window)
+  local s, c, p = read(key, limit, start, window, strict)
   if s then
     if s >= start then return s, c, p end
     if s == start - window then return start, 0, c end
@@ -79,7 +82,7 @@ end
 local function commit(key, now, units, limit, window, _, start, current, previous)
   local fades = start + 2 * window
   if limit < PACK and current > 0 then
-    redis.call("INCRBY", key, string.format("%d", units * PACK))
+    redis.call("INCRBY", key, units == 1 and ONE or string.format("%d", units * PACK))
   else
     redis.call("SET", key, encode(limit, start, window, current + units, previous),
       "PX", string.format("%d", fades - now))
@@ -89,7 +92,7 @@ end
 
 -- #check
 algorithms.slidingWindow = function(key, now, cost, limit, window)
-  local start, current, previous = counted(key, now, limit, window)
+  local start, current, previous = counted(key, now, limit, window, true)
   local room = room_of(now, limit, window, start, current, previous)
   -- back to the full limit once every counted unit has faded out
   local reset_at = current > 0 and start + 2 * window or previous > 0 and start + window or now
@@ -118,7 +121,7 @@ local now = tonumber(ARGV[1], 16)
 local cost = ARGV[2] == "1" and 1 or tonumber(ARGV[2])
 local limit, window = tonumber(ARGV[3]), tonumber(ARGV[4])
 local key = KEYS[1]
-local start, current, previous = counted(key, now, limit, window)
+local start, current, previous = counted(key, now, limit, window, false)
 local newer = start > now and 1 or 0
 if cost > room_of(now, limit, window, start, current, previous) then
   return -((current * PACK + previous) * 2 + newer) - 1
@@ -130,7 +133,7 @@ return ((current + cost) * PACK + previous) * 2 + newer
 -- Back to the window the units were counted in (starting at `start`), or to the previous count once
 -- that window has become the previous one. The key keeps its expiry.
 refund.slidingWindow = function(key, _, units, limit, window, _, start)
-  local s, current, previous = read(key, limit, start, window)
+  local s, current, previous = read(key, limit, start, window, true)
   if s == start then
     current = math.max(0, current - units)
   elseif s == start + window then

@@ -208,7 +208,15 @@ export function checkRule(
       bounded(burst, period, "burst × period");
       if (errors.length > 0) return { rule: undefined, errors };
       const policy = policyOf(burst!, limit!, period!);
-      const rule: GcraRule = { name, algorithm: "gcra", limit: burst!, policy, rate: limit!, period: period!, burst: burst! };
+      const rule: GcraRule = {
+        name,
+        algorithm: "gcra",
+        limit: burst!,
+        policy,
+        rate: limit!,
+        period: period!,
+        burst: burst!,
+      };
       return { rule, errors: [] };
     }
     case "tokenBucket": {

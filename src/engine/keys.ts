@@ -104,7 +104,9 @@ export class RuleKeys {
   all(identifier: string, now: number): string[] {
     const base = this.base(identifier);
     return this.windows.flatMap((window, i) =>
-      window > 0 ? [now - window, now, now + window].map((t) => this.key(base, i, t)) : [this.key(base, i, now)],
+      window > 0
+        ? [now - window, now, now + window].map((t) => this.key(base, i, t))
+        : [this.key(base, i, now)],
     );
   }
 

@@ -345,10 +345,12 @@ export class Leases {
   private refund(refunds: readonly Refund[], now: number, waitUntil: WaitUntil | undefined): void {
     for (const refund of refunds) {
       if (refund.units <= 0) continue;
-      const sent = this.scripts.refund(refund.identifier, refund.units, refund.windowStarts, now).then((ok) => {
-        if (ok) this.stats.refunded += refund.units;
-        else this.stats.refundsFailed += 1;
-      });
+      const sent = this.scripts
+        .refund(refund.identifier, refund.units, refund.windowStarts, now)
+        .then((ok) => {
+          if (ok) this.stats.refunded += refund.units;
+          else this.stats.refundsFailed += 1;
+        });
       this.pending.add(sent);
       sent.finally(() => this.pending.delete(sent));
       waitUntil?.(sent);

@@ -173,7 +173,9 @@ function oneRuleOf(rule: Rule, options: ScriptCallOptions): OneRule | undefined 
     case "slidingWindow":
       // the packed state holds counts below PACK: a larger limit keeps a text state, which the
       // one-rule script does not read
-      return rule.limit < PACK ? slidingWindowOne(rule.limit, rule.window, call(ONE_RULE_SCRIPTS.slidingWindow)) : undefined;
+      return rule.limit < PACK
+        ? slidingWindowOne(rule.limit, rule.window, call(ONE_RULE_SCRIPTS.slidingWindow))
+        : undefined;
     default:
       return undefined;
   }
@@ -254,7 +256,12 @@ export class RuleScripts {
    * Gives `units` of `identifier` back under every rule, each in the window it counted them in
    * (`windowStarts`, as a reservation answered them). Resolves true when Redis ran it.
    */
-  async refund(identifier: string, units: number, windowStarts: readonly number[], now: number): Promise<boolean> {
+  async refund(
+    identifier: string,
+    units: number,
+    windowStarts: readonly number[],
+    now: number,
+  ): Promise<boolean> {
     const keys = this.keys.of(identifier, now, windowStarts);
     const command = ["EVALSHA", SCRIPTS.refund.sha1, this.count, ...keys, now.toString(16), String(units)];
     for (let i = 0; i < this.rules.length; i++) {
@@ -279,7 +286,8 @@ export class RuleScripts {
   /** The limiter script's table: 4 integers per rule (then, reserving, 1 + one per rule). */
   private decode(result: unknown, reserving: boolean): Decision | Error {
     const n = this.rules.length;
-    if (!Array.isArray(result) || result.length !== 4 * n + (reserving ? 1 + n : 0)) return unexpected(result);
+    if (!Array.isArray(result) || result.length !== 4 * n + (reserving ? 1 + n : 0))
+      return unexpected(result);
     const rules: Record<string, RuleResult> = {};
     let binding: RuleResult | undefined;
     let bindingName = "";

@@ -1,4 +1,4 @@
-// The limiter script's own paths, exactly: the fixed window's key per window (its INCR shortcut,
+// The limiter script's own paths, exactly: the fixed window's key per window (its INCR one-rule script,
 // the harmless overshoot, the undo, lagging callers, the grace), what each path costs in Redis commands, the
 // sliding window's lagging caller, and the dispatcher's reservation.
 import { Redis } from "@upstash/redis";
@@ -53,7 +53,7 @@ async function run(limiter: Limiter, clock: ReturnType<typeof manualClock>, step
 }
 
 describe("fixedWindow: a key per window, one INCR", () => {
-  it("answers the shortcut's every path exactly, and keeps the count in its window's key", async () => {
+  it("answers the one-rule script's every path exactly, and keeps the count in its window's key", async () => {
     const { limiter, clock, redis } = limiterOf({ r: fixedWindow({ limit: 3, window: "1h" }) });
     const [first] = limiter.keys("id", T0);
     const [next] = limiter.keys("id", END);
@@ -87,7 +87,7 @@ describe("fixedWindow: a key per window, one INCR", () => {
         { r: fixedWindow({ limit: 3, window }) } as Record<string, RuleConfig>,
         { r: fixedWindow({ limit: 3, window }), g: gcra({ limit: 5, period: "1h" }) },
       ]) {
-        // the shortcut (one rule) and the check (several) set the same expiry
+        // the one-rule script and the check (several rules) set the same expiry
         const { limiter, clock, redis } = limiterOf(rules);
         const now = T0 - (T0 % window) + 1234;
         clock.set(now);
@@ -193,8 +193,8 @@ describe("fixedWindow: a key per window, one INCR", () => {
   });
 });
 
-describe("the one-rule shortcuts", () => {
-  // A single rule's decision takes its algorithm's shortcut (one integer, decoded by the Limiter);
+describe("the one-rule scripts", () => {
+  // A single rule's decision takes its algorithm's one-rule script (one integer, decoded in script.ts);
   // beside a rule that never binds it takes the general path (the dispatcher's table). Both must
   // answer the same, step for step, on the same history: random costs, times moving on and, now and
   // then, a caller lagging behind.
@@ -253,8 +253,8 @@ describe("the one-rule shortcuts", () => {
         clock.set(T0);
         await limiter.limit("warm-up"); // the script loaded
         answers.length = 0;
-        await limiter.limit("id"); // a shortcut
-        await limiter.limit("id", { cost: 2 }); // a shortcut
+        await limiter.limit("id"); // the one-rule script
+        await limiter.limit("id", { cost: 2 }); // the one-rule script
         await limiter.limit("id", { cost: 0 }); // a peek: the general path
         expect(answers.map((a) => (Array.isArray(a) ? "table" : typeof a))).toEqual([
           "number",
@@ -266,7 +266,7 @@ describe("the one-rule shortcuts", () => {
       clock.set(T0);
       await limiter.limit("warm-up");
       answers.length = 0;
-      await limiter.limit("id"); // a limit of 2^25 keeps a text state: no shortcut
+      await limiter.limit("id"); // a limit of 2^25 keeps a text state: no one-rule script
       expect(answers.map((a) => (Array.isArray(a) ? "table" : typeof a))).toEqual(["table"]);
     } finally {
       globalThis.fetch = realFetch;
@@ -338,7 +338,9 @@ describe("reservation (leases)", () => {
     });
     const keys = limiter.keys("id");
     const call = (cost: number, reserve: number, at = T0) =>
-      redis.eval(SCRIPTS.limiter.text, keys, limiterArgs(limiter.rules, at, cost, reserve)) as Promise<number[]>;
+      redis.eval(SCRIPTS.limiter.text, keys, limiterArgs(limiter.rules, at, cost, reserve)) as Promise<
+        number[]
+      >;
     const gReset = (units: number) => T0 + units * 36_000;
     expect(await call(1, 10)).toEqual([1, 4, END, 0, 1, 95, gReset(5), 0, 4, START, 0]); // f: (9 - 1) / 2 = 4; counted in f's window
     expect(await call(1, 10)).toEqual([1, 2, END, 0, 1, 93, gReset(7), 0, 1, START, 0]); // (4 - 1) / 2 = 1
