@@ -21,10 +21,6 @@
 -- state (shared by every path), check (the limiter script), one-rule (a script of its own), refund.
 
 -- #state
-local function ceil_div(a, b)
-  return math.floor((a + b - 1) / b)
-end
-
 -- d: how far TAT lies ahead of now, in 1/limit ms (0 when the stream is idle); nil when there is no
 -- state. A caller whose clock lags sees a larger d and is only held back more.
 local function read(key, now, limit)
@@ -49,12 +45,16 @@ local function write(key, now, limit, d)
   return now + ttl
 end
 
+-- #check
+local function ceil_div(a, b)
+  return math.floor((a + b - 1) / b)
+end
+
 -- Takes `units` more: TAT moves on by units*T. Returns the reset and the window counted in (none: 0).
 local function commit(key, now, units, limit, period, _, d)
   return write(key, now, limit, d + units * period), 0
 end
 
--- #check
 algorithms.gcra = function(key, now, cost, limit, period, burst)
   local d = read(key, now, limit) or 0
   local room = room_of(d, period, burst)
