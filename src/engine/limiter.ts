@@ -4,7 +4,7 @@ import { DenyCache } from "./deny-cache.js";
 import { describe } from "./duration.js";
 import { checkIdentifier, checkPrefix, RuleKeys } from "./keys.js";
 import { type LeaseOptions, Leases, leaseConfig, type WaitUntil } from "./leases.js";
-import { type Reservation, RuleScripts } from "./script.js";
+import { RuleScripts } from "./script.js";
 import { transportFor } from "./transport.js";
 import type { Decision, RuleResult } from "./types.js";
 
@@ -225,14 +225,19 @@ export class Limiter {
     waitUntil?: WaitUntil,
   ): Promise<Decision> {
     const leases = this.leases;
+    if (leases === undefined) {
+      const decision = await this.scripts.decide(identifier, cost, now);
+      if (decision instanceof Error) return this.failure(decision, now);
+      if (!decision.allowed) this.cache?.set(identifier, Math.max(cost, 1), now, decision);
+      return decision;
+    }
     // With leases on, the decision also reserves units for the identifier's lease (see Leases).
-    const answer = leases
-      ? await this.scripts.reserve(identifier, cost, now, leases.want(identifier, cost, now))
-      : await this.scripts.decide(identifier, cost, now);
-    if (answer instanceof Error) return this.failure(answer, now);
-    const decision = leases ? (answer as Reservation).decision : (answer as Decision);
+    const want = leases.want(identifier, cost, now);
+    const reservation = await this.scripts.reserve(identifier, cost, now, want);
+    if (reservation instanceof Error) return this.failure(reservation, now);
+    const decision = reservation.decision;
     if (!decision.allowed) this.cache?.set(identifier, Math.max(cost, 1), now, decision);
-    return leases ? leases.settle(identifier, answer as Reservation, now, waitUntil) : decision;
+    return leases.settle(identifier, reservation, now, waitUntil);
   }
 
   private failure(error: unknown, now: number): Decision {

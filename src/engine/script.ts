@@ -67,6 +67,7 @@ export function limiterArgs(rules: readonly Rule[], now: number, cost: number, r
 
 /** One rule's one-rule script: when it is taken, its arguments, and what its integer says. */
 interface OneRule {
+  readonly sha1: string;
   readonly options: CallOptions;
   /** Whether a call for `cost` takes it (else the limiter script decides). */
   takes(cost: number): boolean;
@@ -82,6 +83,7 @@ const ceilDiv = (a: number, b: number) => Math.floor((a + b - 1) / b);
 function fixedWindowOne(limit: number, window: number, options: CallOptions): OneRule {
   const limitArg = String(limit);
   return {
+    sha1: options.script!.sha1,
     options,
     takes: (cost) => cost >= 1 && cost <= limit,
     push(command, cost, now) {
@@ -104,6 +106,7 @@ function gcraOne(rate: number, period: number, burst: number, options: CallOptio
   const tail = [String(rate), String(period), String(burst)] as const;
   const capacity = burst * period;
   return {
+    sha1: options.script!.sha1,
     options,
     takes: (cost) => cost >= 1 && cost <= burst,
     push(command, cost, now) {
@@ -128,6 +131,7 @@ function gcraOne(rate: number, period: number, burst: number, options: CallOptio
 function slidingWindowOne(limit: number, window: number, options: CallOptions): OneRule {
   const tail = [String(limit), String(window)] as const;
   return {
+    sha1: options.script!.sha1,
     options,
     takes: (cost) => cost >= 1 && cost <= limit,
     push(command, cost, now) {
@@ -190,8 +194,8 @@ function oneRuleOf(rule: Rule, options: ScriptCallOptions): OneRule | undefined 
  * const decision = await scripts.decide("user:42", 1, Date.now()); // a Decision, or an Error
  */
 export class RuleScripts {
-  private readonly limiter: CallOptions;
-  private readonly refundOptions: CallOptions;
+  private readonly limiterCall: CallOptions;
+  private readonly refundCall: CallOptions;
   /** Every rule's four arguments, in rule order. */
   private readonly ruleArgs: readonly string[];
   private readonly oneRule: OneRule | undefined;
@@ -203,8 +207,8 @@ export class RuleScripts {
     private readonly transport: Transport,
     options: ScriptCallOptions,
   ) {
-    this.limiter = { ...options, script: SCRIPTS.limiter };
-    this.refundOptions = { ...options, script: SCRIPTS.refund };
+    this.limiterCall = { ...options, script: SCRIPTS.limiter };
+    this.refundCall = { ...options, script: SCRIPTS.refund };
     this.ruleArgs = rules.flatMap(encodeRule);
     this.oneRule = rules.length === 1 ? oneRuleOf(rules[0]!, options) : undefined;
     this.count = String(rules.length);
@@ -215,7 +219,7 @@ export class RuleScripts {
     const keys = this.keys.of(identifier, now);
     const one = this.oneRule;
     if (one?.takes(cost)) {
-      const command = ["EVALSHA", one.options.script!.sha1, "1", keys[0]!];
+      const command = ["EVALSHA", one.sha1, "1", keys[0]!];
       one.push(command, cost, now);
       const reply = await this.transport.call(command, one.options);
       if (!reply.ok) return reply.error;
@@ -234,7 +238,7 @@ export class RuleScripts {
         rules: { [name]: outcome },
       };
     }
-    const reply = await this.transport.call(this.command(keys, cost, now, undefined), this.limiter);
+    const reply = await this.transport.call(this.command(keys, cost, now, undefined), this.limiterCall);
     if (!reply.ok) return reply.error;
     return this.decode(reply.result, false);
   }
@@ -242,7 +246,7 @@ export class RuleScripts {
   /** Decides `cost` units of `identifier` at `now`, reserving up to `want` more for a lease. */
   async reserve(identifier: string, cost: number, now: number, want: number): Promise<Reservation | Error> {
     const keys = this.keys.of(identifier, now);
-    const reply = await this.transport.call(this.command(keys, cost, now, want), this.limiter);
+    const reply = await this.transport.call(this.command(keys, cost, now, want), this.limiterCall);
     if (!reply.ok) return reply.error;
     const decision = this.decode(reply.result, true);
     if (decision instanceof Error) return decision;
@@ -269,7 +273,7 @@ export class RuleScripts {
       const args = this.ruleArgs;
       command.push(args[at]!, args[at + 1]!, args[at + 2]!, args[at + 3]!, String(windowStarts[i] ?? 0));
     }
-    const reply = await this.transport.call(command, this.refundOptions);
+    const reply = await this.transport.call(command, this.refundCall);
     return reply.ok;
   }
 
