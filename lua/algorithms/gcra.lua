@@ -21,20 +21,18 @@
 -- state (shared by every path), check (the limiter script), one-rule (a script of its own), refund.
 
 -- #state
--- d: how far TAT lies ahead of now, in 1/limit ms (0 when the stream is idle); nil when there is no
--- state. A caller whose clock lags sees a larger d and is only held back more.
-local function read(key, now, limit)
+-- The state at `now`: d, how far TAT lies ahead of now, in 1/limit ms (0 when the stream is idle; nil
+-- when there is no state), and the whole units the rule could take, the room left under burst*T. A
+-- caller whose clock lags sees a larger d and is only held back more.
+local function read(key, now, limit, period, burst)
   local stored = redis.call("GET", key)
-  if not stored then return nil end
-  local a, b = string.match(stored, "^(%-?%d+):(%d+)$")
-  a, b = tonumber(a), tonumber(b)
-  if a > now or (a == now and b > 0) then return (a - now) * limit + b end
-  return 0
-end
-
--- Whole units the rule could take with TAT d ahead of now: the room left under burst*T.
-local function room_of(d, period, burst)
-  return math.floor((burst * period - d) / period)
+  local d = 0
+  if stored then
+    local a, b = string.match(stored, "^(%-?%d+):(%d+)$")
+    a, b = tonumber(a), tonumber(b)
+    if a > now or (a == now and b > 0) then d = (a - now) * limit + b end
+  end
+  return stored and d, math.floor((burst * period - d) / period)
 end
 
 -- Stores TAT = now + d; returns when the stream is back to idle (the reset).
@@ -56,8 +54,8 @@ local function commit(key, now, units, limit, period, _, d)
 end
 
 algorithms.gcra = function(key, now, cost, limit, period, burst)
-  local d = read(key, now, limit) or 0
-  local room = room_of(d, period, burst)
+  local d, room = read(key, now, limit, period, burst)
+  d = d or 0
   local reset_at = now + ceil_div(d, limit)
   if cost > burst then return room, reset_at, NEVER end
   if cost > room then return room, reset_at, ceil_div(d + cost * period - burst * period, limit) end
@@ -71,16 +69,17 @@ local now = tonumber(ARGV[1], 16)
 local cost = ARGV[2] == "1" and 1 or tonumber(ARGV[2])
 local limit, period, burst = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local key = KEYS[1]
-local d = read(key, now, limit) or 0
-if cost > room_of(d, period, burst) then return -d - 1 end
+local d, room = read(key, now, limit, period, burst)
+d = d or 0
+if cost > room then return -d - 1 end
 d = d + cost * period
 write(key, now, limit, d)
 return d
 
 -- #refund
 -- TAT moves back by units*T; back at idle, the key goes (the same as no state at all).
-refund.gcra = function(key, now, units, limit, period)
-  local d = read(key, now, limit)
+refund.gcra = function(key, now, units, limit, period, burst)
+  local d = read(key, now, limit, period, burst)
   if not d then return false end
   d = d - units * period
   if d <= 0 then

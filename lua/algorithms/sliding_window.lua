@@ -50,23 +50,22 @@ local function read(key, limit, start, window, strict)
   if s then return tonumber(s), tonumber(c), tonumber(p) end
 end
 
--- The window a caller at `now` is counted in, and its two counts: now's window, or the stored (newer)
--- one when the caller's clock lags behind its start.
+-- The window a caller at `now` is counted in, its two counts, and the whole units it could take now.
+-- The window is now's, or the stored (newer) one when the caller's clock lags behind its start; such a
+-- caller weighs the previous window fully, as at the start: never more than its whole count.
 local function counted(key, now, limit, window, strict)
-  local start = now - now % window
+  local start, current, previous = now - now % window, 0, 0
   local s, c, p = read(key, limit, start, window, strict)
   if s then
-    if s >= start then return s, c, p end
-    if s == start - window then return start, 0, c end
+    if s >= start then
+      start, current, previous = s, c, p
+    elseif s == start - window then
+      previous = c
+    end
   end
-  return start, 0, 0
-end
-
--- Whole units the window could take now. A lagging caller (now before the window's start) weighs the
--- previous window fully, as at the start: never more than its whole count.
-local function room_of(now, limit, window, start, current, previous)
-  local elapsed = math.max(0, now - start)
-  return math.floor((limit * window - previous * (window - elapsed) - current * window) / window)
+  local elapsed = now > start and now - start or 0
+  local room = math.floor((limit * window - previous * (window - elapsed) - current * window) / window)
+  return start, current, previous, room
 end
 
 -- The state as stored for the window starting at `start`.
@@ -92,8 +91,7 @@ end
 
 -- #check
 algorithms.slidingWindow = function(key, now, cost, limit, window)
-  local start, current, previous = counted(key, now, limit, window, true)
-  local room = room_of(now, limit, window, start, current, previous)
+  local start, current, previous, room = counted(key, now, limit, window, true)
   -- back to the full limit once every counted unit has faded out
   local reset_at = current > 0 and start + 2 * window or previous > 0 and start + window or now
   if cost > limit then return room, reset_at, NEVER end
@@ -121,9 +119,9 @@ local now = tonumber(ARGV[1], 16)
 local cost = ARGV[2] == "1" and 1 or tonumber(ARGV[2])
 local limit, window = tonumber(ARGV[3]), tonumber(ARGV[4])
 local key = KEYS[1]
-local start, current, previous = counted(key, now, limit, window, false)
+local start, current, previous, room = counted(key, now, limit, window, false)
 local newer = start > now and 1 or 0
-if cost > room_of(now, limit, window, start, current, previous) then
+if cost > room then
   return -((current * PACK + previous) * 2 + newer) - 1
 end
 commit(key, now, cost, limit, window, 0, start, current, previous)
