@@ -21,7 +21,7 @@
 -- state (shared by every path), check (the limiter script), one-rule (a script of its own), refund.
 
 -- #state
--- The state at `now`: d, how far TAT lies ahead of now, in 1/limit ms (0 when the stream is idle; nil
+-- The state at `now`: d, how far TAT lies ahead of now, in 1/limit ms (0 when the stream is idle; false
 -- when there is no state), and the whole units the rule could take, the room left under burst*T. A
 -- caller whose clock lags sees a larger d and is only held back more.
 local function read(key, now, limit, period, burst)
