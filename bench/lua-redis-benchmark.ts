@@ -10,13 +10,20 @@
 //
 //   node --import tsx bench/lua-redis-benchmark.ts [--requests 100000] [--rounds 5] [--micro]
 //
-// --micro measures instead what the scripts' building blocks cost (the figures lua/prelude.lua
-// quotes): each small script against `return 1`, on a fresh key per call.
+// --micro measures instead what the scripts' building blocks cost (what lua/prelude.lua's advice rests
+// on): each small script against `return 1`, on a fresh key per call.
 import { spawnSync } from "node:child_process";
 import { availableParallelism } from "node:os";
 import { connectRedis, startRedisServer } from "../src/bridge/index.js";
-import { SCRIPT } from "../src/engine/generated/scripts.js";
-import { type Command, captureOurs, capturePeer, LUA_PAIRS, LUA_PATHS, type LuaPath } from "./lua-cost.js";
+import {
+  type Command,
+  captureOurs,
+  capturePeer,
+  LUA_PAIRS,
+  LUA_PATHS,
+  type LuaPath,
+  loadOurs,
+} from "./lua-cost.js";
 
 const BIG = 10_000_000; // below 2^25: the sliding window keeps its packed state
 
@@ -137,7 +144,7 @@ async function micro(run: Run): Promise<void> {
 
 /** Each library's captured EVALSHA, every algorithm pair and path, the two in turns. */
 async function compare(run: Run): Promise<void> {
-  const ours = String(await conn.call("SCRIPT", "LOAD", SCRIPT));
+  await loadOurs(conn);
   const argv = (sha: string, c: Omit<Command, "sha">) => [
     "EVALSHA",
     sha,
@@ -158,7 +165,7 @@ async function compare(run: Run): Promise<void> {
       const [mine] = await captureOurs(pair.algo, `rb-${pair.algo}`, [id], limit);
       const theirs = await capturePeer(pair.peer, `rb-peer-${pair.algo}`, [id], limit);
       const peerSha = String(await conn.call("SCRIPT", "LOAD", theirs.script));
-      const commands = { ours: argv(ours, mine!), peer: argv(peerSha, theirs.commands[0]!) };
+      const commands = { ours: argv(mine!.sha, mine!), peer: argv(peerSha, theirs.commands[0]!) };
       const usec: Record<"ours" | "peer", number[]> = { ours: [], peer: [] };
       for (let round = 0; round < rounds; round++) {
         const order = round % 2 === 0 ? (["ours", "peer"] as const) : (["peer", "ours"] as const);

@@ -7,16 +7,17 @@
 --               always decided here), at most `reserve`. Nothing is reserved on a peek or a denial.
 --
 -- No deadline. A decision its caller abandoned at its timeout may still reach Redis later (a stalled
--- hop delivering it) and be charged then, once: the transport never sends it twice. Checking a deadline
--- here would need Redis's clock (TIME: a billed command, and about +3 µs per call measured, half a
--- fixed-window decision) against the caller's (the clock every script trusts; the two may disagree),
--- or the caller times already stored (refusing, then, the live decisions of a lagging isolate). What
--- remains: with onError "allow" (the default) the late charge matches a request that went through;
+-- hop delivering it) and be charged then, once: the transport never sends it twice. Checking a
+-- deadline here would need Redis's clock (TIME: a billed command, dear on every call) against the
+-- caller's (the clock every script trusts; the two may disagree), or the caller times already stored
+-- (refusing, then, the live decisions of a lagging isolate). What remains: with onError "allow" (the default) the late charge matches a request that went through;
 -- with "deny" it is one unit too many per abandoned decision, never an admission too many.
 --
 -- Returns 4 integers per rule: allowed (1/0), remaining, resetAt (epoch ms), retryAfter (ms; -1 = never),
--- then, when a reservation was asked for, the number of units reserved. Remaining counts every unit
--- taken, reserved ones included. A rule that admits reports retryAfter 0, also when another denies.
+-- then, when a reservation was asked for, the number of units reserved and, per rule, the start of the
+-- window the units were counted in (0 for an algorithm without windows, or when nothing was taken).
+-- Remaining counts every unit taken, reserved ones included. A rule that admits reports retryAfter 0,
+-- also when another denies.
 local peek = cost == 0
 if peek then cost = 1 end
 local reserve = ARGV[3 + 4 * #KEYS]
@@ -34,11 +35,12 @@ if #KEYS == 1 then
     if peek then return { 1, room, reset_at, 0 } end
     return { 1, room - cost, commit(KEYS[1], now, cost, p1, p2, p3, s1, s2, s3), 0 }
   end
-  if cost > room then return { 0, math.max(0, room), reset_at, retry_after, 0 } end
-  if peek then return { 1, room, reset_at, 0, 0 } end
+  if cost > room then return { 0, math.max(0, room), reset_at, retry_after, 0, 0 } end
+  if peek then return { 1, room, reset_at, 0, 0, 0 } end
   local reserved = math.min(reserve, math.floor((room - cost) / 2))
   local units = cost + reserved
-  return { 1, room - units, commit(KEYS[1], now, units, p1, p2, p3, s1, s2, s3), 0, reserved }
+  local ends, counted_in = commit(KEYS[1], now, units, p1, p2, p3, s1, s2, s3)
+  return { 1, room - units, ends, 0, reserved, counted_in }
 end
 
 -- Several rules: check each (reads only), then commit every one or none.
@@ -59,12 +61,12 @@ end
 local take = admitted and not peek
 if not take then reserved = 0 end
 local units = cost + reserved
-local out = {}
+local out, counted_in = {}, {}
 for i, rule in ipairs(rules) do
   local n = 4 * (i - 1)
   if take then
     out[n + 1], out[n + 2], out[n + 4] = 1, rule.room - units, 0
-    out[n + 3] = rule.commit(KEYS[i], now, units, unpack(rule.args, 1, 6))
+    out[n + 3], counted_in[i] = rule.commit(KEYS[i], now, units, unpack(rule.args, 1, 6))
   else
     local admits = cost <= rule.room
     out[n + 1] = admits and 1 or 0
@@ -73,5 +75,7 @@ for i, rule in ipairs(rules) do
     out[n + 4] = admits and 0 or rule.retry_after
   end
 end
-if reserve then out[#out + 1] = reserved end
+if not reserve then return out end
+out[#out + 1] = reserved
+for i = 1, #KEYS do out[#out + 1] = counted_in[i] or 0 end
 return out

@@ -1,9 +1,19 @@
 // Builds the Lua scripts the engine sends and computes their SHA-1s, so no SHA is ever typed by hand.
-//  - the limiter: every lua/shortcut/*.lua (sorted: single-rule paths that run before anything else,
-//    so a call taking one builds nothing it does not use), then lua/prelude.lua, then every
-//    lua/algorithms/*.lua (sorted), then lua/dispatcher.lua;
-//  - every other lua/*.lua (lock, concurrency, refunds, ...) is a script of its own, with the prelude
-//    put first when its first line is `-- uses: prelude`.
+//
+// Each lua/algorithms/<file>.lua is its algorithm's one source, cut at its `-- #<section>` lines:
+//   state     the state's format and formulas, shared by every path (local functions and constants)
+//   check     the limiter script's check and commit (registers algorithms.<name>)
+//   one-rule  (optional) the body of a script of its own for one rule, no reservation
+//   refund    (optional) registers refund.<name>, for the refund script
+// From them it builds:
+//   limiter          lua/prelude.lua, then each algorithm's state and check inside
+//                    `if several or ARGV[3] == "<name>" then ... end`, then lua/dispatcher.lua;
+//   oneRule.<name>   the algorithm's state, then its one-rule body;
+//   refund           lua/refund.lua with each algorithm's state and refund, in a `do ... end` of its
+//                    own, where its `-- #refunds` line stands;
+//   every other lua/*.lua (lock, concurrency) is a script as it stands.
+// The state sections' integer constants (`local NAME = 60000`, `local NAME = 2 ^ 25`) are handed to
+// the engine as ALGORITHM_CONSTANTS, so each is defined once.
 // Writes src/engine/generated/scripts.ts (ignored by git; rebuilt by build, test, typecheck, prepare).
 import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
@@ -13,16 +23,47 @@ import { fileURLToPath } from "node:url";
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const luaDir = join(root, "lua");
 const read = (file) => readFileSync(join(luaDir, file), "utf8");
+const SECTIONS = ["state", "check", "one-rule", "refund"];
 
-const algorithmFiles = readdirSync(join(luaDir, "algorithms"))
+/** An algorithm file's sections, by name (the text before the first one is its header). */
+function sections(file) {
+  const out = {};
+  let current;
+  for (const line of read(file).split("\n")) {
+    const marker = /^-- #([\w-]+)\s*$/.exec(line);
+    if (marker) {
+      current = marker[1];
+      if (!SECTIONS.includes(current)) throw new Error(`lua/${file}: unknown section -- #${current}`);
+      if (out[current] !== undefined) throw new Error(`lua/${file}: two -- #${current} sections`);
+      out[current] = "";
+    } else if (current !== undefined) {
+      out[current] += `${line}\n`;
+    }
+  }
+  for (const needed of ["state", "check"]) {
+    if (out[needed] === undefined) throw new Error(`lua/${file} has no -- #${needed} section`);
+  }
+  return out;
+}
+
+const algorithms = readdirSync(join(luaDir, "algorithms"))
   .filter((file) => file.endsWith(".lua"))
   .sort()
-  .map((file) => join("algorithms", file));
-const algorithms = algorithmFiles.flatMap((file) => {
-  const names = [...read(file).matchAll(/^algorithms\.(\w+) = function/gm)].map((m) => m[1]);
-  if (names.length !== 1) throw new Error(`lua/${file} must define exactly one algorithms.<name>`);
-  return names;
-});
+  .map((file) => {
+    const parts = sections(join("algorithms", file));
+    const names = [...parts.check.matchAll(/^algorithms\.(\w+) = function/gm)].map((m) => m[1]);
+    if (names.length !== 1)
+      throw new Error(`lua/algorithms/${file} must define exactly one algorithms.<name>`);
+    const constants = {};
+    for (const [, name, base, power] of parts.state.matchAll(
+      /^local ([A-Z][A-Z_]*) = (\d+)(?: \^ (\d+))?$/gm,
+    )) {
+      constants[name] = power === undefined ? Number(base) : Number(base) ** Number(power);
+      if (!Number.isSafeInteger(constants[name]))
+        throw new Error(`lua/algorithms/${file}: ${name} is no exact integer`);
+    }
+    return { name: names[0], file, ...parts, constants };
+  });
 
 // Comments and indentation stay in lua/ for readers; the wire copy drops them (EVAL sends it all).
 const strip = (source) =>
@@ -31,37 +72,59 @@ const strip = (source) =>
     .map((line) => line.trim())
     .filter((line) => line !== "" && !line.startsWith("--"))
     .join("\n");
-const join_ = (files) => files.map((file) => strip(read(file))).join("\n");
 const sha1 = (text) => createHash("sha1").update(text).digest("hex");
+const script = (text) => {
+  const stripped = strip(text);
+  return { text: stripped, sha1: sha1(stripped) };
+};
 
-const shortcutFiles = existsSync(join(luaDir, "shortcut"))
-  ? readdirSync(join(luaDir, "shortcut"))
-      .filter((file) => file.endsWith(".lua"))
-      .sort()
-      .map((file) => join("shortcut", file))
-  : [];
-const scripts = { limiter: join_([...shortcutFiles, "prelude.lua", ...algorithmFiles, "dispatcher.lua"]) };
+const limiter = [
+  read("prelude.lua"),
+  ...algorithms.map((a) => `if several or ARGV[3] == "${a.name}" then\n${a.state}${a.check}end\n`),
+  read("dispatcher.lua"),
+].join("\n");
+
+const refundFile = read("refund.lua");
+if (!/^-- #refunds$/m.test(refundFile)) throw new Error("lua/refund.lua has no -- #refunds line");
+const refunds = algorithms
+  .filter((a) => a.refund !== undefined)
+  .map((a) => `do\n${a.state}${a.refund}end\n`)
+  .join("");
+
+const scripts = { limiter: script(limiter), refund: script(refundFile.replace(/^-- #refunds$/m, refunds)) };
 for (const file of readdirSync(luaDir).sort()) {
-  if (!file.endsWith(".lua") || file === "prelude.lua" || file === "dispatcher.lua") continue;
+  if (!file.endsWith(".lua") || ["prelude.lua", "dispatcher.lua", "refund.lua"].includes(file)) continue;
   const name = file.slice(0, -4).replace(/[-_](\w)/g, (_, c) => c.toUpperCase());
-  const usesPrelude = read(file).startsWith("-- uses: prelude");
-  scripts[name] = join_(usesPrelude ? ["prelude.lua", file] : [file]);
+  scripts[name] = script(read(file));
 }
+const oneRule = Object.fromEntries(
+  algorithms.filter((a) => a["one-rule"] !== undefined).map((a) => [a.name, script(a.state + a["one-rule"])]),
+);
 
+const entry = ({ text, sha1 }) => `{ text: ${JSON.stringify(text)}, sha1: ${JSON.stringify(sha1)} }`;
 const out = join(root, "src", "engine", "generated", "scripts.ts");
 mkdirSync(dirname(out), { recursive: true });
 const lines = [
   "// Generated by scripts/build-lua.mjs from lua/**/*.lua. Do not edit.",
   "/** Every script the engine sends: its text (for SCRIPT LOAD / EVAL) and SHA-1 (for EVALSHA). */",
   "export const SCRIPTS = {",
-  ...Object.entries(scripts).map(
-    ([name, text]) => `  ${name}: { text: ${JSON.stringify(text)}, sha1: ${JSON.stringify(sha1(text))} },`,
+  ...Object.entries(scripts).map(([name, s]) => `  ${name}: ${entry(s)},`),
+  "} as const;",
+  "/** The one-rule script of each algorithm that has one (lua/algorithms/*.lua, its one-rule section). */",
+  "export const ONE_RULE_SCRIPTS = {",
+  ...Object.entries(oneRule).map(([name, s]) => `  ${name}: ${entry(s)},`),
+  "} as const;",
+  "/** Every algorithm of the limiter script. */",
+  `export const SCRIPT_ALGORITHMS = ${JSON.stringify(algorithms.map((a) => a.name))} as const;`,
+  "/** Each algorithm's integer constants, as its state section defines them. */",
+  "export const ALGORITHM_CONSTANTS = {",
+  ...algorithms.map(
+    (a) =>
+      `  ${a.name}: {${Object.entries(a.constants)
+        .map(([name, value]) => ` ${name}: ${value}`)
+        .join(",")}${Object.keys(a.constants).length > 0 ? " " : ""}},`,
   ),
   "} as const;",
-  "/** The limiter's script (every algorithm and the dispatcher). */",
-  "export const SCRIPT = SCRIPTS.limiter.text;",
-  "export const SCRIPT_SHA1 = SCRIPTS.limiter.sha1;",
-  `export const SCRIPT_ALGORITHMS = ${JSON.stringify(algorithms)} as const;`,
   "",
 ];
 // Written only when it changed, and atomically: several runs may build at once.

@@ -1,43 +1,55 @@
 -- Fixed window: at most `limit` units per window of `window` ms, windows aligned to the epoch.
--- O(1) memory per window, exact for its own definition (up to 2*limit can pass around a window boundary).
+-- O(1) memory, exact for its own definition (up to 2*limit can pass around a window boundary).
 --
 -- State: the window's count, in a key of its own per window: the Limiter names it, the rule's key,
 -- ":", the window's index (now // window), so a count can never be read as another window's. The key
--- lives until its window ends plus a grace of min(window, 1 minute), so that a caller whose clock lags
+-- lives until its window ends plus a grace of min(window, GRACE), so that a caller whose clock lags
 -- by less than that still finds its window's count; it is counted in the window its clock names.
 -- (A lagging caller whose window has expired would start it afresh: callers' clocks must agree within
 -- the grace.)
 --
--- One rule, cost 1..limit, no reservation (the common call) takes the shortcut in
--- lua/shortcut/fixed_window.lua, the commands of a plain counter:
+-- The one-rule script takes the commands of a plain counter:
 --   first in a window  INCR (INCRBY for a cost above 1), then PEXPIRE
 --   later              INCR
 --   denied             INCR. When the window was already full, the overshoot is harmless (full
 --                      either way, remaining 0) and stays; only a partial window denied by a large
 --                      cost is put back (DECRBY).
--- Several rules (and a peek, a cost above the limit, a reservation) use the check below: GET, then
--- on commit INCRBY (SET PX for a new key). A check reads an overshoot as a full window.
+-- The check (several rules, a peek, a cost above the limit, a reservation): GET, then on commit
+-- INCRBY (SET PX for a new key). A check reads an overshoot as a full window.
+--
+-- This file is the algorithm's one source; scripts/build-lua.mjs cuts it at its `-- #` lines:
+-- state (shared by every path), check (the limiter script), one-rule (a script of its own), refund.
+
+-- #state
+-- The key outlives its window by min(window, GRACE) ms. The Limiter computes the one-rule script's
+-- expiry with it too (scripts/build-lua.mjs hands it over).
 local GRACE = 60000
 
-if several or ARGV[3] == "fixedWindow" then
-  local function commit(key, now, units, limit, window, _, start, count)
-    local ends = start + window
-    if count > 0 then
-      redis.call("INCRBY", key, units)
-    else
-      redis.call("SET", key, units, "PX", ends + math.min(window, GRACE) - now)
-    end
-    return ends
+-- The window's count; nil when the key holds none. Only what INCRBY takes is a count: tonumber() also
+-- reads "1.5", "1e3" or " 3", on which the commit's INCRBY would fail midway, after other rules.
+local function read(key)
+  local stored = redis.call("GET", key)
+  local count = tonumber(stored)
+  if count and string.format("%d", count) == stored then return count end
+  return nil
+end
+
+-- #check
+-- Returns the window's end (the reset) and its start (the window counted in).
+local function commit(key, now, units, _, window, _, start, count)
+  local ends = start + window
+  if count > 0 then
+    redis.call("INCRBY", key, units)
+  else
+    redis.call("SET", key, units, "PX", ends + math.min(window, GRACE) - now)
   end
+  return ends, start
+end
 
 algorithms.fixedWindow = function(key, now, cost, limit, window)
   local start = now - now % window
-  -- A value that is no count (not this version's) reads as a new window, which the commit SETs.
-  -- Only what INCRBY takes is a count: tonumber() also reads "1.5", "1e3" or " 3", on which the
-  -- commit's INCRBY would fail midway, after other rules have been written.
-  local stored = redis.call("GET", key)
-  local count = tonumber(stored)
-  if not count or string.format("%d", count) ~= stored then count = 0 end
+  -- a value that is no count (not this version's) reads as a new window, which the commit SETs
+  local count = read(key) or 0
   local ends = start + window
   local room = limit - count
   local reset_at = count > 0 and ends or now
@@ -45,4 +57,38 @@ algorithms.fixedWindow = function(key, now, cost, limit, window)
   if cost > room then return room, reset_at, ends - now end
   return room, reset_at, 0, commit, start, count
 end
+
+-- #one-rule
+-- One rule, cost 1..limit, no reservation. KEYS[1] the window's key; ARGV[1] ms until the key
+-- expires (the window's end plus its grace, from the caller's clock); ARGV[2], ARGV[3] cost and limit,
+-- when the cost is more than 1. Answers the window's count after adding the cost: admitted iff
+-- count <= limit.
+local key, units = KEYS[1], ARGV[2]
+local cost = units and tonumber(units) or 1
+local count = units and redis.pcall("INCRBY", key, units) or redis.pcall("INCR", key)
+if count == cost then
+  redis.call("PEXPIRE", key, ARGV[1])
+elseif type(count) ~= "number" then
+  -- a string that is no count (not this version's) starts the window afresh, as the check does;
+  -- other errors (a key of another type) stand
+  if not string.find(count.err, "not an integer", 1, true) then return redis.error_reply(count.err) end
+  redis.call("SET", key, units or "1", "PX", ARGV[1])
+  count = cost
+end
+-- a window a large cost overshot gets the cost back (its remaining units stay usable); once the
+-- window is full the overshoot is harmless (full either way) and stays, saving the DECRBY
+if units then
+  local limit = tonumber(ARGV[3])
+  if count > limit and count - cost < limit then redis.call("DECRBY", key, units) end
+end
+return count
+
+-- #refund
+-- The window's count, in the key of the window the units were counted in. A count above the limit
+-- (a denial's harmless overshoot) counts as the limit. The key keeps its expiry.
+refund.fixedWindow = function(key, _, units, limit)
+  local count = read(key)
+  if not count then return false end
+  redis.call("SET", key, math.max(0, math.min(count, limit) - units), "KEEPTTL")
+  return true
 end

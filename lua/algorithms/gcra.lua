@@ -10,42 +10,82 @@
 -- T is a fraction (1000/3 ms, ...), so TAT is kept exactly as two integers: TAT = A + B/limit ms,
 -- with 0 <= B < limit. In units of 1/limit ms, T is `period` and burst*T is `burst*period`, so every
 -- comparison below is integer arithmetic, exact for any realistic limit.
--- State: "<A>:<B>". Commands: GET, then SET PX on commit.
+-- State: "<A>:<B>", kept until TAT (when it equals "no key"). Commands: GET, then SET PX on commit.
 --
 -- A token bucket runs as GCRA: `capacity` tokens refilled continuously at `refillRate` per `interval`
--- is GCRA with limit = refillRate, period = interval, burst = capacity (tokens left = burst - d/period;
--- the Limiter sends it as such). A caller whose clock lags sees the bucket as it was at its own time
--- (fewer tokens), so it is only held back more, and the state never moves back.
--- One rule, cost 1..burst, no reservation takes the shortcut in lua/shortcut/gcra.lua.
-if several or ARGV[3] == "gcra" then
-  local function ceil_div(a, b)
-    return math.floor((a + b - 1) / b)
-  end
+-- is GCRA with limit = refillRate, period = interval, burst = capacity (tokens left = burst - d/period).
+-- A caller whose clock lags sees the bucket as it was at its own time (fewer tokens), so it is only
+-- held back more, and the state never moves back.
+--
+-- This file is the algorithm's one source; scripts/build-lua.mjs cuts it at its `-- #` lines:
+-- state (shared by every path), check (the limiter script), one-rule (a script of its own), refund.
 
-  -- TAT becomes now + (d + units*T); the key lives until TAT, when the state equals "no key".
-  local function commit(key, now, units, limit, period, _, d)
-    local next_d = d + units * period
-    local whole = math.floor(next_d / limit)
-    local ttl = ceil_div(next_d, limit)
-    redis.call("SET", key, string.format("%d:%d", now + whole, next_d - whole * limit), "PX", ttl)
-    return now + ttl
-  end
-
-algorithms.gcra = function(key, now, cost, limit, period, burst)
-  local capacity = burst * period
-  -- d: how far TAT lies ahead of now, in 1/limit ms (0 when the stream is idle). TAT never moves
-  -- backwards: a caller whose clock lags sees a larger d and is only held back more.
-  local d = 0
+-- #state
+-- The state at `now`: d, how far TAT lies ahead of now, in 1/limit ms (0 when the stream is idle; false
+-- when there is no state), and the whole units the rule could take, the room left under burst*T. A
+-- caller whose clock lags sees a larger d and is only held back more.
+local function read(key, now, limit, period, burst)
   local stored = redis.call("GET", key)
+  local d = 0
   if stored then
     local a, b = string.match(stored, "^(%-?%d+):(%d+)$")
     a, b = tonumber(a), tonumber(b)
     if a > now or (a == now and b > 0) then d = (a - now) * limit + b end
   end
-  local room = math.floor((capacity - d) / period)
+  return stored and d, math.floor((burst * period - d) / period)
+end
+
+-- Stores TAT = now + d; returns when the stream is back to idle (the reset).
+local function write(key, now, limit, d)
+  local whole = math.floor(d / limit)
+  local ttl = math.floor((d + limit - 1) / limit)
+  redis.call("SET", key, string.format("%d:%d", now + whole, d - whole * limit), "PX", string.format("%d", ttl))
+  return now + ttl
+end
+
+-- #check
+local function ceil_div(a, b)
+  return math.floor((a + b - 1) / b)
+end
+
+-- Takes `units` more: TAT moves on by units*T. Returns the reset and the window counted in (none: 0).
+local function commit(key, now, units, limit, period, _, d)
+  return write(key, now, limit, d + units * period), 0
+end
+
+algorithms.gcra = function(key, now, cost, limit, period, burst)
+  local d, room = read(key, now, limit, period, burst)
+  d = d or 0
   local reset_at = now + ceil_div(d, limit)
   if cost > burst then return room, reset_at, NEVER end
-  if cost > room then return room, reset_at, ceil_div(d + cost * period - capacity, limit) end
+  if cost > room then return room, reset_at, ceil_div(d + cost * period - burst * period, limit) end
   return room, reset_at, 0, commit, d
 end
+
+-- #one-rule
+-- One rule, cost 1..burst, no reservation. ARGV: now (hexadecimal), cost, limit, period, burst.
+-- Answers one integer: d after the cost when admitted (d >= 1), or -(d before) - 1 when denied.
+local now = tonumber(ARGV[1], 16)
+local cost = ARGV[2] == "1" and 1 or tonumber(ARGV[2])
+local limit, period, burst = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local key = KEYS[1]
+local d, room = read(key, now, limit, period, burst)
+d = d or 0
+if cost > room then return -d - 1 end
+d = d + cost * period
+write(key, now, limit, d)
+return d
+
+-- #refund
+-- TAT moves back by units*T; back at idle, the key goes (the same as no state at all).
+refund.gcra = function(key, now, units, limit, period, burst)
+  local d = read(key, now, limit, period, burst)
+  if not d then return false end
+  d = d - units * period
+  if d <= 0 then
+    redis.call("DEL", key)
+  else
+    write(key, now, limit, d)
+  end
+  return true
 end

@@ -7,25 +7,29 @@
 -- many units arrive in the same millisecond. Expired entries are trimmed only when a request is
 -- admitted, so a denial or a peek writes nothing.
 -- Commands: ZRANGE (newest) and ZCOUNT; a denial adds ZRANGEBYSCORE (when it could pass), an
--- admission ZREMRANGEBYSCORE, ZADD (one per 1000 units) and PEXPIRE.
-if several or ARGV[3] == "slidingLog" then
-  local ZADD_CHUNK = 1000
+-- admission ZREMRANGEBYSCORE, ZADD (one per ZADD_CHUNK units) and PEXPIRE.
+-- It has no one-rule script and no refund: the check is its only path (sliding logs are never leased).
 
-  local function commit(key, now, units, limit, window, _, stamp, count)
-    redis.call("ZREMRANGEBYSCORE", key, "-inf", stamp - window)
-    -- unpack() fails past a few thousand values, and a write must not fail after others were made
-    -- (a script error does not undo them): add at most ZADD_CHUNK entries per call.
-    for first = 1, units, ZADD_CHUNK do
-      local entries = {}
-      for i = first, math.min(units, first + ZADD_CHUNK - 1) do
-        entries[#entries + 1] = stamp
-        entries[#entries + 1] = string.format("%d:%d", stamp, count + i)
-      end
-      redis.call("ZADD", key, unpack(entries))
+-- #state
+local ZADD_CHUNK = 1000
+
+-- #check
+-- Returns when the last entry leaves the window (the reset) and the window counted in (none: 0).
+local function commit(key, now, units, _, window, _, stamp, count)
+  redis.call("ZREMRANGEBYSCORE", key, "-inf", stamp - window)
+  -- unpack() fails past a few thousand values, and a write must not fail after others were made
+  -- (a script error does not undo them): add at most ZADD_CHUNK entries per call.
+  for first = 1, units, ZADD_CHUNK do
+    local entries = {}
+    for i = first, math.min(units, first + ZADD_CHUNK - 1) do
+      entries[#entries + 1] = stamp
+      entries[#entries + 1] = string.format("%d:%d", stamp, count + i)
     end
-    redis.call("PEXPIRE", key, stamp + window - now)
-    return stamp + window
+    redis.call("ZADD", key, unpack(entries))
   end
+  redis.call("PEXPIRE", key, stamp + window - now)
+  return stamp + window, 0
+end
 
 algorithms.slidingLog = function(key, now, cost, limit, window)
   local newest = redis.call("ZRANGE", key, -1, -1, "WITHSCORES")[2]
@@ -44,5 +48,4 @@ algorithms.slidingLog = function(key, now, cost, limit, window)
     return room, reset_at, tonumber(oldest) + window - now
   end
   return room, reset_at, 0, commit, stamp, count
-end
 end

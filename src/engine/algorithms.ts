@@ -28,10 +28,9 @@ export type RuleConfig =
 
 export type Algorithm = RuleConfig["algorithm"];
 
-/** A validated rule, ready to send. */
-export interface Rule {
+/** What every validated rule has, whatever its algorithm. */
+interface RuleBase {
   readonly name: string;
-  readonly algorithm: Algorithm;
   /** The limit reported in decisions (burst for GCRA, capacity for a token bucket). */
   readonly limit: number;
   /**
@@ -39,12 +38,32 @@ export interface Rule {
    * seconds at the rule's real rate (see policyOf), and quota ≥ limit.
    */
   readonly policy: { readonly quota: number; readonly window: number };
-  /**
-   * The script's algorithm and its integer parameters, as the script reads them (4 ARGV slots). A
-   * token bucket runs as GCRA: ["gcra", refillRate, interval, capacity].
-   */
-  readonly args: readonly [string, string, string, string];
 }
+
+/** GCRA: `rate` units per `period` ms (the `limit` option), up to `burst` at once (= limit). */
+export interface GcraRule extends RuleBase {
+  readonly algorithm: "gcra";
+  readonly rate: number;
+  readonly period: number;
+  readonly burst: number;
+}
+
+/** A token bucket of `capacity` tokens (= limit), refilled at `refillRate` per `interval` ms. */
+export interface TokenBucketRule extends RuleBase {
+  readonly algorithm: "tokenBucket";
+  readonly capacity: number;
+  readonly refillRate: number;
+  readonly interval: number;
+}
+
+/** A fixed window, sliding window or sliding log: `limit` units per `window` ms. */
+export interface WindowRule extends RuleBase {
+  readonly algorithm: "fixedWindow" | "slidingWindow" | "slidingLog";
+  readonly window: number;
+}
+
+/** A validated rule, ready to send (src/engine/script.ts encodes it for the scripts). */
+export type Rule = GcraRule | TokenBucketRule | WindowRule;
 
 /**
  * GCRA: `limit` per `period`, up to `burst` at once. Exact, O(1) memory.
@@ -124,7 +143,8 @@ const FIELDS: Record<Algorithm, readonly string[]> = {
  * field; when several fields are wrong, the message lists every one, separated by "; ".
  *
  * @example
- * compileRule("daily", fixedWindow({ limit: 1000, window: "1d" })).args // ["fixedWindow", "1000", "86400000", "0"]
+ * compileRule("daily", fixedWindow({ limit: 1000, window: "1d" }))
+ * // { name: "daily", algorithm: "fixedWindow", limit: 1000, window: 86400000, policy: { quota: 1000, window: 86400000 } }
  */
 export function compileRule(name: string, config: RuleConfig): Rule {
   const checked = checkRule(name, config);
@@ -180,17 +200,6 @@ export function checkRule(
   const bounded = (count: number | undefined, ms: number | undefined, what: string) => {
     if (count !== undefined && ms !== undefined) read(() => bound(count, ms, `${at}: ${what}`));
   };
-  // Called once every field has passed.
-  const make = (limit: number, policy: Rule["policy"], params: number[], script: string = algorithm) => {
-    const rule: Rule = {
-      name,
-      algorithm: algorithm as Algorithm,
-      limit,
-      policy,
-      args: [script, String(params[0] ?? 0), String(params[1] ?? 0), String(params[2] ?? 0)],
-    };
-    return { rule, errors: [] as const };
-  };
   switch (algorithm as Algorithm) {
     case "gcra": {
       const limit = read(() => count(c.limit, `${at}.limit`));
@@ -198,7 +207,17 @@ export function checkRule(
       const burst = c.burst === undefined ? limit : read(() => count(c.burst, `${at}.burst`));
       bounded(burst, period, "burst × period");
       if (errors.length > 0) return { rule: undefined, errors };
-      return make(burst!, policyOf(burst!, limit!, period!), [limit!, period!, burst!]);
+      const policy = policyOf(burst!, limit!, period!);
+      const rule: GcraRule = {
+        name,
+        algorithm: "gcra",
+        limit: burst!,
+        policy,
+        rate: limit!,
+        period: period!,
+        burst: burst!,
+      };
+      return { rule, errors: [] };
     }
     case "tokenBucket": {
       const capacity = read(() => count(c.capacity, `${at}.capacity`));
@@ -206,14 +225,17 @@ export function checkRule(
       const interval = c.interval === undefined ? 1000 : read(() => toMs(c.interval, `${at}.interval`));
       bounded(capacity, interval, "capacity × interval");
       if (errors.length > 0) return { rule: undefined, errors };
-      // a token bucket of `capacity` refilled at refillRate per interval is GCRA with limit = refillRate,
-      // period = interval and burst = capacity (lua/algorithms/gcra.lua)
-      return make(
-        capacity!,
-        policyOf(capacity!, refillRate!, interval!),
-        [refillRate!, interval!, capacity!],
-        "gcra",
-      );
+      const policy = policyOf(capacity!, refillRate!, interval!);
+      const rule: TokenBucketRule = {
+        name,
+        algorithm: "tokenBucket",
+        limit: capacity!,
+        policy,
+        capacity: capacity!,
+        refillRate: refillRate!,
+        interval: interval!,
+      };
+      return { rule, errors: [] };
     }
     default: {
       const limit = read(() => count(c.limit, `${at}.limit`));
@@ -225,7 +247,15 @@ export function checkRule(
         );
       }
       if (errors.length > 0) return { rule: undefined, errors };
-      return make(limit!, policyOf(limit!, limit!, window!), [limit!, window!]);
+      const policy = policyOf(limit!, limit!, window!);
+      const rule: WindowRule = {
+        name,
+        algorithm: algorithm as WindowRule["algorithm"],
+        limit: limit!,
+        policy,
+        window: window!,
+      };
+      return { rule, errors: [] };
     }
   }
 }

@@ -1,8 +1,9 @@
+import type { Rule } from "./algorithms.js";
 import { describe } from "./duration.js";
 import { sha256Hex } from "./sha256.js";
 
 // Keys look like `<prefix>:{<tag>}:<rule>:<algorithm>` (a fixed window adds `:<window index>`, a token
-// bucket says `tokenBucket.gcra`: see Limiter). The tag is the Redis Cluster hash tag shared by every key of
+// bucket says `tokenBucket.gcra`: see RuleKeys). The tag is the Redis Cluster hash tag shared by every key of
 // one identifier, so a multi-rule script never crosses slots. It is built so that distinct identifiers
 // never share it:
 //   "=" + the identifier with every UTF-16 code unit outside printable ASCII, and "%", "{", "}", escaped
@@ -59,4 +60,65 @@ export function checkIdentifier(identifier: unknown): string {
     );
   }
   return identifier;
+}
+
+/**
+ * The Redis keys of a Limiter's rules. The algorithm is part of the key: a rule whose algorithm changes
+ * starts afresh instead of reading state written in another algorithm's format. A token bucket keeps
+ * GCRA's state, and its key says so ("tokenBucket.gcra"): a token bucket's state of an earlier format
+ * is never read. A fixed window has a key per window: the rule's key, ":", the window's index.
+ *
+ * @example
+ * new RuleKeys("edgelimit", limiter.rules).of("user:42", Date.now()) // one key per rule, in rule order
+ */
+export class RuleKeys {
+  private readonly suffixes: readonly string[];
+  /** Per rule: the window of a fixed window (whose keys are one per window), else 0. */
+  private readonly windows: readonly number[];
+
+  constructor(
+    readonly prefix: string,
+    rules: readonly Rule[],
+  ) {
+    this.suffixes = rules.map((rule) =>
+      rule.algorithm === "tokenBucket" ? `:${rule.name}:tokenBucket.gcra` : `:${rule.name}:${rule.algorithm}`,
+    );
+    this.windows = rules.map((rule) => (rule.algorithm === "fixedWindow" ? rule.window : 0));
+  }
+
+  /**
+   * The keys of `identifier` at `now`, one per rule, in rule order; a fixed window's at `windowStarts[i]`
+   * when given (the window some units were counted in).
+   */
+  of(identifier: string, now: number, windowStarts?: readonly number[]): string[] {
+    const base = this.base(identifier);
+    const keys = new Array<string>(this.suffixes.length);
+    for (let i = 0; i < keys.length; i++) keys[i] = this.key(base, i, windowStarts?.[i] ?? now);
+    return keys;
+  }
+
+  /**
+   * Every key of `identifier` a reset deletes: a fixed window's key outlives its window by a grace,
+   * and a caller whose clock runs ahead may already have opened the next one.
+   */
+  all(identifier: string, now: number): string[] {
+    const base = this.base(identifier);
+    return this.windows.flatMap((window, i) =>
+      window > 0
+        ? [now - window, now, now + window].map((t) => this.key(base, i, t))
+        : [this.key(base, i, now)],
+    );
+  }
+
+  /** What every key of `identifier` starts with: the prefix and its hash tag. */
+  private base(identifier: string): string {
+    return `${this.prefix}:${keyTag(identifier)}`;
+  }
+
+  /** Rule i's key at `now`, after `base`. */
+  private key(base: string, i: number, now: number): string {
+    const window = this.windows[i]!;
+    const key = base + this.suffixes[i]!;
+    return window > 0 ? `${key}:${Math.floor(now / window)}` : key;
+  }
 }

@@ -11,9 +11,10 @@
 // - Refunds: units left when a lease expires (or is dropped on a denial, or the Limiter is disposed)
 //   go back to Redis through the refund script, off the request path: through `waitUntil` when the
 //   caller gives one (Workers, Vercel), else from a timer (Node).
-// Nothing here sends a request itself: the Limiter gives it a `send` for refunds.
+// Top-ups and refunds go to Redis through the Limiter's scripts (src/engine/script.ts), from here.
 import type { Rule } from "./algorithms.js";
 import { describe, toMs } from "./duration.js";
+import type { Reservation, RuleScripts } from "./script.js";
 import type { Decision, RuleResult } from "./types.js";
 
 /** What `lease` takes: at most `max` units held per identifier, each for at most `ttl`. */
@@ -32,12 +33,6 @@ export interface LeaseConfig {
 
 /** Hands a promise to the runtime so that it may finish after the response (`ctx.waitUntil`). */
 export type WaitUntil = (promise: Promise<unknown>) => void;
-
-/** Redis's answer to a top-up: a decision of cost 1 whose unit, and `reserved` more, go to the lease. */
-export interface TopUp {
-  readonly decision: Decision;
-  readonly reserved: number;
-}
 
 /** Unused units of one identifier to give back. */
 export interface Refund {
@@ -85,7 +80,7 @@ interface Held {
   snapshot: Record<string, RuleResult>;
   /** Units handed out since the snapshot. */
   used: number;
-  windowStarts: number[];
+  windowStarts: readonly number[];
 }
 
 interface Seen {
@@ -104,7 +99,7 @@ interface Seen {
  * The leases of one Limiter.
  *
  * @example
- * const leases = new Leases({ max: 50, ttl: 1000 }, limiter.rules, sendRefund, clock, sendTopUp);
+ * const leases = new Leases({ max: 50, ttl: 1000 }, limiter.rules, scripts, clock);
  * const answer = leases.answer("user:42", 1, now, waitUntil); // a Decision from the lease, or undefined
  */
 export class Leases {
@@ -125,14 +120,9 @@ export class Leases {
   constructor(
     readonly config: LeaseConfig,
     private readonly rules: readonly Rule[],
-    /** Sends one refund; resolves true when Redis ran it. Never rejects. */
-    private readonly send: (refund: Refund, now: number) => Promise<boolean>,
+    /** What sends top-ups and refunds (never rejects). */
+    private readonly scripts: RuleScripts,
     private readonly clock: () => number,
-    /**
-     * Sends a top-up: a decision of cost 1 reserving `want` more, all for the lease; undefined when
-     * Redis gave no answer. Never rejects.
-     */
-    private readonly topUp?: (identifier: string, want: number, now: number) => Promise<TopUp | undefined>,
   ) {
     // A sliding log stamps every unit with the time it was admitted. A unit handed out later from a
     // lease would carry an earlier stamp and leave the log early, letting a later window hold more than
@@ -188,7 +178,7 @@ export class Leases {
     now: number,
     waitUntil: WaitUntil | undefined,
   ): void {
-    if (this.topUp === undefined || this.disposed) return;
+    if (this.disposed) return;
     const low = Math.min(Math.floor(this.config.max / 4), Math.ceil(seen.estimate / 8));
     // about a ttl's traffic, like a fresh lease: a slow identifier is topped up a little
     const want = Math.min(this.config.max, Math.floor(seen.estimate)) - lease.units - 1;
@@ -200,9 +190,10 @@ export class Leases {
     if (redisLeft < 2 * this.config.max) return;
     if (seen.asking !== undefined && now - seen.asking < this.config.ttl) return;
     seen.asking = now;
-    const sent = this.topUp(identifier, want, now).then((answer) => {
+    // a decision of cost 1 reserving `want` more, all for the lease
+    const sent = this.scripts.reserve(identifier, 1, now, want).then((answer) => {
       seen.asking = undefined;
-      if (answer !== undefined) this.settleTopUp(identifier, answer, now, waitUntil);
+      if (!(answer instanceof Error)) this.settleTopUp(identifier, answer, now, waitUntil);
     });
     this.pending.add(sent);
     sent.finally(() => this.pending.delete(sent));
@@ -212,13 +203,11 @@ export class Leases {
   /** A top-up's answer: its unit and the reserved ones join the lease (or start a new one). */
   private settleTopUp(
     identifier: string,
-    { decision, reserved }: TopUp,
+    { decision, reserved, windowStarts }: Reservation,
     now: number,
     waitUntil?: WaitUntil,
   ): void {
-    if (decision.source !== "redis") return;
     const seen = this.seen.get(identifier);
-    const windowStarts = this.windowStarts(decision);
     const units = decision.allowed ? 1 + reserved : 0;
     if (units > 0) this.stats.reserved += units;
     if (!decision.allowed) {
@@ -258,27 +247,25 @@ export class Leases {
   }
 
   /**
-   * Takes Redis's answer to a decision of this Limiter and returns the decision to give the caller.
+   * Takes Redis's answer to a decision of this Limiter (one that asked to reserve what `want` said)
+   * and returns the decision to give the caller.
    * A denial drops the identifier's lease (its units are refunded); an admission with `reserved`
    * units starts one. Redis's `remaining` leaves out every unit taken, reserved ones included; the
    * caller is told what this identifier can still have: that, plus what this isolate holds for it.
    */
   settle(
     identifier: string,
-    decision: Decision,
-    reserved: number,
+    { decision, reserved, windowStarts }: Reservation,
     now: number,
     waitUntil?: WaitUntil,
   ): Decision {
     const seen = this.seen.get(identifier);
     if (seen !== undefined) seen.asking = undefined;
-    if (decision.source !== "redis") return decision;
     if (!decision.allowed) {
       if (seen?.lease) this.refund([this.detach(identifier, seen)], now, waitUntil);
       return decision;
     }
     if (reserved > 0) this.stats.reserved += reserved;
-    const windowStarts = this.windowStarts(decision);
     const lease = seen?.lease;
     // Units held before this answer, and reserved by it, are this identifier's to use (or on their way back).
     const answer = withHeld(decision, (lease?.units ?? 0) + reserved);
@@ -308,7 +295,7 @@ export class Leases {
     seen: Seen,
     units: number,
     snapshot: Record<string, RuleResult>,
-    windowStarts: number[],
+    windowStarts: readonly number[],
     now: number,
     waitUntil: WaitUntil | undefined,
   ): void {
@@ -358,10 +345,12 @@ export class Leases {
   private refund(refunds: readonly Refund[], now: number, waitUntil: WaitUntil | undefined): void {
     for (const refund of refunds) {
       if (refund.units <= 0) continue;
-      const sent = this.send(refund, now).then((ok) => {
-        if (ok) this.stats.refunded += refund.units;
-        else this.stats.refundsFailed += 1;
-      });
+      const sent = this.scripts
+        .refund(refund.identifier, refund.units, refund.windowStarts, now)
+        .then((ok) => {
+          if (ok) this.stats.refunded += refund.units;
+          else this.stats.refundsFailed += 1;
+        });
       this.pending.add(sent);
       sent.finally(() => this.pending.delete(sent));
       waitUntil?.(sent);
@@ -407,21 +396,10 @@ export class Leases {
     let expiresAt = now + this.config.ttl;
     this.rules.forEach((rule, i) => {
       if (rule.algorithm === "fixedWindow" || rule.algorithm === "slidingWindow") {
-        expiresAt = Math.min(expiresAt, windowStarts[i]! + Number(rule.args[2]));
+        expiresAt = Math.min(expiresAt, windowStarts[i]! + rule.window);
       }
     });
     return expiresAt;
-  }
-
-  /** The window each rule counted this decision in, read back from its resetAt. */
-  private windowStarts(decision: Decision): number[] {
-    return this.rules.map((rule) => {
-      const resetAt = decision.rules[rule.name]!.resetAt;
-      const window = Number(rule.args[2]);
-      if (rule.algorithm === "fixedWindow") return resetAt - window; // resetAt: the window's end
-      if (rule.algorithm === "slidingWindow") return resetAt - 2 * window; // resetAt: when it fades out
-      return 0;
-    });
   }
 
   /** Node: a timer that refunds expired leases when no request comes to do it. Unref'd. */

@@ -2,11 +2,9 @@ import { compileRule, type Rule, type RuleConfig } from "./algorithms.js";
 import type { BreakerOptions } from "./breaker.js";
 import { DenyCache } from "./deny-cache.js";
 import { describe } from "./duration.js";
-import { RedisCallError } from "./errors.js";
-import { SCRIPT, SCRIPT_SHA1, SCRIPTS } from "./generated/scripts.js";
-import { checkIdentifier, checkPrefix, keyTag } from "./keys.js";
-import { type LeaseOptions, Leases, leaseConfig, type Refund, type TopUp, type WaitUntil } from "./leases.js";
-import { decodeShortcut, fixedWindowArgs, takesShortcut } from "./shortcuts.js";
+import { checkIdentifier, checkPrefix, RuleKeys } from "./keys.js";
+import { type LeaseOptions, Leases, leaseConfig, type WaitUntil } from "./leases.js";
+import { RuleScripts } from "./script.js";
 import { type Transport, transportFor } from "./transport.js";
 import type { Decision, RuleResult } from "./types.js";
 
@@ -63,7 +61,6 @@ export interface LimitOptions {
 
 /** How long a caller is told to wait after a decision denied by `onError: "deny"`. */
 const ERROR_RETRY_MS = 1000;
-const SCRIPT_TEXT = { text: SCRIPT, sha1: SCRIPT_SHA1 };
 const OPTIONS = [
   "redis",
   "prefix",
@@ -93,17 +90,14 @@ export class Limiter {
   /** The validated rules, in the order they were given. */
   readonly rules: readonly Rule[];
   private readonly transport: Transport;
-  private readonly batchWindow: number;
-  private readonly useBreaker: boolean;
-  private readonly cache: DenyCache | undefined;
+  /** Ms a reset waits for Redis. */
   private readonly timeout: number;
+  private readonly cache: DenyCache | undefined;
   private readonly failOpen: boolean;
   /** The caller's clock this limiter decides by (epoch ms); adapters read time from it too. */
   readonly clock: () => number;
-  private readonly ruleArgs: string[];
-  private readonly keySuffixes: string[];
-  /** Per rule: the window of a fixed window (whose keys are one per window), else 0. */
-  private readonly windows: number[];
+  private readonly ruleKeys: RuleKeys;
+  private readonly scripts: RuleScripts;
   private readonly leases: Leases | undefined;
 
   constructor(options: LimiterOptions) {
@@ -123,18 +117,9 @@ export class Limiter {
       throw new Error("rules: give at least one rule, e.g. { perMinute: gcra({ limit: 60, period: '1m' }) }");
     }
     this.rules = Object.entries(rules).map(([name, config]) => compileRule(name, config));
-    this.ruleArgs = this.rules.flatMap((rule) => rule.args);
-    // The algorithm is part of the key: a rule whose algorithm changes starts afresh instead of reading
-    // state written in another algorithm's format. A token bucket keeps GCRA's state, and its key says
-    // so ("tokenBucket.gcra"): a token bucket's state of an earlier format is never read.
-    this.keySuffixes = this.rules.map((rule) =>
-      rule.args[0] === rule.algorithm
-        ? `:${rule.name}:${rule.algorithm}`
-        : `:${rule.name}:${rule.algorithm}.${rule.args[0]}`,
-    );
-    this.windows = this.rules.map((rule) => (rule.algorithm === "fixedWindow" ? Number(rule.args[2]) : 0));
+    this.ruleKeys = new RuleKeys(this.prefix, this.rules);
 
-    this.timeout = delay(options.timeout ?? 1000, "timeout", true);
+    const timeout = delay(options.timeout ?? 1000, "timeout", true);
     const onError = options.onError ?? "allow";
     if (onError !== "allow" && onError !== "deny") {
       throw new Error(`onError: must be "allow" or "deny", got ${describe(onError)}`);
@@ -145,10 +130,15 @@ export class Limiter {
     this.clock = clock;
     const batchWindow = options.batchWindow ?? 0;
     if (batchWindow !== 0) delay(batchWindow, "batchWindow", false);
-    this.batchWindow = batchWindow;
     const breaker = options.breaker;
-    this.useBreaker = breaker !== false;
-    this.transport = transportFor(redis, { breaker: breaker === false ? undefined : breaker });
+    const transport = transportFor(redis, { breaker: breaker === false ? undefined : breaker });
+    this.transport = transport;
+    this.timeout = timeout;
+    this.scripts = new RuleScripts(this.rules, this.ruleKeys, transport, {
+      timeout,
+      batchWindow,
+      breaker: breaker !== false,
+    });
 
     const denyCache = options.denyCache ?? { maxEntries: 10_000 };
     if (denyCache !== false) {
@@ -159,9 +149,7 @@ export class Limiter {
       this.cache = new DenyCache(maxEntries);
     }
     if (options.lease !== undefined && options.lease !== false) {
-      const refund = (r: Refund, now: number) => this.refund(r, now);
-      const topUp = (identifier: string, want: number, now: number) => this.topUp(identifier, want, now);
-      this.leases = new Leases(leaseConfig(options.lease), this.rules, refund, () => this.now(), topUp);
+      this.leases = new Leases(leaseConfig(options.lease), this.rules, this.scripts, () => this.now());
     }
   }
 
@@ -212,15 +200,7 @@ export class Limiter {
     checkIdentifier(identifier);
     this.cache?.delete(identifier);
     this.leases?.drop(identifier);
-    // a fixed window's key outlives its window by a grace, and a caller whose clock runs ahead may
-    // already have opened the next one
-    const now = this.now();
-    const base = this.base(identifier);
-    const keys = this.windows.flatMap((window, i) =>
-      window > 0
-        ? [now - window, now, now + window].map((t) => this.key(base, i, t))
-        : [this.key(base, i, now)],
-    );
+    const keys = this.ruleKeys.all(identifier, this.now());
     const reply = await this.transport.call(["DEL", ...keys], { timeout: this.timeout, breaker: false });
     if (!reply.ok) throw reply.error;
   }
@@ -230,20 +210,7 @@ export class Limiter {
    * order. A fixed window has a key per window: the rule's key, ":", the window's index.
    */
   keys(identifier: string, now: number = this.now()): string[] {
-    const base = this.base(identifier);
-    return this.keySuffixes.map((_, i) => this.key(base, i, now));
-  }
-
-  /** What every key of `identifier` starts with: the prefix and its hash tag. */
-  private base(identifier: string): string {
-    return `${this.prefix}:${keyTag(identifier)}`;
-  }
-
-  /** Rule i's key at `now`, after `base`. */
-  private key(base: string, i: number, now: number): string {
-    const window = this.windows[i]!;
-    const key = base + this.keySuffixes[i]!;
-    return window > 0 ? `${key}:${Math.floor(now / window)}` : key;
+    return this.ruleKeys.of(identifier, now);
   }
 
   private now(): number {
@@ -260,130 +227,20 @@ export class Limiter {
     now: number,
     waitUntil?: WaitUntil,
   ): Promise<Decision> {
-    const keys = this.keys(identifier, now);
-    // One rule and no reservation: the script answers one integer (lua/shortcut/); the fixed window's
-    // shortcut has arguments of its own.
-    const shortcut = this.rules.length === 1 && !this.leases && takesShortcut(this.rules[0]!, cost);
-    const command = ["EVALSHA", SCRIPT_SHA1, String(keys.length), ...keys];
-    if (shortcut && this.windows[0]! > 0) command.push(...fixedWindowArgs(this.rules[0]!, cost, now));
-    else {
-      // the script parses now in hex: cheaper in Redis than a 13-digit decimal
-      command.push(now.toString(16), String(cost), ...this.ruleArgs);
+    const leases = this.leases;
+    if (leases === undefined) {
+      const decision = await this.scripts.decide(identifier, cost, now);
+      if (decision instanceof Error) return this.failure(decision, now);
+      if (!decision.allowed) this.cache?.set(identifier, Math.max(cost, 1), now, decision);
+      return decision;
     }
-    // With leases on, the units to reserve beside `cost` go last; the script answers how many it did.
-    if (this.leases) command.push(String(this.leases.want(identifier, cost, now)));
-    // Sent at most once (NOSCRIPT aside: the script did not run), with its own timeout, through the
-    // client's breaker; never rejects.
-    const reply = await this.transport.call(command, {
-      timeout: this.timeout,
-      batchWindow: this.batchWindow,
-      breaker: this.useBreaker,
-      script: SCRIPT_TEXT,
-    });
-    if (!reply.ok) return this.failure(reply.error, now);
-    let decision: Decision;
-    try {
-      // a shortcut answers one integer, the general path a table (lua/shortcut/, lua/dispatcher.lua)
-      decision =
-        shortcut && typeof reply.result === "number"
-          ? this.decodeShortcut(reply.result, cost, now)
-          : this.decode(reply.result);
-    } catch (error) {
-      return this.failure(error, now);
-    }
+    // With leases on, the decision also reserves units for the identifier's lease (see Leases).
+    const want = leases.want(identifier, cost, now);
+    const reservation = await this.scripts.reserve(identifier, cost, now, want);
+    if (reservation instanceof Error) return this.failure(reservation, now);
+    const decision = reservation.decision;
     if (!decision.allowed) this.cache?.set(identifier, Math.max(cost, 1), now, decision);
-    const reserved = this.leases ? Number((reply.result as unknown[])[this.rules.length * 4]) : 0;
-    return this.leases ? this.leases.settle(identifier, decision, reserved, now, waitUntil) : decision;
-  }
-
-  /** A lease top-up: one unit and up to `want` more, all for the lease (see Leases). Never rejects. */
-  private async topUp(identifier: string, want: number, now: number): Promise<TopUp | undefined> {
-    const keys = this.keys(identifier, now);
-    const command = ["EVALSHA", SCRIPT_SHA1, String(keys.length), ...keys, now.toString(16), "1"];
-    command.push(...this.ruleArgs, String(want));
-    const reply = await this.transport.call(command, {
-      timeout: this.timeout,
-      batchWindow: this.batchWindow,
-      breaker: this.useBreaker,
-      script: SCRIPT_TEXT,
-    });
-    if (!reply.ok) return undefined;
-    try {
-      const decision = this.decode(reply.result);
-      return { decision, reserved: Number((reply.result as unknown[])[this.rules.length * 4]) };
-    } catch {
-      return undefined;
-    }
-  }
-
-  /** Sends one lease refund (see lua/refund.lua); true when Redis ran it. Never sent twice. */
-  private async refund(refund: Refund, now: number): Promise<boolean> {
-    // a fixed window's units go back to the window they were counted in
-    const base = this.base(refund.identifier);
-    const keys = this.rules.map((_, i) => this.key(base, i, refund.windowStarts[i] ?? now));
-    const perRule = this.rules.flatMap((rule, i) => [...rule.args, String(refund.windowStarts[i] ?? 0)]);
-    const command = ["EVALSHA", SCRIPTS.refund.sha1, String(keys.length), ...keys, String(now)];
-    command.push(String(refund.units), ...perRule);
-    const reply = await this.transport.call(command, {
-      timeout: this.timeout,
-      batchWindow: this.batchWindow,
-      breaker: this.useBreaker,
-      script: SCRIPTS.refund,
-    });
-    return reply.ok;
-  }
-
-  /** A shortcut's one integer (see shortcuts.ts), as the Decision the general answer would give. */
-  private decodeShortcut(result: number, cost: number, now: number): Decision {
-    const rule = this.rules[0]!;
-    if (!Number.isInteger(result)) {
-      throw new RedisCallError("redis", `edgelimit: unexpected script result ${describe(result)}`);
-    }
-    const outcome = decodeShortcut(rule, result, cost, now);
-    return {
-      ...outcome,
-      rule: rule.name,
-      source: "redis",
-      rules: { [rule.name]: outcome },
-    };
-  }
-
-  private decode(result: unknown): Decision {
-    const expected = this.rules.length * 4 + (this.leases ? 1 : 0);
-    if (!Array.isArray(result) || result.length !== expected) {
-      throw new RedisCallError("redis", `edgelimit: unexpected script result ${describe(result)}`);
-    }
-    const rules: Record<string, RuleResult> = {};
-    let binding: Rule | undefined;
-    let bindingResult: RuleResult | undefined;
-    let allowed = true;
-    this.rules.forEach((rule, i) => {
-      const retry = Number(result[4 * i + 3]);
-      const outcome: RuleResult = {
-        allowed: result[4 * i] === 1,
-        limit: rule.limit,
-        remaining: Number(result[4 * i + 1]),
-        resetAt: Number(result[4 * i + 2]),
-        retryAfter: retry < 0 ? Number.POSITIVE_INFINITY : retry,
-      };
-      rules[rule.name] = outcome;
-      if (!outcome.allowed) allowed = false;
-      if (bindingResult === undefined || binds(outcome, bindingResult)) {
-        binding = rule;
-        bindingResult = outcome;
-      }
-    });
-    const b = bindingResult!;
-    return {
-      allowed,
-      limit: b.limit,
-      remaining: b.remaining,
-      resetAt: b.resetAt,
-      retryAfter: allowed ? 0 : b.retryAfter,
-      rule: binding!.name,
-      source: "redis",
-      rules,
-    };
+    return leases.settle(identifier, reservation, now, waitUntil);
   }
 
   private failure(error: unknown, now: number): Decision {
@@ -407,14 +264,6 @@ export class Limiter {
       error: error instanceof Error ? error : new Error(String(error)),
     };
   }
-}
-
-/** Whether `candidate` binds more tightly than `current`: a denial over an admission, then the
- * later retry among denials, then the fewer remaining among admissions. */
-function binds(candidate: RuleResult, current: RuleResult): boolean {
-  if (candidate.allowed !== current.allowed) return !candidate.allowed;
-  if (!candidate.allowed) return candidate.retryAfter > current.retryAfter;
-  return candidate.remaining < current.remaining;
 }
 
 // `await using limiter = new Limiter(...)` disposes it. Set on the prototype, not declared in the class,

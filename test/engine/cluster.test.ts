@@ -3,7 +3,8 @@
 import { Redis } from "@upstash/redis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RedisError } from "../../src/bridge/index.js";
-import { SCRIPT } from "../../src/engine/generated/scripts.js";
+import { SCRIPTS } from "../../src/engine/generated/scripts.js";
+import { limiterArgs } from "../../src/engine/script.js";
 import { fixedWindow, gcra, Limiter, slidingLog, slidingWindow, tokenBucket } from "../../src/index.js";
 import { type Cluster, startCluster } from "../cluster.js";
 import { T0 } from "../support.js";
@@ -28,9 +29,8 @@ const limiter = new Limiter({
     log: slidingLog({ limit: 100, window: "1m" }),
   },
 });
-const ruleArgs = limiter.rules.flatMap((rule) => rule.args);
 const decide = (keys: string[], cost: number) =>
-  cluster.call(["EVAL", SCRIPT, keys.length, ...keys, T0.toString(16), cost, ...ruleArgs]);
+  cluster.call(["EVAL", SCRIPTS.limiter.text, keys.length, ...keys, ...limiterArgs(limiter.rules, T0, cost)]);
 
 describe("on a 3-node Redis Cluster", () => {
   it("runs one decision over five rules for any identifier, all or nothing", async () => {

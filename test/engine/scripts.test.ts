@@ -1,10 +1,11 @@
-// The limiter script's own paths, exactly: the fixed window's key per window (its INCR shortcut,
+// The limiter script's own paths, exactly: the fixed window's key per window (its INCR one-rule script,
 // the harmless overshoot, the undo, lagging callers, the grace), what each path costs in Redis commands, the
 // sliding window's lagging caller, and the dispatcher's reservation.
 import { Redis } from "@upstash/redis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connectRedis, type RedisConnection, startBridge, startRedisServer } from "../../src/bridge/index.js";
-import { SCRIPT } from "../../src/engine/generated/scripts.js";
+import { SCRIPTS } from "../../src/engine/generated/scripts.js";
+import { limiterArgs } from "../../src/engine/script.js";
 import {
   fixedWindow,
   gcra,
@@ -52,7 +53,7 @@ async function run(limiter: Limiter, clock: ReturnType<typeof manualClock>, step
 }
 
 describe("fixedWindow: a key per window, one INCR", () => {
-  it("answers the shortcut's every path exactly, and keeps the count in its window's key", async () => {
+  it("answers the one-rule script's every path exactly, and keeps the count in its window's key", async () => {
     const { limiter, clock, redis } = limiterOf({ r: fixedWindow({ limit: 3, window: "1h" }) });
     const [first] = limiter.keys("id", T0);
     const [next] = limiter.keys("id", END);
@@ -86,7 +87,7 @@ describe("fixedWindow: a key per window, one INCR", () => {
         { r: fixedWindow({ limit: 3, window }) } as Record<string, RuleConfig>,
         { r: fixedWindow({ limit: 3, window }), g: gcra({ limit: 5, period: "1h" }) },
       ]) {
-        // the shortcut (one rule) and the check (several) set the same expiry
+        // the one-rule script and the check (several rules) set the same expiry
         const { limiter, clock, redis } = limiterOf(rules);
         const now = T0 - (T0 % window) + 1234;
         clock.set(now);
@@ -192,8 +193,8 @@ describe("fixedWindow: a key per window, one INCR", () => {
   });
 });
 
-describe("the one-rule shortcuts", () => {
-  // A single rule's decision takes its algorithm's shortcut (one integer, decoded by the Limiter);
+describe("the one-rule scripts", () => {
+  // A single rule's decision takes its algorithm's one-rule script (one integer, decoded in script.ts);
   // beside a rule that never binds it takes the general path (the dispatcher's table). Both must
   // answer the same, step for step, on the same history: random costs, times moving on and, now and
   // then, a caller lagging behind.
@@ -252,8 +253,8 @@ describe("the one-rule shortcuts", () => {
         clock.set(T0);
         await limiter.limit("warm-up"); // the script loaded
         answers.length = 0;
-        await limiter.limit("id"); // a shortcut
-        await limiter.limit("id", { cost: 2 }); // a shortcut
+        await limiter.limit("id"); // the one-rule script
+        await limiter.limit("id", { cost: 2 }); // the one-rule script
         await limiter.limit("id", { cost: 0 }); // a peek: the general path
         expect(answers.map((a) => (Array.isArray(a) ? "table" : typeof a))).toEqual([
           "number",
@@ -265,7 +266,7 @@ describe("the one-rule shortcuts", () => {
       clock.set(T0);
       await limiter.limit("warm-up");
       answers.length = 0;
-      await limiter.limit("id"); // a limit of 2^25 keeps a text state: no shortcut
+      await limiter.limit("id"); // a limit of 2^25 keeps a text state: no one-rule script
       expect(answers.map((a) => (Array.isArray(a) ? "table" : typeof a))).toEqual(["table"]);
     } finally {
       globalThis.fetch = realFetch;
@@ -336,27 +337,21 @@ describe("reservation (leases)", () => {
       g: gcra({ limit: 100, period: "1h" }),
     });
     const keys = limiter.keys("id");
-    const rules = limiter.rules.flatMap((rule) => rule.args);
     const call = (cost: number, reserve: number, at = T0) =>
-      redis.eval(SCRIPT, keys, [at.toString(16), String(cost), ...rules, String(reserve)]) as Promise<
+      redis.eval(SCRIPTS.limiter.text, keys, limiterArgs(limiter.rules, at, cost, reserve)) as Promise<
         number[]
       >;
     const gReset = (units: number) => T0 + units * 36_000;
-    expect(await call(1, 10)).toEqual([1, 4, END, 0, 1, 95, gReset(5), 0, 4]); // f: (9 - 1) / 2 = 4
-    expect(await call(1, 10)).toEqual([1, 2, END, 0, 1, 93, gReset(7), 0, 1]); // (4 - 1) / 2 = 1
-    expect(await call(0, 10)).toEqual([1, 2, END, 0, 1, 93, gReset(7), 0, 0]); // a peek reserves nothing
-    expect(await call(3, 10)).toEqual([0, 2, END, END - T0, 1, 93, gReset(7), 0, 0]); // nor a denial
-    expect(await call(2, 10)).toEqual([1, 0, END, 0, 1, 91, gReset(9), 0, 0]);
+    expect(await call(1, 10)).toEqual([1, 4, END, 0, 1, 95, gReset(5), 0, 4, START, 0]); // f: (9 - 1) / 2 = 4; counted in f's window
+    expect(await call(1, 10)).toEqual([1, 2, END, 0, 1, 93, gReset(7), 0, 1, START, 0]); // (4 - 1) / 2 = 1
+    expect(await call(0, 10)).toEqual([1, 2, END, 0, 1, 93, gReset(7), 0, 0, 0, 0]); // a peek reserves nothing
+    expect(await call(3, 10)).toEqual([0, 2, END, END - T0, 1, 93, gReset(7), 0, 0, 0, 0]); // nor a denial
+    expect(await call(2, 10)).toEqual([1, 0, END, 0, 1, 91, gReset(9), 0, 0, START, 0]);
     const single = limiterOf({ t: tokenBucket({ capacity: 10, refillRate: 1, interval: "1h" }) }).limiter;
     const one = (cost: number, reserve: number) =>
-      redis.eval(SCRIPT, single.keys("id"), [
-        T0.toString(16),
-        String(cost),
-        ...single.rules[0]!.args,
-        String(reserve),
-      ]);
-    expect(await one(2, 3)).toEqual([1, 5, T0 + 5 * HOUR, 0, 3]); // (10 - 2) / 2 = 4, at most 3
-    expect(await one(1, 9)).toEqual([1, 2, T0 + 8 * HOUR, 0, 2]);
+      redis.eval(SCRIPTS.limiter.text, single.keys("id"), limiterArgs(single.rules, T0, cost, reserve));
+    expect(await one(2, 3)).toEqual([1, 5, T0 + 5 * HOUR, 0, 3, 0]); // (10 - 2) / 2 = 4, at most 3
+    expect(await one(1, 9)).toEqual([1, 2, T0 + 8 * HOUR, 0, 2, 0]);
   });
 });
 
@@ -462,7 +457,10 @@ describe("commands per decision (each path, one rule)", () => {
   it.each(cases)("%s", async (_, rule, calls) => {
     const { limiter, clock } = limiterOf({ r: rule }, redis);
     clock.set(T0);
-    await limiterOf({ w: rule }, redis).limiter.limit("warm-up"); // loads the script
+    // loads the scripts: the one-rule script (where the algorithm has one) and the limiter script
+    const warmUp = limiterOf({ w: rule }, redis).limiter;
+    await warmUp.limit("warm-up");
+    await warmUp.limit("warm-up", { cost: 0 });
     const got: [number, string][] = [];
     for (const [cost] of calls) got.push([cost, await commands(limiter, cost)]);
     expect(got).toEqual(calls);

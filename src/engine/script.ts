@@ -1,0 +1,340 @@
+// The limiter's scripts as the engine calls them: the one place that knows their argument layouts and
+// what their replies mean. Three kinds (scripts/build-lua.mjs builds them from lua/):
+//  - a one-rule script per algorithm that has one (one rule, no reservation, a cost the rule can
+//    admit): straight-line Lua answering one integer, decoded here per algorithm;
+//  - the limiter script (lua/prelude.lua, the algorithms' checks, lua/dispatcher.lua): every other
+//    decision, and reservations for leases; it answers 4 integers per rule (and, reserving, the
+//    units reserved and the window each rule counted them in);
+//  - the refund script (lua/refund.lua): gives a lease's unused units back.
+// Every rule is encoded once, when the Limiter is built; a call adds its time and cost.
+import type { Rule } from "./algorithms.js";
+import { describe } from "./duration.js";
+import { RedisCallError } from "./errors.js";
+import { ALGORITHM_CONSTANTS, ONE_RULE_SCRIPTS, SCRIPTS } from "./generated/scripts.js";
+import type { RuleKeys } from "./keys.js";
+import type { CallOptions, Script, Transport } from "./transport.js";
+import type { Decision, RuleResult } from "./types.js";
+
+/** A fixed window's key outlives its window by min(window, GRACE) ms (lua/algorithms/fixed_window.lua). */
+const GRACE = ALGORITHM_CONSTANTS.fixedWindow.GRACE;
+/** The sliding window's packed state holds counts below PACK (lua/algorithms/sliding_window.lua). */
+const PACK = ALGORITHM_CONSTANTS.slidingWindow.PACK;
+
+/** What a decision that reserved units for a lease answers. */
+export interface Reservation {
+  readonly decision: Decision;
+  /** Units taken beside the cost, for the lease. */
+  readonly reserved: number;
+  /** Per rule, the start of the window the units were counted in (0 for an algorithm without windows). */
+  readonly windowStarts: readonly number[];
+}
+
+/** How each call goes to Redis: its timeout, batching and breaker. */
+export interface ScriptCallOptions {
+  timeout: number;
+  batchWindow: number;
+  breaker: boolean;
+}
+
+/**
+ * A rule as the limiter and refund scripts read it: the algorithm the script runs and three integer
+ * parameters. A token bucket runs as GCRA (lua/algorithms/gcra.lua): limit = refillRate, period =
+ * interval, burst = capacity.
+ */
+function encodeRule(rule: Rule): [string, string, string, string] {
+  switch (rule.algorithm) {
+    case "gcra":
+      return ["gcra", String(rule.rate), String(rule.period), String(rule.burst)];
+    case "tokenBucket":
+      return ["gcra", String(rule.refillRate), String(rule.interval), String(rule.capacity)];
+    default:
+      return [rule.algorithm, String(rule.limit), String(rule.window), "0"];
+  }
+}
+
+/**
+ * The limiter script's arguments for `rules` at `now` for `cost`, reserving up to `reserve` more when
+ * given. For tests that call the script directly.
+ *
+ * @example
+ * redis.eval(SCRIPTS.limiter.text, limiter.keys("id"), limiterArgs(limiter.rules, now, 1))
+ */
+export function limiterArgs(rules: readonly Rule[], now: number, cost: number, reserve?: number): string[] {
+  const args = [now.toString(16), String(cost), ...rules.flatMap(encodeRule)];
+  if (reserve !== undefined) args.push(String(reserve));
+  return args;
+}
+
+/** One rule's one-rule script: when it is taken, its arguments, and what its integer says. */
+interface OneRule {
+  readonly sha1: string;
+  readonly options: CallOptions;
+  /** Whether a call for `cost` takes it (else the limiter script decides). */
+  takes(cost: number): boolean;
+  /** Appends the arguments for `cost` at `now`. */
+  push(command: string[], cost: number, now: number): void;
+  /** The rule's outcome from the script's integer, for `cost` at `now`. */
+  decode(result: number, cost: number, now: number): RuleResult;
+}
+
+const ceilDiv = (a: number, b: number) => Math.floor((a + b - 1) / b);
+
+/** The fixed window's: ARGV ms until the key expires, then cost and limit for a cost above 1. */
+function fixedWindowOne(limit: number, window: number, options: CallOptions): OneRule {
+  const limitArg = String(limit);
+  return {
+    sha1: options.script!.sha1,
+    options,
+    takes: (cost) => cost >= 1 && cost <= limit,
+    push(command, cost, now) {
+      const ends = now - (now % window) + window;
+      command.push(String(ends + Math.min(window, GRACE) - now));
+      if (cost !== 1) command.push(String(cost), limitArg);
+    },
+    decode(count, cost, now) {
+      // the window's count after adding the cost
+      const resetAt = now - (now % window) + window;
+      if (count <= limit) return { allowed: true, limit, remaining: limit - count, resetAt, retryAfter: 0 };
+      const remaining = Math.max(0, limit - (count - cost));
+      return { allowed: false, limit, remaining, resetAt, retryAfter: resetAt - now };
+    },
+  };
+}
+
+/** GCRA's (a token bucket's too): ARGV now (hexadecimal), cost, limit, period, burst. */
+function gcraOne(rate: number, period: number, burst: number, options: CallOptions): OneRule {
+  const tail = [String(rate), String(period), String(burst)] as const;
+  const capacity = burst * period;
+  return {
+    sha1: options.script!.sha1,
+    options,
+    takes: (cost) => cost >= 1 && cost <= burst,
+    push(command, cost, now) {
+      command.push(now.toString(16), String(cost), tail[0], tail[1], tail[2]);
+    },
+    decode(result, cost, now) {
+      // d: how far TAT lies ahead of now, in 1/rate ms; after the cost when admitted
+      const allowed = result >= 0;
+      const d = allowed ? result : -result - 1;
+      return {
+        allowed,
+        limit: burst,
+        remaining: Math.max(0, Math.floor((capacity - d) / period)),
+        resetAt: now + ceilDiv(d, rate),
+        retryAfter: allowed ? 0 : ceilDiv(d + cost * period - capacity, rate),
+      };
+    },
+  };
+}
+
+/** The sliding window's (limit below PACK): ARGV now (hexadecimal), cost, limit, window. */
+function slidingWindowOne(limit: number, window: number, options: CallOptions): OneRule {
+  const tail = [String(limit), String(window)] as const;
+  return {
+    sha1: options.script!.sha1,
+    options,
+    takes: (cost) => cost >= 1 && cost <= limit,
+    push(command, cost, now) {
+      command.push(now.toString(16), String(cost), tail[0], tail[1]);
+    },
+    decode(result, cost, now) {
+      // ((current * PACK + previous) * 2 + newer); current after the cost when admitted
+      const allowed = result >= 0;
+      const packed = allowed ? result : -result - 1;
+      const newer = packed % 2;
+      const counts = (packed - newer) / 2;
+      const current = Math.floor(counts / PACK);
+      const previous = counts - current * PACK;
+      const start = now - (now % window) + newer * window;
+      const elapsed = Math.max(0, now - start);
+      const room = Math.floor((limit * window - previous * (window - elapsed) - current * window) / window);
+      if (allowed) return { allowed, limit, remaining: room, resetAt: start + 2 * window, retryAfter: 0 };
+      const resetAt = current > 0 ? start + 2 * window : previous > 0 ? start + window : now;
+      let retryAfter: number;
+      if (current + cost <= limit) {
+        // the previous window's weight has to fade (see the check in lua/algorithms/sliding_window.lua)
+        const fade = window - Math.floor(((limit - current - cost) * window) / previous);
+        retryAfter = Math.max(1, start + fade - now);
+      } else {
+        const fade = window - Math.floor(((limit - cost) * window) / current);
+        retryAfter = start + window - now + fade;
+      }
+      return { allowed, limit, remaining: Math.max(0, room), resetAt, retryAfter };
+    },
+  };
+}
+
+/** The one-rule script of `rule`, when its algorithm has one that fits it. */
+function oneRuleOf(rule: Rule, options: ScriptCallOptions): OneRule | undefined {
+  const call = (script: Script): CallOptions => ({ ...options, script });
+  switch (rule.algorithm) {
+    case "fixedWindow":
+      return fixedWindowOne(rule.limit, rule.window, call(ONE_RULE_SCRIPTS.fixedWindow));
+    case "gcra":
+      return gcraOne(rule.rate, rule.period, rule.burst, call(ONE_RULE_SCRIPTS.gcra));
+    case "tokenBucket":
+      return gcraOne(rule.refillRate, rule.interval, rule.capacity, call(ONE_RULE_SCRIPTS.gcra));
+    case "slidingWindow":
+      // the packed state holds counts below PACK: a larger limit keeps a text state, which the
+      // one-rule script does not read
+      return rule.limit < PACK
+        ? slidingWindowOne(rule.limit, rule.window, call(ONE_RULE_SCRIPTS.slidingWindow))
+        : undefined;
+    default:
+      return undefined;
+  }
+}
+
+/**
+ * Sends a Limiter's decisions, reservations and refunds, each as one EVALSHA through the transport.
+ * Never rejects: a failure (Redis, the transport, an answer it cannot read) resolves to an Error.
+ *
+ * @example
+ * const scripts = new RuleScripts(limiter.rules, new RuleKeys("edgelimit", limiter.rules), transport, options);
+ * const decision = await scripts.decide("user:42", 1, Date.now()); // a Decision, or an Error
+ */
+export class RuleScripts {
+  private readonly limiterCall: CallOptions;
+  private readonly refundCall: CallOptions;
+  /** Every rule's four arguments, in rule order. */
+  private readonly ruleArgs: readonly string[];
+  private readonly oneRule: OneRule | undefined;
+  private readonly count: string;
+
+  constructor(
+    private readonly rules: readonly Rule[],
+    private readonly keys: RuleKeys,
+    private readonly transport: Transport,
+    options: ScriptCallOptions,
+  ) {
+    this.limiterCall = { ...options, script: SCRIPTS.limiter };
+    this.refundCall = { ...options, script: SCRIPTS.refund };
+    this.ruleArgs = rules.flatMap(encodeRule);
+    this.oneRule = rules.length === 1 ? oneRuleOf(rules[0]!, options) : undefined;
+    this.count = String(rules.length);
+  }
+
+  /** Decides `cost` units of `identifier` at `now`, reserving nothing. */
+  async decide(identifier: string, cost: number, now: number): Promise<Decision | Error> {
+    const keys = this.keys.of(identifier, now);
+    const one = this.oneRule;
+    if (one?.takes(cost)) {
+      const command = ["EVALSHA", one.sha1, "1", keys[0]!];
+      one.push(command, cost, now);
+      const reply = await this.transport.call(command, one.options);
+      if (!reply.ok) return reply.error;
+      const result = reply.result;
+      if (typeof result !== "number" || !Number.isInteger(result)) return unexpected(result);
+      const outcome = one.decode(result, cost, now);
+      const name = this.rules[0]!.name;
+      return {
+        allowed: outcome.allowed,
+        limit: outcome.limit,
+        remaining: outcome.remaining,
+        resetAt: outcome.resetAt,
+        retryAfter: outcome.retryAfter,
+        rule: name,
+        source: "redis",
+        rules: { [name]: outcome },
+      };
+    }
+    const reply = await this.transport.call(this.command(keys, cost, now, undefined), this.limiterCall);
+    if (!reply.ok) return reply.error;
+    return this.decode(reply.result, false);
+  }
+
+  /** Decides `cost` units of `identifier` at `now`, reserving up to `want` more for a lease. */
+  async reserve(identifier: string, cost: number, now: number, want: number): Promise<Reservation | Error> {
+    const keys = this.keys.of(identifier, now);
+    const reply = await this.transport.call(this.command(keys, cost, now, want), this.limiterCall);
+    if (!reply.ok) return reply.error;
+    const decision = this.decode(reply.result, true);
+    if (decision instanceof Error) return decision;
+    const result = reply.result as unknown[];
+    const at = 4 * this.rules.length;
+    const windowStarts = this.rules.map((_, i) => Number(result[at + 1 + i]));
+    return { decision, reserved: Number(result[at]), windowStarts };
+  }
+
+  /**
+   * Gives `units` of `identifier` back under every rule, each in the window it counted them in
+   * (`windowStarts`, as a reservation answered them). Resolves true when Redis ran it.
+   */
+  async refund(
+    identifier: string,
+    units: number,
+    windowStarts: readonly number[],
+    now: number,
+  ): Promise<boolean> {
+    const keys = this.keys.of(identifier, now, windowStarts);
+    const command = ["EVALSHA", SCRIPTS.refund.sha1, this.count, ...keys, now.toString(16), String(units)];
+    for (let i = 0; i < this.rules.length; i++) {
+      const at = 4 * i;
+      const args = this.ruleArgs;
+      command.push(args[at]!, args[at + 1]!, args[at + 2]!, args[at + 3]!, String(windowStarts[i] ?? 0));
+    }
+    const reply = await this.transport.call(command, this.refundCall);
+    return reply.ok;
+  }
+
+  /** The limiter script's EVALSHA: keys, now (hexadecimal: cheaper for Redis to parse), cost, rules, reserve. */
+  private command(keys: string[], cost: number, now: number, reserve: number | undefined): string[] {
+    const command = ["EVALSHA", SCRIPTS.limiter.sha1, this.count];
+    for (const key of keys) command.push(key);
+    command.push(now.toString(16), String(cost));
+    for (const arg of this.ruleArgs) command.push(arg);
+    if (reserve !== undefined) command.push(String(reserve));
+    return command;
+  }
+
+  /** The limiter script's table: 4 integers per rule (then, reserving, 1 + one per rule). */
+  private decode(result: unknown, reserving: boolean): Decision | Error {
+    const n = this.rules.length;
+    if (!Array.isArray(result) || result.length !== 4 * n + (reserving ? 1 + n : 0))
+      return unexpected(result);
+    const rules: Record<string, RuleResult> = {};
+    let binding: RuleResult | undefined;
+    let bindingName = "";
+    let allowed = true;
+    for (let i = 0; i < n; i++) {
+      const retry = Number(result[4 * i + 3]);
+      const outcome: RuleResult = {
+        allowed: result[4 * i] === 1,
+        limit: this.rules[i]!.limit,
+        remaining: Number(result[4 * i + 1]),
+        resetAt: Number(result[4 * i + 2]),
+        retryAfter: retry < 0 ? Number.POSITIVE_INFINITY : retry,
+      };
+      const name = this.rules[i]!.name;
+      rules[name] = outcome;
+      if (!outcome.allowed) allowed = false;
+      if (binding === undefined || binds(outcome, binding)) {
+        binding = outcome;
+        bindingName = name;
+      }
+    }
+    const b = binding!;
+    return {
+      allowed,
+      limit: b.limit,
+      remaining: b.remaining,
+      resetAt: b.resetAt,
+      retryAfter: allowed ? 0 : b.retryAfter,
+      rule: bindingName,
+      source: "redis",
+      rules,
+    };
+  }
+}
+
+function unexpected(result: unknown): RedisCallError {
+  return new RedisCallError("redis", `edgelimit: unexpected script result ${describe(result)}`);
+}
+
+/** Whether `candidate` binds more tightly than `current`: a denial over an admission, then the
+ * later retry among denials, then the fewer remaining among admissions. */
+function binds(candidate: RuleResult, current: RuleResult): boolean {
+  if (candidate.allowed !== current.allowed) return !candidate.allowed;
+  if (!candidate.allowed) return candidate.retryAfter > current.retryAfter;
+  return candidate.remaining < current.remaining;
+}
