@@ -145,8 +145,9 @@ export function restSender(endpoint: Endpoint): Sender {
       body: JSON.stringify(commands),
       signal,
     };
+    // fetch copies its headers when called, so the one object can carry each request's sync token
     const sync = session?.readYourWritesSyncToken;
-    if (sync) init.headers = { ...headers, "upstash-sync-token": sync };
+    if (sync) headers["upstash-sync-token"] = sync;
     if (cache !== undefined) init.cache = cache;
     if (backend !== undefined) init.backend = backend;
     let response: Response;
