@@ -33,7 +33,6 @@ const cleanups = [];
 let stopping = false;
 let wrangler;
 let watchdog;
-let redisChild;
 let tempDir;
 
 function say(text) {
@@ -87,10 +86,10 @@ process.on("unhandledRejection", (error) => fail(`crashed: ${error?.stack ?? err
 // a failure that fails to write, in a loop that starves the event loop and with it the cleanups.
 process.stdout.on("error", () => {});
 process.stderr.on("error", () => {});
-// Whatever happens, never leave wrangler's process group or redis-server running behind us.
+// Whatever happens, never leave wrangler's process group running behind us (startRedisServer's own exit
+// hook does the same for redis-server).
 process.on("exit", () => {
   killGroup("SIGKILL");
-  if (redisChild?.exitCode === null && redisChild.signalCode === null) redisChild.kill("SIGKILL");
   if (tempDir) rmSync(tempDir, { recursive: true, force: true });
 });
 
@@ -240,15 +239,11 @@ function portFree(port) {
   });
 }
 
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address();
-      server.close(() => resolve(port));
-    });
-  });
+// The Worker's config parser, its JSONC reader and the bridge, straight from src/ (the Worker runs from
+// src/ too, so no build is needed).
+async function fromSrc(path) {
+  const { tsImport } = await import("tsx/esm/api");
+  return tsImport(path, import.meta.url);
 }
 
 // ---------------------------------------------------------------------------------------------- config
@@ -263,8 +258,7 @@ async function readConfig(file) {
     }
     if (!file.endsWith(".jsonc")) return { text, source: file };
     // One JSONC reader for both scripts: src/http/jsonc.ts (check-config uses it too).
-    const { tsImport } = await import("tsx/esm/api");
-    const { stripJsonc } = await tsImport("../src/http/jsonc.ts", import.meta.url);
+    const { stripJsonc } = await fromSrc("../src/http/jsonc.ts");
     return { text: stripJsonc(text), source: file };
   }
   const path = join(root, "wrangler.toml");
@@ -283,13 +277,6 @@ async function readConfig(file) {
     );
   }
   return { text, source };
-}
-
-// The Worker's own parser, straight from src/ (the Worker runs from src/ too, so no build is needed).
-async function loadParser() {
-  const { tsImport } = await import("tsx/esm/api");
-  const { parseConfig } = await tsImport("../src/http/config.ts", import.meta.url);
-  return parseConfig;
 }
 
 const RESERVED = /(^|\.)(example\.(com|net|org)|example|invalid)$/i;
@@ -344,98 +331,26 @@ async function pingRest(url, token, names) {
   return undefined;
 }
 
-function startRedisServer(port, dir) {
-  const args = ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"];
-  args.push("--dir", dir, "--daemonize", "no", "--logfile", "", "--loglevel", "warning");
-  const child = spawn("redis-server", args, { stdio: ["ignore", "pipe", "pipe"] });
-  let output = "";
-  const collect = (chunk) => {
-    output = (output + chunk).slice(-2000);
-  };
-  child.stdout.on("data", collect);
-  child.stderr.on("data", collect);
-  return new Promise((resolve, reject) => {
-    child.once("error", (error) =>
-      reject(
-        error.code === "ENOENT"
-          ? new Error(
-              "redis-server is not installed (needed when UPSTASH_REDIS_REST_URL is not set).\n" +
-                "  Debian/Ubuntu: sudo apt-get install -y redis-server\n" +
-                "  macOS:         brew install redis\n" +
-                "or use a real database: UPSTASH_REDIS_REST_URL=… UPSTASH_REDIS_REST_TOKEN=… npm start",
-            )
-          : error,
-      ),
-    );
-    child.once("exit", (code, signal) =>
-      reject(new Error(`redis-server exited (${signal ?? `code ${code}`}): ${output.trim()}`)),
-    );
-    child.once("spawn", () => {
-      guard(child.pid);
-      const deadline = Date.now() + 10_000;
-      const attempt = () => {
-        const socket = net.connect(port, "127.0.0.1");
-        socket.setTimeout(1000);
-        let reply = "";
-        socket.on("connect", () => socket.write("PING\r\n"));
-        socket.on("data", (data) => {
-          reply += data;
-          if (reply.includes("\r\n")) {
-            socket.destroy();
-            if (reply.startsWith("+PONG")) resolve(child);
-            else retry();
-          }
-        });
-        const retry = () => {
-          socket.destroy();
-          if (child.exitCode !== null || child.signalCode !== null) return;
-          if (Date.now() > deadline) reject(new Error(`redis-server did not answer PING on port ${port}`));
-          else setTimeout(attempt, 50);
-        };
-        socket.on("error", retry);
-        socket.on("timeout", retry);
-      };
-      attempt();
-    });
-  });
-}
-
-async function startLocalRedis(dir) {
+/** A private redis-server (no persistence, in `dir`) and the REST bridge in front of it. */
+async function startLocalRedis(bridge, dir) {
   let redis;
-  for (let attempt = 1; ; attempt++) {
-    const port = await freePort();
-    try {
-      redis = { child: await startRedisServer(port, dir), port };
-      break;
-    } catch (error) {
-      // A free port found by binding :0 can be taken before Redis binds it: try another.
-      if (!/Address already in use/i.test(error.message) || attempt >= 3) throw error;
-    }
+  try {
+    redis = await bridge.startRedisServer({ dir });
+  } catch (error) {
+    throw new Error(
+      `${error.message}\n(redis-server is needed when UPSTASH_REDIS_REST_URL is not set; or use a real database: ` +
+        "UPSTASH_REDIS_REST_URL=… UPSTASH_REDIS_REST_TOKEN=… npm start)",
+    );
   }
-  const { child } = redis;
-  redisChild = child;
-  child.removeAllListeners("exit");
-  child.once("exit", (code, signal) => {
+  guard(redis.pid);
+  cleanups.push(() => redis.stop());
+  redis.exited.then(({ code, signal }) => {
     if (!stopping) fail(`redis-server exited (${signal ?? `code ${code}`})`);
   });
-  cleanups.push(() => {
-    if (child.exitCode !== null || child.signalCode !== null) return;
-    return new Promise((resolve) => {
-      const timer = setTimeout(() => child.kill("SIGKILL"), 5000);
-      child.once("exit", () => {
-        clearTimeout(timer);
-        resolve();
-      });
-      child.kill("SIGTERM");
-    });
-  });
-  const { startBridge } = await import("tsx/esm/api").then(({ tsImport }) =>
-    tsImport("../src/bridge/index.ts", import.meta.url),
-  );
   const token = `dev-${randomUUID()}`;
-  const bridge = await startBridge({ redisUrl: `redis://127.0.0.1:${redis.port}`, port: 0, token });
-  cleanups.push(() => bridge.close());
-  return { url: bridge.url, token, redisUrl: `redis://127.0.0.1:${redis.port}` };
+  const rest = await bridge.startBridge({ redisUrl: redis.url, port: 0, token });
+  cleanups.push(() => rest.close());
+  return { url: rest.url, token, redisUrl: redis.url };
 }
 
 // ---------------------------------------------------------------------------------------------- origin
@@ -536,7 +451,7 @@ async function main() {
   } catch (error) {
     return fail(error.message);
   }
-  const parseConfig = await loadParser();
+  const { parseConfig } = await fromSrc("../src/http/config.ts");
   const parsed = parseConfig(config.text);
   if (!parsed.ok) {
     const count = `${parsed.errors.length} problem${parsed.errors.length === 1 ? "" : "s"}`;
@@ -552,6 +467,7 @@ async function main() {
   watchdog.stdin.write(`rm ${dir}\n`);
 
   // 2. Redis, answering PING through its REST URL.
+  const bridge = await fromSrc("../src/bridge/index.ts");
   let redis;
   const lines = [];
   const { UPSTASH_REDIS_REST_URL: restUrl, UPSTASH_REDIS_REST_TOKEN: restToken } = process.env;
@@ -567,7 +483,7 @@ async function main() {
     lines.push(`redis:  ${new URL(restUrl).origin} (UPSTASH_REDIS_REST_URL), PING answered`);
   } else {
     try {
-      redis = await startLocalRedis(dir);
+      redis = await startLocalRedis(bridge, dir);
     } catch (error) {
       return fail(error.message);
     }
@@ -596,8 +512,8 @@ async function main() {
     `EDGELIMIT_CONFIG='${value}'\nUPSTASH_REDIS_REST_URL='${redis.url}'\nUPSTASH_REDIS_REST_TOKEN='${redis.token}'\n`,
     { mode: 0o600 },
   );
-  const port = process.env.PORT ? Number(process.env.PORT) : await freePort();
-  const inspectorPort = await freePort();
+  const port = process.env.PORT ? Number(process.env.PORT) : await bridge.freePort();
+  const inspectorPort = await bridge.freePort();
   const bin = join(root, "node_modules", ".bin", process.platform === "win32" ? "wrangler.cmd" : "wrangler");
   const wranglerArgs = ["dev", "--local", "--ip", "127.0.0.1", "--port", String(port)];
   wranglerArgs.push("--inspector-port", String(inspectorPort), "--env-file", envFile);

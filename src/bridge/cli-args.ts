@@ -9,19 +9,19 @@ export const USAGE = `Usage: edgelimit-bridge [--redis URL] [--port N] [--host H
 An Upstash-compatible REST API in front of a Redis server (local development, tests, self-hosting).
 
 Options:
-  --redis URL   Redis to forward to (default redis://127.0.0.1:6379)
-  --port N      HTTP port, 0 for any free port (default 8079)
-  --host H      interface to listen on (default 127.0.0.1; 0.0.0.0 exposes it to the network)
+  --redis URL   Redis to forward to (default ${BRIDGE_DEFAULTS.redisUrl})
+  --port N      HTTP port, 0 for any free port (default ${BRIDGE_DEFAULTS.port})
+  --host H      interface to listen on (default ${BRIDGE_DEFAULTS.host}; 0.0.0.0 exposes it to the network)
   --token T     bearer token clients must send; defaults to $EDGELIMIT_BRIDGE_TOKEN,
                 one of the two is required
   --max-dedicated N
                 most Redis connections held by blocking commands (BLPOP, XREAD BLOCK, …) and
-                /subscribe streams at once; past it they are answered 503 (default 100)
+                /subscribe streams at once; past it they are answered 503 (default ${BRIDGE_DEFAULTS.maxDedicatedConnections})
   --max-body-bytes N
-                largest request body; a larger one is answered 413 (default 67108864, 64 MiB)
+                largest request body; a larger one is answered 413 (default ${BRIDGE_DEFAULTS.maxBodyBytes}, ${BRIDGE_DEFAULTS.maxBodyBytes / 2 ** 20} MiB)
   -h, --help    show this help
 
-Then: new Redis({ url: "http://127.0.0.1:8079", token: T })  (from @upstash/redis)
+Then: new Redis({ url: "http://${BRIDGE_DEFAULTS.host}:${BRIDGE_DEFAULTS.port}", token: T })  (from @upstash/redis)
 `;
 
 /** A command line the CLI cannot run; it prints the message and exits with status 2. */
@@ -71,18 +71,18 @@ export function parseCliArgs(argv: string[], env: Record<string, string | undefi
     throw new UsageError((error as Error).message);
   }
   if (values.help) return "help";
-  const redisUrl = values.redis ?? "redis://127.0.0.1:6379";
+  const redisUrl = values.redis ?? BRIDGE_DEFAULTS.redisUrl;
   try {
     parseRedisUrl(redisUrl);
   } catch (error) {
     throw new UsageError(`--redis: ${(error as Error).message}`);
   }
-  const portText = values.port ?? "8079";
+  const portText = values.port ?? String(BRIDGE_DEFAULTS.port);
   const port = Number(portText);
   if (!/^\d+$/.test(portText) || port > 65535) {
     throw new UsageError(`--port must be an integer from 0 to 65535, got ${JSON.stringify(portText)}`);
   }
-  const host = values.host ?? "127.0.0.1";
+  const host = values.host ?? BRIDGE_DEFAULTS.host;
   if (host === "") throw new UsageError("--host must not be empty");
   const token = values.token ?? env.EDGELIMIT_BRIDGE_TOKEN ?? "";
   if (token === "") throw new UsageError("--token is required (or set EDGELIMIT_BRIDGE_TOKEN)");

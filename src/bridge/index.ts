@@ -1,9 +1,10 @@
 /**
  * `edgelimit/bridge`: an Upstash-compatible REST server in front of a real redis-server (local
- * development, tests, self-hosting), and a helper that spawns a throwaway redis-server. Node only.
+ * development, tests, self-hosting), a helper that spawns a throwaway redis-server, and a small RESP
+ * client for what a test asks Redis directly. Node only.
  */
 
-export { type RedisServer, type RedisServerOptions, startRedisServer } from "./redis-server.js";
+export { freePort, type RedisServer, type RedisServerOptions, startRedisServer } from "./redis-server.js";
 export {
   type Arg,
   type ConnectOptions,

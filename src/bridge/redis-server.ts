@@ -1,6 +1,6 @@
 /**
  * Spawns a throwaway redis-server for tests and local development: 127.0.0.1 only, no persistence,
- * its own temp directory, killed when this process exits even if nobody calls `stop()`.
+ * its own temp directory (or the one given), killed when this process exits even if nobody calls `stop()`.
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { mkdtemp, rm } from "node:fs/promises";
@@ -19,6 +19,8 @@ export interface RedisServerOptions {
   startTimeout?: number;
   /** More redis-server arguments, e.g. `["--cluster-enabled", "yes"]`. */
   args?: readonly string[];
+  /** Its working directory, left in place by `stop()` (default: a fresh temp directory that `stop()` deletes). */
+  dir?: string;
 }
 
 /** A running redis-server. */
@@ -26,7 +28,11 @@ export interface RedisServer {
   /** `redis://127.0.0.1:PORT` */
   url: string;
   port: number;
-  /** Stops the server (SIGTERM, then SIGKILL after 5 s) and deletes its temp directory. */
+  /** Its process id. */
+  pid: number;
+  /** Settles when the process exits, whoever stops it: its exit code, or the signal that ended it. */
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  /** Stops the server (SIGTERM, then SIGKILL after 5 s) and deletes its temp directory (not a `dir` given). */
   stop(): Promise<void>;
 }
 
@@ -61,7 +67,8 @@ export async function startRedisServer(options: RedisServerOptions = {}): Promis
 }
 
 async function startOn(port: number, options: RedisServerOptions): Promise<RedisServer> {
-  const dir = await mkdtemp(join(tmpdir(), "edgelimit-redis-"));
+  const dir = options.dir ?? (await mkdtemp(join(tmpdir(), "edgelimit-redis-")));
+  const removeDir = () => (options.dir === undefined ? rm(dir, { recursive: true, force: true }) : undefined);
   const bin = options.bin ?? "redis-server";
   const args = ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"];
   args.push(
@@ -82,7 +89,10 @@ async function startOn(port: number, options: RedisServerOptions): Promise<Redis
   };
   child.stdout?.on("data", collect);
   child.stderr?.on("data", collect);
-  const exited = new Promise<never>((_, reject) => {
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+    child.once("exit", (code, signal) => resolve({ code, signal })),
+  );
+  const failed = new Promise<never>((_, reject) => {
     child.once("error", (error: NodeJS.ErrnoException) => {
       reject(
         error.code === "ENOENT"
@@ -94,14 +104,14 @@ async function startOn(port: number, options: RedisServerOptions): Promise<Redis
       reject(new Error(`redis-server exited during startup (${signal ?? `code ${code}`}): ${output.trim()}`));
     });
   });
-  exited.catch(() => {});
+  failed.catch(() => {});
   track(child);
   const url = `redis://127.0.0.1:${port}`;
   try {
-    await Promise.race([exited, waitForPing(url, options.startTimeout ?? 10_000)]);
+    await Promise.race([failed, waitForPing(url, options.startTimeout ?? 10_000)]);
   } catch (error) {
     await stopChild(child);
-    await rm(dir, { recursive: true, force: true });
+    await removeDir();
     throw error;
   }
   // Do not keep the parent alive on Redis's account; the exit hook still kills it.
@@ -112,8 +122,10 @@ async function startOn(port: number, options: RedisServerOptions): Promise<Redis
   return {
     url,
     port,
+    pid: child.pid as number,
+    exited,
     stop() {
-      stopping ??= stopChild(child).then(() => rm(dir, { recursive: true, force: true }));
+      stopping ??= stopChild(child).then(removeDir);
       return stopping;
     },
   };

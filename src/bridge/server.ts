@@ -68,6 +68,15 @@ export interface Bridge {
 
 const METHODS = new Set(["GET", "HEAD", "POST", "PUT"]);
 
+/** What startBridge (and the CLI) take when an option is left out. */
+export const BRIDGE_DEFAULTS = {
+  redisUrl: "redis://127.0.0.1:6379",
+  port: 8079,
+  host: "127.0.0.1",
+  maxDedicatedConnections: 100,
+  maxBodyBytes: 64 * 1024 * 1024,
+} as const;
+
 /**
  * Starts the REST bridge. Connects to Redis first, so an unreachable Redis fails here, not later.
  *
@@ -80,15 +89,12 @@ const METHODS = new Set(["GET", "HEAD", "POST", "PUT"]);
  * await redis.set("greeting", "hello");
  * await bridge.close();
  */
-/** What startBridge (and the CLI) take when an option is left out. */
-export const BRIDGE_DEFAULTS = { maxDedicatedConnections: 100, maxBodyBytes: 64 * 1024 * 1024 } as const;
-
 export async function startBridge(options: BridgeOptions): Promise<Bridge> {
   if (typeof options.token !== "string" || options.token === "") {
     throw new Error("startBridge: `token` is required (the bearer token clients must send)");
   }
-  const redisUrl = options.redisUrl ?? "redis://127.0.0.1:6379";
-  const host = options.host ?? "127.0.0.1";
+  const redisUrl = options.redisUrl ?? BRIDGE_DEFAULTS.redisUrl;
+  const host = options.host ?? BRIDGE_DEFAULTS.host;
   const maxDedicated = options.maxDedicatedConnections ?? BRIDGE_DEFAULTS.maxDedicatedConnections;
   if (!Number.isInteger(maxDedicated) || maxDedicated < 1) {
     throw new Error(
@@ -127,7 +133,7 @@ export async function startBridge(options: BridgeOptions): Promise<Bridge> {
   const server = http.createServer({ noDelay: true }, (req, res) => handler.handle(req, res));
   server.keepAliveTimeout = 30_000;
   try {
-    await listen(server, options.port ?? 8079, host);
+    await listen(server, options.port ?? BRIDGE_DEFAULTS.port, host);
   } catch (error) {
     await pool.close();
     throw error;

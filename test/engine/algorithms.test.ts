@@ -1,10 +1,9 @@
 import { describe, expect, it } from "vitest";
+import { checkCost, maxCost } from "../../src/engine/algorithms.js";
 import {
-  checkCost,
   fixedWindow,
   gcra,
   Limiter,
-  maxCost,
   type RuleConfig,
   slidingLog,
   slidingWindow,

@@ -4,7 +4,7 @@
 import { Redis } from "@upstash/redis";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { connectRedis, type RedisConnection } from "../../src/bridge/index.js";
-import { Concurrency, type ConcurrencyDecision } from "../../src/index.js";
+import { Concurrency, type ConcurrencyDecision } from "../../src/lock.js";
 import { bridgeRedis, manualClock, T0, uniquePrefix } from "../support.js";
 
 let direct: RedisConnection;

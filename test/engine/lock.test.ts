@@ -13,7 +13,7 @@ import {
   startBridge,
 } from "../../src/bridge/index.js";
 import { FENCE_MARGIN_MS } from "../../src/engine/lock.js";
-import { Concurrency, Lock, LockLostError, LockUnavailableError } from "../../src/index.js";
+import { Concurrency, Lock, LockLostError, LockUnavailableError } from "../../src/lock.js";
 import { type Cluster, startCluster } from "../cluster.js";
 import { startCutHop } from "../cut-hop.js";
 import { BridgeProcess } from "../faults/support.js";

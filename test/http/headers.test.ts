@@ -1,5 +1,6 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
+import { compileRule } from "../../src/engine/algorithms.js";
 import {
   enforce,
   policyHeader,
@@ -10,7 +11,6 @@ import {
   unauthorized,
 } from "../../src/http/headers.js";
 import {
-  compileRule,
   type Decision,
   fixedWindow,
   gcra,

@@ -9,7 +9,7 @@ import {
   concurrencyLimit,
 } from "../../../src/adapters/hono/index.js";
 import { QUOTA_EXCEEDED } from "../../../src/http/headers.js";
-import { Concurrency } from "../../../src/index.js";
+import { Concurrency } from "../../../src/lock.js";
 import { startCutHop } from "../../cut-hop.js";
 import { bridgeRedis, manualClock, T0, uniquePrefix } from "../../support.js";
 

@@ -4,7 +4,7 @@
 import { Redis } from "@upstash/redis/cloudflare";
 import { describe, expect, inject, test } from "vitest";
 import worker, { type Env } from "../../../src/adapters/worker/index.js";
-import { Lock } from "../../../src/index.js";
+import { Lock } from "../../../src/lock.js";
 import { config, envFor } from "./support.js";
 
 const QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded";
