@@ -15,23 +15,27 @@ export interface Reply {
  */
 export type Sender = (commands: unknown[][], signal: AbortSignal) => Promise<Reply[]>;
 
-/** A command on its way: its reply, and a way to stop waiting for it. */
-export interface Call {
-  readonly reply: Promise<Reply>;
-  abandon(): void;
-}
-
-interface Waiter {
+/**
+ * A command on its way, and who waits for it. The batcher calls `receive` or `fail` at most once per
+ * `send`, and only while `waiting`; the caller stops waiting with `abandon`. A waiter can be sent again
+ * once answered (NOSCRIPT), into a later request.
+ */
+export interface Waiter {
   command: unknown[];
   waiting: boolean;
-  resolve(reply: Reply): void;
-  reject(error: unknown): void;
+  /** The request it is in (set by the batcher). */
+  batch: Batch | undefined;
+  receive(reply: Reply): void;
+  fail(error: unknown): void;
 }
 
-interface Batch {
-  waiters: Waiter[];
+/** The commands of one request. */
+export class Batch {
+  readonly waiters: Waiter[] = [];
   /** Commands sent first, whose replies nobody waits for (see `sendAhead`). */
-  ahead: unknown[][];
+  readonly ahead: unknown[][] = [];
+  /** Waiters still waiting; the request is aborted when this falls to 0 while it runs. */
+  waiting = 0;
   controller: AbortController | undefined;
 }
 
@@ -41,35 +45,26 @@ interface Batch {
  *
  * @example
  * const batcher = new Batcher(sender, 0);
- * const call = batcher.send(["PING"]);
- * const reply = await call.reply; // { result: "PONG" }
+ * batcher.send({ command: ["PING"], waiting: true, batch: undefined, receive: console.log, fail: console.error });
  */
 export class Batcher {
   private open: Batch | undefined;
   /** Pipeline requests sent so far (tests count them). */
   requests = 0;
+  private readonly flushOpen = () => this.flush();
 
   constructor(
     private readonly sender: Sender,
     readonly window: number,
   ) {}
 
-  send(command: unknown[]): Call {
-    const batch = this.openBatch();
-    let waiter!: Waiter;
-    const reply = new Promise<Reply>((resolve, reject) => {
-      waiter = { command, waiting: true, resolve, reject };
-    });
+  /** Queues `waiter.command` for the next request; its reply goes to `waiter.receive`. */
+  send(waiter: Waiter): void {
+    const batch = this.open ?? this.openBatch();
+    waiter.waiting = true;
+    waiter.batch = batch;
+    batch.waiting += 1;
     batch.waiters.push(waiter);
-    const owner = batch;
-    return {
-      reply,
-      abandon: () => {
-        if (!waiter.waiting) return;
-        waiter.waiting = false;
-        if (owner.controller && !owner.waiters.some((w) => w.waiting)) owner.controller.abort();
-      },
-    };
   }
 
   /**
@@ -78,28 +73,42 @@ export class Batcher {
    * the EVALSHAs that need it). It is sent only along with commands someone waits for.
    */
   sendAhead(command: unknown[]): void {
-    const batch = this.openBatch();
+    const batch = this.open ?? this.openBatch();
     const same = (c: unknown[]) => c.length === command.length && c.every((part, i) => part === command[i]);
     if (!batch.ahead.some(same)) batch.ahead.push(command);
   }
 
+  /** Stops waiting for `waiter`'s reply; aborts its request once nobody waits on it. */
+  static abandon(waiter: Waiter): void {
+    if (!waiter.waiting) return;
+    waiter.waiting = false;
+    const batch = waiter.batch!;
+    batch.waiting -= 1;
+    if (batch.waiting === 0 && batch.controller) batch.controller.abort();
+  }
+
   private openBatch(): Batch {
-    if (this.open) return this.open;
-    const batch: Batch = { waiters: [], ahead: [], controller: undefined };
+    const batch = new Batch();
     this.open = batch;
-    if (this.window > 0) setTimeout(() => this.flush(batch), this.window);
-    else queueMicrotask(() => this.flush(batch));
+    if (this.window > 0) setTimeout(this.flushOpen, this.window);
+    else queueMicrotask(this.flushOpen);
     return batch;
   }
 
-  private flush(batch: Batch): void {
-    if (this.open === batch) this.open = undefined;
-    const waiters = batch.waiters.filter((w) => w.waiting);
-    if (waiters.length === 0) return;
+  private flush(): void {
+    const batch = this.open!;
+    this.open = undefined;
+    if (batch.waiting === 0) return;
+    const skip = batch.ahead.length;
+    const waiters: Waiter[] = [];
+    const body = batch.ahead;
+    for (const waiter of batch.waiters) {
+      if (!waiter.waiting) continue;
+      waiters.push(waiter);
+      body.push(waiter.command);
+    }
     const controller = new AbortController();
     batch.controller = controller;
-    const body = [...batch.ahead, ...waiters.map((w) => w.command)];
-    const skip = batch.ahead.length;
     this.requests += 1;
     let sent: Promise<Reply[]>;
     try {
@@ -107,20 +116,22 @@ export class Batcher {
     } catch (error) {
       sent = Promise.reject(error);
     }
-    sent
-      .then((replies) => {
-        waiters.forEach((w, i) => {
-          if (!w.waiting) return;
-          w.waiting = false;
-          w.resolve(replies[i + skip] as Reply);
-        });
-      })
-      .catch((error: unknown) => {
-        for (const w of waiters) {
-          if (!w.waiting) continue;
-          w.waiting = false;
-          w.reject(error);
+    sent.then(
+      (replies) => {
+        for (let i = 0; i < waiters.length; i++) {
+          const waiter = waiters[i]!;
+          if (!waiter.waiting || waiter.batch !== batch) continue;
+          waiter.waiting = false;
+          waiter.receive(replies[i + skip] as Reply);
         }
-      });
+      },
+      (error: unknown) => {
+        for (const waiter of waiters) {
+          if (!waiter.waiting || waiter.batch !== batch) continue;
+          waiter.waiting = false;
+          waiter.fail(error);
+        }
+      },
+    );
   }
 }

@@ -58,8 +58,12 @@ export type BreakerState = "closed" | "open" | "half-open";
 
 /** What `admit()` grants: a call that may go to Redis, and whether it is the half-open probe. */
 export interface Admission {
-  probe: boolean;
+  readonly probe: boolean;
 }
+
+// the two grants, shared: admitting a call allocates nothing
+const CALL: Admission = Object.freeze({ probe: false });
+const PROBE: Admission = Object.freeze({ probe: true });
 
 /**
  * A circuit breaker over calls to one Redis.
@@ -101,18 +105,18 @@ export class Breaker {
 
   /** Whether a call may go to Redis now; the refusal, with why, when it may not. */
   admit(): Admission | RedisCallError {
-    if (this.stateNow === "closed") return { probe: false };
+    if (this.stateNow === "closed") return CALL;
     const now = this.now();
     if (this.stateNow === "open") {
       if (now - this.openedAt < this.cooldown) return this.refusal(this.openedAt + this.cooldown - now);
       this.stateNow = "half-open";
       this.probeSince = now;
-      return { probe: true };
+      return PROBE;
     }
     // half-open: one probe at a time, unless the last one never came back
     if (this.probeSince !== undefined && now - this.probeSince < this.cooldown) return this.refusal(0);
     this.probeSince = now;
-    return { probe: true };
+    return PROBE;
   }
 
   success(): void {

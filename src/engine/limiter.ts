@@ -92,7 +92,6 @@ export class Limiter {
   readonly prefix: string;
   /** The validated rules, in the order they were given. */
   readonly rules: readonly Rule[];
-  private readonly redis: { del(...keys: string[]): Promise<unknown> };
   private readonly transport: Transport;
   private readonly batchWindow: number;
   private readonly useBreaker: boolean;
@@ -114,11 +113,9 @@ export class Limiter {
       if (!OPTIONS.includes(field))
         throw new Error(`${field}: not a Limiter option; it takes ${OPTIONS.join(", ")}`);
     }
-    const redis = options.redis as { client?: { request?: unknown }; del?: unknown } | null | undefined;
-    if (typeof redis?.client?.request !== "function" || typeof redis.del !== "function") {
-      throw new Error("redis: expected an @upstash/redis client, e.g. new Redis({ url, token })");
-    }
-    this.redis = redis as Limiter["redis"];
+    // `{ url, token }` or an @upstash/redis client; checked first, naming the field (redis.url: ...)
+    const redis = options.redis;
+    transportFor(redis);
     this.prefix = checkPrefix(options.prefix ?? "edgelimit");
 
     const rules = options.rules;
@@ -224,7 +221,8 @@ export class Limiter {
         ? [now - window, now, now + window].map((t) => this.key(base, i, t))
         : [this.key(base, i, now)],
     );
-    await this.redis.del(...keys);
+    const reply = await this.transport.call(["DEL", ...keys], { timeout: this.timeout, breaker: false });
+    if (!reply.ok) throw reply.error;
   }
 
   /**

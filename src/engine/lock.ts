@@ -381,13 +381,9 @@ function ownerArg(owner: string): string {
 
 // ---- shared with concurrency.ts -------------------------------------------------------------------
 
-/** The shared transport of an @upstash/redis client, or an Error naming the field. */
+/** The shared transport of `{ url, token }` or an @upstash/redis client, or an Error naming the field. */
 export function transportOf(redis: unknown): Transport {
-  const client = (redis as { client?: unknown } | null | undefined)?.client;
-  if (client === null || typeof client !== "object") {
-    throw new Error("redis: expected an @upstash/redis client, e.g. new Redis({ url, token })");
-  }
-  return transportFor(redis as object);
+  return transportFor(redis);
 }
 
 /** A lease, wait or other positive duration up to 2^31 - 1 ms, or an Error naming `field`. */

@@ -1,19 +1,18 @@
-// The one way this library talks to Redis. One Transport per @upstash/redis client object (a WeakMap
-// keyed by the client), shared by every Limiter, Lock and concurrency limiter built on that client;
-// on Workers that is one per isolate. It
+// The one way this library talks to Redis. One Transport per Redis, per isolate, shared by every
+// Limiter, Lock and concurrency limiter built on it: per @upstash/redis client object (a WeakMap keyed
+// by the client), or per URL and token for `{ url, token }` (see `transportFor`). It
 //  - batches the commands issued in one tick (or batching window) into one `/pipeline` request;
-//  - sends that request at most once: its own `fetch` to the client's URL with the client's headers,
-//    without the client's retries (@upstash/redis retries a failed POST 5 times by default, which
-//    can run a script 6 times when an answer is lost after Redis ran it);
+//  - sends that request at most once, through the REST sender (rest.ts), which never retries;
 //  - gives every call its own timeout, and aborts the request once no call waits on it;
 //  - runs the circuit breaker: after repeated failures calls are refused at once, without a request;
 //  - recovers from NOSCRIPT (script cache flushed, Redis restarted) by loading the script once ahead
 //    of the calls that need it and asking again: NOSCRIPT means the script did not run;
 //  - never rejects: a call resolves to its result or to a typed failure (RedisCallError, by kind).
 
-import { Batcher, type Reply, type Sender } from "./batch.js";
-import { BREAKER_DEFAULTS, Breaker, type BreakerOptions, breakerOptions } from "./breaker.js";
+import { type Batch, Batcher, type Reply, type Sender, type Waiter } from "./batch.js";
+import { type Admission, BREAKER_DEFAULTS, Breaker, type BreakerOptions, breakerOptions } from "./breaker.js";
 import { RedisCallError } from "./errors.js";
+import { endpointOf, isClient, restSender } from "./rest.js";
 
 /** A Lua script the transport can load when Redis answers NOSCRIPT. */
 export interface Script {
@@ -46,48 +45,44 @@ export interface TransportStats {
   refused: number;
 }
 
-/** The part of an @upstash/redis client this module reads. */
-interface UpstashClient {
-  client?: {
-    baseUrl?: unknown;
-    headers?: unknown;
-    options?: { cache?: RequestCache; backend?: string };
-    readYourWrites?: boolean;
-    upstashSyncToken?: string;
-    request?(req: { path?: string[]; body?: unknown; signal?: () => AbortSignal }): Promise<unknown>;
-  };
-}
-
 /**
  * Sends commands to one Redis: batched, at most once, with a timeout per call and a circuit breaker.
- * Get the shared one of a client with `transportFor(redis)`.
+ * `redis` is `{ url, token }` or an @upstash/redis client (read once, here). Get the shared one of a
+ * Redis with `transportFor(redis)`.
  *
  * @example
- * const transport = transportFor(redis);
+ * const transport = transportFor({ url, token });
  * const r = await transport.call(["EVALSHA", sha1, "1", key, "5"], { timeout: 1000, script: { text, sha1 } });
  * if (r.ok) use(r.result); else console.warn(r.error.kind, r.error.message);
  */
 export class Transport {
   readonly stats: TransportStats = { requests: 0, sent: 0, refused: 0 };
-  /** The breaker of this client; `undefined` only for a transport built with `breaker: false`. */
+  /** The breaker of this Redis; `undefined` only for a transport built with `breaker: false`. */
   breaker: Breaker | undefined;
   private breakerExplicit = false;
   private readonly batchers = new Map<number, Batcher>();
   private readonly sender: Sender;
+  /** The batcher of window 0, the one nearly every call uses. */
+  private readonly tick: Batcher;
 
   constructor(
     redis: unknown,
     private readonly options: { breaker?: BreakerOptions | false; now?: () => number } = {},
   ) {
-    this.sender = senderFor(redis as UpstashClient, this.stats);
+    const send = restSender(endpointOf(redis));
+    this.sender = (commands, signal) => {
+      this.stats.requests += 1;
+      return send(commands, signal);
+    };
+    this.tick = this.batcher(0);
     const breaker = options.breaker;
     this.breaker = breaker === false ? undefined : new Breaker(breakerOptions(breaker ?? {}), this.now);
     this.breakerExplicit = breaker !== undefined;
   }
 
   /**
-   * Sets the breaker's options for every user of this client. Options left undefined accept what is
-   * there; two different explicit settings on one client are a configuration error.
+   * Sets the breaker's options for every user of this Redis. Options left undefined accept what is
+   * there; two different explicit settings on one Redis are a configuration error.
    */
   configureBreaker(options: BreakerOptions | undefined): void {
     if (options === undefined) return;
@@ -99,7 +94,7 @@ export class Transport {
     }
     if (this.breakerExplicit) {
       throw new Error(
-        `breaker: this Redis client already has a breaker with ${JSON.stringify(current)}; the breaker belongs to the client, so give every Limiter on one client the same breaker options (or build another client)`,
+        `breaker: this Redis client already has a breaker with ${JSON.stringify(current)}; the breaker belongs to the Redis (the client, or the URL and token), so give every Limiter on one Redis the same breaker options`,
       );
     }
     this.breaker = new Breaker(wanted, this.now);
@@ -109,63 +104,22 @@ export class Transport {
   /** Sends one command and resolves with its result or a typed failure; never rejects. */
   call(command: unknown[], options: CallOptions): Promise<CallResult> {
     const breaker = options.breaker === false ? undefined : this.breaker;
-    const admission = breaker ? breaker.admit() : { probe: false };
+    const admission = breaker ? breaker.admit() : NO_BREAKER;
     if (admission instanceof RedisCallError) {
       this.stats.refused += 1;
       return Promise.resolve({ ok: false, error: admission });
     }
-    const batcher = this.batcher(options.batchWindow ?? 0);
+    const window = options.batchWindow ?? 0;
+    const batcher = window === 0 ? this.tick : this.batcher(window);
     return new Promise<CallResult>((resolve) => {
-      let done = false;
-      let call = batcher.send(command);
+      const call = new Call(command, options, batcher, breaker, admission, this.stats, resolve);
+      batcher.send(call);
       this.stats.sent += 1;
-      const settle = (result: CallResult) => {
-        if (done) return;
-        done = true;
-        if (timer !== undefined) clearTimeout(timer);
-        if (breaker) {
-          if (result.ok) breaker.success();
-          else breaker.failure(result.error, admission);
-        }
-        resolve(result);
-      };
-      const fail = (error: unknown) => settle({ ok: false, error: asCallError(error) });
-      const onReply = (reply: Reply | undefined, attempt: number) => {
-        if (done) return;
-        if (reply === null || typeof reply !== "object") {
-          return fail(
-            new RedisCallError("http", "edgelimit: the pipeline reply is missing a command's answer"),
-          );
-        }
-        if (reply.error !== undefined) {
-          const message = String(reply.error);
-          if (attempt < 2 && options.script && message.startsWith("NOSCRIPT")) {
-            // The script did not run. Load it once, ahead of every call that met NOSCRIPT in this
-            // batch, and ask again within the same timeout. Should the cache be flushed again between
-            // that SCRIPT LOAD and the EVALSHA (SCRIPT FLUSH from elsewhere), the last try is an EVAL
-            // with the text, which needs no cache.
-            let again = command;
-            if (attempt === 0) batcher.sendAhead(["SCRIPT", "LOAD", options.script.text]);
-            else if (command[0] === "EVALSHA") again = ["EVAL", options.script.text, ...command.slice(2)];
-            call = batcher.send(again);
-            this.stats.sent += 1;
-            call.reply.then((reply) => onReply(reply, attempt + 1), fail);
-            return;
-          }
-          return fail(new RedisCallError("redis", `edgelimit: Redis answered an error: ${message}`));
-        }
-        settle({ ok: true, result: reply.result });
-      };
-      const timer =
-        options.timeout === Number.POSITIVE_INFINITY
-          ? undefined
-          : setTimeout(() => {
-              call.abandon();
-              fail(
-                new RedisCallError("timeout", `edgelimit: Redis did not answer within ${options.timeout} ms`),
-              );
-            }, options.timeout);
-      call.reply.then((reply) => onReply(reply, 0), fail);
+      // A timer per call, set in the caller's own task: on Workers a timer belongs to the request that
+      // set it, and keeps that request alive while it waits on a fetch another request sent.
+      if (options.timeout !== Number.POSITIVE_INFINITY) {
+        call.timer = setTimeout(timeOut, options.timeout, call);
+      }
     });
   }
 
@@ -192,20 +146,112 @@ export class Transport {
   }
 }
 
-const transports = new WeakMap<object, Transport>();
+const NO_BREAKER: Admission = Object.freeze({ probe: false });
+
+/** One call on its way: what the batcher answers, the timeout ends, and the breaker learns. */
+class Call implements Waiter {
+  waiting = false;
+  batch: Batch | undefined = undefined;
+  done = false;
+  /** NOSCRIPT answers so far (see `receive`). */
+  private attempt = 0;
+  timer: ReturnType<typeof setTimeout> | undefined = undefined;
+
+  constructor(
+    public command: unknown[],
+    private readonly options: CallOptions,
+    private readonly batcher: Batcher,
+    private readonly breaker: Breaker | undefined,
+    private readonly admission: Admission,
+    private readonly stats: TransportStats,
+    private readonly resolve: (result: CallResult) => void,
+  ) {}
+
+  receive(reply: Reply): void {
+    if (this.done) return;
+    if (reply === null || typeof reply !== "object") {
+      this.fail(new RedisCallError("http", "edgelimit: the pipeline reply is missing a command's answer"));
+    } else if (reply.error === undefined) {
+      this.settle({ ok: true, result: reply.result });
+    } else if (this.attempt < 2 && this.options.script && String(reply.error).startsWith("NOSCRIPT")) {
+      // The script did not run. Load it once, ahead of every call that met NOSCRIPT in this batch, and
+      // ask again within the same timeout. Should the cache be flushed again between that SCRIPT LOAD
+      // and the EVALSHA (SCRIPT FLUSH from elsewhere), the last try is an EVAL with the text, which
+      // needs no cache.
+      const script = this.options.script;
+      if (this.attempt === 0) this.batcher.sendAhead(["SCRIPT", "LOAD", script.text]);
+      else if (this.command[0] === "EVALSHA") this.command = ["EVAL", script.text, ...this.command.slice(2)];
+      this.attempt += 1;
+      this.batcher.send(this);
+      this.stats.sent += 1;
+    } else {
+      this.fail(new RedisCallError("redis", `edgelimit: Redis answered an error: ${String(reply.error)}`));
+    }
+  }
+
+  fail(error: unknown): void {
+    this.settle({ ok: false, error: asCallError(error) });
+  }
+
+  /** The timeout ran out: stop waiting (aborting the request if nobody else waits on it). */
+  timeOut(): void {
+    Batcher.abandon(this);
+    this.fail(
+      new RedisCallError("timeout", `edgelimit: Redis did not answer within ${this.options.timeout} ms`),
+    );
+  }
+
+  private settle(result: CallResult): void {
+    if (this.done) return;
+    this.done = true;
+    if (this.timer !== undefined) clearTimeout(this.timer);
+    const breaker = this.breaker;
+    if (breaker) {
+      if (result.ok) breaker.success();
+      else breaker.failure(result.error, this.admission);
+    }
+    this.resolve(result);
+  }
+}
+
+/** A call's timer ran out (a function of its own, not a closure per call: the call is its argument). */
+function timeOut(call: Call): void {
+  call.timeOut();
+}
+
+const clients = new WeakMap<object, Transport>();
+const connections = new Map<string, Transport>();
 
 /**
- * The transport shared by everything built on this @upstash/redis client (one per client object, so
- * one per isolate on Workers). `breaker` sets the client's breaker options (see `configureBreaker`).
+ * The transport shared by everything built on this Redis: one per @upstash/redis client object, and
+ * one per URL and token for `{ url, token }` (so one per isolate on Workers). Throws an Error naming
+ * the field when `redis` cannot be used (`redis.url: ...`); a client whose URL and token cannot be read
+ * is refused, never used through its own retrying requests. `breaker` sets the breaker's options (see
+ * `configureBreaker`).
+ *
+ * `{ url, token }` literals share by value, not by object: a Worker that writes the object afresh for
+ * each Limiter, Lock or request still has one breaker and one pipeline per Redis. The token is part of
+ * the key because it is what the requests carry (another token may be another user of the database).
  *
  * @example
- * const transport = transportFor(redis, { breaker: { failures: 5, cooldown: 1000 } });
+ * const transport = transportFor({ url, token }, { breaker: { failures: 5, cooldown: 1000 } });
  */
-export function transportFor(redis: object, options: { breaker?: BreakerOptions } = {}): Transport {
-  let transport = transports.get(redis);
-  if (!transport) {
-    transport = new Transport(redis);
-    transports.set(redis, transport);
+export function transportFor(redis: unknown, options: { breaker?: BreakerOptions } = {}): Transport {
+  let transport: Transport | undefined;
+  if (isClient(redis)) {
+    transport = clients.get(redis as object);
+    if (!transport) {
+      transport = new Transport(redis);
+      clients.set(redis as object, transport);
+    }
+  } else {
+    const endpoint = endpointOf(redis);
+    const key = `${endpoint.url} ${endpoint.token}`;
+    transport = connections.get(key);
+    if (!transport) {
+      transport = new Transport(redis);
+      connections.set(key, transport);
+    }
   }
   transport.configureBreaker(options.breaker);
   return transport;
@@ -221,160 +267,8 @@ function monotonic(): number {
 
 export { BREAKER_DEFAULTS };
 
-let unauthorizedLogged = false;
-
-/** The first 401/403 is logged once per isolate, with the fix; every call still says it in its error. */
-function unauthorized(status: number, origin: string): RedisCallError {
-  const error = new RedisCallError(
-    "unauthorized",
-    `edgelimit: Redis at ${origin} refused the token (HTTP ${status}): check UPSTASH_REDIS_REST_TOKEN (on Workers: npx wrangler secret put UPSTASH_REDIS_REST_TOKEN)`,
-    { status },
-  );
-  if (!unauthorizedLogged) {
-    unauthorizedLogged = true;
-    console.error(`${error.message}. Decisions follow onError until it is fixed.`);
-  }
-  return error;
-}
-
-/**
- * How a client's requests go out. An @upstash/redis HTTP client (baseUrl + headers): a plain `fetch`
- * to `<baseUrl>/pipeline` with its headers, once, no retries, plain JSON (no base64 encoding, so the
- * replies need no decoding). Anything else: the client's own `request`, whose retries this cannot
- * switch off (documented).
- */
-function senderFor(redis: UpstashClient, stats: TransportStats): Sender {
-  const client = redis.client;
-  if (!client) throw new Error("redis: expected an @upstash/redis client, e.g. new Redis({ url, token })");
-  const baseUrl = client.baseUrl;
-  const headers = client.headers;
-  if (typeof baseUrl === "string" && baseUrl !== "" && headers !== null && typeof headers === "object") {
-    const url = `${baseUrl.replace(/\/$/, "")}/pipeline`;
-    const origin = originOf(baseUrl);
-    return async (commands, signal) => {
-      stats.requests += 1;
-      const sent: Record<string, string> = {};
-      for (const [name, value] of Object.entries(headers as Record<string, unknown>)) {
-        if (typeof value === "string" && name.toLowerCase() !== "upstash-encoding") sent[name] = value;
-      }
-      if (client.readYourWrites && client.upstashSyncToken)
-        sent["upstash-sync-token"] = client.upstashSyncToken;
-      const init: RequestInit & { backend?: string } = {
-        method: "POST",
-        headers: sent,
-        body: JSON.stringify(commands),
-        signal,
-      };
-      if (client.options?.cache !== undefined) init.cache = client.options.cache;
-      if (client.options?.backend !== undefined) init.backend = client.options.backend;
-      let response: Response;
-      let text: string;
-      try {
-        response = await fetch(url, init);
-        text = await response.text();
-      } catch (error) {
-        throw new RedisCallError(
-          "unreachable",
-          `edgelimit: no answer from Redis at ${origin} (${detail(error)})`,
-          {
-            cause: error,
-          },
-        );
-      }
-      if (response.status === 401 || response.status === 403) throw unauthorized(response.status, origin);
-      let body: unknown;
-      try {
-        body = JSON.parse(text);
-      } catch {
-        throw new RedisCallError(
-          statusKind(response.status),
-          `edgelimit: Redis at ${origin} answered HTTP ${response.status} with a body that is not JSON`,
-          { status: response.status },
-        );
-      }
-      if (!response.ok) {
-        const message = (body as { error?: unknown } | null)?.error;
-        const said = typeof message === "string" ? message : `HTTP ${response.status}`;
-        // 400 with an error: Redis (or the REST layer) refused the command itself
-        const kind =
-          response.status === 400 && typeof message === "string" ? "redis" : statusKind(response.status);
-        throw new RedisCallError(
-          kind,
-          `edgelimit: Redis at ${origin} answered HTTP ${response.status}: ${said}`,
-          {
-            status: response.status,
-          },
-        );
-      }
-      const token = response.headers.get("upstash-sync-token");
-      if (client.readYourWrites && token) client.upstashSyncToken = token;
-      if (!Array.isArray(body) || body.length !== commands.length) {
-        throw new RedisCallError(
-          "http",
-          `edgelimit: Redis at ${origin} answered ${Array.isArray(body) ? `${body.length} replies` : typeof body} for ${commands.length} commands`,
-          { status: response.status },
-        );
-      }
-      return body as Reply[];
-    };
-  }
-  const request = client.request;
-  if (typeof request !== "function") {
-    throw new Error("redis: expected an @upstash/redis client, e.g. new Redis({ url, token })");
-  }
-  return async (commands, signal) => {
-    stats.requests += 1;
-    let replies: unknown;
-    try {
-      replies = await request.call(client, { path: ["pipeline"], body: commands, signal: () => signal });
-    } catch (error) {
-      throw new RedisCallError("unreachable", `edgelimit: ${scrub(error)}`, { cause: error });
-    }
-    if (!Array.isArray(replies) || replies.length !== commands.length) {
-      throw new RedisCallError(
-        "http",
-        `edgelimit: the pipeline answered ${typeof replies} for ${commands.length} commands`,
-      );
-    }
-    return replies as Reply[];
-  };
-}
-
-/** A gateway in front of Redis that could not reach it (502, 503, 504) is "unreachable"; the rest "http". */
-function statusKind(status: number): "unreachable" | "http" {
-  return status === 502 || status === 503 || status === 504 ? "unreachable" : "http";
-}
-
 function asCallError(error: unknown): RedisCallError {
   if (error instanceof RedisCallError) return error;
-  return new RedisCallError("unreachable", `edgelimit: ${scrub(error)}`, { cause: error });
-}
-
-/** What a failed fetch says, with the system error code when there is one (ECONNREFUSED, ...). */
-function detail(error: unknown): string {
   const message = error instanceof Error ? error.message : String(error);
-  const cause = (error as { cause?: { code?: unknown; message?: unknown } } | undefined)?.cause;
-  const code = typeof cause?.code === "string" ? cause.code : undefined;
-  const causeMessage = typeof cause?.message === "string" ? cause.message : undefined;
-  return [message, code, causeMessage && causeMessage !== code ? causeMessage : undefined]
-    .filter(Boolean)
-    .join(": ");
-}
-
-function originOf(url: string): string {
-  try {
-    return new URL(url).origin;
-  } catch {
-    return url;
-  }
-}
-
-/**
- * The error without the request it came from: @upstash/redis appends ", command was: <body>" to an
- * HTTP error, and that body holds the keys (identifiers, maybe API keys) of every decision in the batch.
- */
-function scrub(error: unknown): string {
-  const message = error instanceof Error ? error.message : String(error);
-  const cut = message.indexOf(", command was:");
-  return cut === -1 ? message : message.slice(0, cut);
+  return new RedisCallError("unreachable", `edgelimit: ${message}`, { cause: error });
 }

@@ -5,11 +5,11 @@
 // request ─▶ config (parsed once per isolate) ─▶ deny list (403) ─▶ first matching route
 //         ─▶ allow list / no route: straight to the origin
 //         ─▶ route: identity ─▶ rateLimit middleware (429 / 401 / headers) ─▶ origin
-import { Redis } from "@upstash/redis/cloudflare";
 import type { Context, MiddlewareHandler } from "hono";
 import { Hono } from "hono/tiny";
 import { Concurrency } from "../../engine/concurrency.js";
 import { Limiter } from "../../engine/limiter.js";
+import type { RestConnection } from "../../engine/rest.js";
 import { type EdgelimitConfig, parseConfig, type RouteConfig } from "../../http/config.js";
 import { failureLog } from "../../http/error-log.js";
 import { PROBLEM_JSON } from "../../http/headers.js";
@@ -91,7 +91,8 @@ function buildSetup(raw: unknown, url: string | undefined, token: string | undef
   if (errors.length > 0 || !parsed?.ok) return { ok: false, errors };
   const { config } = parsed;
   try {
-    const redis = new Redis({ url: url!, token: token!, enableTelemetry: false });
+    // the Upstash REST protocol, spoken by the engine itself: no Redis client library in the bundle
+    const redis: RestConnection = { url: url!, token: token! };
     const routes = config.routes.map((route) => limitedRoute(route, config, redis));
     return { ok: true, config, routes };
   } catch (error) {
@@ -99,7 +100,7 @@ function buildSetup(raw: unknown, url: string | undefined, token: string | undef
   }
 }
 
-function limitedRoute(route: RouteConfig, config: EdgelimitConfig, redis: Redis): LimitedRoute {
+function limitedRoute(route: RouteConfig, config: EdgelimitConfig, redis: RestConnection): LimitedRoute {
   const limiter = new Limiter({
     redis,
     prefix: config.prefix,
@@ -206,7 +207,7 @@ app.onError((error, c) => {
  * The Worker: `export default` of the module wrangler.toml points at.
  *
  * @example
- * // wrangler.toml: main = "src/worker.ts"; [vars] EDGELIMIT_CONFIG = '{"origin": "...", "routes": [...]}'
+ * // wrangler.toml: main = "src/adapters/worker/index.ts"; [vars] EDGELIMIT_CONFIG = '{"origin": "...", "routes": [...]}'
  * const response = await worker.fetch(request, env, ctx);
  */
 export default app;
