@@ -9,6 +9,7 @@
 import { execFile } from "node:child_process";
 import {
   copyFileSync,
+  cpSync,
   mkdirSync,
   mkdtempSync,
   readdirSync,
@@ -17,6 +18,7 @@ import {
   symlinkSync,
   writeFileSync,
 } from "node:fs";
+import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { join, relative } from "node:path";
 import { promisify } from "node:util";
@@ -75,6 +77,8 @@ const strict = {
 };
 
 let consumer: string;
+/** A consumer with no @upstash/redis installed (nor @types/node): `{ url, token }` must need nothing else. */
+let bare: string;
 
 beforeAll(() => {
   consumer = mkdtempSync(join(tmpdir(), "edgelimit-consumer-"));
@@ -103,10 +107,18 @@ beforeAll(() => {
   for (const name of ["@upstash", "@vercel", "hono", "@types/node"]) {
     symlinkSync(join(root, "node_modules", name), join(modules, name));
   }
+  // What `npm install edgelimit hono @vercel/functions` would add: the same package, a copy (a symlink
+  // would resolve back into the first consumer, beside its @upstash/redis).
+  bare = mkdtempSync(join(tmpdir(), "edgelimit-bare-"));
+  cpSync(pkg, join(bare, "node_modules", "edgelimit"), { recursive: true });
+  for (const name of ["@vercel", "hono"]) {
+    symlinkSync(join(root, "node_modules", name), join(bare, "node_modules", name));
+  }
 }, 120_000);
 
 afterAll(() => {
   if (consumer) rmSync(consumer, { recursive: true, force: true });
+  if (bare) rmSync(bare, { recursive: true, force: true });
 });
 
 function format(diagnostics: readonly ts.Diagnostic[]): string {
@@ -127,8 +139,9 @@ function typecheck(
   blocks: Block[],
   types: string[],
   extra: Record<string, string> = {},
+  base: string = consumer,
 ): string {
-  const dir = join(consumer, name);
+  const dir = join(base, name);
   mkdirSync(dir);
   const files = Object.entries(extra).map(([file, code]) => {
     writeFileSync(join(dir, file), code);
@@ -206,6 +219,20 @@ describe("the docs' TypeScript, as a consumer compiles it", () => {
         .map((entry, i) => [`entry${i}.ts`, `export * from "${entry}";\n`]),
     );
     expect(typecheck("edge", edge, [], modules)).toBe("");
+  }, 120_000);
+
+  it("code that needs no @upstash/redis typechecks where it is not installed, the entries' .d.ts too", () => {
+    const bareBlocks = all.filter(
+      (block) => !needsNode(block.code) && !block.code.includes("@upstash/redis"),
+    );
+    expect(bareBlocks.some((block) => /redis: \{ url: /.test(block.code))).toBe(true);
+    expect(() => createRequire(join(bare, "x.js")).resolve("@upstash/redis")).toThrow();
+    const modules = Object.fromEntries(
+      entries
+        .filter((entry) => entry !== "edgelimit/bridge")
+        .map((entry, i) => [`entry${i}.ts`, `export * from "${entry}";\n`]),
+    );
+    expect(typecheck("bare", bareBlocks, [], modules, bare)).toBe("");
   }, 120_000);
 
   it("Node code (the bridge, process.env) typechecks strictly with @types/node", () => {
