@@ -23,8 +23,9 @@ import { tmpdir } from "node:os";
 import { join, relative } from "node:path";
 import { promisify } from "node:util";
 import ts from "typescript";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { parseConfig } from "../src/http/config.js";
+import { QUOTA_EXCEEDED } from "../src/http/headers.js";
 
 const root = join(import.meta.dirname, "..");
 
@@ -343,4 +344,44 @@ describe("the Worker's bundle size, as docs/worker.md states it", () => {
       rmSync(out, { recursive: true, force: true });
     }
   }, 120_000);
+});
+
+describe("the README's first examples, run", () => {
+  /** A README block as a module of this test: its Redis is the test bridge, its imports the sources. */
+  async function load(block: Block): Promise<Record<string, unknown>> {
+    const code = block.code
+      .replaceAll('"https://eu1-example.upstash.io"', JSON.stringify(inject("bridgeUrl")))
+      .replaceAll('token: "…"', `token: ${JSON.stringify(inject("bridgeToken"))}`)
+      .replaceAll('from "edgelimit"', `from ${JSON.stringify(join(root, "src/index.ts"))}`)
+      .replaceAll('from "edgelimit/http"', `from ${JSON.stringify(join(root, "src/http/index.ts"))}`);
+    const dir = mkdtempSync(join(tmpdir(), "edgelimit-run-"));
+    try {
+      const file = join(dir, "block.ts");
+      writeFileSync(file, code);
+      return (await import(/* @vite-ignore */ file)) as Record<string, unknown>;
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }
+
+  it("each answers its 429 with the library's own problem+json and a finite Retry-After", async () => {
+    const [first, second] = readme.filter((block) => block.code.includes("export async function handle("));
+    for (const [block, admitted] of [
+      [first, 20],
+      [second, 60],
+    ] as const) {
+      expect(block, "the README's library examples").toBeDefined();
+      const { handle } = (await load(block as Block)) as { handle: (id: string) => Promise<Response> };
+      const id = `readme-${crypto.randomUUID()}`;
+      // The burst (or the minute's limit) passes at once; the examples run on real time, so a refill
+      // may admit a few more before the first refusal.
+      for (let i = 0; i < admitted; i++) expect((await handle(id)).status, block?.origin).toBe(200);
+      let refusal = await handle(id);
+      for (let i = 0; i < 100 && refusal.status === 200; i++) refusal = await handle(id);
+      expect(refusal.status, block?.origin).toBe(429);
+      expect(refusal.headers.get("Content-Type")).toBe("application/problem+json");
+      expect(refusal.headers.get("Retry-After")).toMatch(/^[1-9]\d*$/);
+      expect(await refusal.json()).toMatchObject({ status: 429, type: QUOTA_EXCEEDED });
+    }
+  });
 });
