@@ -3,8 +3,10 @@
 // every ```ts block of README.md, docs/*.md and CONTRIBUTING.md, and every .ts file under examples/, is
 // compiled strictly against it. Edge code gets no @types/node (an edge consumer has none): every entry
 // point but "edgelimit/bridge" must typecheck without it, its .d.ts included (skipLibCheck off). Only
-// blocks that use Node (process, node:*, edgelimit/bridge) get @types/node. Every ```jsonc block is a
-// Worker config (or one route) that the Worker's own parser must accept.
+// blocks that use Node (process, node:*, edgelimit/bridge) get @types/node. Code that does not import
+// @upstash/redis also compiles in a consumer that has none installed. Every ```jsonc block is a Worker
+// config (or one route) that the Worker's own parser must accept. The README's two library examples
+// run against the test bridge; the Worker's bundle is measured as docs/worker.md states it.
 
 import { execFile } from "node:child_process";
 import {
