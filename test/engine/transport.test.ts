@@ -1,11 +1,13 @@
 import net from "node:net";
 import { Redis } from "@upstash/redis";
 import { afterAll, beforeAll, describe, expect, inject, it, vi } from "vitest";
+import { Concurrency } from "../../src/engine/concurrency.js";
 import { RedisCallError } from "../../src/engine/errors.js";
+import { Lock } from "../../src/engine/lock.js";
 import { Transport, transportFor } from "../../src/engine/transport.js";
 import { fixedWindow, Limiter } from "../../src/index.js";
 import { freePort, Hop } from "../faults/support.js";
-import { bridgeRedis } from "../support.js";
+import { bridgeRedis, manualClock, uniquePrefix } from "../support.js";
 
 /** Longer than any test may run: a call that waited for it would fail the test by its own timeout. */
 const NEVER = 2 ** 31 - 1;
@@ -217,5 +219,123 @@ describe("one breaker per client, shared by its limiters", () => {
       /circuit breaker open, Redis not asked \(next probe in \d+ ms; opens after 5 consecutive failures; last failure: unreachable: edgelimit: no answer from Redis at/,
     );
     expect(transport.stats.requests).toBe(requests);
+  });
+});
+
+describe("{ url, token }: the Upstash REST protocol, no client library", () => {
+  const rules = { r: fixedWindow({ limit: 3, window: "1m" }) };
+
+  it("decides, resets and counts exactly from { url, token }", async () => {
+    const redis = { url: inject("bridgeUrl"), token: inject("bridgeToken") };
+    const limiter = new Limiter({ redis, prefix: uniquePrefix("literal"), rules, clock: manualClock() });
+    const seen = [];
+    for (let i = 0; i < 4; i++) seen.push(await limiter.limit("u"));
+    expect(seen.map((d) => [d.allowed, d.remaining, d.source])).toEqual([
+      [true, 2, "redis"],
+      [true, 1, "redis"],
+      [true, 0, "redis"],
+      [false, 0, "redis"],
+    ]);
+    await limiter.reset("u");
+    expect(await limiter.limit("u")).toMatchObject({ allowed: true, remaining: 2, source: "redis" });
+  });
+
+  it("serves the Lock and the concurrency limiter too", async () => {
+    const redis = { url: inject("bridgeUrl"), token: inject("bridgeToken") };
+    const prefix = uniquePrefix("literal-lock");
+    const lock = new Lock({ redis, prefix, lease: "5s" });
+    const held = await lock.acquire("job", { owner: "a" });
+    expect(held).toMatchObject({ acquired: true, owner: "a" });
+    expect(await lock.acquire("job", { owner: "b" })).toMatchObject({ acquired: false });
+    expect(await lock.release("job", { owner: "a" })).toMatchObject({ released: true });
+    const inFlight = new Concurrency({ redis, prefix, limit: 1, lease: "5s" });
+    expect(await inFlight.acquire("k")).toMatchObject({ allowed: true, remaining: 0 });
+    expect(await inFlight.acquire("k")).toMatchObject({ allowed: false, remaining: 0 });
+  });
+
+  it("shares one transport per URL and token, apart from any client's", () => {
+    const url = inject("bridgeUrl");
+    const token = inject("bridgeToken");
+    const transport = transportFor({ url, token });
+    expect(transportFor({ url: `${url}/`, token })).toBe(transport); // the same Redis, written afresh
+    expect(transportFor({ url, token: `${token}-other` })).not.toBe(transport);
+    expect(transportFor(bridgeRedis())).not.toBe(transport);
+  });
+
+  const url = "https://eu1-example.upstash.io";
+  const bad: [string, unknown, RegExp][] = [
+    ["nothing", undefined, /^redis: expected an @upstash\/redis client or \{ url, token \}/],
+    ["a string", url, /^redis: expected an @upstash\/redis client or \{ url, token \}.*got "https/],
+    ["an empty object", {}, /^redis: expected an @upstash\/redis client or \{ url, token \}/],
+    ["no url", { token: "t" }, /^redis\.url: expected the REST URL \(http:\/\/ or https:\/\/.*got undefined/],
+    ["a redis:// url", { url: "redis://127.0.0.1:6379", token: "t" }, /^redis\.url: .*got "redis:/],
+    ["a url with a space", { url: `${url} `, token: "t" }, /^redis\.url: /],
+    ["no token", { url }, /^redis\.token: expected the REST token .*got undefined/],
+    ["an empty token", { url, token: "" }, /^redis\.token: .*got an empty string/],
+    ["a token that is a number", { url, token: 42 }, /^redis\.token: .*got number/],
+    ["a token with its newline", { url, token: "s3cret\n" }, /^redis\.token: .*line break/],
+    ["another field", { url, token: "t", retry: 3 }, /^redis\.retry: not a field of \{ url, token \}/],
+  ];
+  it.each(bad)("refuses %s, naming the field and never the token", (_, redis, message) => {
+    expect(() => transportFor(redis)).toThrow(message);
+    expect(() => new Limiter({ redis, rules })).toThrow(message);
+    expect(() => new Lock({ redis })).toThrow(message);
+    try {
+      transportFor(redis);
+    } catch (error) {
+      expect((error as Error).message).not.toContain("s3cret");
+    }
+  });
+});
+
+describe("an @upstash/redis client: read once, never asked to send", () => {
+  const rules = { r: fixedWindow({ limit: 3, window: "1m" }) };
+
+  it("refuses at construction a client whose URL and token cannot be read, and never calls it", () => {
+    const request = vi.fn(async () => ({ result: 1 }));
+    const custom = new Redis({ request } as never); // a client over a requester of the user's own
+    const message =
+      /^redis: cannot read the REST URL and token of this client.*pass \{ url, token \} instead$/;
+    expect(() => new Limiter({ redis: custom, rules })).toThrow(message);
+    expect(() => new Lock({ redis: custom })).toThrow(message);
+    expect(() => new Concurrency({ redis: custom, limit: 1, lease: "5s" })).toThrow(message);
+    const stripped = bridgeRedis();
+    (stripped as unknown as { client: { baseUrl?: string } }).client.baseUrl = undefined;
+    expect(() => new Limiter({ redis: stripped, rules })).toThrow(message);
+    const tokenless = bridgeRedis();
+    (tokenless as unknown as { client: { headers: Record<string, string> } }).client.headers = {};
+    expect(() => new Limiter({ redis: tokenless, rules })).toThrow(message);
+    expect(request).not.toHaveBeenCalled();
+  });
+
+  it("never calls the client's request, on any path: decisions, denials, reset, errors, breaker", async () => {
+    const redis = bridgeRedis();
+    const request = vi.spyOn((redis as unknown as { client: { request: () => unknown } }).client, "request");
+    const limiter = new Limiter({ redis, prefix: uniquePrefix("no-request"), rules, clock: manualClock() });
+    const remaining = [];
+    for (let i = 0; i < 4; i++) remaining.push((await limiter.limit("u")).remaining);
+    expect(remaining).toEqual([2, 1, 0, 0]);
+    await limiter.reset("u");
+    expect((await limiter.limit("u")).remaining).toBe(2);
+    // what the client's URL and token were is settled: changing the client later changes nothing
+    (redis as unknown as { client: { baseUrl: string } }).client.baseUrl = "http://127.0.0.1:9";
+    expect((await limiter.limit("u")).remaining).toBe(1);
+
+    const wrong = new Redis({ url: inject("bridgeUrl"), token: "wrong" });
+    const wrongRequest = vi.spyOn(
+      (wrong as unknown as { client: { request: () => unknown } }).client,
+      "request",
+    );
+    const error = vi.spyOn(console, "error").mockImplementation(() => {});
+    try {
+      const failing = new Limiter({ redis: wrong, rules, breaker: { failures: 2 } });
+      for (let i = 0; i < 3; i++) await failing.limit("u");
+      expect(transportFor(wrong).breaker?.state).toBe("open");
+      await expect(failing.reset("u")).rejects.toMatchObject({ kind: "unauthorized" });
+    } finally {
+      error.mockRestore();
+    }
+    expect(request).not.toHaveBeenCalled();
+    expect(wrongRequest).not.toHaveBeenCalled();
   });
 });
