@@ -41,7 +41,7 @@ export class DenyCache {
       const retryAfter = Math.max(0, rule.retryAfter - elapsed);
       rules[name] = { ...rule, allowed: rule.allowed || retryAfter === 0, retryAfter };
     }
-    return { ...entry.decision, retryAfter: entry.until - now, source: "cache", rules };
+    return { ...entry.decision, retryAfter: entry.until - now, source: "cache", decidedAt: now, rules };
   }
 
   set(identifier: string, cost: number, now: number, decision: Decision): void {

@@ -157,7 +157,7 @@ export class Leases {
     lease.units -= cost;
     lease.used += cost;
     this.stats.answered += 1;
-    const decision = fromLease(lease, this.rules);
+    const decision = fromLease(lease, this.rules, now);
     if (lease.units === 0) this.detach(identifier, seen);
     else this.refill(identifier, seen, lease, now, waitUntil);
     return decision;
@@ -425,7 +425,7 @@ function withHeld(decision: Decision, units: number): Decision {
 }
 
 /** An admission from a lease: what Redis last said, minus what this isolate has used since. */
-function fromLease(lease: Held, rules: readonly Rule[]): Decision {
+function fromLease(lease: Held, rules: readonly Rule[], now: number): Decision {
   const out: Record<string, RuleResult> = {};
   let binding: string | undefined;
   let least = Number.POSITIVE_INFINITY;
@@ -439,5 +439,5 @@ function fromLease(lease: Held, rules: readonly Rule[]): Decision {
     }
   }
   const b = out[binding!]!;
-  return { ...b, retryAfter: 0, rule: binding!, source: "lease", rules: out };
+  return { ...b, retryAfter: 0, rule: binding!, source: "lease", decidedAt: now, rules: out };
 }

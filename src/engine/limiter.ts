@@ -7,10 +7,11 @@ import { type LeaseOptions, Leases, leaseConfig, type WaitUntil } from "./leases
 import { RuleScripts } from "./script.js";
 import { type Transport, transportFor } from "./transport.js";
 import type { Decision, RuleResult } from "./types.js";
+import { checkClock, checkOptions, positiveMs, readClock } from "./validate.js";
 
 /** What `new Limiter()` takes. Only `redis` and `rules` are required. */
 export interface LimiterOptions {
-  /** An @upstash/redis client (`new Redis({ url, token })`). */
+  /** `{ url, token }` of an Upstash-compatible REST endpoint, or an @upstash/redis client (`new Redis({ url, token })`). */
   redis: unknown;
   /** Key namespace (default "edgelimit"): 1-64 characters of A-Z a-z 0-9 _ . : - */
   prefix?: string;
@@ -43,7 +44,7 @@ export interface LimiterOptions {
   /**
    * Leases (default off): `{ max: 50, ttl: "1s" }` lets this Limiter hold up to `max` units of a hot
    * identifier, already consumed in Redis, and answer its decisions from them with no request
-   * (`source: "lease"`) for up to `ttl`; unused units are given back. See README, Leases.
+   * (`source: "lease"`) for up to `ttl`; unused units are given back. See docs/leases.md.
    */
   lease?: LeaseOptions | false;
 }
@@ -94,19 +95,14 @@ export class Limiter {
   private readonly timeout: number;
   private readonly cache: DenyCache | undefined;
   private readonly failOpen: boolean;
-  /** The caller's clock this limiter decides by (epoch ms); adapters read time from it too. */
+  /** The caller's clock this limiter decides by (epoch ms); each Decision says what it read (`decidedAt`). */
   readonly clock: () => number;
   private readonly ruleKeys: RuleKeys;
   private readonly scripts: RuleScripts;
   private readonly leases: Leases | undefined;
 
   constructor(options: LimiterOptions) {
-    if (options === null || typeof options !== "object")
-      throw new Error("Limiter: expected an options object");
-    for (const field of Object.keys(options)) {
-      if (!OPTIONS.includes(field))
-        throw new Error(`${field}: not a Limiter option; it takes ${OPTIONS.join(", ")}`);
-    }
+    checkOptions(options, "Limiter", OPTIONS);
     // `{ url, token }` or an @upstash/redis client; checked first, naming the field (redis.url: ...)
     const redis = options.redis;
     transportFor(redis);
@@ -119,17 +115,15 @@ export class Limiter {
     this.rules = Object.entries(rules).map(([name, config]) => compileRule(name, config));
     this.ruleKeys = new RuleKeys(this.prefix, this.rules);
 
-    const timeout = delay(options.timeout ?? 1000, "timeout", true);
+    const timeout = positiveMs(options.timeout ?? 1000, "timeout", { infinite: true });
     const onError = options.onError ?? "allow";
     if (onError !== "allow" && onError !== "deny") {
       throw new Error(`onError: must be "allow" or "deny", got ${describe(onError)}`);
     }
     this.failOpen = onError === "allow";
-    const clock = options.clock ?? Date.now;
-    if (typeof clock !== "function") throw new Error("clock: must be a function returning epoch ms");
-    this.clock = clock;
+    this.clock = checkClock(options.clock ?? Date.now);
     const batchWindow = options.batchWindow ?? 0;
-    if (batchWindow !== 0) delay(batchWindow, "batchWindow", false);
+    if (batchWindow !== 0) positiveMs(batchWindow, "batchWindow");
     const breaker = options.breaker;
     const transport = transportFor(redis, { breaker: breaker === false ? undefined : breaker });
     this.transport = transport;
@@ -214,11 +208,7 @@ export class Limiter {
   }
 
   private now(): number {
-    const now = this.clock();
-    if (typeof now !== "number" || !Number.isFinite(now) || now < 0) {
-      throw new TypeError(`clock: returned ${describe(now)}, expected epoch milliseconds (0 or more)`);
-    }
-    return Math.floor(now);
+    return readClock(this.clock);
   }
 
   private async decide(
@@ -260,6 +250,7 @@ export class Limiter {
       ...rules[first.name]!,
       rule: first.name,
       source: "error",
+      decidedAt: now,
       rules,
       error: error instanceof Error ? error : new Error(String(error)),
     };
@@ -276,15 +267,3 @@ Object.defineProperty(Limiter.prototype, asyncDispose, {
   writable: true,
   configurable: true,
 });
-
-/** Timers clamp a delay above 2^31 - 1 ms to 1 ms: a longer timeout would fire at once. */
-const MAX_TIMER_MS = 2 ** 31 - 1;
-
-function delay(value: unknown, field: string, infinite: boolean): number {
-  if (infinite && value === Number.POSITIVE_INFINITY) return value;
-  if (typeof value !== "number" || !Number.isFinite(value) || value <= 0 || value > MAX_TIMER_MS) {
-    const range = `a positive number of milliseconds up to ${MAX_TIMER_MS}${infinite ? " (or Infinity)" : ""}`;
-    throw new Error(`${field}: must be ${range}, got ${describe(value)}`);
-  }
-  return value;
-}

@@ -235,12 +235,13 @@ export class RuleScripts {
         retryAfter: outcome.retryAfter,
         rule: name,
         source: "redis",
+        decidedAt: now,
         rules: { [name]: outcome },
       };
     }
     const reply = await this.transport.call(this.command(keys, cost, now, undefined), this.limiterCall);
     if (!reply.ok) return reply.error;
-    return this.decode(reply.result, false);
+    return this.decode(reply.result, false, now);
   }
 
   /** Decides `cost` units of `identifier` at `now`, reserving up to `want` more for a lease. */
@@ -248,7 +249,7 @@ export class RuleScripts {
     const keys = this.keys.of(identifier, now);
     const reply = await this.transport.call(this.command(keys, cost, now, want), this.limiterCall);
     if (!reply.ok) return reply.error;
-    const decision = this.decode(reply.result, true);
+    const decision = this.decode(reply.result, true, now);
     if (decision instanceof Error) return decision;
     const result = reply.result as unknown[];
     const at = 4 * this.rules.length;
@@ -288,7 +289,7 @@ export class RuleScripts {
   }
 
   /** The limiter script's table: 4 integers per rule (then, reserving, 1 + one per rule). */
-  private decode(result: unknown, reserving: boolean): Decision | Error {
+  private decode(result: unknown, reserving: boolean, now: number): Decision | Error {
     const n = this.rules.length;
     if (!Array.isArray(result) || result.length !== 4 * n + (reserving ? 1 + n : 0))
       return unexpected(result);
@@ -322,6 +323,7 @@ export class RuleScripts {
       retryAfter: allowed ? 0 : b.retryAfter,
       rule: bindingName,
       source: "redis",
+      decidedAt: now,
       rules,
     };
   }

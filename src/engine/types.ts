@@ -17,6 +17,11 @@ export interface Decision extends RuleResult {
   rule: string;
   /** Where the answer came from: Redis, the in-isolate deny cache, a lease held here, or `onError`. */
   source: "redis" | "cache" | "lease" | "error";
+  /**
+   * Epoch ms the decision was made at, by the limiter's clock: what `resetAt` and `retryAfter` count
+   * from, and what the headers' `t` and `Retry-After` are computed against.
+   */
+  decidedAt: number;
   /** Every rule's own outcome, by rule name. */
   rules: Record<string, RuleResult>;
   /**

@@ -36,7 +36,7 @@ export type PolicyRule = Pick<Rule, "name" | "policy">;
 export interface HeaderOptions {
   /** Also send X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset (default false). */
   legacy?: boolean;
-  /** Epoch ms of the decision, from the limiter's clock (default `Date.now()`): `t` counts from it. */
+  /** Epoch ms the headers count from (default `decision.decidedAt`, the limiter's clock when it decided). */
   now?: number;
 }
 
@@ -84,7 +84,7 @@ export function policyHeader(rules: readonly PolicyRule[]): string {
  *
  * @example
  * const decision = await limiter.limit(ip);
- * const headers = rateLimitHeaders(decision, limiter.rules, { now: Date.now() });
+ * const headers = rateLimitHeaders(decision, limiter.rules);
  * // { "RateLimit-Policy": '"burst";q=20;w=2', "RateLimit": '"burst";r=19;t=1' }
  */
 export function rateLimitHeaders(
@@ -92,7 +92,7 @@ export function rateLimitHeaders(
   rules: readonly PolicyRule[],
   options: HeaderOptions = {},
 ): Record<string, string> {
-  const { legacy = false, now = Date.now() } = options;
+  const { legacy = false, now = decision.decidedAt } = options;
   const headers: Record<string, string> = {};
   if (rules.length > 0) headers["RateLimit-Policy"] = policyHeader(rules);
   const at = nextAt(decision, now);
@@ -126,7 +126,7 @@ export function problemDetails(
   options: Pick<HeaderOptions, "now"> = {},
 ): ProblemDetails {
   if (decision.allowed) throw new TypeError("problemDetails: the decision admitted the request");
-  const now = options.now ?? Date.now();
+  const now = options.now ?? decision.decidedAt;
   const retry = secondsUntil(nextAt(decision, now), now);
   if (decision.source === "error") return undecided(retry);
   const violated = Object.keys(decision.rules).filter((name) => decision.rules[name]?.allowed === false);
@@ -149,7 +149,7 @@ export function tooManyRequests(
   rules: readonly PolicyRule[],
   options: HeaderOptions = {},
 ): Response {
-  const now = options.now ?? Date.now();
+  const now = options.now ?? decision.decidedAt;
   const body = problemDetails(decision, rules, { now });
   return problemResponse(body, {
     ...rateLimitHeaders(decision, rules, { ...options, now }),
@@ -208,7 +208,7 @@ export function enforce(
   options: HeaderOptions & { mode?: "enforce" | "shadow" } = {},
 ): Enforcement {
   const { mode = "enforce", ...headerOptions } = options;
-  const now = headerOptions.now ?? Date.now();
+  const now = headerOptions.now ?? decision.decidedAt;
   if (!decision.allowed && mode === "enforce") {
     return {
       refusal: tooManyRequests(decision, rules, { ...headerOptions, now }),

@@ -720,3 +720,47 @@ describe("timeouts and errors", () => {
     expect(d.error?.message).toMatch(/WRONGTYPE/);
   });
 });
+
+describe("decidedAt", () => {
+  it("says what the clock read for every source: redis, cache, lease, error", async () => {
+    const { limiter, clock } = counted(
+      { r: fixedWindow({ limit: 2, window: "10s" }) },
+      { lease: { max: 4, ttl: "5s" } },
+    );
+    clock.set(T0 + 1_250.75);
+    const first = await limiter.limit("a");
+    expect([first.source, first.decidedAt]).toEqual(["redis", T0 + 1_250]);
+    clock.set(T0 + 1_300);
+    const second = await limiter.limit("a");
+    expect(second.decidedAt).toBe(T0 + 1_300);
+    clock.set(T0 + 1_400);
+    const denied = await limiter.limit("a");
+    expect([denied.allowed, denied.source, denied.decidedAt]).toEqual([false, "redis", T0 + 1_400]);
+    clock.set(T0 + 1_500);
+    const cached = await limiter.limit("a");
+    expect([cached.source, cached.decidedAt, cached.retryAfter]).toEqual(["cache", T0 + 1_500, 8_500]);
+    await limiter.dispose();
+
+    const { limiter: leasing, clock: leaseClock } = counted(
+      { r: gcra({ limit: 100, period: "1s" }) },
+      { lease: { max: 10, ttl: "5s" } },
+    );
+    const sources = new Map<string, number[]>();
+    for (let i = 0; i < 40; i++) {
+      leaseClock.set(T0 + 10 * i);
+      const d = await leasing.limit("hot");
+      sources.set(d.source, [...(sources.get(d.source) ?? []), d.decidedAt - (T0 + 10 * i)]);
+    }
+    expect(sources.get("lease")?.length).toBeGreaterThan(0);
+    for (const offsets of sources.values()) expect(new Set(offsets)).toEqual(new Set([0]));
+    await leasing.dispose();
+
+    const { limiter: failing, clock: failClock } = counted(
+      { r: gcra({ limit: 1, period: "1s" }) },
+      { redis: { url: "http://127.0.0.1:1", token: "t" }, timeout: 500 },
+    );
+    failClock.set(T0 + 42);
+    const failed = await failing.limit("x");
+    expect([failed.source, failed.decidedAt]).toEqual(["error", T0 + 42]);
+  });
+});

@@ -104,7 +104,6 @@ export const rateLimit = <E extends Env = Env>({
     }
     // Lease refunds due now finish after the response, through the runtime's waitUntil where it has one.
     const decision = await limiter.limit(id, { cost: await cost(ctx), waitUntil: waitUntilOf(c) });
-    const now = limiter.clock();
     c.set("rateLimit", decision);
     const where = { key: id, decision, method: c.req.method, path: c.req.path };
     const failure = failures.record(decision, `${where.method} ${where.path}`);
@@ -112,7 +111,6 @@ export const rateLimit = <E extends Env = Env>({
     const { refusal, headers, shadowDenied } = enforce(decision, limiter.rules, {
       mode,
       legacy: legacyHeaders,
-      now,
     });
     if (refusal) return refusal;
     if (shadowDenied) log({ kind: "shadow-denied", message: shadowLine(decision, where), ...where });

@@ -69,10 +69,7 @@ export function createMiddleware(
     const decision = await limiter.limit(id, { cost: await cost(request), waitUntil: vercelWaitUntil() });
     const failure = failures.record(decision, `${request.method} ${pathname}`);
     if (failure) console.warn(failure);
-    const { refusal, headers } = enforce(decision, limiter.rules, {
-      legacy: legacyHeaders,
-      now: limiter.clock(),
-    });
+    const { refusal, headers } = enforce(decision, limiter.rules, { legacy: legacyHeaders });
     return refusal ?? next({ headers });
   };
 }
