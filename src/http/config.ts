@@ -32,7 +32,7 @@ import { checkCost, checkRule, NAME, type Rule, type RuleConfig } from "../engin
 import { describe, readDuration } from "../engine/duration.js";
 import { PREFIX } from "../engine/keys.js";
 import { checkLease, type LeaseConfig } from "../engine/leases.js";
-import type { Issue } from "../engine/validate.js";
+import { type Issue, MAX_TIMER_MS } from "../engine/validate.js";
 import { type KeySpec, parseKeySpec } from "./identity.js";
 import { IpSet, parseRange } from "./ip.js";
 import { parsePathPattern, type RouteMatch } from "./routes.js";
@@ -162,6 +162,12 @@ const duration = v.pipe(
   }),
 );
 
+// A duration a timer waits out (a timeout, a slot's lease): at most what setTimeout holds.
+const timerDuration = v.pipe(
+  duration,
+  v.maxValue(MAX_TIMER_MS, (issue) => `must be at most ${MAX_TIMER_MS} ms (about 24.8 days)${got(issue)}`),
+);
+
 const origin = v.pipe(
   text('an http(s) origin such as "https://api.example.com"'),
   parsed((value: string) => {
@@ -264,12 +270,7 @@ const route = strict("a route object such as { name, match, key, rules }", {
     "enforce",
   ),
   cost: v.optional(positiveWhole, 1),
-  timeout: v.optional(
-    v.pipe(
-      duration,
-      v.maxValue(2 ** 31 - 1, (issue) => `must be at most 2147483647 ms (about 24.8 days)${got(issue)}`),
-    ),
-  ),
+  timeout: v.optional(timerDuration),
   onError: v.optional(v.picklist(["allow", "deny"], (issue) => `must be "allow" or "deny"${got(issue)}`)),
   lease: v.optional(lease),
   concurrency: v.optional(
@@ -278,10 +279,7 @@ const route = strict("a route object such as { name, match, key, rules }", {
         positiveWhole,
         v.maxValue(1_000_000, (issue) => `must be at most 1000000${got(issue)}`),
       ),
-      lease: v.pipe(
-        duration,
-        v.maxValue(2 ** 31 - 1, (issue) => `must be at most 2147483647 ms (about 24.8 days)${got(issue)}`),
-      ),
+      lease: timerDuration,
     }),
   ),
 });
