@@ -1,4 +1,5 @@
-import { type Duration, describe, toMs } from "./duration.js";
+import { type Duration, describe, readDuration } from "./duration.js";
+import { type Issue, issueText } from "./validate.js";
 
 /** `limit` units per `period`, up to `burst` at once (default: `limit`). O(1) memory, exact. */
 export interface GcraOptions {
@@ -148,65 +149,86 @@ const FIELDS: Record<Algorithm, readonly string[]> = {
  */
 export function compileRule(name: string, config: RuleConfig): Rule {
   const checked = checkRule(name, config);
-  if (checked.rule === undefined) throw new Error(checked.errors.join("; "));
+  if (checked.issues !== undefined) throw new Error(checked.issues.map(issueText).join("; "));
   return checked.rule;
 }
 
 /**
- * Validates one rule and reports every problem, each "rules.<name>.<field>: message" (or
- * "rules.<name>: message" for one that spans fields): the rule, or the list of what is wrong.
+ * Validates one rule and reports every problem: the rule, or the list of issues. Each issue's path is
+ * `["rules", name, field]`, or `["rules", name]` for one that spans fields ("burst × period") or for a
+ * rule that is not an object, or `["rules"]` for a bad rule name.
  *
  * @example
- * checkRule("r", { algorithm: "gcra", limit: 0, period: "1 week" }).errors
- * // ['rules.r.limit: must be a positive whole number, got 0', 'rules.r.period: "1 week" is not a duration; ...']
+ * checkRule("r", { algorithm: "gcra", limit: 0, period: "1 week" }).issues
+ * // [{ path: ["rules", "r", "limit"], message: "must be a positive whole number, got 0" },
+ * //  { path: ["rules", "r", "period"], message: '"1 week" is not a duration; ...' }]
  */
 export function checkRule(
   name: string,
   config: RuleConfig,
 ):
-  | { readonly rule: Rule; readonly errors: readonly [] }
-  | { readonly rule: undefined; readonly errors: readonly string[] } {
-  const errors: string[] = [];
-  const fail = (message: string) => ({ rule: undefined, errors: [...errors, message] });
+  | { readonly rule: Rule; readonly issues?: undefined }
+  | { readonly rule?: undefined; readonly issues: readonly Issue[] } {
+  const issues: Issue[] = [];
   if (!NAME.test(name)) {
-    errors.push(`rules: rule name ${describe(name)} must be 1-64 characters of A-Z a-z 0-9 _ . -`);
+    issues.push({
+      path: ["rules"],
+      message: `rule name ${describe(name)} must be 1-64 characters of A-Z a-z 0-9 _ . -`,
+    });
   }
-  const at = `rules.${name}`;
+  const at = ["rules", name];
   if (config === null || typeof config !== "object" || Array.isArray(config)) {
-    return fail(`${at}: expected a rule such as gcra({ limit, period }), got ${describe(config)}`);
+    issues.push({
+      path: at,
+      message: `expected a rule such as gcra({ limit, period }), got ${describe(config)}`,
+    });
+    return { issues };
   }
   const algorithm = (config as { algorithm?: unknown }).algorithm;
   if (typeof algorithm !== "string" || !Object.hasOwn(FIELDS, algorithm)) {
-    return fail(
-      `${at}.algorithm: unknown algorithm ${describe(algorithm)}; use one of ${Object.keys(FIELDS).join(", ")}`,
-    );
+    issues.push({
+      path: [...at, "algorithm"],
+      message: `unknown algorithm ${describe(algorithm)}; use one of ${Object.keys(FIELDS).join(", ")}`,
+    });
+    return { issues };
   }
   const known = FIELDS[algorithm as Algorithm];
   for (const field of Object.keys(config)) {
     if (field !== "algorithm" && !known.includes(field)) {
-      errors.push(`${at}.${field}: not an option of ${algorithm}; it takes ${known.join(", ")}`);
+      issues.push({
+        path: [...at, field],
+        message: `not an option of ${algorithm}; it takes ${known.join(", ")}`,
+      });
     }
   }
   const c = config as unknown as Record<string, unknown>;
   // Each field is checked on its own, so one mistake does not hide the next.
-  const read = <T>(parse: () => T): T | undefined => {
-    try {
-      return parse();
-    } catch (error) {
-      errors.push((error as Error).message);
-      return undefined;
-    }
+  const count = (field: string): number | undefined => {
+    const message = countIssue(c[field]);
+    if (message === undefined) return c[field] as number;
+    issues.push({ path: [...at, field], message });
+    return undefined;
+  };
+  const duration = (field: string): number | undefined => {
+    const read = readDuration(c[field]);
+    if ("ms" in read) return read.ms;
+    issues.push({ path: [...at, field], message: read.message });
+    return undefined;
   };
   const bounded = (count: number | undefined, ms: number | undefined, what: string) => {
-    if (count !== undefined && ms !== undefined) read(() => bound(count, ms, `${at}: ${what}`));
+    if (count === undefined || ms === undefined || count * ms <= MAX_EXACT) return;
+    issues.push({
+      path: at,
+      message: `${what} is ${count * ms} ms, too large to count exactly: it must be at most 2^50 (${MAX_EXACT})`,
+    });
   };
   switch (algorithm as Algorithm) {
     case "gcra": {
-      const limit = read(() => count(c.limit, `${at}.limit`));
-      const period = read(() => toMs(c.period, `${at}.period`));
-      const burst = c.burst === undefined ? limit : read(() => count(c.burst, `${at}.burst`));
+      const limit = count("limit");
+      const period = duration("period");
+      const burst = c.burst === undefined ? limit : count("burst");
       bounded(burst, period, "burst × period");
-      if (errors.length > 0) return { rule: undefined, errors };
+      if (issues.length > 0) return { issues };
       const policy = policyOf(burst!, limit!, period!);
       const rule: GcraRule = {
         name,
@@ -217,14 +239,14 @@ export function checkRule(
         period: period!,
         burst: burst!,
       };
-      return { rule, errors: [] };
+      return { rule };
     }
     case "tokenBucket": {
-      const capacity = read(() => count(c.capacity, `${at}.capacity`));
-      const refillRate = read(() => count(c.refillRate, `${at}.refillRate`));
-      const interval = c.interval === undefined ? 1000 : read(() => toMs(c.interval, `${at}.interval`));
+      const capacity = count("capacity");
+      const refillRate = count("refillRate");
+      const interval = c.interval === undefined ? 1000 : duration("interval");
       bounded(capacity, interval, "capacity × interval");
-      if (errors.length > 0) return { rule: undefined, errors };
+      if (issues.length > 0) return { issues };
       const policy = policyOf(capacity!, refillRate!, interval!);
       const rule: TokenBucketRule = {
         name,
@@ -235,18 +257,19 @@ export function checkRule(
         refillRate: refillRate!,
         interval: interval!,
       };
-      return { rule, errors: [] };
+      return { rule };
     }
     default: {
-      const limit = read(() => count(c.limit, `${at}.limit`));
-      const window = read(() => toMs(c.window, `${at}.window`));
+      const limit = count("limit");
+      const window = duration("window");
       bounded(limit, window, "limit × window");
       if (algorithm === "slidingLog" && limit !== undefined && limit > MAX_LOG_LIMIT) {
-        errors.push(
-          `${at}.limit: a sliding log stores one entry per unit, so ${limit} is too many (max ${MAX_LOG_LIMIT}); use slidingWindow or gcra`,
-        );
+        issues.push({
+          path: [...at, "limit"],
+          message: `a sliding log stores one entry per unit, so ${limit} is too many (max ${MAX_LOG_LIMIT}); use slidingWindow or gcra`,
+        });
       }
-      if (errors.length > 0) return { rule: undefined, errors };
+      if (issues.length > 0) return { issues };
       const policy = policyOf(limit!, limit!, window!);
       const rule: WindowRule = {
         name,
@@ -255,7 +278,7 @@ export function checkRule(
         policy,
         window: window!,
       };
-      return { rule, errors: [] };
+      return { rule };
     }
   }
 }
@@ -312,20 +335,11 @@ export function checkCost(rules: readonly Pick<Rule, "name" | "limit">[], cost: 
   }
 }
 
-function count(value: unknown, field: string): number {
+// What is wrong with a configured count, if anything.
+function countIssue(value: unknown): string | undefined {
   if (typeof value !== "number" || !Number.isInteger(value) || value <= 0) {
-    throw new Error(`${field}: must be a positive whole number, got ${describe(value)}`);
+    return `must be a positive whole number, got ${describe(value)}`;
   }
-  if (value > MAX_EXACT) {
-    throw new Error(`${field}: must be at most 2^50 (${MAX_EXACT}) to be counted exactly, got ${value}`);
-  }
-  return value;
-}
-
-function bound(count: number, ms: number, what: string): void {
-  if (count * ms > MAX_EXACT) {
-    throw new Error(
-      `${what} is ${count * ms} ms, too large to count exactly: it must be at most 2^50 (${MAX_EXACT})`,
-    );
-  }
+  if (value > MAX_EXACT) return `must be at most 2^50 (${MAX_EXACT}) to be counted exactly, got ${value}`;
+  return undefined;
 }

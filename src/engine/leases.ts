@@ -13,9 +13,10 @@
 //   caller gives one (Workers, Vercel), else from a timer (Node).
 // Top-ups and refunds go to Redis through the Limiter's scripts (src/engine/script.ts), from here.
 import type { Rule } from "./algorithms.js";
-import { describe, toMs } from "./duration.js";
+import { describe, readDuration } from "./duration.js";
 import type { Reservation, RuleScripts } from "./script.js";
 import type { Decision, RuleResult } from "./types.js";
+import { type Issue, issueText, MAX_TIMER_MS } from "./validate.js";
 
 /** What `lease` takes: at most `max` units held per identifier, each for at most `ttl`. */
 export interface LeaseOptions {
@@ -43,33 +44,62 @@ export interface Refund {
 }
 
 const MAX_UNITS = 100_000;
-const MAX_TTL = 2 ** 31 - 1;
 /** Identifiers whose rate is tracked, least recently seen out first (their lease is refunded). */
 const MAX_TRACKED = 10_000;
 
 /**
- * Validates the `lease` option, or throws naming the field.
+ * Validates the `lease` option, or throws naming the field (every problem, separated by "; ").
  *
  * @example
  * leaseConfig({ max: 50, ttl: "1s" }) // { max: 50, ttl: 1000 }
  */
 export function leaseConfig(value: unknown, field = "lease"): LeaseConfig {
+  const checked = checkLease(value);
+  if (checked.issues === undefined) return checked.lease;
+  throw new Error(
+    checked.issues.map((issue) => issueText({ ...issue, path: [field, ...issue.path] })).join("; "),
+  );
+}
+
+/**
+ * Validates the `lease` option and reports every problem: the config, or the issues, each with its path
+ * inside the option (`["max"]`, `["ttl"]`, or `[]` for a value that is not an object).
+ *
+ * @example
+ * checkLease({ max: 0, ttl: "1s" }).issues
+ * // [{ path: ["max"], message: "must be a whole number of units from 1 to 100000, got 0" }]
+ */
+export function checkLease(
+  value: unknown,
+):
+  | { readonly lease: LeaseConfig; readonly issues?: undefined }
+  | { readonly lease?: undefined; readonly issues: readonly Issue[] } {
   if (value === null || typeof value !== "object" || Array.isArray(value)) {
-    throw new Error(`${field}: expected { max, ttl }, e.g. { max: 50, ttl: "1s" }, got ${describe(value)}`);
+    return {
+      issues: [
+        { path: [], message: `expected { max, ttl }, e.g. { max: 50, ttl: "1s" }, got ${describe(value)}` },
+      ],
+    };
   }
+  const issues: Issue[] = [];
   for (const key of Object.keys(value)) {
     if (key !== "max" && key !== "ttl")
-      throw new Error(`${field}.${key}: not a lease option; it takes max, ttl`);
+      issues.push({ path: [key], message: "not a lease option; it takes max, ttl" });
   }
   const { max, ttl } = value as { max?: unknown; ttl?: unknown };
   if (typeof max !== "number" || !Number.isInteger(max) || max < 1 || max > MAX_UNITS) {
-    throw new Error(
-      `${field}.max: must be a whole number of units from 1 to ${MAX_UNITS}, got ${describe(max)}`,
-    );
+    issues.push({
+      path: ["max"],
+      message: `must be a whole number of units from 1 to ${MAX_UNITS}, got ${describe(max)}`,
+    });
   }
-  const ms = toMs(ttl, `${field}.ttl`);
-  if (ms > MAX_TTL) throw new Error(`${field}.ttl: must be at most ${MAX_TTL} ms, got ${describe(ttl)}`);
-  return { max, ttl: ms };
+  const read = readDuration(ttl);
+  if ("message" in read) issues.push({ path: ["ttl"], message: read.message });
+  else if (read.ms > MAX_TIMER_MS) {
+    issues.push({ path: ["ttl"], message: `must be at most ${MAX_TIMER_MS} ms, got ${describe(ttl)}` });
+  }
+  if (issues.length > 0 || !("ms" in read)) return { issues };
+  return { lease: { max: max as number, ttl: read.ms } };
 }
 
 interface Held {
@@ -405,7 +435,7 @@ export class Leases {
   /** Node: a timer that refunds expired leases when no request comes to do it. Unref'd. */
   private arm(): void {
     if (this.timer !== undefined || this.disposed || this.held.size === 0) return;
-    const wait = Math.max(1, Math.min(MAX_TTL, this.nextExpiry - this.clock()));
+    const wait = Math.max(1, Math.min(MAX_TIMER_MS, this.nextExpiry - this.clock()));
     this.timer = setTimeout(() => {
       this.timer = undefined;
       this.sweep(this.clock());

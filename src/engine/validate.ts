@@ -9,6 +9,30 @@ import { describe, toMs } from "./duration.js";
 export const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /**
+ * One problem with a value a user gave: where (the keys from the option's root, e.g.
+ * `["rules", "daily", "limit"]`) and what is wrong, without the where. A caller that reports problems
+ * its own way (the Worker's config reader) re-roots the path; {@link issueText} renders it for an Error.
+ */
+export interface Issue {
+  readonly path: readonly (string | number)[];
+  readonly message: string;
+}
+
+/**
+ * An issue as one line, "rules.daily.limit: message" (keys joined by dots, indexes in brackets), or
+ * the message alone when the path is empty.
+ *
+ * @example
+ * issueText({ path: ["rules", "daily", "limit"], message: "must be a positive whole number, got 0" })
+ * // "rules.daily.limit: must be a positive whole number, got 0"
+ */
+export function issueText(issue: Issue): string {
+  let at = "";
+  for (const key of issue.path) at += typeof key === "number" ? `[${key}]` : at ? `.${key}` : key;
+  return at ? `${at}: ${issue.message}` : issue.message;
+}
+
+/**
  * Refuses anything but an options object whose fields are all among `fields`, naming `what` or the
  * stray field.
  *

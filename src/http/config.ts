@@ -29,9 +29,10 @@
 // }
 import * as v from "valibot";
 import { checkCost, checkRule, NAME, type Rule, type RuleConfig } from "../engine/algorithms.js";
-import { describe, toMs } from "../engine/duration.js";
+import { describe, readDuration } from "../engine/duration.js";
 import { PREFIX } from "../engine/keys.js";
-import { type LeaseConfig, leaseConfig } from "../engine/leases.js";
+import { checkLease, type LeaseConfig } from "../engine/leases.js";
+import { type Issue, MAX_TIMER_MS } from "../engine/validate.js";
 import { type KeySpec, parseKeySpec } from "./identity.js";
 import { IpSet, parseRange } from "./ip.js";
 import { parsePathPattern, type RouteMatch } from "./routes.js";
@@ -114,6 +115,34 @@ function parsed<I, O>(parse: (input: I) => O) {
   });
 }
 
+// Valibot's path to `keys` inside `input`, each step with the value found there.
+function pathIn(input: unknown, keys: readonly (string | number)[]): v.IssuePathItem[] {
+  const path: v.IssuePathItem[] = [];
+  let at = input;
+  for (const key of keys) {
+    const value = at !== null && typeof at === "object" ? (at as Record<string, unknown>)[key] : undefined;
+    path.push({ type: "unknown", origin: "value", input: at, key, value });
+    at = value;
+  }
+  return path;
+}
+
+/** Runs an engine check that reports issues, and reports each here at its path inside the value checked. */
+function checked<I, O>(check: (input: I) => { value: O } | { issues: readonly Issue[] }) {
+  return v.rawTransform<I, O>(({ dataset, addIssue, NEVER }) => {
+    const result = check(dataset.value);
+    if ("value" in result) return result.value;
+    for (const { path, message } of result.issues) {
+      const items = pathIn(dataset.value, path);
+      addIssue({
+        message,
+        path: items.length > 0 ? (items as [v.IssuePathItem, ...v.IssuePathItem[]]) : undefined,
+      });
+    }
+    return NEVER;
+  });
+}
+
 const text = (what: string) => v.string((issue) => `must be ${what}${got(issue)}`);
 
 const positiveWhole = v.pipe(
@@ -127,14 +156,16 @@ const duration = v.pipe(
     [v.number(), v.string()],
     (issue) => `must be a duration such as 500, "500ms" or "2s"${got(issue)}`,
   ),
-  // toMs names the field it was given; the issue path already does, so give it none and trim the ": ".
-  parsed((value: number | string) => {
-    try {
-      return toMs(value, "");
-    } catch (error) {
-      throw new Error((error as Error).message.replace(/^: /, ""));
-    }
+  checked<number | string, number>((value) => {
+    const read = readDuration(value);
+    return "ms" in read ? { value: read.ms } : { issues: [{ path: [], message: read.message }] };
   }),
+);
+
+// A duration a timer waits out (a timeout, a slot's lease): at most what setTimeout holds.
+const timerDuration = v.pipe(
+  duration,
+  v.maxValue(MAX_TIMER_MS, (issue) => `must be at most ${MAX_TIMER_MS} ms (about 24.8 days)${got(issue)}`),
 );
 
 const origin = v.pipe(
@@ -196,64 +227,35 @@ const match = strict("an object such as { path, methods }", {
 
 const rules = v.pipe(
   v.record(v.string(), v.unknown(), (issue) => `must be an object of named rules${got(issue)}`),
-  v.rawTransform(({ dataset, addIssue, NEVER }) => {
-    const entries = Object.entries(dataset.value);
+  checked<Record<string, unknown>, Record<string, RuleConfig>>((record) => {
+    const entries = Object.entries(record);
     if (entries.length === 0) {
-      addIssue({ message: 'give at least one rule, e.g. { "perMinute": { "algorithm": "gcra", ... } }' });
-      return NEVER;
+      return {
+        issues: [
+          { path: [], message: 'give at least one rule, e.g. { "perMinute": { "algorithm": "gcra", ... } }' },
+        ],
+      };
     }
-    let failed = false;
-    for (const [name, rule] of entries) {
-      // checkRule names each field as `rules.<name>.<field>: ...`; re-root those paths under this route.
-      const own = `rules.${name}`;
-      for (const message of checkRule(name, rule as RuleConfig).errors) {
-        failed = true;
-        let path: v.IssuePathItem[] = [
-          { type: "unknown", origin: "value", input: rule, key: name, value: rule },
-        ];
-        let rest = message.replace(/^rules: /, "");
-        if (message.startsWith(`${own}.`) || message.startsWith(`${own}:`)) {
-          const after = message.slice(own.length);
-          const field = /^\.([A-Za-z]+): /.exec(after);
-          if (field) {
-            const key = field[1]!;
-            const value = (rule as Record<string, unknown>)[key];
-            path = [...path, { type: "unknown", origin: "value", input: rule, key, value }];
-            rest = after.slice(field[0].length);
-          } else {
-            rest = after.replace(/^:? ?/, "");
-          }
-        }
-        addIssue({ message: rest, path: path as [v.IssuePathItem, ...v.IssuePathItem[]] });
-      }
-    }
-    return failed ? NEVER : (dataset.value as Record<string, RuleConfig>);
+    // checkRule's paths start at rules.<name> (a bad name's at rules alone); here each goes under the
+    // rule's own entry of this route's rules.
+    const issues = entries.flatMap(([name, rule]) =>
+      (checkRule(name, rule as RuleConfig).issues ?? []).map((issue) => ({
+        path: [name, ...issue.path.slice(2)],
+        message: issue.message,
+      })),
+    );
+    return issues.length > 0 ? { issues } : { value: record as Record<string, RuleConfig> };
   }),
 );
 
-// The Limiter's own check of `lease`, its "lease.max: ..." re-rooted under the route's lease field.
-function lease() {
-  return v.rawTransform<unknown, LeaseConfig>(({ dataset, addIssue, NEVER }) => {
-    try {
-      return leaseConfig(dataset.value);
-    } catch (error) {
-      const message = (error as Error).message;
-      const field = /^lease\.([A-Za-z]+): /.exec(message);
-      if (!field) {
-        addIssue({ message: message.replace(/^lease: /, "") });
-        return NEVER;
-      }
-      const input = dataset.value;
-      const key = field[1]!;
-      const value = (input as Record<string, unknown>)[key];
-      addIssue({
-        message: message.slice(field[0].length),
-        path: [{ type: "unknown", origin: "value", input, key, value }],
-      });
-      return NEVER;
-    }
-  });
-}
+// The Limiter's own check of `lease`, its issues under the route's lease field.
+const lease = v.pipe(
+  v.unknown(),
+  checked<unknown, LeaseConfig>((value) => {
+    const result = checkLease(value);
+    return result.issues === undefined ? { value: result.lease } : { issues: result.issues };
+  }),
+);
 
 const route = strict("a route object such as { name, match, key, rules }", {
   name: v.pipe(
@@ -268,24 +270,16 @@ const route = strict("a route object such as { name, match, key, rules }", {
     "enforce",
   ),
   cost: v.optional(positiveWhole, 1),
-  timeout: v.optional(
-    v.pipe(
-      duration,
-      v.maxValue(2 ** 31 - 1, (issue) => `must be at most 2147483647 ms (about 24.8 days)${got(issue)}`),
-    ),
-  ),
+  timeout: v.optional(timerDuration),
   onError: v.optional(v.picklist(["allow", "deny"], (issue) => `must be "allow" or "deny"${got(issue)}`)),
-  lease: v.optional(v.pipe(v.unknown(), lease())),
+  lease: v.optional(lease),
   concurrency: v.optional(
     strict('an object such as { "limit": 10, "lease": "30s" }', {
       limit: v.pipe(
         positiveWhole,
         v.maxValue(1_000_000, (issue) => `must be at most 1000000${got(issue)}`),
       ),
-      lease: v.pipe(
-        duration,
-        v.maxValue(2 ** 31 - 1, (issue) => `must be at most 2147483647 ms (about 24.8 days)${got(issue)}`),
-      ),
+      lease: timerDuration,
     }),
   ),
 });

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { checkCost, maxCost } from "../../src/engine/algorithms.js";
+import { checkCost, checkRule, compileRule, maxCost } from "../../src/engine/algorithms.js";
 import {
   fixedWindow,
   gcra,
@@ -266,5 +266,55 @@ describe("costs no rule can admit", () => {
   it("at the call, such a cost is a denial that says never (retryAfter Infinity), and consumes nothing", async () => {
     const d = await limiter.limit(`big-${uniquePrefix("c")}`, { cost: 21 });
     expect([d.allowed, d.rule, d.retryAfter, d.remaining]).toEqual([false, "burst", NEVER, 20]);
+  });
+});
+
+describe("rule problems as issues: a path and a message", () => {
+  const notDuration =
+    '"1 day" is not a duration; use milliseconds or a string like "500ms", "10s", "1m", "1h", "1d"';
+  const messageOf = (run: () => unknown) => {
+    try {
+      run();
+    } catch (error) {
+      return (error as Error).message;
+    }
+    throw new Error("expected a throw");
+  };
+
+  it("names each field by its path, a rule-wide bound by the rule's, and a bad name by rules", () => {
+    expect(
+      checkRule("daily", { algorithm: "fixedWindow", limit: 0, window: "1 day" } as never).issues,
+    ).toEqual([
+      { path: ["rules", "daily", "limit"], message: "must be a positive whole number, got 0" },
+      { path: ["rules", "daily", "window"], message: notDuration },
+    ]);
+    expect(checkRule("r", gcra({ limit: 10, period: "1d", burst: 2 ** 24 })).issues).toEqual([
+      {
+        path: ["rules", "r"],
+        message:
+          "burst × period is 1449551462400000 ms, too large to count exactly: it must be at most 2^50 (1125899906842624)",
+      },
+    ]);
+    expect(checkRule("x", { algorithm: "gcra", limit: 1, period: "1s", brust: 2 } as never).issues).toEqual([
+      { path: ["rules", "x", "brust"], message: "not an option of gcra; it takes limit, period, burst" },
+    ]);
+    expect(checkRule("a b", "gcra" as never).issues).toEqual([
+      { path: ["rules"], message: 'rule name "a b" must be 1-64 characters of A-Z a-z 0-9 _ . -' },
+      { path: ["rules", "a b"], message: 'expected a rule such as gcra({ limit, period }), got "gcra"' },
+    ]);
+    const checked = checkRule("daily", fixedWindow({ limit: 1000, window: "1d" }));
+    expect([checked.issues, checked.rule?.limit]).toEqual([undefined, 1000]);
+  });
+
+  it("compileRule throws every issue as path: message, joined by '; '", () => {
+    expect(
+      messageOf(() => compileRule("daily", { algorithm: "fixedWindow", limit: 0, window: "1 day" } as never)),
+    ).toBe(`rules.daily.limit: must be a positive whole number, got 0; rules.daily.window: ${notDuration}`);
+    expect(messageOf(() => compileRule("per.day", fixedWindow({ limit: 2 ** 41, window: 1000 })))).toBe(
+      "rules.per.day: limit × window is 2199023255552000 ms, too large to count exactly: it must be at most 2^50 (1125899906842624)",
+    );
+    expect(messageOf(() => compileRule("a b", gcra({ limit: 0, period: "1s" })))).toBe(
+      'rules: rule name "a b" must be 1-64 characters of A-Z a-z 0-9 _ . -; rules.a b.limit: must be a positive whole number, got 0',
+    );
   });
 });

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { toMs } from "../../src/engine/duration.js";
+import { readDuration, toMs } from "../../src/engine/duration.js";
 
 const UNITS = { s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 } as const;
 
@@ -46,5 +46,29 @@ describe("toMs", () => {
     expect(toMs("10 s", "w")).toBe(10_000);
     expect(toMs(" 1d ", "w")).toBe(86_400_000);
     expect(toMs(250, "w")).toBe(250);
+  });
+});
+
+describe("readDuration", () => {
+  it("gives the milliseconds, or what is wrong without naming a field (toMs adds the field)", () => {
+    expect(readDuration("1.5s")).toEqual({ ms: 1500 });
+    expect(readDuration(250)).toEqual({ ms: 250 });
+    expect(readDuration("1 week")).toEqual({
+      message:
+        '"1 week" is not a duration; use milliseconds or a string like "500ms", "10s", "1m", "1h", "1d"',
+    });
+    expect(readDuration(-5)).toEqual({ message: "must be a positive whole number of milliseconds, got -5" });
+    expect(readDuration("1.0005s")).toEqual({
+      message: 'must be a positive whole number of milliseconds, got "1.0005s"',
+    });
+    expect(readDuration("99999999999999999999d")).toEqual({
+      message: '"99999999999999999999d" is too long to count in milliseconds exactly',
+    });
+    expect(readDuration(null)).toEqual({
+      message: 'expected a duration (milliseconds or a string like "10s"), got null',
+    });
+    expect(() => toMs(null, "window")).toThrow(
+      new Error('window: expected a duration (milliseconds or a string like "10s"), got null'),
+    );
   });
 });

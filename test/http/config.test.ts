@@ -353,3 +353,66 @@ describe("every error of a rule, and costs no rule can admit", () => {
     ]);
   });
 });
+
+describe("rule and lease problems, each at its own path", () => {
+  const withRules = (rules: unknown) => ({ ...base, routes: [{ ...login, rules }] });
+  const withLease = (lease: unknown) => ({ ...base, routes: [{ ...login, lease }] });
+  const notDuration = 'is not a duration; use milliseconds or a string like "500ms", "10s", "1m", "1h", "1d"';
+
+  test.each([
+    [
+      withRules({ x: { algorithm: "gcra", limit: 5, period: "1m", "per.minute": 1, "": 2 } }),
+      [
+        'routes[0].rules.x["per.minute"]: not an option of gcra; it takes limit, period, burst',
+        'routes[0].rules.x[""]: not an option of gcra; it takes limit, period, burst',
+      ],
+    ],
+    [
+      withRules({ "per.day": { algorithm: "fixedWindow", limit: 2 ** 41, window: 1000 } }),
+      [
+        'routes[0].rules["per.day"]: limit × window is 2199023255552000 ms, too large to count exactly: it must be at most 2^50 (1125899906842624)',
+      ],
+    ],
+    [
+      withRules({ "bad name": { algorithm: "gcra", limit: 0, period: "1m" } }),
+      [
+        'routes[0].rules["bad name"]: rule name "bad name" must be 1-64 characters of A-Z a-z 0-9 _ . -',
+        'routes[0].rules["bad name"].limit: must be a positive whole number, got 0',
+      ],
+    ],
+    [
+      withRules({ log: { algorithm: "slidingLog", limit: 1_000_000, window: "1m" } }),
+      [
+        "routes[0].rules.log.limit: a sliding log stores one entry per unit, so 1000000 is too many (max 100000); use slidingWindow or gcra",
+      ],
+    ],
+    [
+      withLease({ max: 0, ttl: "1s" }),
+      ["routes[0].lease.max: must be a whole number of units from 1 to 100000, got 0"],
+    ],
+    [withLease("50"), ['routes[0].lease: expected { max, ttl }, e.g. { max: 50, ttl: "1s" }, got "50"']],
+    [
+      withLease({ max: 0, ttl: "soon", size: 3 }),
+      [
+        "routes[0].lease.size: not a lease option; it takes max, ttl",
+        "routes[0].lease.max: must be a whole number of units from 1 to 100000, got 0",
+        `routes[0].lease.ttl: "soon" ${notDuration}`,
+      ],
+    ],
+    [
+      withLease({ max: 10, ttl: 2 ** 31 }),
+      ["routes[0].lease.ttl: must be at most 2147483647 ms, got 2147483648"],
+    ],
+    [
+      { ...base, routes: [{ ...login, concurrency: { limit: 1, lease: "soon" } }] },
+      [`routes[0].concurrency.lease: "soon" ${notDuration}`],
+    ],
+  ])("%j", (input, expected) => {
+    expect(errorsOf(input)).toEqual(expected);
+  });
+
+  test("a valid lease comes back in milliseconds", () => {
+    const result = parseConfig(withLease({ max: 50, ttl: "1.5s" }));
+    expect(result.ok && result.config.routes[0]!.lease).toEqual({ max: 50, ttl: 1500 });
+  });
+});
