@@ -94,7 +94,7 @@ export const tokenBucket = (options: TokenBucketOptions): RuleConfig => ({
 export const fixedWindow = (options: WindowOptions): RuleConfig => ({ algorithm: "fixedWindow", ...options });
 
 /**
- * Sliding window estimated from two counters: O(1) memory, exact for even traffic (see README for the bound).
+ * Sliding window estimated from two counters: O(1) memory, exact for even traffic (docs/algorithms.md gives the bound).
  *
  * @example
  * slidingWindow({ limit: 100, window: "1m" })
