@@ -8,10 +8,11 @@
 --
 -- No deadline. A decision its caller abandoned at its timeout may still reach Redis later (a stalled
 -- hop delivering it) and be charged then, once: the transport never sends it twice. Checking a
--- deadline here would need Redis's clock (TIME: a billed command, dear on every call) against the
--- caller's (the clock every script trusts; the two may disagree), or the caller times already stored
--- (refusing, then, the live decisions of a lagging isolate). What remains: with onError "allow" (the default) the late charge matches a request that went through;
--- with "deny" it is one unit too many per abandoned decision, never an admission too many.
+-- deadline here would need Redis's clock (TIME: a billed command on every call) against the caller's
+-- (the clock every script trusts; the two may disagree), or the caller times already stored (refusing,
+-- then, the live decisions of a lagging isolate). What remains: with onError "allow" (the default) the
+-- late charge matches a request that went through; with "deny" it is one unit too many per abandoned
+-- decision, never an admission too many.
 --
 -- Returns 4 integers per rule: allowed (1/0), remaining, resetAt (epoch ms), retryAfter (ms; -1 = never),
 -- then, when a reservation was asked for, the number of units reserved and, per rule, the start of the

@@ -31,8 +31,8 @@
 -- stopped being the future: the next token, `now`, is larger, as long as no caller's clock runs more
 -- than `margin` ms behind the clock of the caller who wrote it. Tokens track the caller's clock, and
 -- run ahead of it only while holders follow each other more than once a millisecond.
--- Standalone (no prelude: it is the limiter's). Lua's own number-to-string conversion keeps only 14
--- digits; what is stored must round-trip exactly.
+-- A script of its own (the limiter's prelude is not part of it), hence its own int(): Lua's own
+-- number-to-string conversion keeps only 14 digits, and what is stored must round-trip exactly.
 local function int(x)
   return string.format("%d", x)
 end

@@ -1,6 +1,6 @@
 -- The limiter script: this file, then each lua/algorithms/*.lua's state and check sections (each
--- inside `if several or ARGV[3] == "<name>" then ... end`, so a one-rule call defines only what it
--- uses), then lua/dispatcher.lua. It serves every call the one-rule scripts do not: several rules, a
+-- inside `if several or ARGV[3] == "<name>" then ... end`, so a call with one rule defines only its
+-- own algorithm), then lua/dispatcher.lua. It serves every call the one-rule scripts do not: several rules, a
 -- peek, a cost above what the rule can ever admit, a reservation, a sliding log.
 --
 -- KEYS[i]  the state key of rule i (a fixed window's: its window's; all keys of a call share one cluster

@@ -6,7 +6,7 @@
 //   (no FILE)        wrangler.toml's [vars] EDGELIMIT_CONFIG, as the Worker will receive it
 //   FILE.toml        the same for that wrangler file (also wrangler.json / wrangler.jsonc)
 //   FILE.json        a JSON document
-//   FILE.jsonc       JSON with // and /* */ comments and trailing commas (the README's config reference)
+//   FILE.jsonc       JSON with // and /* */ comments and trailing commas, as docs/worker.md writes it
 //   -                stdin, read as JSONC
 //
 // The var in a wrangler file must be strict JSON (the Worker parses it with JSON.parse), so comments
@@ -42,7 +42,7 @@ async function readConfig(file) {
     }
     const value = raw.vars?.EDGELIMIT_CONFIG;
     if (value === undefined) {
-      throw new Error(`${source} is not set: put the config there, as a JSON string (see the README)`);
+      throw new Error(`${source} is not set: put the config there, as a JSON string (see docs/worker.md)`);
     }
     // A string is what the Worker parses; a [vars.EDGELIMIT_CONFIG] table arrives as an object.
     return { value, source };

@@ -273,7 +273,7 @@ async function readConfig(file) {
   const text = raw.vars?.EDGELIMIT_CONFIG;
   if (typeof text !== "string") {
     throw new Error(
-      `${source} is missing: put the config there (a JSON string, see the README) or pass a file: npm start -- config.json`,
+      `${source} is missing: put the config there (a JSON string, see docs/worker.md) or pass a file: npm start -- config.json`,
     );
   }
   return { text, source };

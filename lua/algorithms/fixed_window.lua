@@ -21,8 +21,8 @@
 -- state (shared by every path), check (the limiter script), one-rule (a script of its own), refund.
 
 -- #state
--- The key outlives its window by min(window, GRACE) ms. The Limiter computes the one-rule script's
--- expiry with it too (scripts/build-lua.mjs hands it over).
+-- The key outlives its window by min(window, GRACE) ms. src/engine/script.ts computes the one-rule
+-- script's expiry with it too (scripts/build-lua.mjs hands it over as ALGORITHM_CONSTANTS).
 local GRACE = 60000
 
 -- The window's count; nil when the key holds none. Only what INCRBY takes is a count: tonumber() also

@@ -1,5 +1,5 @@
 /**
- * JSONC as editors write it (the README's config reference): JSON with `//` and `/* *\/` comments and
+ * JSONC as editors write it (the config reference in docs/worker.md): JSON with `//` and `/* *\/` comments and
  * trailing commas. Read by `npm start` and `npm run check-config`; the Worker itself takes strict JSON.
  */
 

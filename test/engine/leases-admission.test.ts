@@ -1,7 +1,7 @@
 // Over- and under-admission with leases: 1, 4 and 16 Limiter instances (isolates) share one hot
 // identifier on one real redis-server, against a Limiter without leases fed the very same arrivals
 // (the ideal count). Traffic: 200 decisions/s in total, round-robin over the instances, on a
-// hand-moved clock. LEASE_REPORT=1 prints the figures (see the README's Leases section).
+// hand-moved clock. LEASE_REPORT=1 prints the figures (docs/leases.md, What it guarantees).
 import { Redis } from "@upstash/redis";
 import { describe, expect, inject, it } from "vitest";
 import { fixedWindow, gcra, Limiter, type RuleConfig } from "../../src/index.js";
