@@ -34,7 +34,7 @@ const good = {
 
 // One rule with three mistakes, and a cost another rule can never hold.
 const BAD_JSONC = `{
-  // the README's config reference is JSONC: comments and trailing commas
+  // the config reference (docs/worker.md) is JSONC: comments and trailing commas
   "origin": "https://api.example.com", /* block comment, "quoted" */
   "routes": [
     {

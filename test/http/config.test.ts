@@ -18,7 +18,7 @@ function errorsOf(input: unknown): readonly string[] {
 }
 
 describe("a valid config", () => {
-  test("the README example compiles, with every default filled in", () => {
+  test("the config reference's example (docs/worker.md) compiles, with every default filled in", () => {
     const result = parseConfig(
       JSON.stringify({
         origin: "https://api.example.com",
