@@ -10,7 +10,14 @@
 import type { Rule } from "./algorithms.js";
 import { describe } from "./duration.js";
 import { RedisCallError } from "./errors.js";
-import { ALGORITHM_CONSTANTS, ONE_RULE_SCRIPTS, SCRIPTS } from "./generated/scripts.js";
+import {
+  ALGORITHM_CONSTANTS,
+  FIXED_WINDOW_ONE_RULE,
+  GCRA_ONE_RULE,
+  LIMITER,
+  REFUND,
+  SLIDING_WINDOW_ONE_RULE,
+} from "./generated/scripts.js";
 import type { RuleKeys } from "./keys.js";
 import type { CallOptions, Script, Transport } from "./transport.js";
 import type { Decision, RuleResult } from "./types.js";
@@ -57,7 +64,7 @@ function encodeRule(rule: Rule): [string, string, string, string] {
  * given. For tests that call the script directly.
  *
  * @example
- * redis.eval(SCRIPTS.limiter.text, limiter.keys("id"), limiterArgs(limiter.rules, now, 1))
+ * redis.eval(LIMITER.text, limiter.keys("id"), limiterArgs(limiter.rules, now, 1))
  */
 export function limiterArgs(rules: readonly Rule[], now: number, cost: number, reserve?: number): string[] {
   const args = [now.toString(16), String(cost), ...rules.flatMap(encodeRule)];
@@ -169,16 +176,16 @@ function oneRuleOf(rule: Rule, options: ScriptCallOptions): OneRule | undefined 
   const call = (script: Script): CallOptions => ({ ...options, script });
   switch (rule.algorithm) {
     case "fixedWindow":
-      return fixedWindowOne(rule.limit, rule.window, call(ONE_RULE_SCRIPTS.fixedWindow));
+      return fixedWindowOne(rule.limit, rule.window, call(FIXED_WINDOW_ONE_RULE));
     case "gcra":
-      return gcraOne(rule.rate, rule.period, rule.burst, call(ONE_RULE_SCRIPTS.gcra));
+      return gcraOne(rule.rate, rule.period, rule.burst, call(GCRA_ONE_RULE));
     case "tokenBucket":
-      return gcraOne(rule.refillRate, rule.interval, rule.capacity, call(ONE_RULE_SCRIPTS.gcra));
+      return gcraOne(rule.refillRate, rule.interval, rule.capacity, call(GCRA_ONE_RULE));
     case "slidingWindow":
       // the packed state holds counts below PACK: a larger limit keeps a text state, which the
       // one-rule script does not read
       return rule.limit < PACK
-        ? slidingWindowOne(rule.limit, rule.window, call(ONE_RULE_SCRIPTS.slidingWindow))
+        ? slidingWindowOne(rule.limit, rule.window, call(SLIDING_WINDOW_ONE_RULE))
         : undefined;
     default:
       return undefined;
@@ -207,8 +214,8 @@ export class RuleScripts {
     private readonly transport: Transport,
     options: ScriptCallOptions,
   ) {
-    this.limiterCall = { ...options, script: SCRIPTS.limiter };
-    this.refundCall = { ...options, script: SCRIPTS.refund };
+    this.limiterCall = { ...options, script: LIMITER };
+    this.refundCall = { ...options, script: REFUND };
     this.ruleArgs = rules.flatMap(encodeRule);
     this.oneRule = rules.length === 1 ? oneRuleOf(rules[0]!, options) : undefined;
     this.count = String(rules.length);
@@ -268,7 +275,7 @@ export class RuleScripts {
     now: number,
   ): Promise<boolean> {
     const keys = this.keys.of(identifier, now, windowStarts);
-    const command = ["EVALSHA", SCRIPTS.refund.sha1, this.count, ...keys, now.toString(16), String(units)];
+    const command = ["EVALSHA", REFUND.sha1, this.count, ...keys, now.toString(16), String(units)];
     for (let i = 0; i < this.rules.length; i++) {
       const at = 4 * i;
       const args = this.ruleArgs;
@@ -280,7 +287,7 @@ export class RuleScripts {
 
   /** The limiter script's EVALSHA: keys, now (hexadecimal: cheaper for Redis to parse), cost, rules, reserve. */
   private command(keys: string[], cost: number, now: number, reserve: number | undefined): string[] {
-    const command = ["EVALSHA", SCRIPTS.limiter.sha1, this.count];
+    const command = ["EVALSHA", LIMITER.sha1, this.count];
     for (const key of keys) command.push(key);
     command.push(now.toString(16), String(cost));
     for (const arg of this.ruleArgs) command.push(arg);

@@ -127,7 +127,7 @@ export class Transport {
    * EVALSHA of `script` with its keys and arguments, loading the script once if Redis lacks it.
    *
    * @example
-   * const r = await transport.eval(SCRIPTS.lock, [key], [token, "5000"], { timeout: 1000 });
+   * const r = await transport.eval(LOCK, [key], [token, "5000"], { timeout: 1000 });
    */
   eval(script: Script, keys: string[], args: (string | number)[], options: CallOptions): Promise<CallResult> {
     const command = ["EVALSHA", script.sha1, String(keys.length), ...keys, ...args.map(String)];
