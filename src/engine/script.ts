@@ -19,7 +19,7 @@ import {
   SLIDING_WINDOW_ONE_RULE,
 } from "./generated/scripts.js";
 import type { RuleKeys } from "./keys.js";
-import type { CallOptions, Script, Transport } from "./transport.js";
+import type { CallOptions, CallResult, Script, Transport } from "./transport.js";
 import type { Decision, RuleResult } from "./types.js";
 
 /** A fixed window's key outlives its window by min(window, GRACE) ms (lua/algorithms/fixed_window.lua). */
@@ -221,34 +221,59 @@ export class RuleScripts {
     this.count = String(rules.length);
   }
 
-  /** Decides `cost` units of `identifier` at `now`, reserving nothing. */
-  async decide(identifier: string, cost: number, now: number): Promise<Decision | Error> {
+  /**
+   * Decides `cost` units of `identifier` at `now`, reserving nothing: a Decision, or an Error. With
+   * `then`, resolves with what it makes of that instead (in the call's own promise: no second one).
+   */
+  decide(identifier: string, cost: number, now: number): Promise<Decision | Error>;
+  decide<T>(
+    identifier: string,
+    cost: number,
+    now: number,
+    then: (decision: Decision | Error) => T,
+  ): Promise<T>;
+  decide<T>(
+    identifier: string,
+    cost: number,
+    now: number,
+    then?: (decision: Decision | Error) => T,
+  ): Promise<T | Decision | Error> {
     const keys = this.keys.of(identifier, now);
     const one = this.oneRule;
     if (one?.takes(cost)) {
       const command = ["EVALSHA", one.sha1, "1", keys[0]!];
       one.push(command, cost, now);
-      const reply = await this.transport.call(command, one.options);
-      if (!reply.ok) return reply.error;
-      const result = reply.result;
-      if (typeof result !== "number" || !Number.isInteger(result)) return unexpected(result);
-      const outcome = one.decode(result, cost, now);
-      const name = this.rules[0]!.name;
-      return {
-        allowed: outcome.allowed,
-        limit: outcome.limit,
-        remaining: outcome.remaining,
-        resetAt: outcome.resetAt,
-        retryAfter: outcome.retryAfter,
-        rule: name,
-        source: "redis",
-        decidedAt: now,
-        rules: { [name]: outcome },
-      };
+      return this.transport.callThen(command, one.options, (reply) => {
+        const decision = this.oneRuleDecision(one, reply, cost, now);
+        return then === undefined ? decision : then(decision);
+      });
     }
-    const reply = await this.transport.call(this.command(keys, cost, now, undefined), this.limiterCall);
+    return this.transport.callThen(this.command(keys, cost, now, undefined), this.limiterCall, (reply) => {
+      const decision = reply.ok ? this.decode(reply.result, false, now) : reply.error;
+      return then === undefined ? decision : then(decision);
+    });
+  }
+
+  /** The Decision of a one-rule script's reply. */
+  private oneRuleDecision(one: OneRule, reply: CallResult, cost: number, now: number): Decision | Error {
     if (!reply.ok) return reply.error;
-    return this.decode(reply.result, false, now);
+    const result = reply.result;
+    if (typeof result !== "number" || !Number.isInteger(result)) return unexpected(result);
+    const outcome = one.decode(result, cost, now);
+    const name = this.rules[0]!.name;
+    const rules: Record<string, RuleResult> = {};
+    rules[name] = outcome;
+    return {
+      allowed: outcome.allowed,
+      limit: outcome.limit,
+      remaining: outcome.remaining,
+      resetAt: outcome.resetAt,
+      retryAfter: outcome.retryAfter,
+      rule: name,
+      source: "redis",
+      decidedAt: now,
+      rules,
+    };
   }
 
   /** Decides `cost` units of `identifier` at `now`, reserving up to `want` more for a lease. */
