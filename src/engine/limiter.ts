@@ -252,8 +252,13 @@ export class Limiter {
       };
     }
     const first = this.rules[0]!;
+    const outcome = rules[first.name]!;
     return {
-      ...rules[first.name]!,
+      allowed: outcome.allowed,
+      limit: outcome.limit,
+      remaining: outcome.remaining,
+      resetAt: outcome.resetAt,
+      retryAfter: outcome.retryAfter,
       rule: first.name,
       source: "error",
       decidedAt: now,
