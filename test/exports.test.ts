@@ -17,6 +17,7 @@ import { dirname, join, relative } from "node:path";
 import { build, type Metafile } from "esbuild";
 import ts from "typescript";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import * as lua from "../src/engine/generated/scripts.js";
 
 const root = join(import.meta.dirname, "..");
 const pkg = JSON.parse(readFileSync(join(root, "package.json"), "utf8"));
@@ -255,6 +256,10 @@ async function bundle(name: string, code: string): Promise<{ text: string; modul
 const LOCK = ["LockLostError", "LockUnavailableError", ":lock:"];
 const CONCURRENCY = ["must be a whole number of holders", ":concurrency:"];
 const HTTP = ["application/problem+json", "EdgeLimit-Shadow", "quota-exceeded"];
+// Each script's SHA-1 and a line of its Lua (one export per script: a bundle keeps only those it uses).
+const LOCK_LUA = [lua.LOCK.sha1, "unknown lock operation"];
+const CONCURRENCY_LUA = [lua.CONCURRENCY.sha1, "unknown concurrency operation"];
+const LIMITER_LUA = [lua.LIMITER.sha1, lua.REFUND.sha1, "edgelimit: unknown algorithm "];
 
 describe('"sideEffects": false: what a consumer\'s bundler keeps', () => {
   it("a consumer of { Limiter, gcra } gets neither the lock, the concurrency limiter nor the HTTP helpers", async () => {
@@ -264,7 +269,19 @@ describe('"sideEffects": false: what a consumer\'s bundler keeps', () => {
     );
     expect(modules).toContain("dist/engine/limiter.js");
     expect(modules.filter((path) => /^dist\/(engine\/(lock|concurrency)|http\/)/.test(path))).toEqual([]);
-    for (const marker of [...LOCK, ...CONCURRENCY, ...HTTP])
+    for (const marker of [...LOCK, ...CONCURRENCY, ...HTTP, ...LOCK_LUA, ...CONCURRENCY_LUA])
+      expect(text.includes(marker), marker).toBe(false);
+    for (const marker of LIMITER_LUA) expect(text.includes(marker), marker).toBe(true);
+  }, 30_000);
+
+  it("a consumer of { Lock } gets the lock's script, not the limiter's, the refund's or the concurrency limiter's", async () => {
+    const { text, modules } = await bundle(
+      "lock-only",
+      'import { Lock } from "edgelimit/lock";\nexport const make = (redis) => new Lock({ redis });\n',
+    );
+    expect(modules).toContain("dist/engine/lock.js");
+    for (const marker of LOCK_LUA) expect(text.includes(marker), marker).toBe(true);
+    for (const marker of [...LIMITER_LUA, ...CONCURRENCY_LUA])
       expect(text.includes(marker), marker).toBe(false);
   }, 30_000);
 
@@ -287,6 +304,7 @@ describe('"sideEffects": false: what a consumer\'s bundler keeps', () => {
       'export { Concurrency, Lock } from "edgelimit/lock";\nexport { SHADOW_HEADER, tooManyRequests } from "edgelimit/http";\n',
     );
     expect(modules).toEqual(expect.arrayContaining(["dist/engine/lock.js", "dist/engine/concurrency.js"]));
-    for (const marker of [...LOCK, ...CONCURRENCY, ...HTTP]) expect(text.includes(marker), marker).toBe(true);
+    for (const marker of [...LOCK, ...CONCURRENCY, ...HTTP, ...LOCK_LUA, ...CONCURRENCY_LUA])
+      expect(text.includes(marker), marker).toBe(true);
   }, 30_000);
 });

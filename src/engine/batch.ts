@@ -100,13 +100,11 @@ export class Batcher {
     this.open = undefined;
     if (batch.waiting === 0) return;
     const skip = batch.ahead.length;
-    const waiters: Waiter[] = [];
     const body = batch.ahead;
-    for (const waiter of batch.waiters) {
-      if (!waiter.waiting) continue;
-      waiters.push(waiter);
-      body.push(waiter.command);
-    }
+    // those that stopped waiting before the request left are not sent (no copy when all still wait)
+    const waiters =
+      batch.waiting === batch.waiters.length ? batch.waiters : batch.waiters.filter((w) => w.waiting);
+    for (let i = 0; i < waiters.length; i++) body.push(waiters[i]!.command);
     const controller = new AbortController();
     batch.controller = controller;
     this.requests += 1;
@@ -126,7 +124,8 @@ export class Batcher {
         }
       },
       (error: unknown) => {
-        for (const waiter of waiters) {
+        for (let i = 0; i < waiters.length; i++) {
+          const waiter = waiters[i]!;
           if (!waiter.waiting || waiter.batch !== batch) continue;
           waiter.waiting = false;
           waiter.fail(error);

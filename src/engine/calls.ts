@@ -9,7 +9,7 @@ import type { Script, Transport } from "./transport.js";
  * failure, for the caller's catch.
  *
  * @example
- * const reply = await runScript(transport, SCRIPTS.lock, [key], args, 1000);
+ * const reply = await runScript(transport, LOCK, [key], args, 1000);
  */
 export async function runScript(
   transport: Transport,

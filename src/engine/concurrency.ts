@@ -1,6 +1,6 @@
 import { asError, ints4, mayRetry, runScript } from "./calls.js";
 import { describe } from "./duration.js";
-import { SCRIPTS } from "./generated/scripts.js";
+import { CONCURRENCY } from "./generated/scripts.js";
 import { checkPrefix, keyTag } from "./keys.js";
 import { type Transport, transportFor } from "./transport.js";
 import { checkClock, checkOptions, checkString, durationMs, positiveMs, readClock } from "./validate.js";
@@ -128,7 +128,7 @@ export class Concurrency {
         try {
           const freed = await runScript(
             this.transport,
-            SCRIPTS.concurrency,
+            CONCURRENCY,
             [key],
             ["release", String(this.now()), leaseId],
             this.timeout,
@@ -145,7 +145,7 @@ export class Concurrency {
     try {
       const args = ["acquire", String(now), leaseId, String(this.limit), String(this.lease)];
       const [allowed, remaining, retryAfter] = ints4(
-        await runScript(this.transport, SCRIPTS.concurrency, [key], args, this.timeout),
+        await runScript(this.transport, CONCURRENCY, [key], args, this.timeout),
       );
       if (allowed !== 1) released = true; // nothing to give back
       return {

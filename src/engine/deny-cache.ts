@@ -36,12 +36,31 @@ export class DenyCache {
     this.entries.delete(identifier);
     this.entries.set(identifier, entry);
     const elapsed = now - entry.decidedAt;
+    const decision = entry.decision;
+    // each object written out whole, no spreads: a copy that gains properties leaves V8's fast shapes
     const rules: Decision["rules"] = {};
-    for (const [name, rule] of Object.entries(entry.decision.rules)) {
+    for (const name in decision.rules) {
+      const rule = decision.rules[name]!;
       const retryAfter = Math.max(0, rule.retryAfter - elapsed);
-      rules[name] = { ...rule, allowed: rule.allowed || retryAfter === 0, retryAfter };
+      rules[name] = {
+        allowed: rule.allowed || retryAfter === 0,
+        limit: rule.limit,
+        remaining: rule.remaining,
+        resetAt: rule.resetAt,
+        retryAfter,
+      };
     }
-    return { ...entry.decision, retryAfter: entry.until - now, source: "cache", decidedAt: now, rules };
+    return {
+      allowed: decision.allowed,
+      limit: decision.limit,
+      remaining: decision.remaining,
+      resetAt: decision.resetAt,
+      retryAfter: entry.until - now,
+      rule: decision.rule,
+      source: "cache",
+      decidedAt: now,
+      rules,
+    };
   }
 
   set(identifier: string, cost: number, now: number, decision: Decision): void {

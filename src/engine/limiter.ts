@@ -211,20 +211,26 @@ export class Limiter {
     return readClock(this.clock);
   }
 
-  private async decide(
+  /** Asks Redis; the Decision comes in the transport call's own promise (no async layers around it). */
+  private decide(identifier: string, cost: number, now: number, waitUntil?: WaitUntil): Promise<Decision> {
+    if (this.leases === undefined) {
+      return this.scripts.decide(identifier, cost, now, (decision) => {
+        if (decision instanceof Error) return this.failure(decision, now);
+        if (!decision.allowed) this.cache?.set(identifier, Math.max(cost, 1), now, decision);
+        return decision;
+      });
+    }
+    return this.decideLeasing(this.leases, identifier, cost, now, waitUntil);
+  }
+
+  /** With leases on, the decision also reserves units for the identifier's lease (see Leases). */
+  private async decideLeasing(
+    leases: Leases,
     identifier: string,
     cost: number,
     now: number,
-    waitUntil?: WaitUntil,
+    waitUntil: WaitUntil | undefined,
   ): Promise<Decision> {
-    const leases = this.leases;
-    if (leases === undefined) {
-      const decision = await this.scripts.decide(identifier, cost, now);
-      if (decision instanceof Error) return this.failure(decision, now);
-      if (!decision.allowed) this.cache?.set(identifier, Math.max(cost, 1), now, decision);
-      return decision;
-    }
-    // With leases on, the decision also reserves units for the identifier's lease (see Leases).
     const want = leases.want(identifier, cost, now);
     const reservation = await this.scripts.reserve(identifier, cost, now, want);
     if (reservation instanceof Error) return this.failure(reservation, now);
@@ -246,8 +252,13 @@ export class Limiter {
       };
     }
     const first = this.rules[0]!;
+    const outcome = rules[first.name]!;
     return {
-      ...rules[first.name]!,
+      allowed: outcome.allowed,
+      limit: outcome.limit,
+      remaining: outcome.remaining,
+      resetAt: outcome.resetAt,
+      retryAfter: outcome.retryAfter,
       rule: first.name,
       source: "error",
       decidedAt: now,

@@ -1,6 +1,6 @@
 import { asError, ints4, mayRetry, runScript } from "./calls.js";
 import { describe } from "./duration.js";
-import { SCRIPTS } from "./generated/scripts.js";
+import { LOCK } from "./generated/scripts.js";
 import { checkPrefix, keyTag } from "./keys.js";
 import { type Transport, transportFor } from "./transport.js";
 import {
@@ -374,7 +374,7 @@ export class Lock {
 
   private run(key: string, op: string, now: number, owner: string, lease: number, id = ""): Promise<unknown> {
     const args = [op, String(now), ownerArg(owner), String(lease), String(FENCE_MARGIN_MS), id];
-    return runScript(this.transport, SCRIPTS.lock, [key], args, this.timeout);
+    return runScript(this.transport, LOCK, [key], args, this.timeout);
   }
 }
 

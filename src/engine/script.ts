@@ -10,9 +10,16 @@
 import type { Rule } from "./algorithms.js";
 import { describe } from "./duration.js";
 import { RedisCallError } from "./errors.js";
-import { ALGORITHM_CONSTANTS, ONE_RULE_SCRIPTS, SCRIPTS } from "./generated/scripts.js";
+import {
+  ALGORITHM_CONSTANTS,
+  FIXED_WINDOW_ONE_RULE,
+  GCRA_ONE_RULE,
+  LIMITER,
+  REFUND,
+  SLIDING_WINDOW_ONE_RULE,
+} from "./generated/scripts.js";
 import type { RuleKeys } from "./keys.js";
-import type { CallOptions, Script, Transport } from "./transport.js";
+import type { CallOptions, CallResult, Script, Transport } from "./transport.js";
 import type { Decision, RuleResult } from "./types.js";
 
 /** A fixed window's key outlives its window by min(window, GRACE) ms (lua/algorithms/fixed_window.lua). */
@@ -57,7 +64,7 @@ function encodeRule(rule: Rule): [string, string, string, string] {
  * given. For tests that call the script directly.
  *
  * @example
- * redis.eval(SCRIPTS.limiter.text, limiter.keys("id"), limiterArgs(limiter.rules, now, 1))
+ * redis.eval(LIMITER.text, limiter.keys("id"), limiterArgs(limiter.rules, now, 1))
  */
 export function limiterArgs(rules: readonly Rule[], now: number, cost: number, reserve?: number): string[] {
   const args = [now.toString(16), String(cost), ...rules.flatMap(encodeRule)];
@@ -169,16 +176,16 @@ function oneRuleOf(rule: Rule, options: ScriptCallOptions): OneRule | undefined 
   const call = (script: Script): CallOptions => ({ ...options, script });
   switch (rule.algorithm) {
     case "fixedWindow":
-      return fixedWindowOne(rule.limit, rule.window, call(ONE_RULE_SCRIPTS.fixedWindow));
+      return fixedWindowOne(rule.limit, rule.window, call(FIXED_WINDOW_ONE_RULE));
     case "gcra":
-      return gcraOne(rule.rate, rule.period, rule.burst, call(ONE_RULE_SCRIPTS.gcra));
+      return gcraOne(rule.rate, rule.period, rule.burst, call(GCRA_ONE_RULE));
     case "tokenBucket":
-      return gcraOne(rule.refillRate, rule.interval, rule.capacity, call(ONE_RULE_SCRIPTS.gcra));
+      return gcraOne(rule.refillRate, rule.interval, rule.capacity, call(GCRA_ONE_RULE));
     case "slidingWindow":
       // the packed state holds counts below PACK: a larger limit keeps a text state, which the
       // one-rule script does not read
       return rule.limit < PACK
-        ? slidingWindowOne(rule.limit, rule.window, call(ONE_RULE_SCRIPTS.slidingWindow))
+        ? slidingWindowOne(rule.limit, rule.window, call(SLIDING_WINDOW_ONE_RULE))
         : undefined;
     default:
       return undefined;
@@ -207,41 +214,66 @@ export class RuleScripts {
     private readonly transport: Transport,
     options: ScriptCallOptions,
   ) {
-    this.limiterCall = { ...options, script: SCRIPTS.limiter };
-    this.refundCall = { ...options, script: SCRIPTS.refund };
+    this.limiterCall = { ...options, script: LIMITER };
+    this.refundCall = { ...options, script: REFUND };
     this.ruleArgs = rules.flatMap(encodeRule);
     this.oneRule = rules.length === 1 ? oneRuleOf(rules[0]!, options) : undefined;
     this.count = String(rules.length);
   }
 
-  /** Decides `cost` units of `identifier` at `now`, reserving nothing. */
-  async decide(identifier: string, cost: number, now: number): Promise<Decision | Error> {
+  /**
+   * Decides `cost` units of `identifier` at `now`, reserving nothing: a Decision, or an Error. With
+   * `then`, resolves with what it makes of that instead (in the call's own promise: no second one).
+   */
+  decide(identifier: string, cost: number, now: number): Promise<Decision | Error>;
+  decide<T>(
+    identifier: string,
+    cost: number,
+    now: number,
+    then: (decision: Decision | Error) => T,
+  ): Promise<T>;
+  decide<T>(
+    identifier: string,
+    cost: number,
+    now: number,
+    then?: (decision: Decision | Error) => T,
+  ): Promise<T | Decision | Error> {
     const keys = this.keys.of(identifier, now);
     const one = this.oneRule;
     if (one?.takes(cost)) {
       const command = ["EVALSHA", one.sha1, "1", keys[0]!];
       one.push(command, cost, now);
-      const reply = await this.transport.call(command, one.options);
-      if (!reply.ok) return reply.error;
-      const result = reply.result;
-      if (typeof result !== "number" || !Number.isInteger(result)) return unexpected(result);
-      const outcome = one.decode(result, cost, now);
-      const name = this.rules[0]!.name;
-      return {
-        allowed: outcome.allowed,
-        limit: outcome.limit,
-        remaining: outcome.remaining,
-        resetAt: outcome.resetAt,
-        retryAfter: outcome.retryAfter,
-        rule: name,
-        source: "redis",
-        decidedAt: now,
-        rules: { [name]: outcome },
-      };
+      return this.transport.callThen(command, one.options, (reply) => {
+        const decision = this.oneRuleDecision(one, reply, cost, now);
+        return then === undefined ? decision : then(decision);
+      });
     }
-    const reply = await this.transport.call(this.command(keys, cost, now, undefined), this.limiterCall);
+    return this.transport.callThen(this.command(keys, cost, now, undefined), this.limiterCall, (reply) => {
+      const decision = reply.ok ? this.decode(reply.result, false, now) : reply.error;
+      return then === undefined ? decision : then(decision);
+    });
+  }
+
+  /** The Decision of a one-rule script's reply. */
+  private oneRuleDecision(one: OneRule, reply: CallResult, cost: number, now: number): Decision | Error {
     if (!reply.ok) return reply.error;
-    return this.decode(reply.result, false, now);
+    const result = reply.result;
+    if (typeof result !== "number" || !Number.isInteger(result)) return unexpected(result);
+    const outcome = one.decode(result, cost, now);
+    const name = this.rules[0]!.name;
+    const rules: Record<string, RuleResult> = {};
+    rules[name] = outcome;
+    return {
+      allowed: outcome.allowed,
+      limit: outcome.limit,
+      remaining: outcome.remaining,
+      resetAt: outcome.resetAt,
+      retryAfter: outcome.retryAfter,
+      rule: name,
+      source: "redis",
+      decidedAt: now,
+      rules,
+    };
   }
 
   /** Decides `cost` units of `identifier` at `now`, reserving up to `want` more for a lease. */
@@ -268,7 +300,7 @@ export class RuleScripts {
     now: number,
   ): Promise<boolean> {
     const keys = this.keys.of(identifier, now, windowStarts);
-    const command = ["EVALSHA", SCRIPTS.refund.sha1, this.count, ...keys, now.toString(16), String(units)];
+    const command = ["EVALSHA", REFUND.sha1, this.count, ...keys, now.toString(16), String(units)];
     for (let i = 0; i < this.rules.length; i++) {
       const at = 4 * i;
       const args = this.ruleArgs;
@@ -280,7 +312,7 @@ export class RuleScripts {
 
   /** The limiter script's EVALSHA: keys, now (hexadecimal: cheaper for Redis to parse), cost, rules, reserve. */
   private command(keys: string[], cost: number, now: number, reserve: number | undefined): string[] {
-    const command = ["EVALSHA", SCRIPTS.limiter.sha1, this.count];
+    const command = ["EVALSHA", LIMITER.sha1, this.count];
     for (const key of keys) command.push(key);
     command.push(now.toString(16), String(cost));
     for (const arg of this.ruleArgs) command.push(arg);

@@ -103,16 +103,39 @@ export class Transport {
 
   /** Sends one command and resolves with its result or a typed failure; never rejects. */
   call(command: unknown[], options: CallOptions): Promise<CallResult> {
+    return this.send(command, options, undefined);
+  }
+
+  /**
+   * Like `call`, but resolves with `then(result)`: the caller's whole answer in the one promise of the
+   * call, with no promise of its own around it. Rejects only if `then` throws.
+   *
+   * @example
+   * const allowed = await transport.callThen(command, options, (r) => r.ok && r.result === 1);
+   */
+  callThen<T>(command: unknown[], options: CallOptions, then: (result: CallResult) => T): Promise<T> {
+    return this.send(command, options, then);
+  }
+
+  private send<T>(
+    command: unknown[],
+    options: CallOptions,
+    then: ((result: CallResult) => T) | undefined,
+  ): Promise<T> {
     const breaker = options.breaker === false ? undefined : this.breaker;
     const admission = breaker ? breaker.admit() : NO_BREAKER;
     if (admission instanceof RedisCallError) {
       this.stats.refused += 1;
-      return Promise.resolve({ ok: false, error: admission });
+      const refused: CallResult = { ok: false, error: admission };
+      return then === undefined
+        ? Promise.resolve(refused as T)
+        : new Promise<T>((resolve) => resolve(then(refused)));
     }
     const window = options.batchWindow ?? 0;
     const batcher = window === 0 ? this.tick : this.batcher(window);
-    return new Promise<CallResult>((resolve) => {
-      const call = new Call(command, options, batcher, breaker, admission, this.stats, resolve);
+    return new Promise<T>((resolve, reject) => {
+      const settle = resolve as (value: unknown) => void;
+      const call = new Call(command, options, batcher, breaker, admission, this.stats, settle, reject, then);
       batcher.send(call);
       this.stats.sent += 1;
       // A timer per call, set in the caller's own task: on Workers a timer belongs to the request that
@@ -127,7 +150,7 @@ export class Transport {
    * EVALSHA of `script` with its keys and arguments, loading the script once if Redis lacks it.
    *
    * @example
-   * const r = await transport.eval(SCRIPTS.lock, [key], [token, "5000"], { timeout: 1000 });
+   * const r = await transport.eval(LOCK, [key], [token, "5000"], { timeout: 1000 });
    */
   eval(script: Script, keys: string[], args: (string | number)[], options: CallOptions): Promise<CallResult> {
     const command = ["EVALSHA", script.sha1, String(keys.length), ...keys, ...args.map(String)];
@@ -164,7 +187,11 @@ class Call implements Waiter {
     private readonly breaker: Breaker | undefined,
     private readonly admission: Admission,
     private readonly stats: TransportStats,
-    private readonly resolve: (result: CallResult) => void,
+    /** Resolves with what `then` makes of the result, or the result itself. */
+    private readonly resolve: (value: unknown) => void,
+    private readonly reject: (error: unknown) => void,
+    /** The caller's mapping (see Transport.callThen). */
+    private readonly then: ((result: CallResult) => unknown) | undefined,
   ) {}
 
   receive(reply: Reply): void {
@@ -210,7 +237,16 @@ class Call implements Waiter {
       if (result.ok) breaker.success();
       else breaker.failure(result.error, this.admission);
     }
-    this.resolve(result);
+    const then = this.then;
+    if (then === undefined) {
+      this.resolve(result);
+      return;
+    }
+    try {
+      this.resolve(then(result));
+    } catch (error) {
+      this.reject(error);
+    }
   }
 }
 

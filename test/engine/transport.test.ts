@@ -48,6 +48,37 @@ describe("transport", () => {
     expect(replies[2]).toMatchObject({ ok: false, error: { kind: "redis" } });
   });
 
+  it("callThen resolves with what its function makes of each answer, in one pipeline; a throw rejects", async () => {
+    const transport = new Transport(bridgeRedis());
+    const seen: string[] = [];
+    const answers = await Promise.all([
+      transport.callThen(["ECHO", "a"], { timeout: NEVER }, (r) => (r.ok ? `got ${r.result}` : "failed")),
+      transport.callThen(["NOSUCHCOMMAND"], { timeout: NEVER }, (r) => (r.ok ? "got" : r.error.kind)),
+      transport
+        .callThen(["ECHO", "b"], { timeout: NEVER }, (r) => {
+          seen.push(String(r.ok && r.result));
+          throw new Error("from then");
+        })
+        .catch((error: Error) => error.message),
+    ]);
+    expect(answers).toEqual(["got a", "redis", "from then"]);
+    expect(seen).toEqual(["b"]);
+    expect(transport.stats.requests).toBe(1);
+  });
+
+  it("callThen maps a refusal of the open breaker too, without a request", async () => {
+    const transport = new Transport(bridgeRedis(), {
+      breaker: { failures: 1, cooldown: 1000 },
+      now: steppedClock(),
+    });
+    transport.breaker!.failure(new RedisCallError("timeout", "stalled"), { probe: false });
+    expect(transport.breaker!.state).toBe("open");
+    const kind = await transport.callThen(["PING"], { timeout: NEVER }, (r) => !r.ok && r.error.kind);
+    expect(kind).toBe("breaker-open");
+    expect(transport.stats.requests).toBe(0);
+    expect(transport.stats.refused).toBe(1);
+  });
+
   it("keeps the client's read-your-writes token moving, as the client's own requests do", async () => {
     const redis = bridgeRedis();
     const transport = new Transport(redis);
