@@ -335,6 +335,8 @@ function floorOf(url: string, reply: Reply): Contestant {
 
 /** edgelimit ÷ the cheaper of the peer's clients (undefined: no peer). */
 export const cpuRatio = (r: CpuRow) => (r.peerUs && r.cheaper ? r.us / r.peerUs[r.cheaper] : undefined);
+/** edgelimit ÷ the peer on its client as a user writes it, options at their defaults (undefined: no peer). */
+export const cpuRatioDefault = (r: CpuRow) => (r.peerUs ? r.us / r.peerUs.default : undefined);
 
 const us = (x: number) => x.toFixed(1);
 const withSpread = (x: number, q: [number, number]) => `${us(x)} (${us(q[0])}–${us(q[1])})`;
@@ -347,6 +349,7 @@ export function cpuTable({ rows, floorUs, floorQuartiles }: CpuResult): string {
     "edgelimit µs",
     "peer µs, client defaults",
     "peer µs, auto-pipelining off",
+    "ratio to the default client",
     "ratio",
     "ratio per round",
   ];
@@ -363,6 +366,7 @@ export function cpuTable({ rows, floorUs, floorQuartiles }: CpuResult): string {
         withSpread(r.us, r.usQuartiles),
         peerCell("default"),
         peerCell("noAutoPipelining"),
+        cpuRatioDefault(r) === undefined ? "–" : `${cpuRatioDefault(r)!.toFixed(2)}×`,
         ratio === undefined ? "–" : `${ratio.toFixed(2)}×`,
         r.roundRatios ? `${r.roundRatios[0].toFixed(2)}–${r.roundRatios[1].toFixed(2)}` : "–",
       ].join(" | ")} |`,

@@ -1,6 +1,6 @@
 // BENCHMARKS.md from one run's results: tables, edgelimit beside @upstash/ratelimit, ratios edgelimit ÷ peer.
 import { ACCURACY_POLICY } from "./accuracy.js";
-import { CPU_PAIRS, type CpuResult, cpuRatio, cpuTable } from "./cpu.js";
+import { CPU_PAIRS, type CpuResult, cpuRatio, cpuRatioDefault, cpuTable } from "./cpu.js";
 import { type EdgeRow, LEASE } from "./edge.js";
 import type { Results } from "./run.js";
 import { fmt, ms, ratio, table } from "./util.js";
@@ -75,7 +75,7 @@ function goals(r: Results): string {
     ]);
   }
   rows.push(...cpuGoals(r.cpu));
-  return `## Goals\n\nAt the edge: 20 ms each way, \`lease: ${JSON.stringify(LEASE)}\` (part 5). Lean scripts: one rule, every algorithm and path (part 2). Client CPU: one rule, every path, against the cheaper of the peer's two clients (part 7).\n\n${table(["goal", "measured", ""], rows)}\n`;
+  return `## Goals\n\nAt the edge: 20 ms each way, \`lease: ${JSON.stringify(LEASE)}\` (part 5). Lean scripts: one rule, every algorithm and path (part 2). Client CPU: one rule, every path, against the peer's default client and its cheaper one (part 7).\n\n${table(["goal", "measured", ""], rows)}\n`;
 }
 
 function throughput(r: Results): string {
@@ -247,17 +247,26 @@ ${table(
 }
 
 /** One goal row per algorithm the peer has: edgelimit's client CPU at most the peer's on every path. */
+// Two rows per algorithm: against the peer as a user writes it (its default client), and against its
+// cheaper client (auto-pipelining off), a stricter bar shown beside it.
 function cpuGoals(cpu: CpuResult | string | undefined): string[][] {
-  return CPU_PAIRS.filter((pair) => pair.peer).map((pair) => {
+  return CPU_PAIRS.filter((pair) => pair.peer).flatMap((pair) => {
     const mine = typeof cpu === "object" ? cpu.rows.filter((x) => x.algo === pair.algo) : [];
-    const ratios = mine.map((x) => [x.path, cpuRatio(x)] as const);
-    const known = ratios.length > 0 && ratios.every(([, x]) => x !== undefined);
     const name = pair.peer === pair.algo ? pair.algo : `${pair.algo} (peer: ${pair.peer})`;
-    return [
-      `CPU µs per decision ≤ 1.0× the peer's, ${name}, every path (part 7)`,
-      known ? ratios.map(([path, x]) => `${path} ${x!.toFixed(2)}×`).join(", ") : "–",
-      check(known ? ratios.every(([, x]) => x! <= 1) : undefined),
-    ];
+    return (
+      [
+        ["its default client", cpuRatioDefault],
+        ["its cheaper client (auto-pipelining off)", cpuRatio],
+      ] as const
+    ).map(([against, ratioOf]) => {
+      const ratios = mine.map((x) => [x.path, ratioOf(x)] as const);
+      const known = ratios.length > 0 && ratios.every(([, x]) => x !== undefined);
+      return [
+        `CPU µs per decision ≤ 1.0× the peer's on ${against}, ${name}, every path (part 7)`,
+        known ? ratios.map(([path, x]) => `${path} ${x!.toFixed(2)}×`).join(", ") : "–",
+        check(known ? ratios.every(([, x]) => x! <= 1) : undefined),
+      ];
+    });
   });
 }
 
@@ -280,7 +289,10 @@ analytics off, ephemeralCache on, timeout 5 s; edgelimit's deny cache on, timeou
 also with \`enableAutoPipelining: false\`, its cheaper client. "later": an allowed decision after the first in
 its window; "denied": a denial, with edgelimit's \`denyCache: false\` and the peer's \`ephemeralCache: false\` so
 both ask Redis. Every timed decision made one \`fetch\`. Contestants take turns after a warm-up; µs is the
-median round (quartiles in brackets); ratio is edgelimit ÷ the cheaper peer client, and per round against it.
+median round (quartiles in brackets); "ratio to the default client" is edgelimit ÷ the peer as a user writes
+it; "ratio" is edgelimit ÷ the cheaper peer client, and per round against it. Of edgelimit's own work, about
+2 µs is the AbortSignal each request carries (Node 20's cost of creating one) so that a request nobody waits
+for any more is aborted; the peer's timeout returns while its request goes on.
 
 ${body}
 `;
