@@ -118,31 +118,31 @@ export async function captureOurs(
   limit = LIMIT,
 ): Promise<Command[]> {
   const out: Command[] = [];
-  const client = {
-    request: async (req: { body?: unknown }) => {
-      const body = req.body as unknown[];
-      const commands = (Array.isArray(body[0]) ? body : [body]) as string[][];
-      return commands.map((cmd) => {
-        if (String(cmd[0]).toUpperCase() === "EVALSHA") {
-          const n = Number(cmd[2]);
-          out.push({
-            sha: cmd[1]!,
-            keys: cmd.slice(3, 3 + n).map(String),
-            args: cmd.slice(3 + n).map(String),
-          });
-        }
-        return { result: [1, 1, 1, 0] };
-      });
-    },
-  };
+  // fetch answered here: the Limiter speaks the REST protocol itself, so its pipeline bodies are the capture
+  const realFetch = globalThis.fetch;
+  globalThis.fetch = (async (_url: unknown, init?: { body?: unknown }) => {
+    const commands = JSON.parse(String(init?.body)) as string[][];
+    const replies = commands.map((cmd) => {
+      if (String(cmd[0]).toUpperCase() === "EVALSHA") {
+        const n = Number(cmd[2]);
+        out.push({ sha: cmd[1]!, keys: cmd.slice(3, 3 + n).map(String), args: cmd.slice(3 + n).map(String) });
+      }
+      return { result: 1 };
+    });
+    return new Response(JSON.stringify(replies), { headers: { "content-type": "application/json" } });
+  }) as typeof fetch;
   const limiter = new Limiter({
-    redis: { client, del: async () => 0 } as never,
+    redis: { url: "http://capture.invalid", token: "capture" },
     prefix,
     rules: { r0: ourRule(algo, limit) },
     denyCache: false,
     clock: () => NOW,
   });
-  for (const id of ids) await limiter.limit(id);
+  try {
+    for (const id of ids) await limiter.limit(id);
+  } finally {
+    globalThis.fetch = realFetch;
+  }
   if (out.length !== ids.length)
     throw new Error(`lua-cost: captured ${out.length} commands for ${ids.length} ids`);
   return out;
