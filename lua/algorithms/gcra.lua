@@ -11,14 +11,16 @@
 -- with 0 <= B < limit. In units of 1/limit ms, T is `period` and burst*T is `burst*period`, so every
 -- comparison below is integer arithmetic, exact for any realistic limit.
 -- State: "<A>:<B>:<L>:<P>", kept until TAT (when it equals "no key"), with L and P the limit and period
--- it was written under (the decimal strings the caller sends). Commands: GET, then SET PX on commit.
+-- it was written under (the decimal strings the caller sends). Commands: GET, then SET PX on commit
+-- (and once, on the first read under a new rate, a SET of the converted state).
 --
 -- A change of rate (a plan, an override) carries the UNITS used, not the time owed: read under another
 -- (limit, period), d = min(ceil(d_old / P), burst) * period, where d_old = max(0, (A - now)*L + B) is the
 -- old state's d, in 1/L ms, and a unit partly earned back counts as used. So an upgrade from 100/min
 -- with 100 used to 1000/min leaves 900 at once; a downgrade below the units used reads as full and
--- refills at the new rate. A change of burst alone needs nothing: d means the same. A state of two
--- fields (written before the rate was stored) reads as written under the current rate.
+-- refills at the new rate (the excess is forgiven). A change of burst alone needs nothing: d means the
+-- same. A state of two fields (written before the rate was stored) reads as written under the current
+-- rate.
 --
 -- A token bucket runs as GCRA: `capacity` tokens refilled continuously at `refillRate` per `interval`
 -- is GCRA with limit = refillRate, period = interval, burst = capacity (tokens left = burst - d/period).
@@ -29,10 +31,20 @@
 -- state (shared by every path), check (the limiter script), one-rule (a script of its own), refund.
 
 -- #state
+-- Stores TAT = now + d under `rate`; returns when the stream is back to idle (the reset).
+local function write(key, now, limit, d, rate)
+  local whole = math.floor(d / limit)
+  local ttl = math.floor((d + limit - 1) / limit)
+  redis.call("SET", key, string.format("%d:%d%s", now + whole, d - whole * limit, rate), "PX",
+    string.format("%d", ttl))
+  return now + ttl
+end
+
 -- The state at `now`: d, how far TAT lies ahead of now, in 1/limit ms (0 when the stream is idle; false
 -- when there is no state), and the whole units the rule could take, the room left under burst*T. A
 -- caller whose clock lags sees a larger d and is only held back more. `rate` is ":<limit>:<period>" as
--- the caller sent them: the common case (the same rate) is one string comparison, no parsing.
+-- the caller sent them: the common case (the same rate) is one string comparison, no parsing. A state
+-- written under another rate is converted (see the header) and stored so, once.
 -- Bounds (every rule keeps burst*period <= 2^50, src/engine/algorithms.ts): a commit writes
 -- d <= burst*period under the rate it ran with, so d_old is at most the old burst*P plus L times a
 -- lagging clock's lag, and the new d is at most burst*period: all exact in a Lua double (< 2^53).
@@ -49,19 +61,15 @@ local function read(key, now, limit, period, burst, rate)
       local l, p = string.match(written, "^:(%d+):(%d+)$")
       l, p = tonumber(l), tonumber(p)
       local old = (a - now) * l + tonumber(b)
-      if old > 0 then d = math.min(math.floor((old + p - 1) / p), burst) * period end
+      if old > 0 then
+        -- stored at once under the rate applied (the same usage, now earned back at that rate), also
+        -- by a denial or a peek: else the old TAT would keep earning back at the old rate
+        d = math.min(math.floor((old + p - 1) / p), burst) * period
+        write(key, now, limit, d, rate)
+      end
     end
   end
   return stored and d, math.floor((burst * period - d) / period)
-end
-
--- Stores TAT = now + d under `rate`; returns when the stream is back to idle (the reset).
-local function write(key, now, limit, d, rate)
-  local whole = math.floor(d / limit)
-  local ttl = math.floor((d + limit - 1) / limit)
-  redis.call("SET", key, string.format("%d:%d%s", now + whole, d - whole * limit, rate), "PX",
-    string.format("%d", ttl))
-  return now + ttl
 end
 
 -- #check
