@@ -83,8 +83,14 @@ local function commit(key, now, units, limit, period, _, d, rate)
 end
 
 algorithms.gcra = function(key, now, cost, limit, period, burst)
-  -- the rate as sent: one rule's strings are ARGV[4] and ARGV[5]; several rules' are formatted
-  local rate = several and string.format(":%d:%d", limit, period) or ":" .. ARGV[4] .. ":" .. ARGV[5]
+  -- the rate as the caller writes it: the first rule's strings as sent when they are this rule's (one
+  -- rule, the common case), else formatted (several rules, or parameters not taken from ARGV as sent)
+  local rate
+  if tonumber(ARGV[4]) == limit and tonumber(ARGV[5]) == period then
+    rate = ":" .. ARGV[4] .. ":" .. ARGV[5]
+  else
+    rate = string.format(":%d:%d", limit, period)
+  end
   local d, room = read(key, now, limit, period, burst, rate)
   d = d or 0
   local reset_at = now + ceil_div(d, limit)
