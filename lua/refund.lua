@@ -8,7 +8,8 @@
 --          takes them), and the start of the window the units were counted in (0 for gcra)
 --
 -- Each algorithm's refund section (lua/algorithms/*.lua) registers refund.<name>(key, now, units, p1,
--- p2, p3, start), which gives the units back, exactly, where they were counted, and answers whether
+-- p2, p3, start, p1 as sent, p2 as sent), which gives the units back, exactly, where they were
+-- counted (the strings let gcra compare the rate its state was written under), and answers whether
 -- there was a state to give them back to. scripts/build-lua.mjs puts them where `-- #refunds` stands,
 -- each with its algorithm's state section. A state already gone (expired, reset) is left alone:
 -- nothing is ever created, a key keeps its expiry or gets the one its new state needs, and no stored
@@ -25,7 +26,7 @@ for i = 1, #KEYS do
   local at = 3 + 5 * (i - 1)
   local give = refund[ARGV[at]]
   if give and give(KEYS[i], now, units, tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]),
-      tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4])) then
+      tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4]), ARGV[at + 1], ARGV[at + 2]) then
     done = done + 1
   end
 end

@@ -10,7 +10,17 @@
 -- T is a fraction (1000/3 ms, ...), so TAT is kept exactly as two integers: TAT = A + B/limit ms,
 -- with 0 <= B < limit. In units of 1/limit ms, T is `period` and burst*T is `burst*period`, so every
 -- comparison below is integer arithmetic, exact for any realistic limit.
--- State: "<A>:<B>", kept until TAT (when it equals "no key"). Commands: GET, then SET PX on commit.
+-- State: "<A>:<B>:<L>:<P>", kept until TAT (when it equals "no key"), with L and P the limit and period
+-- it was written under (the decimal strings the caller sends). Commands: GET, then SET PX on commit
+-- (and once, on the first read under a new rate, a SET of the converted state).
+--
+-- A change of rate (a plan, an override) carries the UNITS used, not the time owed: read under another
+-- (limit, period), d = min(ceil(d_old / P), burst) * period, where d_old = max(0, (A - now)*L + B) is the
+-- old state's d, in 1/L ms, and a unit partly earned back counts as used. So an upgrade from 100/min
+-- with 100 used to 1000/min leaves 900 at once; a downgrade below the units used reads as full and
+-- refills at the new rate (the excess is forgiven). A change of burst alone needs nothing: d means the
+-- same. A state of two fields (written before the rate was stored) reads as written under the current
+-- rate.
 --
 -- A token bucket runs as GCRA: `capacity` tokens refilled continuously at `refillRate` per `interval`
 -- is GCRA with limit = refillRate, period = interval, burst = capacity (tokens left = burst - d/period).
@@ -21,26 +31,45 @@
 -- state (shared by every path), check (the limiter script), one-rule (a script of its own), refund.
 
 -- #state
+-- Stores TAT = now + d under `rate`; returns when the stream is back to idle (the reset).
+local function write(key, now, limit, d, rate)
+  local whole = math.floor(d / limit)
+  local ttl = math.floor((d + limit - 1) / limit)
+  redis.call("SET", key, string.format("%d:%d%s", now + whole, d - whole * limit, rate), "PX",
+    string.format("%d", ttl))
+  return now + ttl
+end
+
 -- The state at `now`: d, how far TAT lies ahead of now, in 1/limit ms (0 when the stream is idle; false
 -- when there is no state), and the whole units the rule could take, the room left under burst*T. A
--- caller whose clock lags sees a larger d and is only held back more.
-local function read(key, now, limit, period, burst)
+-- caller whose clock lags sees a larger d and is only held back more. `rate` is ":<limit>:<period>" as
+-- the caller sent them: the common case (the same rate) is one string comparison, no parsing. A state
+-- written under another rate is converted (see the header) and stored so, once.
+-- Bounds (every rule keeps burst*period <= 2^50, src/engine/algorithms.ts): a commit writes
+-- d <= burst*period under the rate it ran with, so d_old is at most the old burst*P plus L times a
+-- lagging clock's lag, and the new d is at most burst*period: all exact in a Lua double (< 2^53).
+local function read(key, now, limit, period, burst, rate)
   local stored = redis.call("GET", key)
   local d = 0
   if stored then
-    local a, b = string.match(stored, "^(%-?%d+):(%d+)$")
-    a, b = tonumber(a), tonumber(b)
-    if a > now or (a == now and b > 0) then d = (a - now) * limit + b end
+    local a, b, written = string.match(stored, "^(%-?%d+):(%d+)(.*)$")
+    a = tonumber(a)
+    if written == rate or written == "" then
+      d = (a - now) * limit + tonumber(b)
+      if d < 0 then d = 0 end
+    else
+      local l, p = string.match(written, "^:(%d+):(%d+)$")
+      l, p = tonumber(l), tonumber(p)
+      local old = (a - now) * l + tonumber(b)
+      if old > 0 then
+        -- stored at once under the rate applied (the same usage, now earned back at that rate), also
+        -- by a denial or a peek: else the old TAT would keep earning back at the old rate
+        d = math.min(math.floor((old + p - 1) / p), burst) * period
+        write(key, now, limit, d, rate)
+      end
+    end
   end
   return stored and d, math.floor((burst * period - d) / period)
-end
-
--- Stores TAT = now + d; returns when the stream is back to idle (the reset).
-local function write(key, now, limit, d)
-  local whole = math.floor(d / limit)
-  local ttl = math.floor((d + limit - 1) / limit)
-  redis.call("SET", key, string.format("%d:%d", now + whole, d - whole * limit), "PX", string.format("%d", ttl))
-  return now + ttl
 end
 
 -- #check
@@ -49,17 +78,25 @@ local function ceil_div(a, b)
 end
 
 -- Takes `units` more: TAT moves on by units*T. Returns the reset and the window counted in (none: 0).
-local function commit(key, now, units, limit, period, _, d)
-  return write(key, now, limit, d + units * period), 0
+local function commit(key, now, units, limit, period, _, d, rate)
+  return write(key, now, limit, d + units * period, rate), 0
 end
 
 algorithms.gcra = function(key, now, cost, limit, period, burst)
-  local d, room = read(key, now, limit, period, burst)
+  -- the rate as the caller writes it: the first rule's strings as sent when they are this rule's (one
+  -- rule, the common case), else formatted (several rules, or parameters not taken from ARGV as sent)
+  local rate
+  if tonumber(ARGV[4]) == limit and tonumber(ARGV[5]) == period then
+    rate = ":" .. ARGV[4] .. ":" .. ARGV[5]
+  else
+    rate = string.format(":%d:%d", limit, period)
+  end
+  local d, room = read(key, now, limit, period, burst, rate)
   d = d or 0
   local reset_at = now + ceil_div(d, limit)
   if cost > burst then return room, reset_at, NEVER end
   if cost > room then return room, reset_at, ceil_div(d + cost * period - burst * period, limit) end
-  return room, reset_at, 0, commit, d
+  return room, reset_at, 0, commit, d, rate
 end
 
 -- #one-rule
@@ -68,24 +105,27 @@ end
 local now = tonumber(ARGV[1], 16)
 local cost = ARGV[2] == "1" and 1 or tonumber(ARGV[2])
 local limit, period, burst = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local rate = ":" .. ARGV[3] .. ":" .. ARGV[4]
 local key = KEYS[1]
-local d, room = read(key, now, limit, period, burst)
+local d, room = read(key, now, limit, period, burst, rate)
 d = d or 0
 if cost > room then return -d - 1 end
 d = d + cost * period
-write(key, now, limit, d)
+write(key, now, limit, d, rate)
 return d
 
 -- #refund
--- TAT moves back by units*T; back at idle, the key goes (the same as no state at all).
-refund.gcra = function(key, now, units, limit, period, burst)
-  local d = read(key, now, limit, period, burst)
+-- TAT moves back by units*T; back at idle, the key goes (the same as no state at all). A state
+-- written under another rate is first read as the units it counted (#state), so units go back as units.
+refund.gcra = function(key, now, units, limit, period, burst, _, limit_sent, period_sent)
+  local rate = ":" .. limit_sent .. ":" .. period_sent
+  local d = read(key, now, limit, period, burst, rate)
   if not d then return false end
   d = d - units * period
   if d <= 0 then
     redis.call("DEL", key)
   else
-    write(key, now, limit, d)
+    write(key, now, limit, d, rate)
   end
   return true
 end
