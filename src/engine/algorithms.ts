@@ -411,7 +411,10 @@ export function checkPlans(
     }
     for (const rule of Object.keys(changes)) {
       if (!names.includes(rule)) {
-        issues.push({ path: ["plans", plan, rule], message: `not a rule; the rules are ${names.join(", ")}` });
+        issues.push({
+          path: ["plans", plan, rule],
+          message: `not a rule; the rules are ${names.join(", ")}`,
+        });
       }
     }
     const planRules: Rule[] = [];

@@ -59,8 +59,11 @@ export interface LimiterOptions {
 export interface LimitOptions {
   /** Units this request takes (default 1); 0 peeks: it answers for a cost of 1 and consumes nothing. */
   cost?: number;
-  /** The plan whose rules decide (default: the base rules). A name the Limiter has no plan of throws. */
-  plan?: string;
+  /**
+   * The plan whose rules decide (`undefined` or "default": the base rules). A name the Limiter has no
+   * plan of throws a RangeError naming `plan`.
+   */
+  plan?: string | undefined;
   /**
    * The runtime's `waitUntil` (`ctx.waitUntil` on Workers, `waitUntil` of @vercel/functions): lease
    * refunds due now are handed to it, to finish after the response. Without it they run from a timer.
@@ -171,7 +174,8 @@ export class Limiter {
       }
       this.cache = new DenyCache(maxEntries);
     }
-    const lease = options.lease === undefined || options.lease === false ? undefined : leaseConfig(options.lease);
+    const lease =
+      options.lease === undefined || options.lease === false ? undefined : leaseConfig(options.lease);
     const plans = new Map<string, Plan>();
     for (const [name, encoding] of this.scripts.plans) {
       const scripts = this.scripts;

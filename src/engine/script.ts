@@ -251,7 +251,9 @@ export class RuleScripts {
     const encode = ({ name, rules, keys }: PlanRules): PlanEncoding => {
       const only = rules.length === 1 ? rules[0]! : undefined;
       const one =
-        only === undefined || (exact && only.algorithm === "fixedWindow") ? undefined : oneRuleOf(only, options);
+        only === undefined || (exact && only.algorithm === "fixedWindow")
+          ? undefined
+          : oneRuleOf(only, options);
       return { name, rules, keys, args: rules.flatMap(encodeRule), one, count: String(rules.length) };
     };
     this.base = encode({ name: "default", rules, keys });
@@ -290,10 +292,14 @@ export class RuleScripts {
         return then === undefined ? decision : then(decision);
       });
     }
-    return this.transport.callThen(this.command(plan, keys, cost, now, undefined), this.limiterCall, (reply) => {
-      const decision = reply.ok ? decode(plan, reply.result, false, now) : reply.error;
-      return then === undefined ? decision : then(decision);
-    });
+    return this.transport.callThen(
+      this.command(plan, keys, cost, now, undefined),
+      this.limiterCall,
+      (reply) => {
+        const decision = reply.ok ? decode(plan, reply.result, false, now) : reply.error;
+        return then === undefined ? decision : then(decision);
+      },
+    );
   }
 
   /** Decides `cost` units of `identifier` at `now` under `plan`, reserving up to `want` more for a lease. */

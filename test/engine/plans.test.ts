@@ -270,7 +270,11 @@ describe("the call's plan", () => {
     });
     clock.set(T0);
     const base = await limiter.limit("key_123");
-    expect([base.plan, base.rules.perMinute!.limit, base.rules.daily!.limit]).toEqual(["default", 100, 10_000]);
+    expect([base.plan, base.rules.perMinute!.limit, base.rules.daily!.limit]).toEqual([
+      "default",
+      100,
+      10_000,
+    ]);
     const pro = await limiter.limit("key_123", { plan: "pro" });
     expect([pro.plan, pro.rules.perMinute!.limit, pro.rules.daily!.limit]).toEqual(["pro", 1_000, 1_000_000]);
     expect(pro.rules.daily!.remaining).toBe(1_000_000 - 2);
@@ -287,9 +291,13 @@ describe("the call's plan", () => {
     const rules = { r: gcra({ limit: 100, period: "1m" }) };
     const plans = { pro: { r: { limit: 1000 } } };
     // cache: a denial under one plan answers only calls under that plan (pro: a burst of 5, same rate)
-    const { limiter: cached, clock } = limiterOf({ r: gcra({ limit: 2, period: "1m" }) }, { pro: { r: { burst: 5 } } }, {
-      denyCache: { maxEntries: 10 },
-    });
+    const { limiter: cached, clock } = limiterOf(
+      { r: gcra({ limit: 2, period: "1m" }) },
+      { pro: { r: { burst: 5 } } },
+      {
+        denyCache: { maxEntries: 10 },
+      },
+    );
     clock.set(T0);
     await admitted(cached, 2);
     expect(await cached.limit("id")).toMatchObject({ allowed: false, source: "redis", plan: "default" });
@@ -304,7 +312,9 @@ describe("the call's plan", () => {
     expect(await cached.limit("id", { plan: "pro" })).toMatchObject({ source: "cache", plan: "pro" });
 
     // lease: a lease is per identifier and plan
-    const { limiter: leasing, clock: leaseClock } = limiterOf(rules, plans, { lease: { max: 10, ttl: "5s" } });
+    const { limiter: leasing, clock: leaseClock } = limiterOf(rules, plans, {
+      lease: { max: 10, ttl: "5s" },
+    });
     const seen: string[] = [];
     for (let i = 0; i < 8; i++) {
       leaseClock.set(T0 + i);
@@ -326,7 +336,13 @@ describe("the call's plan", () => {
       breaker: false,
     });
     const failed = await failing.limit("x", { plan: "pro" });
-    expect(failed).toMatchObject({ source: "error", plan: "pro", allowed: true, limit: 1000, remaining: 1000 });
+    expect(failed).toMatchObject({
+      source: "error",
+      plan: "pro",
+      allowed: true,
+      limit: 1000,
+      remaining: 1000,
+    });
   });
 });
 
@@ -402,7 +418,14 @@ describe("commands per decision with plans configured", () => {
 
   it.each(cases)("%s", async (_, rule, plans, calls) => {
     const clock = manualClock();
-    const limiter = new Limiter({ redis, prefix: uniquePrefix("pc"), rules: { r: rule }, plans, denyCache: false, clock });
+    const limiter = new Limiter({
+      redis,
+      prefix: uniquePrefix("pc"),
+      rules: { r: rule },
+      plans,
+      denyCache: false,
+      clock,
+    });
     // loads the scripts
     const warmUp = new Limiter({ redis, prefix: uniquePrefix("pw"), rules: { w: rule }, clock });
     await warmUp.limit("warm-up");
