@@ -79,7 +79,7 @@ describe("validation", () => {
       "plans.pro.daily.algorithm: a plan cannot change a rule's algorithm",
     );
     expect(refusal({ pro: { perMinute: { limit: 2 ** 40, period: "1d" } } })).toBe(
-      "plans.pro.perMinute: burst × period is 94999780463984640000 ms, too large to count exactly: it must be at most 2^50 (1125899906842624)",
+      "plans.pro.perMinute: burst × period is 94997804639846400000 ms, too large to count exactly: it must be at most 2^50 (1125899906842624)",
     );
     expect(refusal({ pro: { perMinute: 5 } })).toBe(
       "plans.pro.perMinute: expected the fields of gcra it changes, e.g. { limit: 1000 }, got 5",
@@ -343,6 +343,28 @@ describe("the call's plan", () => {
       limit: 1000,
       remaining: 1000,
     });
+  });
+});
+
+describe("leases under a plan", () => {
+  it("reserve and give back under the plan's own rules and keys: the count stays exact", async () => {
+    const { limiter, clock, redis } = limiterOf(
+      { r: fixedWindow({ limit: 1000, window: "1h" }) },
+      { long: { r: { window: "2h", limit: 2000 } } },
+      { lease: { max: 10, ttl: "5s" } },
+    );
+    const sources: string[] = [];
+    for (let i = 0; i < 8; i++) {
+      clock.set(T0 + i);
+      const d = await limiter.limit("hot", { plan: "long" });
+      sources.push(d.source);
+      expect([d.plan, d.limit, d.remaining]).toEqual(["long", 2000, 2000 - 1 - i]);
+    }
+    expect(sources.filter((source) => source === "lease").length).toBeGreaterThan(2);
+    await limiter.dispose();
+    const [long] = limiter.keys("hot", T0, "long");
+    expect(await redis.get(long!)).toBe(8);
+    expect(await redis.exists(limiter.keys("hot", T0)[0]!)).toBe(0);
   });
 });
 
