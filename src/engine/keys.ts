@@ -3,7 +3,8 @@ import { describe } from "./duration.js";
 import { sha256Hex } from "./sha256.js";
 
 // Keys look like `<prefix>:{<tag>}:<rule>:<algorithm>` (a fixed window adds `:<window index>`, a token
-// bucket says `tokenBucket.gcra`: see RuleKeys). The tag is the Redis Cluster hash tag shared by every key of
+// bucket says `tokenBucket.gcra`, a plan that changes a window's length adds `.<window ms>` to the
+// algorithm: see RuleKeys). The tag is the Redis Cluster hash tag shared by every key of
 // one identifier, so a multi-rule script never crosses slots. It is built so that distinct identifiers
 // never share it:
 //   "=" + the identifier with every UTF-16 code unit outside printable ASCII, and "%", "{", "}", escaped

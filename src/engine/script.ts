@@ -6,7 +6,8 @@
 //    decision, and reservations for leases; it answers 4 integers per rule (and, reserving, the
 //    units reserved and the window each rule counted them in);
 //  - the refund script (lua/refund.lua): gives a lease's unused units back.
-// Every rule is encoded once, when the Limiter is built; a call adds its time and cost.
+// Every rule is encoded once, when the Limiter is built, under the base rules and under each plan (a
+// PlanEncoding each); a call looks its plan's up and adds its time and cost.
 import type { Rule } from "./algorithms.js";
 import { describe } from "./duration.js";
 import { RedisCallError } from "./errors.js";
