@@ -343,3 +343,123 @@ function countIssue(value: unknown): string | undefined {
   if (value > MAX_EXACT) return `must be at most 2^50 (${MAX_EXACT}) to be counted exactly, got ${value}`;
   return undefined;
 }
+
+/**
+ * What a plan changes in one rule: some of the fields of the rule's constructor (`limit`, `burst`,
+ * `window`, ...). Fields left out keep the base rule's.
+ */
+export type RulePlan = Partial<GcraOptions> | Partial<TokenBucketOptions> | Partial<WindowOptions>;
+/** A plan: the rules it changes, by rule name. It cannot add or remove a rule, or change its algorithm. */
+export type PlanConfig = Record<string, RulePlan>;
+
+/** Plan names a plan may not take: a Decision's `plan` says "default" for the base rules. */
+export const RESERVED_PLANS: readonly string[] = ["default", "custom"];
+// The sliding window's stored format changes at this limit (lua/algorithms/sliding_window.lua): a packed
+// integer below it, a text above. A plan stays on its base rule's side, so that counts carry.
+const PACK = 2 ** 25;
+
+/**
+ * Validates `plans` against the base rules (as configured) and compiles each plan's rules: the base
+ * rule's config with the plan's fields over it, checked as the rule's constructor would be, so
+ * defaults follow (a plan `{ limit: 1000 }` on `gcra({ limit: 100, period: "1m" })` gets burst 1000).
+ * Reports every problem, each issue's path under `["plans", plan, rule, field]`.
+ *
+ * @example
+ * checkPlans({ perMinute: gcra({ limit: 100, period: "1m" }) }, { pro: { perMinute: { limit: 1000 } } }).plans
+ * // Map { "pro" => [{ name: "perMinute", algorithm: "gcra", rate: 1000, burst: 1000, ... }] }
+ */
+export function checkPlans(
+  rules: Record<string, RuleConfig>,
+  plans: unknown,
+):
+  | { readonly plans: ReadonlyMap<string, readonly Rule[]>; readonly issues?: undefined }
+  | { readonly plans?: undefined; readonly issues: readonly Issue[] } {
+  if (plans === null || typeof plans !== "object" || Array.isArray(plans)) {
+    return {
+      issues: [
+        {
+          path: ["plans"],
+          message: `expected plans by name, e.g. { pro: { ${Object.keys(rules)[0] ?? "perMinute"}: { limit: 1000 } } }, got ${describe(plans)}`,
+        },
+      ],
+    };
+  }
+  const issues: Issue[] = [];
+  const compiled = new Map<string, Rule[]>();
+  const names = Object.keys(rules);
+  for (const [plan, changes] of Object.entries(plans as Record<string, unknown>)) {
+    if (RESERVED_PLANS.includes(plan)) {
+      issues.push({
+        path: ["plans", plan],
+        message: `"${plan}" is reserved (a decision's plan says "default" for the base rules and "custom" for an override); name the plan otherwise`,
+      });
+      continue;
+    }
+    if (!NAME.test(plan)) {
+      issues.push({
+        path: ["plans"],
+        message: `plan name ${describe(plan)} must be 1-64 characters of A-Z a-z 0-9 _ . -`,
+      });
+      continue;
+    }
+    if (changes === null || typeof changes !== "object" || Array.isArray(changes)) {
+      issues.push({
+        path: ["plans", plan],
+        message: `expected the rules it changes, e.g. { ${names[0]}: { limit: 1000 } }, got ${describe(changes)}`,
+      });
+      continue;
+    }
+    for (const rule of Object.keys(changes)) {
+      if (!names.includes(rule)) {
+        issues.push({
+          path: ["plans", plan, rule],
+          message: `not a rule; the rules are ${names.join(", ")}`,
+        });
+      }
+    }
+    const planRules: Rule[] = [];
+    for (const name of names) {
+      const base = rules[name]!;
+      const fields = (changes as Record<string, unknown>)[name];
+      const merged: Record<string, unknown> = { ...base };
+      if (fields !== undefined) {
+        if (fields === null || typeof fields !== "object" || Array.isArray(fields)) {
+          issues.push({
+            path: ["plans", plan, name],
+            message: `expected the fields of ${base.algorithm} it changes, e.g. { ${FIELDS[base.algorithm]?.[0] ?? "limit"}: 1000 }, got ${describe(fields)}`,
+          });
+          continue;
+        }
+        for (const [field, value] of Object.entries(fields)) {
+          if (field === "algorithm") {
+            if (value !== base.algorithm) {
+              issues.push({
+                path: ["plans", plan, name, "algorithm"],
+                message: "a plan cannot change a rule's algorithm",
+              });
+            }
+          } else if (value !== undefined) merged[field] = value;
+        }
+      }
+      const checked = checkRule(name, merged as unknown as RuleConfig);
+      if (checked.issues !== undefined) {
+        for (const issue of checked.issues) {
+          issues.push({ path: ["plans", plan, ...issue.path.slice(1)], message: issue.message });
+        }
+        continue;
+      }
+      const limit = merged.limit as number;
+      const baseLimit = (base as { limit: number }).limit;
+      if (base.algorithm === "slidingWindow" && limit < PACK !== baseLimit < PACK) {
+        issues.push({
+          path: ["plans", plan, name, "limit"],
+          message: `${limit} must stay ${baseLimit < PACK ? `below ${PACK}` : `at ${PACK} or above`} like the base rule's ${baseLimit}: a sliding window stores counts in another format there, and the usage counted under one plan would not carry to the other`,
+        });
+        continue;
+      }
+      planRules.push(checked.rule);
+    }
+    compiled.set(plan, planRules);
+  }
+  return issues.length > 0 ? { issues } : { plans: compiled };
+}

@@ -1,6 +1,8 @@
 import type { Decision } from "./types.js";
 
 interface Entry {
+  /** The plan the denial was decided under: a call under another plan is not answered from it. */
+  plan: string;
   /** The cost that was denied. Only the same cost is answered: a larger one is denied too, but for
    * longer (or never), and only Redis knows how much longer. */
   cost: number;
@@ -13,7 +15,8 @@ interface Entry {
 /**
  * A bounded cache of deny decisions, least recently used out first. A denial holds until the moment
  * the identifier could be admitted again, and not a millisecond longer, so a hit is always the answer
- * Redis would have given: no request is sent for it.
+ * Redis would have given: no request is sent for it. It answers only a call under the plan it was
+ * denied under (an upgrade goes to Redis at once); one entry per identifier, the latest denial's.
  */
 export class DenyCache {
   private readonly entries = new Map<string, Entry>();
@@ -24,15 +27,18 @@ export class DenyCache {
     return this.entries.size;
   }
 
-  /** The cached denial of `identifier` for `cost` at `now`, with times made relative to `now`. */
-  get(identifier: string, cost: number, now: number): Decision | undefined {
+  /**
+   * The cached denial of `identifier` for `cost` at `now` under `plan` (default: the base rules), with
+   * times made relative to `now`.
+   */
+  get(identifier: string, cost: number, now: number, plan = "default"): Decision | undefined {
     const entry = this.entries.get(identifier);
     if (entry === undefined) return undefined;
     if (now >= entry.until) {
       this.entries.delete(identifier);
       return undefined;
     }
-    if (cost !== entry.cost) return undefined;
+    if (cost !== entry.cost || plan !== entry.plan) return undefined;
     this.entries.delete(identifier);
     this.entries.set(identifier, entry);
     const elapsed = now - entry.decidedAt;
@@ -58,6 +64,7 @@ export class DenyCache {
       retryAfter: entry.until - now,
       rule: decision.rule,
       source: "cache",
+      plan: decision.plan,
       decidedAt: now,
       rules,
     };
@@ -66,7 +73,13 @@ export class DenyCache {
   set(identifier: string, cost: number, now: number, decision: Decision): void {
     if (decision.retryAfter <= 0) return;
     this.entries.delete(identifier);
-    this.entries.set(identifier, { cost, until: now + decision.retryAfter, decidedAt: now, decision });
+    this.entries.set(identifier, {
+      plan: decision.plan,
+      cost,
+      until: now + decision.retryAfter,
+      decidedAt: now,
+      decision,
+    });
     if (this.entries.size > this.maxEntries) {
       this.entries.delete(this.entries.keys().next().value as string);
     }

@@ -3,7 +3,8 @@ import { describe } from "./duration.js";
 import { sha256Hex } from "./sha256.js";
 
 // Keys look like `<prefix>:{<tag>}:<rule>:<algorithm>` (a fixed window adds `:<window index>`, a token
-// bucket says `tokenBucket.gcra`: see RuleKeys). The tag is the Redis Cluster hash tag shared by every key of
+// bucket says `tokenBucket.gcra`, a plan that changes a window's length adds `.<window ms>` to the
+// algorithm: see RuleKeys). The tag is the Redis Cluster hash tag shared by every key of
 // one identifier, so a multi-rule script never crosses slots. It is built so that distinct identifiers
 // never share it:
 //   "=" + the identifier with every UTF-16 code unit outside printable ASCII, and "%", "{", "}", escaped
@@ -76,13 +77,26 @@ export class RuleKeys {
   /** Per rule: the window of a fixed window (whose keys are one per window), else 0. */
   private readonly windows: readonly number[];
 
+  /**
+   * A plan's keys take `base`, the base rules: a fixed or sliding window whose window differs from the
+   * base rule's gets a key of its own (`...:fixedWindow.<window ms>`), since its state means nothing
+   * under another window. Every other key is the base rule's, so the usage counted carries across plans.
+   */
   constructor(
     readonly prefix: string,
     rules: readonly Rule[],
+    base?: readonly Rule[],
   ) {
-    this.suffixes = rules.map((rule) =>
-      rule.algorithm === "tokenBucket" ? `:${rule.name}:tokenBucket.gcra` : `:${rule.name}:${rule.algorithm}`,
-    );
+    this.suffixes = rules.map((rule, i) => {
+      if (rule.algorithm === "tokenBucket") return `:${rule.name}:tokenBucket.gcra`;
+      const before = base?.[i];
+      const own =
+        (rule.algorithm === "fixedWindow" || rule.algorithm === "slidingWindow") &&
+        before !== undefined &&
+        "window" in before &&
+        before.window !== rule.window;
+      return own ? `:${rule.name}:${rule.algorithm}.${rule.window}` : `:${rule.name}:${rule.algorithm}`;
+    });
     this.windows = rules.map((rule) => (rule.algorithm === "fixedWindow" ? rule.window : 0));
   }
 

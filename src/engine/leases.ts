@@ -14,7 +14,7 @@
 // Top-ups and refunds go to Redis through the Limiter's scripts (src/engine/script.ts), from here.
 import type { Rule } from "./algorithms.js";
 import { describe, readDuration } from "./duration.js";
-import type { Reservation, RuleScripts } from "./script.js";
+import type { Reservation } from "./script.js";
 import type { Decision, RuleResult } from "./types.js";
 import { type Issue, issueText, MAX_TIMER_MS } from "./validate.js";
 
@@ -34,6 +34,12 @@ export interface LeaseConfig {
 
 /** Hands a promise to the runtime so that it may finish after the response (`ctx.waitUntil`). */
 export type WaitUntil = (promise: Promise<unknown>) => void;
+
+/** What a Leases sends to Redis: the top-ups and refunds of one plan's rules (RuleScripts, bound to it). */
+export interface LeaseScripts {
+  reserve(identifier: string, cost: number, now: number, want: number): Promise<Reservation | Error>;
+  refund(identifier: string, units: number, windowStarts: readonly number[], now: number): Promise<boolean>;
+}
 
 /** Unused units of one identifier to give back. */
 export interface Refund {
@@ -126,7 +132,8 @@ interface Seen {
 }
 
 /**
- * The leases of one Limiter.
+ * The leases of one Limiter under one plan (a Limiter with plans has a Leases per plan, so a lease is
+ * per identifier and plan: its units, windows and snapshot are those of the plan it was reserved under).
  *
  * @example
  * const leases = new Leases({ max: 50, ttl: 1000 }, limiter.rules, scripts, clock);
@@ -151,8 +158,10 @@ export class Leases {
     readonly config: LeaseConfig,
     private readonly rules: readonly Rule[],
     /** What sends top-ups and refunds (never rejects). */
-    private readonly scripts: RuleScripts,
+    private readonly scripts: LeaseScripts,
     private readonly clock: () => number,
+    /** The plan these leases decide under: what their decisions' `plan` says. */
+    private readonly plan = "default",
   ) {
     // A sliding log stamps every unit with the time it was admitted. A unit handed out later from a
     // lease would carry an earlier stamp and leave the log early, letting a later window hold more than
@@ -187,7 +196,7 @@ export class Leases {
     lease.units -= cost;
     lease.used += cost;
     this.stats.answered += 1;
-    const decision = fromLease(lease, this.rules, now);
+    const decision = fromLease(lease, this.rules, this.plan, now);
     if (lease.units === 0) this.detach(identifier, seen);
     else this.refill(identifier, seen, lease, now, waitUntil);
     return decision;
@@ -455,7 +464,7 @@ function withHeld(decision: Decision, units: number): Decision {
 }
 
 /** An admission from a lease: what Redis last said, minus what this isolate has used since. */
-function fromLease(lease: Held, rules: readonly Rule[], now: number): Decision {
+function fromLease(lease: Held, rules: readonly Rule[], plan: string, now: number): Decision {
   const out: Record<string, RuleResult> = {};
   let binding: string | undefined;
   let least = Number.POSITIVE_INFINITY;
@@ -469,5 +478,5 @@ function fromLease(lease: Held, rules: readonly Rule[], now: number): Decision {
     }
   }
   const b = out[binding!]!;
-  return { ...b, retryAfter: 0, rule: binding!, source: "lease", decidedAt: now, rules: out };
+  return { ...b, retryAfter: 0, rule: binding!, source: "lease", plan, decidedAt: now, rules: out };
 }

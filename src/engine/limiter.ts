@@ -1,13 +1,13 @@
-import { compileRule, type Rule, type RuleConfig } from "./algorithms.js";
+import { checkPlans, compileRule, type PlanConfig, type Rule, type RuleConfig } from "./algorithms.js";
 import type { BreakerOptions } from "./breaker.js";
 import { DenyCache } from "./deny-cache.js";
 import { describe } from "./duration.js";
 import { checkIdentifier, checkPrefix, RuleKeys } from "./keys.js";
 import { type LeaseOptions, Leases, leaseConfig, type WaitUntil } from "./leases.js";
-import { RuleScripts } from "./script.js";
+import { type PlanEncoding, RuleScripts } from "./script.js";
 import { type Transport, transportFor } from "./transport.js";
 import type { Decision, RuleResult } from "./types.js";
-import { checkClock, checkOptions, positiveMs, readClock } from "./validate.js";
+import { checkClock, checkOptions, issueText, positiveMs, readClock } from "./validate.js";
 
 /** What `new Limiter()` takes. Only `redis` and `rules` are required. */
 export interface LimiterOptions {
@@ -17,6 +17,12 @@ export interface LimiterOptions {
   prefix?: string;
   /** The rules every decision checks, by name; a request is admitted only if all of them admit it. */
   rules: Record<string, RuleConfig>;
+  /**
+   * Plans by name: each changes fields of some rules (`{ pro: { perMinute: { limit: 1000 } } }`), the
+   * fields left out keeping the base rule's. A call names its plan (`limit(id, { plan: "pro" })`); the
+   * usage already counted carries over (see docs/plans.md). "default" and "custom" are reserved names.
+   */
+  plans?: Record<string, PlanConfig>;
   /**
    * The in-isolate cache of deny decisions (default `{ maxEntries: 10_000 }`), or `false`. It belongs to
    * this Limiter: build the Limiter once per isolate (module scope), not per request.
@@ -54,10 +60,21 @@ export interface LimitOptions {
   /** Units this request takes (default 1); 0 peeks: it answers for a cost of 1 and consumes nothing. */
   cost?: number;
   /**
+   * The plan whose rules decide (`undefined` or "default": the base rules). A name the Limiter has no
+   * plan of throws a RangeError naming `plan`.
+   */
+  plan?: string | undefined;
+  /**
    * The runtime's `waitUntil` (`ctx.waitUntil` on Workers, `waitUntil` of @vercel/functions): lease
    * refunds due now are handed to it, to finish after the response. Without it they run from a timer.
    */
   waitUntil?: WaitUntil;
+}
+
+/** One plan of a Limiter ("default": the base rules): its encoding, and its leases when leasing. */
+interface Plan {
+  readonly encoding: PlanEncoding;
+  readonly leases: Leases | undefined;
 }
 
 /** How long a caller is told to wait after a decision denied by `onError: "deny"`. */
@@ -66,6 +83,7 @@ const OPTIONS = [
   "redis",
   "prefix",
   "rules",
+  "plans",
   "denyCache",
   "timeout",
   "onError",
@@ -99,7 +117,10 @@ export class Limiter {
   readonly clock: () => number;
   private readonly ruleKeys: RuleKeys;
   private readonly scripts: RuleScripts;
-  private readonly leases: Leases | undefined;
+  /** Per plan ("default" included): what its decisions send, and its leases when leasing. */
+  private readonly plans: ReadonlyMap<string, Plan>;
+  /** Every plan of this Limiter, for the message of an unknown one. */
+  private readonly planNames: string;
 
   constructor(options: LimiterOptions) {
     checkOptions(options, "Limiter", OPTIONS);
@@ -114,6 +135,15 @@ export class Limiter {
     }
     this.rules = Object.entries(rules).map(([name, config]) => compileRule(name, config));
     this.ruleKeys = new RuleKeys(this.prefix, this.rules);
+    const planRules: { name: string; rules: readonly Rule[]; keys: RuleKeys }[] = [];
+    if (options.plans !== undefined) {
+      const checked = checkPlans(rules, options.plans);
+      if (checked.issues !== undefined) throw new Error(checked.issues.map(issueText).join("; "));
+      for (const [name, compiled] of checked.plans) {
+        planRules.push({ name, rules: compiled, keys: new RuleKeys(this.prefix, compiled, this.rules) });
+      }
+    }
+    this.planNames = planRules.map((plan) => plan.name).join(", ");
 
     const timeout = positiveMs(options.timeout ?? 1000, "timeout", { infinite: true });
     const onError = options.onError ?? "allow";
@@ -128,11 +158,13 @@ export class Limiter {
     const transport = transportFor(redis, { breaker: breaker === false ? undefined : breaker });
     this.transport = transport;
     this.timeout = timeout;
-    this.scripts = new RuleScripts(this.rules, this.ruleKeys, transport, {
-      timeout,
-      batchWindow,
-      breaker: breaker !== false,
-    });
+    this.scripts = new RuleScripts(
+      this.rules,
+      this.ruleKeys,
+      transport,
+      { timeout, batchWindow, breaker: breaker !== false },
+      planRules,
+    );
 
     const denyCache = options.denyCache ?? { maxEntries: 10_000 };
     if (denyCache !== false) {
@@ -142,9 +174,37 @@ export class Limiter {
       }
       this.cache = new DenyCache(maxEntries);
     }
-    if (options.lease !== undefined && options.lease !== false) {
-      this.leases = new Leases(leaseConfig(options.lease), this.rules, this.scripts, () => this.now());
+    const lease =
+      options.lease === undefined || options.lease === false ? undefined : leaseConfig(options.lease);
+    const plans = new Map<string, Plan>();
+    for (const [name, encoding] of this.scripts.plans) {
+      const scripts = this.scripts;
+      const leases =
+        lease &&
+        new Leases(
+          lease,
+          encoding.rules,
+          {
+            reserve: (id, cost, now, want) => scripts.reserve(id, cost, now, want, encoding),
+            refund: (id, units, windowStarts, now) => scripts.refund(id, units, windowStarts, now, encoding),
+          },
+          () => this.now(),
+          name,
+        );
+      plans.set(name, { encoding, leases });
     }
+    this.plans = plans;
+  }
+
+  /**
+   * The rules a plan decides by ("default", or no plan: the base rules), in rule order: what the
+   * RateLimit-Policy of a decision under it states (`limiter.rulesOf(decision.plan)`).
+   *
+   * @example
+   * rateLimitHeaders(decision, limiter.rulesOf(decision.plan))
+   */
+  rulesOf(plan?: string): readonly Rule[] {
+    return this.planOf(plan).encoding.rules;
   }
 
   /**
@@ -160,17 +220,18 @@ export class Limiter {
     if (typeof cost !== "number" || !Number.isInteger(cost) || cost < 0) {
       throw new RangeError(`cost: must be a whole number of units, 0 or more, got ${describe(cost)}`);
     }
+    const plan = this.planOf(options?.plan);
     const now = this.now();
-    const cached = this.cache?.get(identifier, Math.max(cost, 1), now);
+    const cached = this.cache?.get(identifier, Math.max(cost, 1), now, plan.encoding.name);
     if (cached) return Promise.resolve(cached);
     const waitUntil = options?.waitUntil;
     if (waitUntil !== undefined && typeof waitUntil !== "function") {
       throw new TypeError(`waitUntil: expected a function such as ctx.waitUntil, got ${describe(waitUntil)}`);
     }
     // A lease answers on the spot: it never waits on a request, this one's or another's.
-    const leased = this.leases?.answer(identifier, cost, now, waitUntil);
+    const leased = plan.leases?.answer(identifier, cost, now, waitUntil);
     if (leased) return Promise.resolve(leased);
-    return this.decide(identifier, cost, now, waitUntil);
+    return this.decide(plan, identifier, cost, now, waitUntil);
   }
 
   /**
@@ -181,11 +242,12 @@ export class Limiter {
    * process.on("SIGTERM", () => limiter.dispose());
    */
   async dispose(): Promise<void> {
-    await this.leases?.dispose();
+    await Promise.all([...this.plans.values()].map((plan) => plan.leases?.dispose()));
   }
 
   /**
-   * Forgets everything about `identifier`, for every rule (one request), and its cached denial here.
+   * Forgets everything about `identifier`, for every rule under every plan (one request), and its
+   * cached denial and leases here.
    *
    * @example
    * await limiter.reset("user:42");
@@ -193,56 +255,85 @@ export class Limiter {
   async reset(identifier: string): Promise<void> {
     checkIdentifier(identifier);
     this.cache?.delete(identifier);
-    this.leases?.drop(identifier);
-    const keys = this.ruleKeys.all(identifier, this.now());
+    const now = this.now();
+    const keys = new Set<string>();
+    for (const { encoding, leases } of this.plans.values()) {
+      leases?.drop(identifier);
+      for (const key of encoding.keys.all(identifier, now)) keys.add(key);
+    }
     const reply = await this.transport.call(["DEL", ...keys], { timeout: this.timeout, breaker: false });
     if (!reply.ok) throw reply.error;
   }
 
   /**
-   * The Redis keys of `identifier` at `now` (default: this Limiter's clock), one per rule, in rule
-   * order. A fixed window has a key per window: the rule's key, ":", the window's index.
+   * The Redis keys of `identifier` at `now` (default: this Limiter's clock) under `plan` (default: the
+   * base rules), one per rule, in rule order. A fixed window has a key per window: the rule's key, ":",
+   * the window's index. A plan shares the base rule's key, except where it changes a fixed or sliding
+   * window's `window`: the rule's key then ends in ".<window ms>".
    */
-  keys(identifier: string, now: number = this.now()): string[] {
-    return this.ruleKeys.of(identifier, now);
+  keys(identifier: string, now: number = this.now(), plan?: string): string[] {
+    return this.planOf(plan).encoding.keys.of(identifier, now);
   }
 
   private now(): number {
     return readClock(this.clock);
   }
 
+  /** The plan a call names (undefined: the base rules), or a RangeError naming `plan`. */
+  private planOf(name: string | undefined): Plan {
+    const plan = this.plans.get(name ?? "default");
+    if (plan !== undefined) return plan;
+    throw new RangeError(
+      `plan: unknown plan ${describe(name)}; ${this.planNames ? `the plans are ${this.planNames}` : "this Limiter has no plans"}`,
+    );
+  }
+
   /** Asks Redis; the Decision comes in the transport call's own promise (no async layers around it). */
-  private decide(identifier: string, cost: number, now: number, waitUntil?: WaitUntil): Promise<Decision> {
-    if (this.leases === undefined) {
-      return this.scripts.decide(identifier, cost, now, (decision) => {
-        if (decision instanceof Error) return this.failure(decision, now);
-        if (!decision.allowed) this.cache?.set(identifier, Math.max(cost, 1), now, decision);
-        return decision;
-      });
+  private decide(
+    plan: Plan,
+    identifier: string,
+    cost: number,
+    now: number,
+    waitUntil?: WaitUntil,
+  ): Promise<Decision> {
+    const encoding = plan.encoding;
+    if (plan.leases === undefined) {
+      return this.scripts.decide(
+        identifier,
+        cost,
+        now,
+        (decision) => {
+          if (decision instanceof Error) return this.failure(decision, now, encoding);
+          if (!decision.allowed) this.cache?.set(identifier, Math.max(cost, 1), now, decision);
+          return decision;
+        },
+        encoding,
+      );
     }
-    return this.decideLeasing(this.leases, identifier, cost, now, waitUntil);
+    return this.decideLeasing(plan.leases, encoding, identifier, cost, now, waitUntil);
   }
 
   /** With leases on, the decision also reserves units for the identifier's lease (see Leases). */
   private async decideLeasing(
     leases: Leases,
+    encoding: PlanEncoding,
     identifier: string,
     cost: number,
     now: number,
     waitUntil: WaitUntil | undefined,
   ): Promise<Decision> {
     const want = leases.want(identifier, cost, now);
-    const reservation = await this.scripts.reserve(identifier, cost, now, want);
-    if (reservation instanceof Error) return this.failure(reservation, now);
+    const reservation = await this.scripts.reserve(identifier, cost, now, want, encoding);
+    if (reservation instanceof Error) return this.failure(reservation, now, encoding);
     const decision = reservation.decision;
     if (!decision.allowed) this.cache?.set(identifier, Math.max(cost, 1), now, decision);
     return leases.settle(identifier, reservation, now, waitUntil);
   }
 
-  private failure(error: unknown, now: number): Decision {
+  private failure(error: unknown, now: number, plan: PlanEncoding): Decision {
     const allowed = this.failOpen;
     const rules: Record<string, RuleResult> = {};
-    for (const rule of this.rules) {
+    for (const rule of plan.rules) {
       rules[rule.name] = {
         allowed,
         limit: rule.limit,
@@ -251,7 +342,7 @@ export class Limiter {
         retryAfter: allowed ? 0 : ERROR_RETRY_MS,
       };
     }
-    const first = this.rules[0]!;
+    const first = plan.rules[0]!;
     const outcome = rules[first.name]!;
     return {
       allowed: outcome.allowed,
@@ -261,6 +352,7 @@ export class Limiter {
       retryAfter: outcome.retryAfter,
       rule: first.name,
       source: "error",
+      plan: plan.name,
       decidedAt: now,
       rules,
       error: error instanceof Error ? error : new Error(String(error)),

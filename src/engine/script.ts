@@ -6,7 +6,8 @@
 //    decision, and reservations for leases; it answers 4 integers per rule (and, reserving, the
 //    units reserved and the window each rule counted them in);
 //  - the refund script (lua/refund.lua): gives a lease's unused units back.
-// Every rule is encoded once, when the Limiter is built; a call adds its time and cost.
+// Every rule is encoded once, when the Limiter is built, under the base rules and under each plan (a
+// PlanEncoding each); a call looks its plan's up and adds its time and cost.
 import type { Rule } from "./algorithms.js";
 import { describe } from "./duration.js";
 import { RedisCallError } from "./errors.js";
@@ -73,7 +74,7 @@ export function limiterArgs(rules: readonly Rule[], now: number, cost: number, r
 }
 
 /** One rule's one-rule script: when it is taken, its arguments, and what its integer says. */
-interface OneRule {
+export interface OneRule {
   readonly sha1: string;
   readonly options: CallOptions;
   /** Whether a call for `cost` takes it (else the limiter script decides). */
@@ -193,8 +194,32 @@ function oneRuleOf(rule: Rule, options: ScriptCallOptions): OneRule | undefined 
 }
 
 /**
+ * What one plan sends, computed once when the Limiter is built: its rules, their keys and encoded
+ * arguments, and its one-rule script when it takes one. A decision under a plan costs a Map lookup.
+ */
+export interface PlanEncoding {
+  /** "default" for the base rules, else the plan's name: what a Decision's `plan` says. */
+  readonly name: string;
+  readonly rules: readonly Rule[];
+  readonly keys: RuleKeys;
+  /** Every rule's four arguments, in rule order. */
+  readonly args: readonly string[];
+  readonly one: OneRule | undefined;
+  /** The number of rules, as the EVALSHA's key count. */
+  readonly count: string;
+}
+
+/** A plan as RuleScripts takes it: its name, compiled rules and keys. */
+export interface PlanRules {
+  readonly name: string;
+  readonly rules: readonly Rule[];
+  readonly keys: RuleKeys;
+}
+
+/**
  * Sends a Limiter's decisions, reservations and refunds, each as one EVALSHA through the transport.
  * Never rejects: a failure (Redis, the transport, an answer it cannot read) resolves to an Error.
+ * Every call takes the plan it decides under (default: the base rules).
  *
  * @example
  * const scripts = new RuleScripts(limiter.rules, new RuleKeys("edgelimit", limiter.rules), transport, options);
@@ -203,27 +228,45 @@ function oneRuleOf(rule: Rule, options: ScriptCallOptions): OneRule | undefined 
 export class RuleScripts {
   private readonly limiterCall: CallOptions;
   private readonly refundCall: CallOptions;
-  /** Every rule's four arguments, in rule order. */
-  private readonly ruleArgs: readonly string[];
-  private readonly oneRule: OneRule | undefined;
-  private readonly count: string;
+  /** The base rules' encoding ("default"). */
+  readonly base: PlanEncoding;
+  /** Every encoding by plan name, "default" included. */
+  readonly plans: ReadonlyMap<string, PlanEncoding>;
 
+  /**
+   * `plans`: the other plans beside the base rules. With any, a fixed window never takes its one-rule
+   * script: that script leaves a denial's INCR in a full window's count, harmless while the limit stays,
+   * but a plan that raises the limit would then admit less than it should. The limiter script counts
+   * admissions only, so counts stay exact across a change of plan.
+   */
   constructor(
-    private readonly rules: readonly Rule[],
-    private readonly keys: RuleKeys,
+    rules: readonly Rule[],
+    keys: RuleKeys,
     private readonly transport: Transport,
     options: ScriptCallOptions,
+    plans: readonly PlanRules[] = [],
   ) {
     this.limiterCall = { ...options, script: LIMITER };
     this.refundCall = { ...options, script: REFUND };
-    this.ruleArgs = rules.flatMap(encodeRule);
-    this.oneRule = rules.length === 1 ? oneRuleOf(rules[0]!, options) : undefined;
-    this.count = String(rules.length);
+    const exact = plans.length > 0;
+    const encode = ({ name, rules, keys }: PlanRules): PlanEncoding => {
+      const only = rules.length === 1 ? rules[0]! : undefined;
+      const one =
+        only === undefined || (exact && only.algorithm === "fixedWindow")
+          ? undefined
+          : oneRuleOf(only, options);
+      return { name, rules, keys, args: rules.flatMap(encodeRule), one, count: String(rules.length) };
+    };
+    this.base = encode({ name: "default", rules, keys });
+    const all = new Map<string, PlanEncoding>([["default", this.base]]);
+    for (const plan of plans) all.set(plan.name, encode(plan));
+    this.plans = all;
   }
 
   /**
-   * Decides `cost` units of `identifier` at `now`, reserving nothing: a Decision, or an Error. With
-   * `then`, resolves with what it makes of that instead (in the call's own promise: no second one).
+   * Decides `cost` units of `identifier` at `now` under `plan`, reserving nothing: a Decision, or an
+   * Error. With `then`, resolves with what it makes of that instead (in the call's own promise: no
+   * second one).
    */
   decide(identifier: string, cost: number, now: number): Promise<Decision | Error>;
   decide<T>(
@@ -231,79 +274,70 @@ export class RuleScripts {
     cost: number,
     now: number,
     then: (decision: Decision | Error) => T,
+    plan?: PlanEncoding,
   ): Promise<T>;
   decide<T>(
     identifier: string,
     cost: number,
     now: number,
     then?: (decision: Decision | Error) => T,
+    plan: PlanEncoding = this.base,
   ): Promise<T | Decision | Error> {
-    const keys = this.keys.of(identifier, now);
-    const one = this.oneRule;
+    const keys = plan.keys.of(identifier, now);
+    const one = plan.one;
     if (one?.takes(cost)) {
       const command = ["EVALSHA", one.sha1, "1", keys[0]!];
       one.push(command, cost, now);
       return this.transport.callThen(command, one.options, (reply) => {
-        const decision = this.oneRuleDecision(one, reply, cost, now);
+        const decision = oneRuleDecision(plan, one, reply, cost, now);
         return then === undefined ? decision : then(decision);
       });
     }
-    return this.transport.callThen(this.command(keys, cost, now, undefined), this.limiterCall, (reply) => {
-      const decision = reply.ok ? this.decode(reply.result, false, now) : reply.error;
-      return then === undefined ? decision : then(decision);
-    });
+    return this.transport.callThen(
+      this.command(plan, keys, cost, now, undefined),
+      this.limiterCall,
+      (reply) => {
+        const decision = reply.ok ? decode(plan, reply.result, false, now) : reply.error;
+        return then === undefined ? decision : then(decision);
+      },
+    );
   }
 
-  /** The Decision of a one-rule script's reply. */
-  private oneRuleDecision(one: OneRule, reply: CallResult, cost: number, now: number): Decision | Error {
+  /** Decides `cost` units of `identifier` at `now` under `plan`, reserving up to `want` more for a lease. */
+  async reserve(
+    identifier: string,
+    cost: number,
+    now: number,
+    want: number,
+    plan: PlanEncoding = this.base,
+  ): Promise<Reservation | Error> {
+    const keys = plan.keys.of(identifier, now);
+    const reply = await this.transport.call(this.command(plan, keys, cost, now, want), this.limiterCall);
     if (!reply.ok) return reply.error;
-    const result = reply.result;
-    if (typeof result !== "number" || !Number.isInteger(result)) return unexpected(result);
-    const outcome = one.decode(result, cost, now);
-    const name = this.rules[0]!.name;
-    const rules: Record<string, RuleResult> = {};
-    rules[name] = outcome;
-    return {
-      allowed: outcome.allowed,
-      limit: outcome.limit,
-      remaining: outcome.remaining,
-      resetAt: outcome.resetAt,
-      retryAfter: outcome.retryAfter,
-      rule: name,
-      source: "redis",
-      decidedAt: now,
-      rules,
-    };
-  }
-
-  /** Decides `cost` units of `identifier` at `now`, reserving up to `want` more for a lease. */
-  async reserve(identifier: string, cost: number, now: number, want: number): Promise<Reservation | Error> {
-    const keys = this.keys.of(identifier, now);
-    const reply = await this.transport.call(this.command(keys, cost, now, want), this.limiterCall);
-    if (!reply.ok) return reply.error;
-    const decision = this.decode(reply.result, true, now);
+    const decision = decode(plan, reply.result, true, now);
     if (decision instanceof Error) return decision;
     const result = reply.result as unknown[];
-    const at = 4 * this.rules.length;
-    const windowStarts = this.rules.map((_, i) => Number(result[at + 1 + i]));
+    const at = 4 * plan.rules.length;
+    const windowStarts = plan.rules.map((_, i) => Number(result[at + 1 + i]));
     return { decision, reserved: Number(result[at]), windowStarts };
   }
 
   /**
-   * Gives `units` of `identifier` back under every rule, each in the window it counted them in
-   * (`windowStarts`, as a reservation answered them). Resolves true when Redis ran it.
+   * Gives `units` of `identifier` back under every rule of `plan`, each in the window it counted them
+   * in (`windowStarts`, as a reservation answered them). Resolves true when Redis ran it.
    */
   async refund(
     identifier: string,
     units: number,
     windowStarts: readonly number[],
     now: number,
+    plan: PlanEncoding = this.base,
   ): Promise<boolean> {
-    const keys = this.keys.of(identifier, now, windowStarts);
-    const command = ["EVALSHA", REFUND.sha1, this.count, ...keys, now.toString(16), String(units)];
-    for (let i = 0; i < this.rules.length; i++) {
+    const keys = plan.keys.of(identifier, now, windowStarts);
+    const command = ["EVALSHA", REFUND.sha1, plan.count, ...keys, now.toString(16), String(units)];
+    const args = plan.args;
+    for (let i = 0; i < plan.rules.length; i++) {
       const at = 4 * i;
-      const args = this.ruleArgs;
       command.push(args[at]!, args[at + 1]!, args[at + 2]!, args[at + 3]!, String(windowStarts[i] ?? 0));
     }
     const reply = await this.transport.call(command, this.refundCall);
@@ -311,54 +345,90 @@ export class RuleScripts {
   }
 
   /** The limiter script's EVALSHA: keys, now (hexadecimal: cheaper for Redis to parse), cost, rules, reserve. */
-  private command(keys: string[], cost: number, now: number, reserve: number | undefined): string[] {
-    const command = ["EVALSHA", LIMITER.sha1, this.count];
+  private command(
+    plan: PlanEncoding,
+    keys: string[],
+    cost: number,
+    now: number,
+    reserve: number | undefined,
+  ): string[] {
+    const command = ["EVALSHA", LIMITER.sha1, plan.count];
     for (const key of keys) command.push(key);
     command.push(now.toString(16), String(cost));
-    for (const arg of this.ruleArgs) command.push(arg);
+    for (const arg of plan.args) command.push(arg);
     if (reserve !== undefined) command.push(String(reserve));
     return command;
   }
+}
 
-  /** The limiter script's table: 4 integers per rule (then, reserving, 1 + one per rule). */
-  private decode(result: unknown, reserving: boolean, now: number): Decision | Error {
-    const n = this.rules.length;
-    if (!Array.isArray(result) || result.length !== 4 * n + (reserving ? 1 + n : 0))
-      return unexpected(result);
-    const rules: Record<string, RuleResult> = {};
-    let binding: RuleResult | undefined;
-    let bindingName = "";
-    let allowed = true;
-    for (let i = 0; i < n; i++) {
-      const retry = Number(result[4 * i + 3]);
-      const outcome: RuleResult = {
-        allowed: result[4 * i] === 1,
-        limit: this.rules[i]!.limit,
-        remaining: Number(result[4 * i + 1]),
-        resetAt: Number(result[4 * i + 2]),
-        retryAfter: retry < 0 ? Number.POSITIVE_INFINITY : retry,
-      };
-      const name = this.rules[i]!.name;
-      rules[name] = outcome;
-      if (!outcome.allowed) allowed = false;
-      if (binding === undefined || binds(outcome, binding)) {
-        binding = outcome;
-        bindingName = name;
-      }
-    }
-    const b = binding!;
-    return {
-      allowed,
-      limit: b.limit,
-      remaining: b.remaining,
-      resetAt: b.resetAt,
-      retryAfter: allowed ? 0 : b.retryAfter,
-      rule: bindingName,
-      source: "redis",
-      decidedAt: now,
-      rules,
+/** The Decision of a one-rule script's reply. */
+function oneRuleDecision(
+  plan: PlanEncoding,
+  one: OneRule,
+  reply: CallResult,
+  cost: number,
+  now: number,
+): Decision | Error {
+  if (!reply.ok) return reply.error;
+  const result = reply.result;
+  if (typeof result !== "number" || !Number.isInteger(result)) return unexpected(result);
+  const outcome = one.decode(result, cost, now);
+  const name = plan.rules[0]!.name;
+  const rules: Record<string, RuleResult> = {};
+  rules[name] = outcome;
+  return {
+    allowed: outcome.allowed,
+    limit: outcome.limit,
+    remaining: outcome.remaining,
+    resetAt: outcome.resetAt,
+    retryAfter: outcome.retryAfter,
+    rule: name,
+    source: "redis",
+    plan: plan.name,
+    decidedAt: now,
+    rules,
+  };
+}
+
+/** The limiter script's table: 4 integers per rule (then, reserving, 1 + one per rule). */
+function decode(plan: PlanEncoding, result: unknown, reserving: boolean, now: number): Decision | Error {
+  const planRules = plan.rules;
+  const n = planRules.length;
+  if (!Array.isArray(result) || result.length !== 4 * n + (reserving ? 1 + n : 0)) return unexpected(result);
+  const rules: Record<string, RuleResult> = {};
+  let binding: RuleResult | undefined;
+  let bindingName = "";
+  let allowed = true;
+  for (let i = 0; i < n; i++) {
+    const retry = Number(result[4 * i + 3]);
+    const outcome: RuleResult = {
+      allowed: result[4 * i] === 1,
+      limit: planRules[i]!.limit,
+      remaining: Number(result[4 * i + 1]),
+      resetAt: Number(result[4 * i + 2]),
+      retryAfter: retry < 0 ? Number.POSITIVE_INFINITY : retry,
     };
+    const name = planRules[i]!.name;
+    rules[name] = outcome;
+    if (!outcome.allowed) allowed = false;
+    if (binding === undefined || binds(outcome, binding)) {
+      binding = outcome;
+      bindingName = name;
+    }
   }
+  const b = binding!;
+  return {
+    allowed,
+    limit: b.limit,
+    remaining: b.remaining,
+    resetAt: b.resetAt,
+    retryAfter: allowed ? 0 : b.retryAfter,
+    rule: bindingName,
+    source: "redis",
+    plan: plan.name,
+    decidedAt: now,
+    rules,
+  };
 }
 
 function unexpected(result: unknown): RedisCallError {

@@ -17,6 +17,8 @@ export interface Decision extends RuleResult {
   rule: string;
   /** Where the answer came from: Redis, the in-isolate deny cache, a lease held here, or `onError`. */
   source: "redis" | "cache" | "lease" | "error";
+  /** The rules that applied: "default" (the Limiter's own rules), or the name of the plan the call gave. */
+  plan: string;
   /**
    * Epoch ms the decision was made at, by the limiter's clock: what `resetAt` and `retryAfter` count
    * from, and what the headers' `t` and `Retry-After` are computed against.

@@ -6,7 +6,7 @@ const T0 = 1_700_000_040_000;
 
 function denial(retryAfter: number): Decision {
   const rule = { allowed: false, limit: 1, remaining: 0, resetAt: T0 + retryAfter, retryAfter };
-  return { ...rule, rule: "r", source: "redis", decidedAt: T0, rules: { r: rule } };
+  return { ...rule, rule: "r", source: "redis", plan: "default", decidedAt: T0, rules: { r: rule } };
 }
 
 describe("deny cache", () => {

@@ -15,6 +15,7 @@ function decision(source: Decision["source"], kind?: RedisErrorKind, allowed = t
     ...rule,
     rule: "r",
     source,
+    plan: "default",
     decidedAt: 0,
     rules: { r: rule },
     ...(kind ? { error: new RedisCallError(kind, `edgelimit: ${kind} happened`) } : {}),

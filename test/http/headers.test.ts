@@ -41,7 +41,7 @@ function decision(rule: string, result: Partial<RuleResult>, others: string[] = 
   for (const name of others) {
     rules[name] = { allowed: true, limit: 1000, remaining: 999, resetAt: NOW + 1000, retryAfter: 0 };
   }
-  return { ...binding, rule, source: "redis", decidedAt: NOW, rules };
+  return { ...binding, rule, source: "redis", plan: "default", decidedAt: NOW, rules };
 }
 
 describe("RateLimit-Policy", () => {

@@ -43,6 +43,11 @@ export interface RateLimitOptions<E extends Env = Env> {
   key: (c: Context<E>) => string | undefined | Promise<string | undefined>;
   /** Units this request takes (default 1); 0 only reads the state. */
   cost?: (c: Context<E>) => number | Promise<number>;
+  /**
+   * The Limiter plan this request is decided under (e.g. the customer's, from your session or API key
+   * record); `undefined`: the base rules. The headers state the quota of the plan that applied.
+   */
+  plan?: (c: Context<E>) => string | undefined | Promise<string | undefined>;
   /** "enforce" (default) refuses with 429; "shadow" lets everything through and reports would-be refusals. */
   mode?: "enforce" | "shadow";
   /** Also send X-RateLimit-Limit / -Remaining / -Reset (default false). */
@@ -75,6 +80,7 @@ export const rateLimit = <E extends Env = Env>({
   limiter,
   key,
   cost = () => 1,
+  plan,
   mode = "enforce",
   legacyHeaders = false,
   log = (event) => console.warn(event.message),
@@ -103,12 +109,16 @@ export const rateLimit = <E extends Env = Env>({
       return;
     }
     // Lease refunds due now finish after the response, through the runtime's waitUntil where it has one.
-    const decision = await limiter.limit(id, { cost: await cost(ctx), waitUntil: waitUntilOf(c) });
+    const decision = await limiter.limit(id, {
+      cost: await cost(ctx),
+      plan: plan && (await plan(ctx)),
+      waitUntil: waitUntilOf(c),
+    });
     c.set("rateLimit", decision);
     const where = { key: id, decision, method: c.req.method, path: c.req.path };
     const failure = failures.record(decision, `${where.method} ${where.path}`);
     if (failure) log({ kind: "error", message: failure, ...where });
-    const { refusal, headers, shadowDenied } = enforce(decision, limiter.rules, {
+    const { refusal, headers, shadowDenied } = enforce(decision, limiter.rulesOf(decision.plan), {
       mode,
       legacy: legacyHeaders,
     });

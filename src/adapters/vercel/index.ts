@@ -23,6 +23,11 @@ export interface VercelRateLimitOptions {
   routes?: readonly string[];
   /** Units this request takes (default 1); 0 only reads the state. */
   cost?: (request: Request) => number | Promise<number>;
+  /**
+   * The Limiter plan this request is decided under (e.g. from a verified token); `undefined`: the base
+   * rules. The headers state the quota of the plan that applied.
+   */
+  plan?: (request: Request) => string | undefined | Promise<string | undefined>;
   /** Also send X-RateLimit-Limit / -Remaining / -Reset (default false). */
   legacyHeaders?: boolean;
   /** The response when `key` gives undefined or "" (default: a 401 problem+json). */
@@ -55,6 +60,7 @@ export function createMiddleware(
     key = clientIp,
     routes,
     cost = () => 1,
+    plan,
     legacyHeaders = false,
     onMissingKey = () => unauthorized(),
   } = options;
@@ -66,10 +72,14 @@ export function createMiddleware(
     if (!limited(pathname)) return undefined;
     const id = await key(request);
     if (id === undefined || id === "") return onMissingKey(request);
-    const decision = await limiter.limit(id, { cost: await cost(request), waitUntil: vercelWaitUntil() });
+    const decision = await limiter.limit(id, {
+      cost: await cost(request),
+      plan: plan && (await plan(request)),
+      waitUntil: vercelWaitUntil(),
+    });
     const failure = failures.record(decision, `${request.method} ${pathname}`);
     if (failure) console.warn(failure);
-    const { refusal, headers } = enforce(decision, limiter.rules, { legacy: legacyHeaders });
+    const { refusal, headers } = enforce(decision, limiter.rulesOf(decision.plan), { legacy: legacyHeaders });
     return refusal ?? next({ headers });
   };
 }

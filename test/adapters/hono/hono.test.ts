@@ -197,6 +197,47 @@ describe("hono rateLimit (enforce)", () => {
   });
 });
 
+describe("hono rateLimit under a plan", () => {
+  // pro: a burst of 6 at the same rate (1 per minute), 50 an hour
+  const PLANS = { pro: { burst: { burst: 6 }, hourly: { limit: 50 } } };
+  const PRO_POLICY = '"burst";q=6;w=360, "hourly";q=50;w=3600';
+
+  it("decides under the plan the option names, and states that plan's quota in the headers", async () => {
+    const { get } = setup({ plan: (c) => c.req.header("x-plan") }, { plans: PLANS });
+    for (let used = 1; used <= 6; used++) {
+      const response = await get("/api/json", { "x-user": "alice", "x-plan": "pro" });
+      expect(response.status).toBe(200);
+      expect(rateHeaders(response)).toEqual({
+        "ratelimit-policy": PRO_POLICY,
+        ratelimit: `"burst";r=${6 - used};t=${60 * used}`,
+      });
+    }
+    const denied = await get("/api/json", { "x-user": "alice", "x-plan": "pro" });
+    expect(denied.status).toBe(429);
+    expect(denied.headers.get("ratelimit-policy")).toBe(PRO_POLICY);
+    expect(denied.headers.get("ratelimit")).toBe('"burst";r=0;t=60');
+    expect(denied.headers.get("retry-after")).toBe("60");
+
+    // the same user without a plan: the base rules, over the units already counted
+    const base = await get("/api/json", { "x-user": "alice" });
+    expect(base.status).toBe(429);
+    expect(base.headers.get("ratelimit-policy")).toBe(POLICY);
+    // the 6 units counted under pro leave the base rules' hourly 5 over: it binds, to the hour's end
+    expect(base.headers.get("retry-after")).toBe("2760");
+    expect(base.headers.get("ratelimit")).toBe('"hourly";r=0;t=2760');
+    const other = await get("/api/json", { "x-user": "bob" });
+    expect(rateHeaders(other)).toEqual({ "ratelimit-policy": POLICY, ratelimit: '"burst";r=2;t=60' });
+  });
+
+  it("puts the plan that applied in c.get('rateLimit').plan", async () => {
+    const { app, limiter } = setup({ plan: async () => "pro" }, { plans: PLANS });
+    app.get("/api/plan", (c) => c.text(c.get("rateLimit").plan));
+    const response = await app.request("/api/plan", { headers: { "x-user": "carol" } });
+    expect(await response.text()).toBe("pro");
+    expect((await limiter.limit("carol", { cost: 0, plan: "pro" })).remaining).toBe(5);
+  });
+});
+
 describe("hono rateLimit (shadow)", () => {
   it("serves what it would refuse, marks it EdgeLimit-Shadow: denied, and logs it", async () => {
     const { get, events } = setup({ mode: "shadow" });

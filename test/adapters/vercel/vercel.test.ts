@@ -5,7 +5,7 @@ import {
   type VercelRateLimitOptions,
 } from "../../../src/adapters/vercel/index.js";
 import { QUOTA_EXCEEDED } from "../../../src/http/headers.js";
-import { fixedWindow, gcra, Limiter } from "../../../src/index.js";
+import { fixedWindow, gcra, Limiter, type LimiterOptions } from "../../../src/index.js";
 import { bridgeRedis, manualClock, T0, uniquePrefix } from "../../support.js";
 
 // Runs inside edge-runtime (the Vercel edge sandbox), against the real bridge.
@@ -15,7 +15,7 @@ import { bridgeRedis, manualClock, T0, uniquePrefix } from "../../support.js";
 // state between two steps.
 const POLICY = '"burst";q=3;w=180, "hourly";q=5;w=3600';
 
-function setup(options: Partial<VercelRateLimitOptions> = {}) {
+function setup(options: Partial<VercelRateLimitOptions> = {}, plans?: LimiterOptions["plans"]) {
   const clock = manualClock();
   const limiter = new Limiter({
     redis: bridgeRedis(),
@@ -24,6 +24,7 @@ function setup(options: Partial<VercelRateLimitOptions> = {}) {
       burst: gcra({ limit: 10, period: "10m", burst: 3 }),
       hourly: fixedWindow({ limit: 5, window: "1h" }),
     },
+    plans,
     clock,
     timeout: 15_000, // these tests are not about timeouts: a slow machine must not make a decision fail open
   });
@@ -79,6 +80,28 @@ describe("vercel createMiddleware", () => {
     expect(later!.status).toBe(200);
     // One unit dripped back and was taken: burst (0 left) still binds over hourly (1 left).
     expect(later!.headers.get("ratelimit")).toBe('"burst";r=0;t=180');
+  });
+
+  it("decides under the plan the option names, and states that plan's quota in the headers", async () => {
+    const { call } = setup(
+      { plan: (request) => request.headers.get("x-plan") ?? undefined },
+      { pro: { burst: { burst: 6 }, hourly: { limit: 50 } } },
+    );
+    const pro = { "x-real-ip": "203.0.113.7", "x-plan": "pro" };
+    for (let used = 1; used <= 6; used++) {
+      expect(headersOf(await call("/api/items", pro))).toEqual({
+        "x-middleware-next": "1",
+        "ratelimit-policy": '"burst";q=6;w=360, "hourly";q=50;w=3600',
+        ratelimit: `"burst";r=${6 - used};t=${60 * used}`,
+      });
+    }
+    expect((await call("/api/items", pro))!.status).toBe(429);
+    const base = await call("/api/items");
+    expect(base!.status).toBe(429);
+    expect(base!.headers.get("ratelimit-policy")).toBe(POLICY);
+    // the 6 units counted under pro leave the base rules' hourly 5 over: it binds, to the hour's end
+    expect(base!.headers.get("retry-after")).toBe("2760");
+    expect(base!.headers.get("ratelimit")).toBe('"hourly";r=0;t=2760');
   });
 
   it("limits only the given routes, however the path is spelled", async () => {
