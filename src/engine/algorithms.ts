@@ -118,7 +118,8 @@ export const slidingLog = (options: WindowOptions): RuleConfig => ({ algorithm: 
 //   gcra         capacity = burst×period; d ≤ capacity + limit (in 1/limit ms); next_d = d + cost×period ≤
 //                2×capacity + limit; ceil_div(next_d, limit) adds limit - 1: all ≤ 2^52 (cost ≤ burst)
 //   tokenBucket  runs as gcra with burst×period = capacity×interval and limit = refillRate: as above
-//   windows      limit×window; the sliding estimate previous×(window - elapsed) + current×window ≤
+//   fixedWindow  a count ≤ limit and times now + at most 2×window: nothing multiplies them
+//   windows      (sliding) limit×window; the sliding estimate previous×(window - elapsed) + current×window ≤
 //                2×limit×window ≤ 2^51; stamps and resets are now + at most 2×window
 //   slidingLog   one entry per unit: limit ≤ MAX_LOG_LIMIT
 // A clock that lags the stored state by more than about 2^51/limit ms (gcra) makes only the retryAfter
@@ -262,7 +263,9 @@ export function checkRule(
     default: {
       const limit = count("limit");
       const window = duration("window");
-      bounded(limit, window, "limit × window");
+      // a fixed window only counts and adds times: its limit and window are bounded each on its own
+      if (algorithm !== "fixedWindow") bounded(limit, window, "limit × window");
+      else bounded(1, window, "window");
       if (algorithm === "slidingLog" && limit !== undefined && limit > MAX_LOG_LIMIT) {
         issues.push({
           path: [...at, "limit"],

@@ -227,7 +227,8 @@ describe("bounds: every count, and every count × duration, at most 2^50", () =>
     [gcra({ limit: 2 ** 51, period: 1, burst: 1 }), /^rules\.r\.limit: must be at most 2\^50/],
     [gcra({ limit: 1, period: 1, burst: 2 ** 51 }), /^rules\.r\.burst: must be at most 2\^50/],
     [gcra({ limit: 10, period: "1d", burst: 2 ** 24 }), /^rules\.r: burst × period is .* at most 2\^50/],
-    [fixedWindow({ limit: 2 ** 41, window: 1000 }), /^rules\.r: limit × window is .* at most 2\^50/],
+    [slidingWindow({ limit: 2 ** 41, window: 1000 }), /^rules\.r: limit × window is .* at most 2\^50/],
+    [fixedWindow({ limit: 1, window: 2 ** 51 }), /^rules\.r: window is .* at most 2\^50/],
     [slidingWindow({ limit: 2 ** 53, window: 1 }), /^rules\.r\.limit: must be at most 2\^50/],
     [slidingLog({ limit: 1, window: 2 ** 51 }), /^rules\.r: limit × window is .* at most 2\^50/],
   ];
@@ -310,7 +311,7 @@ describe("rule problems as issues: a path and a message", () => {
     expect(
       messageOf(() => compileRule("daily", { algorithm: "fixedWindow", limit: 0, window: "1 day" } as never)),
     ).toBe(`rules.daily.limit: must be a positive whole number, got 0; rules.daily.window: ${notDuration}`);
-    expect(messageOf(() => compileRule("per.day", fixedWindow({ limit: 2 ** 41, window: 1000 })))).toBe(
+    expect(messageOf(() => compileRule("per.day", slidingWindow({ limit: 2 ** 41, window: 1000 })))).toBe(
       "rules.per.day: limit × window is 2199023255552000 ms, too large to count exactly: it must be at most 2^50 (1125899906842624)",
     );
     expect(messageOf(() => compileRule("a b", gcra({ limit: 0, period: "1s" })))).toBe(

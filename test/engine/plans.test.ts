@@ -457,3 +457,21 @@ describe("commands per decision with plans configured", () => {
     expect(got).toEqual(calls);
   });
 });
+
+describe("the issue's own example", () => {
+  it("builds, and counts a daily fixed window of 100,000,000 exactly", async () => {
+    const { limiter, clock } = limiterOf(
+      { perMinute: gcra({ limit: 100, period: "1m" }), daily: fixedWindow({ limit: 10_000, window: "1d" }) },
+      {
+        pro: { perMinute: { limit: 1_000 }, daily: { limit: 1_000_000 } },
+        enterprise: { perMinute: { limit: 10_000, burst: 20_000 }, daily: { limit: 100_000_000 } },
+      },
+    );
+    clock.set(T0);
+    const big = await limiter.limit("key_123", { plan: "enterprise", cost: 20_000 });
+    expect([big.allowed, big.plan, big.rules.daily!.remaining]).toEqual([true, "enterprise", 99_980_000]);
+    const pro = await limiter.limit("key_123", { plan: "pro" });
+    expect([pro.allowed, pro.plan]).toEqual([false, "pro"]);
+    expect(pro.rules.daily!.remaining).toBe(980_000);
+  });
+});

@@ -368,7 +368,7 @@ describe("rule and lease problems, each at its own path", () => {
       ],
     ],
     [
-      withRules({ "per.day": { algorithm: "fixedWindow", limit: 2 ** 41, window: 1000 } }),
+      withRules({ "per.day": { algorithm: "slidingWindow", limit: 2 ** 41, window: 1000 } }),
       [
         'routes[0].rules["per.day"]: limit × window is 2199023255552000 ms, too large to count exactly: it must be at most 2^50 (1125899906842624)',
       ],
