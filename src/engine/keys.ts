@@ -124,6 +124,11 @@ export class RuleKeys {
     );
   }
 
+  /** The key of `identifier`'s stored override: its hash tag, so the same slot as its rule keys. */
+  override(identifier: string): string {
+    return `${this.base(identifier)}:override`;
+  }
+
   /** What every key of `identifier` starts with: the prefix and its hash tag. */
   private base(identifier: string): string {
     return `${this.prefix}:${keyTag(identifier)}`;
