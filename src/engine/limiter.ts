@@ -53,6 +53,11 @@ export interface LimiterOptions {
    * (`source: "lease"`) for up to `ttl`; unused units are given back. See docs/leases.md.
    */
   lease?: LeaseOptions | false;
+  /**
+   * Per-identifier overrides stored in Redis (default off): with them on, each decision's one EVALSHA
+   * also reads the identifier's override, which beats the plan the call names.
+   */
+  overrides?: boolean | { maxStale?: unknown };
 }
 
 /** Options of one decision. */
@@ -91,6 +96,7 @@ const OPTIONS = [
   "batchWindow",
   "breaker",
   "lease",
+  "overrides",
 ];
 
 /**
@@ -164,6 +170,7 @@ export class Limiter {
       transport,
       { timeout, batchWindow, breaker: breaker !== false },
       planRules,
+      options.overrides !== undefined && options.overrides !== false,
     );
 
     const denyCache = options.denyCache ?? { maxEntries: 10_000 };
