@@ -105,7 +105,7 @@ function buildSetup(raw: unknown, url: string | undefined, token: string | undef
 
 function limitedRoute(route: RouteConfig, config: EdgelimitConfig, redis: RestConnection): LimitedRoute {
   // In the Worker a plan is reached only through an override: a request never chooses its plan.
-  const options: LimiterOptions & { overrides?: { maxStale?: number } } = {
+  const options: LimiterOptions = {
     redis,
     prefix: config.prefix,
     rules: route.rules,
