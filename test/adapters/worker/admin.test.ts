@@ -80,7 +80,7 @@ describe("on only with the secret, and only to its bearer", () => {
 
   test("a missing, wrong or non-bearer token is a 401 with WWW-Authenticate; the right one is served", async () => {
     const env = adminEnv([route("header:x-api-key")]);
-    const wrong = [
+    const wrong: Record<string, string>[] = [
       {},
       { Authorization: "" },
       { Authorization: `Bearer ${TOKEN}x` },
