@@ -1,10 +1,12 @@
 // The read path of overrides: with `overrides` on, each decision's one EVALSHA also reads the
 // identifier's stored override (written here raw, as overrides.set() stores it: `<line>\n<json>`) and
 // applies it: a stored override beats the plan the call names, which beats the base rules.
-import { afterEach, describe, expect, it, vi } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
+import { LIMITER_OVERRIDES } from "../../src/engine/generated/scripts.js";
 import { RuleKeys } from "../../src/engine/keys.js";
-import { rulesOfDecision } from "../../src/engine/script.js";
+import { limiterArgs, rulesOfDecision } from "../../src/engine/script.js";
 import { fixedWindow, gcra, Limiter, type RuleConfig, slidingWindow, tokenBucket } from "../../src/index.js";
+import { type Cluster, startCluster } from "../cluster.js";
 import { bridgeRedis, manualClock, T0, uniquePrefix } from "../support.js";
 
 const HOUR = 3_600_000;
@@ -166,6 +168,52 @@ describe("overrides on: the override read in the decision's EVALSHA", () => {
       const [rule] = limiter.keys(id);
       const tag = (key: string) => key.slice(0, key.indexOf("}") + 1);
       expect(override).toBe(`${tag(rule!)}:override`);
+    }
+  });
+});
+
+describe("on a 3-node Redis Cluster", () => {
+  let cluster: Cluster;
+  beforeAll(async () => {
+    cluster = await startCluster();
+  }, 30_000);
+  afterAll(async () => {
+    await cluster?.stop();
+  });
+
+  it("reads the override in the slot of the identifier's rule keys, for any identifier", async () => {
+    const { limiter } = limiterOf({
+      g: gcra({ limit: 10, period: "10m" }),
+      m: fixedWindow({ limit: 100, window: "1m" }),
+    });
+    const keys = new RuleKeys(limiter.prefix, limiter.rules);
+    // the table of a call under the base rules, the Limiter's only plan
+    const table = "\ndefault 10 600000 10 0 100 60000 0 0\n";
+    for (const id of ["user:42", "{a}", "\u{1F600}", "x".repeat(10_000)]) {
+      const override = keys.override(id);
+      const all = [...limiter.keys(id, T0), override];
+      const slots = await Promise.all(all.map((key) => cluster.call(["CLUSTER", "KEYSLOT", key])));
+      expect(new Set(slots).size).toBe(1);
+      await cluster.call(["SET", override, "!gcra 3 600000 3 fixedWindow 100 60000 0\n{}"]);
+      const decide = () =>
+        cluster.call([
+          "EVAL",
+          LIMITER_OVERRIDES.text,
+          all.length,
+          ...all,
+          ...limiterArgs(limiter.rules, T0, 3),
+          "",
+          table,
+        ]);
+      // the custom burst of 3 takes the cost of 3, then nothing more; the line comes back
+      const reply = (await decide()) as unknown[];
+      // the line comes back as a bulk string (bytes on this connection)
+      expect([...reply.slice(0, -1), String(reply.at(-1))]).toEqual([
+        ...[1, 0, T0 + 600_000, 0],
+        ...[1, 97, T0 - (T0 % 60_000) + 60_000, 0],
+        "!gcra 3 600000 3 fixedWindow 100 60000 0",
+      ]);
+      expect(((await decide()) as unknown[])[0]).toBe(0);
     }
   });
 });
