@@ -6,8 +6,11 @@
 //   one-rule  (optional) the body of a script of its own for one rule, no reservation
 //   refund    (optional) registers refund.<name>, for the refund script
 // From them it builds:
-//   limiter          lua/prelude.lua, then each algorithm's state and check inside
-//                    `if several or ARGV[3] == "<name>" then ... end`, then lua/dispatcher.lua;
+//   limiter          a head (`local A, K, n = ARGV, KEYS, #KEYS`), lua/prelude.lua, then each
+//                    algorithm's state and check inside `if several or A[3] == "<name>" then ... end`,
+//                    then lua/dispatcher.lua;
+//   limiterOverrides the same with lua/overrides.lua as its head and the dispatcher wrapped in a
+//                    function, whose answer gains a stored override's line;
 //   oneRule.<name>   the algorithm's state, then its one-rule body;
 //   refund           lua/refund.lua with each algorithm's state and refund, in a `do ... end` of its
 //                    own, where its `-- #refunds` line stands;
@@ -78,10 +81,21 @@ const script = (text) => {
   return { text: stripped, sha1: sha1(stripped) };
 };
 
+const checks = algorithms.map((a) => `if several or A[3] == "${a.name}" then\n${a.state}${a.check}end\n`);
 const limiter = [
+  "local A, K, n = ARGV, KEYS, #KEYS",
   read("prelude.lua"),
-  ...algorithms.map((a) => `if several or ARGV[3] == "${a.name}" then\n${a.state}${a.check}end\n`),
+  ...checks,
   read("dispatcher.lua"),
+].join("\n");
+// The same decisions after lua/overrides.lua's head; the dispatcher, wrapped, answers a table to which
+// the stored override's line is added.
+const limiterOverrides = [
+  read("overrides.lua"),
+  read("prelude.lua"),
+  ...checks,
+  `local function decide()\n${read("dispatcher.lua")}\nend`,
+  "local out = decide()\nif line then out[#out + 1] = line end\nreturn out",
 ].join("\n");
 
 const refundFile = read("refund.lua");
@@ -91,9 +105,17 @@ const refunds = algorithms
   .map((a) => `do\n${a.state}${a.refund}end\n`)
   .join("");
 
-const scripts = { limiter: script(limiter), refund: script(refundFile.replace(/^-- #refunds$/m, refunds)) };
+const scripts = {
+  limiter: script(limiter),
+  limiterOverrides: script(limiterOverrides),
+  refund: script(refundFile.replace(/^-- #refunds$/m, refunds)),
+};
 for (const file of readdirSync(luaDir).sort()) {
-  if (!file.endsWith(".lua") || ["prelude.lua", "dispatcher.lua", "refund.lua"].includes(file)) continue;
+  if (
+    !file.endsWith(".lua") ||
+    ["prelude.lua", "dispatcher.lua", "refund.lua", "overrides.lua"].includes(file)
+  )
+    continue;
   const name = file.slice(0, -4).replace(/[-_](\w)/g, (_, c) => c.toUpperCase());
   scripts[name] = script(read(file));
 }

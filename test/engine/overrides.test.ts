@@ -372,7 +372,7 @@ describe("what maxStale costs Redis", () => {
 });
 
 describe("the Limiter that changes an override", () => {
-  it("drops its own cached denial of the identifier at once (set and delete)", async () => {
+  it("drops its own cached denial of the identifier at once (set and delete); the override applies at once", async () => {
     const { limiter } = setup({
       rules: { daily: fixedWindow({ limit: 1, window: "1d" }) },
       plans: undefined,
@@ -381,10 +381,23 @@ describe("the Limiter that changes an override", () => {
     await limiter.limit("x");
     expect((await limiter.limit("x")).source).toBe("cache");
     await limiter.overrides.set("x", { rules: { daily: { limit: 5 } } });
-    expect((await limiter.limit("x")).source).toBe("redis");
-    expect((await limiter.limit("x")).source).toBe("cache");
+    const after: string[] = [];
+    for (let i = 0; i < 6; i++) {
+      const d = await limiter.limit("x");
+      after.push(`${d.allowed} ${d.source} ${d.plan} ${d.limit}`);
+    }
+    // 1 counted before; exactly 4 more under the override, then its denial is cached like any other
+    expect(after).toEqual([
+      "true redis custom 5",
+      "true redis custom 5",
+      "true redis custom 5",
+      "true redis custom 5",
+      "false redis custom 5",
+      "false cache custom 5",
+    ]);
     await limiter.overrides.delete("x");
-    expect((await limiter.limit("x")).source).toBe("redis");
+    const back = await limiter.limit("x");
+    expect([back.allowed, back.source, back.plan, back.limit]).toEqual([false, "redis", "default", 1]);
   });
 
   it("drops its lease of the identifier and gives the unused units back", async () => {
