@@ -78,12 +78,17 @@ export class DenyCache {
     };
   }
 
-  set(identifier: string, cost: number, now: number, decision: Decision): void {
+  /**
+   * Caches a denial decided at `now` for `cost` under the call's `plan` (default: the decision's). With
+   * overrides on they differ: a call under the base rules denied by an override says "custom", and the
+   * next such call is answered from the entry.
+   */
+  set(identifier: string, cost: number, now: number, decision: Decision, plan = decision.plan): void {
     if (decision.retryAfter <= 0 || this.maxStale <= 0) return;
     this.entries.delete(identifier);
     const until = now + decision.retryAfter;
     this.entries.set(identifier, {
-      plan: decision.plan,
+      plan,
       cost,
       until,
       trustedUntil: Math.min(until, now + this.maxStale),

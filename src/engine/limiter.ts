@@ -348,7 +348,7 @@ export class Limiter {
         now,
         (decision) => {
           if (decision instanceof Error) return this.failure(decision, now, encoding);
-          if (!decision.allowed) this.cache?.set(identifier, Math.max(cost, 1), now, decision);
+          if (!decision.allowed) this.cache?.set(identifier, Math.max(cost, 1), now, decision, encoding.name);
           return decision;
         },
         encoding,
@@ -370,7 +370,7 @@ export class Limiter {
     const reservation = await this.scripts.reserve(identifier, cost, now, want, encoding);
     if (reservation instanceof Error) return this.failure(reservation, now, encoding);
     const decision = reservation.decision;
-    if (!decision.allowed) this.cache?.set(identifier, Math.max(cost, 1), now, decision);
+    if (!decision.allowed) this.cache?.set(identifier, Math.max(cost, 1), now, decision, encoding.name);
     return leases.settle(identifier, reservation, now, waitUntil);
   }
 

@@ -1,10 +1,12 @@
 // The read path of overrides: with `overrides` on, each decision's one EVALSHA also reads the
 // identifier's stored override (written here raw, as overrides.set() stores it: `<line>\n<json>`) and
 // applies it: a stored override beats the plan the call names, which beats the base rules.
-import { afterEach, describe, expect, it, vi } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
+import { LIMITER_OVERRIDES } from "../../src/engine/generated/scripts.js";
 import { RuleKeys } from "../../src/engine/keys.js";
-import { rulesOfDecision } from "../../src/engine/script.js";
+import { limiterArgs, rulesOfDecision } from "../../src/engine/script.js";
 import { fixedWindow, gcra, Limiter, type RuleConfig, slidingWindow, tokenBucket } from "../../src/index.js";
+import { type Cluster, startCluster } from "../cluster.js";
 import { bridgeRedis, manualClock, T0, uniquePrefix } from "../support.js";
 
 const HOUR = 3_600_000;
@@ -149,6 +151,41 @@ describe("overrides on: the override read in the decision's EVALSHA", () => {
     expect(rulesOfDecision(await limiter.limit("o"))![0]!.limit).toBe(6);
   });
 
+  it("one fixed window: its own script applies plans, windows and custom limits exactly", async () => {
+    vi.spyOn(console, "warn").mockImplementation(() => {});
+    const { limiter, clock } = limiterOf(
+      { r: fixedWindow({ limit: 3, window: "1h" }) },
+      { pro: { r: { limit: 6 } }, long: { r: { limit: 5, window: "2h" } } },
+    );
+    const end = T0 - (T0 % HOUR) + HOUR;
+    clock.set(T0);
+    const key = await store(limiter, "f", "=long", { plan: "long" });
+    expect(await admitted(limiter, "f", 8, "pro")).toEqual({ n: 5, plans: ["long"] });
+    expect(await redis.get(limiter.keys("f", T0, "long")[0]!)).toBe(5); // the denials took their units back
+    expect(await redis.pttl(limiter.keys("f", T0, "long")[0]!)).toBeGreaterThan(HOUR);
+    // denials leave the count exact, so a raise admits exactly the difference
+    await store(limiter, "g", "!fixedWindow 2 3600000 0", {});
+    expect(await admitted(limiter, "g", 5)).toEqual({ n: 2, plans: ["custom"] });
+    expect(await redis.get(limiter.keys("g", T0)[0]!)).toBe(2);
+    await store(limiter, "g", "=pro", { plan: "pro" });
+    expect(await admitted(limiter, "g", 6)).toEqual({ n: 4, plans: ["pro"] });
+    // a cost above the applied limit: never, nothing kept
+    await store(limiter, "g", "!fixedWindow 2 3600000 0", {});
+    const never = await limiter.limit("h", { cost: 3 });
+    expect(never).toMatchObject({ allowed: true, remaining: 0, resetAt: end, plan: "default" });
+    await store(limiter, "h2", "!fixedWindow 2 3600000 0", {});
+    expect(await limiter.limit("h2", { cost: 3 })).toMatchObject({
+      allowed: false,
+      remaining: 2,
+      retryAfter: Number.POSITIVE_INFINITY,
+      plan: "custom",
+    });
+    expect(await redis.get(limiter.keys("h2", T0)[0]!)).toBe(0);
+    // a stale plan: the base rules
+    await redis.set(key, "=gone\n{}");
+    expect(await admitted(limiter, "f", 3)).toEqual({ n: 3, plans: ["default"] });
+  });
+
   it("applies the override to a lease's reservation too", async () => {
     const { limiter, clock } = limiterOf(rules, plans, { lease: { max: 4, ttl: "1s" } });
     clock.set(T0);
@@ -166,6 +203,52 @@ describe("overrides on: the override read in the decision's EVALSHA", () => {
       const [rule] = limiter.keys(id);
       const tag = (key: string) => key.slice(0, key.indexOf("}") + 1);
       expect(override).toBe(`${tag(rule!)}:override`);
+    }
+  });
+});
+
+describe("on a 3-node Redis Cluster", () => {
+  let cluster: Cluster;
+  beforeAll(async () => {
+    cluster = await startCluster();
+  }, 30_000);
+  afterAll(async () => {
+    await cluster?.stop();
+  });
+
+  it("reads the override in the slot of the identifier's rule keys, for any identifier", async () => {
+    const { limiter } = limiterOf({
+      g: gcra({ limit: 10, period: "10m" }),
+      m: fixedWindow({ limit: 100, window: "1m" }),
+    });
+    const keys = new RuleKeys(limiter.prefix, limiter.rules);
+    // the table of a call under the base rules, the Limiter's only plan
+    const table = "\ndefault 10 600000 10 0 100 60000 0 0\n";
+    for (const id of ["user:42", "{a}", "\u{1F600}", "x".repeat(10_000)]) {
+      const override = keys.override(id);
+      const all = [...limiter.keys(id, T0), override];
+      const slots = await Promise.all(all.map((key) => cluster.call(["CLUSTER", "KEYSLOT", key])));
+      expect(new Set(slots).size).toBe(1);
+      await cluster.call(["SET", override, "!gcra 3 600000 3 fixedWindow 100 60000 0\n{}"]);
+      const decide = () =>
+        cluster.call([
+          "EVAL",
+          LIMITER_OVERRIDES.text,
+          all.length,
+          ...all,
+          ...limiterArgs(limiter.rules, T0, 3),
+          "",
+          table,
+        ]);
+      // the custom burst of 3 takes the cost of 3, then nothing more; the line comes back
+      const reply = (await decide()) as unknown[];
+      // the line comes back as a bulk string (bytes on this connection)
+      expect([...reply.slice(0, -1), String(reply.at(-1))]).toEqual([
+        ...[1, 0, T0 + 600_000, 0],
+        ...[1, 97, T0 - (T0 % 60_000) + 60_000, 0],
+        "!gcra 3 600000 3 fixedWindow 100 60000 0",
+      ]);
+      expect(((await decide()) as unknown[])[0]).toBe(0);
     }
   });
 });

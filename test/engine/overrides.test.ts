@@ -1,7 +1,8 @@
 // Overrides, option and API: the stored format byte for byte (key, line, intent, index, TTL), set()'s
 // validation (messages as exact strings, nothing stored after a refusal), list() and page() over the
 // index (paginated, cleaned of members whose key is gone), maxStale on cached denials, and the
-// changing Limiter dropping its own cached denial and lease of the identifier.
+// changing Limiter dropping its own cached denial and lease of the identifier; end to end (with the
+// read path): an upgrade reaching a second Limiter at maxStale, exact counts after set(), the lease bound.
 import type { Redis } from "@upstash/redis";
 import { describe, expect, it } from "vitest";
 import { DenyCache } from "../../src/engine/deny-cache.js";
@@ -349,8 +350,30 @@ describe("maxStale", () => {
   });
 });
 
+describe("what maxStale costs Redis", () => {
+  // a denied identifier hammered at 1000 calls/s for 3 s (injected clock): the requests that reach Redis
+  it.each([
+    [{ maxStale: 0 }, 3000],
+    [true, 3],
+    [{ maxStale: "10s" }, 1],
+    [false, 1],
+  ])("overrides %j: %i of 3000 denials asked Redis", async (overrides, asked) => {
+    const rules = { daily: fixedWindow({ limit: 1, window: "1d" }) };
+    const { limiter, clock } = setup({ rules, plans: undefined, overrides: overrides as never });
+    await limiter.limit("hammer");
+    let redis = 0;
+    for (let t = 1; t <= 3000; t++) {
+      clock.set(NOW + t);
+      const d = await limiter.limit("hammer");
+      expect(d.allowed).toBe(false);
+      if (d.source === "redis") redis++;
+    }
+    expect(redis).toBe(asked);
+  });
+});
+
 describe("the Limiter that changes an override", () => {
-  it("drops its own cached denial of the identifier at once (set and delete)", async () => {
+  it("drops its own cached denial of the identifier at once (set and delete); the override applies at once", async () => {
     const { limiter } = setup({
       rules: { daily: fixedWindow({ limit: 1, window: "1d" }) },
       plans: undefined,
@@ -359,10 +382,23 @@ describe("the Limiter that changes an override", () => {
     await limiter.limit("x");
     expect((await limiter.limit("x")).source).toBe("cache");
     await limiter.overrides.set("x", { rules: { daily: { limit: 5 } } });
-    expect((await limiter.limit("x")).source).toBe("redis");
-    expect((await limiter.limit("x")).source).toBe("cache");
+    const after: string[] = [];
+    for (let i = 0; i < 6; i++) {
+      const d = await limiter.limit("x");
+      after.push(`${d.allowed} ${d.source} ${d.plan} ${d.limit}`);
+    }
+    // 1 counted before; exactly 4 more under the override, then its denial is cached like any other
+    expect(after).toEqual([
+      "true redis custom 5",
+      "true redis custom 5",
+      "true redis custom 5",
+      "true redis custom 5",
+      "false redis custom 5",
+      "false cache custom 5",
+    ]);
     await limiter.overrides.delete("x");
-    expect((await limiter.limit("x")).source).toBe("redis");
+    const back = await limiter.limit("x");
+    expect([back.allowed, back.source, back.plan, back.limit]).toEqual([false, "redis", "default", 1]);
   });
 
   it("drops its lease of the identifier and gives the unused units back", async () => {
@@ -379,5 +415,106 @@ describe("the Limiter that changes an override", () => {
     const plain = new Limiter({ redis: bridgeRedis(), prefix, rules, clock, denyCache: false });
     // 6 decisions admitted, every leased unit back
     expect((await plain.limit("hot", { cost: 0 })).remaining).toBe(1000 - 6);
+  });
+});
+
+describe("end to end: set() reaching decisions", () => {
+  const rules = { daily: fixedWindow({ limit: 10, window: "1d" }) };
+  const plans = { pro: { daily: { limit: 100 } } };
+
+  it("an upgrade reaches a second Limiter whose denial was cached, at maxStale", async () => {
+    const prefix = uniquePrefix("overrides");
+    const b = setup({ rules, plans }, prefix);
+    const a = new Limiter({ redis: bridgeRedis(), prefix, rules, plans, overrides: true, clock: b.clock });
+    let admitted = 0;
+    for (let i = 0; i < 15; i++) if ((await b.limiter.limit("k")).allowed) admitted++;
+    expect(admitted).toBe(10);
+    expect((await b.limiter.limit("k")).source).toBe("cache");
+    await a.overrides.set("k", { plan: "pro" });
+    b.clock.set(NOW + 999);
+    const stale = await b.limiter.limit("k");
+    expect([stale.allowed, stale.source, stale.plan]).toEqual([false, "cache", "default"]);
+    b.clock.set(NOW + 1000);
+    const fresh = await b.limiter.limit("k");
+    expect([fresh.allowed, fresh.source, fresh.plan, fresh.limit]).toEqual([true, "redis", "pro", 100]);
+    admitted = 1;
+    for (let i = 0; i < 100; i++) if ((await b.limiter.limit("k")).allowed) admitted++;
+    expect(admitted).toBe(90); // the 10 counted under the base rules carry
+  });
+
+  it("exact counts after set(): custom values, a plan beating the call's, expiry of the override", async () => {
+    const { limiter, clock } = setup({
+      rules: { perMinute: gcra({ limit: 10, period: "1m" }) },
+      plans: { pro: { perMinute: { limit: 20 } }, enterprise: { perMinute: { limit: 30 } } },
+      denyCache: false,
+    });
+    const count = async (calls: number, plan?: string) => {
+      const seen = new Set<string>();
+      let n = 0;
+      for (let i = 0; i < calls; i++) {
+        const d = await limiter.limit("g", { plan });
+        seen.add(d.plan);
+        if (d.allowed) n++;
+      }
+      return [n, [...seen].join(",")];
+    };
+    expect(await count(15)).toEqual([10, "default"]);
+    await limiter.overrides.set("g", { rules: { perMinute: { limit: 50 } } });
+    expect(await count(60, "pro")).toEqual([40, "custom"]); // the override beats the call's plan
+    await limiter.overrides.set("g", { plan: "enterprise", expiresAt: NOW + 60_000 });
+    expect(await count(5, "pro")).toEqual([0, "enterprise"]); // 50 used of 30: full
+    await limiter.overrides.delete("g");
+    expect(await count(5, "pro")).toEqual([0, "pro"]); // the call's plan again: 50 used of 20, full
+    clock.set(NOW + 60_000); // a minute on: pro's 20 again
+    expect(await count(25, "pro")).toEqual([20, "pro"]);
+  });
+
+  it("a lease is held at most maxStale; across a downgrade it admits at most what it held, and counts stay exact", async () => {
+    const prefix = uniquePrefix("overrides");
+    const rules = { r: fixedWindow({ limit: 1000, window: "1h" }) };
+    const a = setup({ rules, plans: undefined, lease: { max: 50, ttl: "10s" } }, prefix);
+    const b = new Limiter({ redis: bridgeRedis(), prefix, rules, overrides: true, clock: a.clock });
+    const plain = new Limiter({ redis: bridgeRedis(), prefix, rules, clock: a.clock, denyCache: false });
+    for (let i = 0; i < 4; i++) {
+      await a.limiter.limit("hot");
+      a.clock.set(a.clock.now + 1);
+    }
+    const held = 1000 - 4 - (await plain.limit("hot", { cost: 0 })).remaining;
+    expect(held).toBeGreaterThan(0);
+    expect(held).toBeLessThanOrEqual(50);
+    // downgrade below what is counted: Redis refuses at once; only the held units may still be admitted
+    await b.overrides.set("hot", { rules: { r: { limit: 2 } } });
+    let fromLease = 0;
+    for (let i = 0; i < 100; i++) {
+      const d = await a.limiter.limit("hot");
+      if (d.source === "lease") fromLease++;
+      else expect([d.allowed, ["redis", "cache"].includes(d.source)]).toEqual([false, true]);
+    }
+    expect(fromLease).toBeGreaterThan(0);
+    expect(fromLease).toBeLessThanOrEqual(held);
+    await a.limiter.dispose();
+    expect((await plain.limit("hot", { cost: 0 })).remaining).toBe(1000 - 4 - fromLease);
+
+    // lease ttl 10 s, maxStale 1 s: a lease taken now ends 1 s later
+    await b.overrides.delete("hot");
+    const c = new Limiter({
+      redis: bridgeRedis(),
+      prefix,
+      rules,
+      overrides: true,
+      clock: a.clock,
+      lease: { max: 50, ttl: "10s" },
+    });
+    const start = a.clock.now;
+    for (let i = 0; i < 4; i++) {
+      await c.limit("warm");
+      a.clock.set(a.clock.now + 1);
+    }
+    expect((await c.limit("warm")).source).toBe("lease");
+    a.clock.set(start + 999);
+    expect((await c.limit("warm")).source).toBe("lease");
+    a.clock.set(start + 1000 + 4);
+    expect((await c.limit("warm")).source).toBe("redis");
+    await c.dispose();
   });
 });
