@@ -5,7 +5,7 @@ import { describe } from "./duration.js";
 import { checkIdentifier, checkPrefix, RuleKeys } from "./keys.js";
 import { type LeaseOptions, Leases, leaseConfig, type WaitUntil } from "./leases.js";
 import { Overrides, type OverridesOptions, overridesConfig } from "./overrides.js";
-import { type PlanEncoding, RuleScripts } from "./script.js";
+import { type PlanEncoding, RuleScripts, rulesOfDecision } from "./script.js";
 import { type Transport, transportFor } from "./transport.js";
 import type { Decision, RuleResult } from "./types.js";
 import { checkClock, checkOptions, issueText, positiveMs, readClock } from "./validate.js";
@@ -241,13 +241,17 @@ export class Limiter {
   }
 
   /**
-   * The rules a plan decides by ("default", or no plan: the base rules), in rule order: what the
-   * RateLimit-Policy of a decision under it states (`limiter.rulesOf(decision.plan)`).
+   * The rules a plan decides by ("default", or no plan: the base rules), in rule order; given a
+   * Decision, the rules that decided it (a custom override's own included): what the RateLimit-Policy
+   * of that decision states (`limiter.rulesOf(decision)`).
    *
    * @example
-   * rateLimitHeaders(decision, limiter.rulesOf(decision.plan))
+   * rateLimitHeaders(decision, limiter.rulesOf(decision))
    */
-  rulesOf(plan?: string): readonly Rule[] {
+  rulesOf(plan?: string | Decision): readonly Rule[] {
+    if (typeof plan === "object" && plan !== null) {
+      return rulesOfDecision(plan) ?? this.planOf(plan.plan).encoding.rules;
+    }
     return this.planOf(plan).encoding.rules;
   }
 

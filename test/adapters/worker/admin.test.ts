@@ -315,8 +315,7 @@ describe("the value becomes the identifier a request is counted by", () => {
     expect(await policy(env, { headers: { "X-API-Key": "abcd" } })).toBe('"perHour";q=2;w=3600');
   });
 
-  // Needs limiter.rulesOf("custom") (the overrides contract's read path), not in the engine yet.
-  test.skip("custom values: the quota that applied, in RateLimit-Policy and RateLimit", async () => {
+  test("custom values: the quota that applied, in RateLimit-Policy and RateLimit", async () => {
     const env = adminEnv([route("header:x-api-key")]);
     await admin(env, "PUT", "/_edgelimit/overrides/api?key=def", { rules: { perHour: { limit: 5 } } });
     const response = await call(env, "/api/x", { headers: { "X-API-Key": "def" } });
