@@ -21,37 +21,37 @@
 -- also when another denies.
 local peek = cost == 0
 if peek then cost = 1 end
-local reserve = ARGV[3 + 4 * #KEYS]
+local reserve = A[3 + 4 * n]
 if reserve then reserve = tonumber(reserve) end
 
 -- One rule, the common case: no table but the answer.
-if #KEYS == 1 then
-  local check = algorithms[ARGV[3]]
-  if not check then error("edgelimit: unknown algorithm " .. tostring(ARGV[3])) end
+if n == 1 then
+  local check = algorithms[A[3]]
+  if not check then error("edgelimit: unknown algorithm " .. tostring(A[3])) end
   -- the windows' unused third parameter is 0: not worth a tonumber()
-  local p1, p2, p3 = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6] == "0" and 0 or tonumber(ARGV[6])
-  local room, reset_at, retry_after, commit, s1, s2, s3 = check(KEYS[1], now, cost, p1, p2, p3)
+  local p1, p2, p3 = tonumber(A[4]), tonumber(A[5]), A[6] == "0" and 0 or tonumber(A[6])
+  local room, reset_at, retry_after, commit, s1, s2, s3 = check(K[1], now, cost, p1, p2, p3)
   if not reserve then
     if cost > room then return { 0, math.max(0, room), reset_at, retry_after } end
     if peek then return { 1, room, reset_at, 0 } end
-    return { 1, room - cost, commit(KEYS[1], now, cost, p1, p2, p3, s1, s2, s3), 0 }
+    return { 1, room - cost, commit(K[1], now, cost, p1, p2, p3, s1, s2, s3), 0 }
   end
   if cost > room then return { 0, math.max(0, room), reset_at, retry_after, 0, 0 } end
   if peek then return { 1, room, reset_at, 0, 0, 0 } end
   local reserved = math.min(reserve, math.floor((room - cost) / 2))
   local units = cost + reserved
-  local ends, counted_in = commit(KEYS[1], now, units, p1, p2, p3, s1, s2, s3)
+  local ends, counted_in = commit(K[1], now, units, p1, p2, p3, s1, s2, s3)
   return { 1, room - units, ends, 0, reserved, counted_in }
 end
 
 -- Several rules: check each (reads only), then commit every one or none.
 local rules, admitted, reserved = {}, true, reserve or 0
-for i = 1, #KEYS do
+for i = 1, n do
   local at = 3 + 4 * (i - 1)
-  local p1, p2, p3 = tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3])
-  local check = algorithms[ARGV[at]]
-  if not check then error("edgelimit: unknown algorithm " .. tostring(ARGV[at])) end
-  local room, reset_at, retry_after, commit, s1, s2, s3 = check(KEYS[i], now, cost, p1, p2, p3)
+  local p1, p2, p3 = tonumber(A[at + 1]), tonumber(A[at + 2]), tonumber(A[at + 3])
+  local check = algorithms[A[at]]
+  if not check then error("edgelimit: unknown algorithm " .. tostring(A[at])) end
+  local room, reset_at, retry_after, commit, s1, s2, s3 = check(K[i], now, cost, p1, p2, p3)
   rules[i] = {
     room = room, reset_at = reset_at, retry_after = retry_after,
     commit = commit, args = { p1, p2, p3, s1, s2, s3 },
@@ -67,7 +67,7 @@ for i, rule in ipairs(rules) do
   local n = 4 * (i - 1)
   if take then
     out[n + 1], out[n + 2], out[n + 4] = 1, rule.room - units, 0
-    out[n + 3], counted_in[i] = rule.commit(KEYS[i], now, units, unpack(rule.args, 1, 6))
+    out[n + 3], counted_in[i] = rule.commit(K[i], now, units, unpack(rule.args, 1, 6))
   else
     local admits = cost <= rule.room
     out[n + 1] = admits and 1 or 0
@@ -78,5 +78,5 @@ for i, rule in ipairs(rules) do
 end
 if not reserve then return out end
 out[#out + 1] = reserved
-for i = 1, #KEYS do out[#out + 1] = counted_in[i] or 0 end
+for i = 1, n do out[#out + 1] = counted_in[i] or 0 end
 return out

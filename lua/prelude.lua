@@ -1,5 +1,5 @@
--- The limiter script: this file, then each lua/algorithms/*.lua's state and check sections (each
--- inside `if several or ARGV[3] == "<name>" then ... end`, so a call with one rule defines only its
+-- The limiter script: a head defining A, K and n (below), this file, then each lua/algorithms/*.lua's state and check sections (each
+-- inside `if several or A[3] == "<name>" then ... end`, so a call with one rule defines only its
 -- own algorithm), then lua/dispatcher.lua. It serves every call the one-rule scripts do not: several rules, a
 -- peek, a cost above what the rule can ever admit, a reservation, a sliding log.
 --
@@ -9,6 +9,10 @@
 --          13-digit decimal; the clock is never negative: see Limiter)
 -- ARGV[2]  cost, a whole number of units; 0 peeks (answers for a cost of 1, writes nothing)
 -- ARGV[3 + 4(i-1) ..]  rule i: algorithm name, then three integer parameters (0 where unused)
+--
+-- The script reads them as A (arguments), K (keys) and n (rules), which a head defines before this
+-- file: `local A, K, n = ARGV, KEYS, #KEYS` in the plain script; in limiterOverrides,
+-- lua/overrides.lua, which may put a stored override's parameters and keys in their place.
 --
 -- THE CONTRACT. Each algorithm's check section registers one function, algorithms.<name> (its line
 -- starts unindented: scripts/build-lua.mjs looks for it there):
@@ -32,10 +36,10 @@
 -- 2^53; the rule constructors keep every product below 2^50). To put a number inside a string use
 -- string.format("%d"), never `..`: Lua's own conversion keeps only 14 digits.
 local NEVER = -1
-local now = tonumber(ARGV[1], 16)
+local now = tonumber(A[1], 16)
 -- the usual cost of 1 without parsing it
-local cost = ARGV[2] == "1" and 1 or tonumber(ARGV[2])
+local cost = A[2] == "1" and 1 or tonumber(A[2])
 local algorithms = {}
 
 -- A call with one rule defines only that rule's algorithm; a call with several defines them all.
-local several = #KEYS > 1
+local several = n > 1

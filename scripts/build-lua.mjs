@@ -4,11 +4,16 @@
 //   state     the state's format and formulas, shared by every path (local functions and constants)
 //   check     the limiter script's check and commit (registers algorithms.<name>)
 //   one-rule  (optional) the body of a script of its own for one rule, no reservation
+//   one-rule-overrides  (optional) the same that also reads the identifier's stored override
 //   refund    (optional) registers refund.<name>, for the refund script
 // From them it builds:
-//   limiter          lua/prelude.lua, then each algorithm's state and check inside
-//                    `if several or ARGV[3] == "<name>" then ... end`, then lua/dispatcher.lua;
+//   limiter          a head (`local A, K, n = ARGV, KEYS, #KEYS`), lua/prelude.lua, then each
+//                    algorithm's state and check inside `if several or A[3] == "<name>" then ... end`,
+//                    then lua/dispatcher.lua;
+//   limiterOverrides the same with lua/overrides.lua as its head and the dispatcher wrapped in a
+//                    function, whose answer gains a stored override's line;
 //   oneRule.<name>   the algorithm's state, then its one-rule body;
+//   <name>OneRuleOverrides  the algorithm's state, then its one-rule-overrides body;
 //   refund           lua/refund.lua with each algorithm's state and refund, in a `do ... end` of its
 //                    own, where its `-- #refunds` line stands;
 //   every other lua/*.lua (lock, concurrency) is a script as it stands.
@@ -23,7 +28,7 @@ import { fileURLToPath } from "node:url";
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const luaDir = join(root, "lua");
 const read = (file) => readFileSync(join(luaDir, file), "utf8");
-const SECTIONS = ["state", "check", "one-rule", "refund"];
+const SECTIONS = ["state", "check", "one-rule", "one-rule-overrides", "refund"];
 
 /** An algorithm file's sections, by name (the text before the first one is its header). */
 function sections(file) {
@@ -78,10 +83,21 @@ const script = (text) => {
   return { text: stripped, sha1: sha1(stripped) };
 };
 
+const checks = algorithms.map((a) => `if several or A[3] == "${a.name}" then\n${a.state}${a.check}end\n`);
 const limiter = [
+  "local A, K, n = ARGV, KEYS, #KEYS",
   read("prelude.lua"),
-  ...algorithms.map((a) => `if several or ARGV[3] == "${a.name}" then\n${a.state}${a.check}end\n`),
+  ...checks,
   read("dispatcher.lua"),
+].join("\n");
+// The same decisions after lua/overrides.lua's head; the dispatcher, wrapped, answers a table to which
+// the stored override's line is added.
+const limiterOverrides = [
+  read("overrides.lua"),
+  read("prelude.lua"),
+  ...checks,
+  `local function decide()\n${read("dispatcher.lua")}\nend`,
+  "local out = decide()\nif line then out[#out + 1] = line end\nreturn out",
 ].join("\n");
 
 const refundFile = read("refund.lua");
@@ -91,9 +107,17 @@ const refunds = algorithms
   .map((a) => `do\n${a.state}${a.refund}end\n`)
   .join("");
 
-const scripts = { limiter: script(limiter), refund: script(refundFile.replace(/^-- #refunds$/m, refunds)) };
+const scripts = {
+  limiter: script(limiter),
+  limiterOverrides: script(limiterOverrides),
+  refund: script(refundFile.replace(/^-- #refunds$/m, refunds)),
+};
 for (const file of readdirSync(luaDir).sort()) {
-  if (!file.endsWith(".lua") || ["prelude.lua", "dispatcher.lua", "refund.lua"].includes(file)) continue;
+  if (
+    !file.endsWith(".lua") ||
+    ["prelude.lua", "dispatcher.lua", "refund.lua", "overrides.lua"].includes(file)
+  )
+    continue;
   const name = file.slice(0, -4).replace(/[-_](\w)/g, (_, c) => c.toUpperCase());
   scripts[name] = script(read(file));
 }
@@ -101,6 +125,10 @@ const oneRule = Object.fromEntries(
   algorithms.filter((a) => a["one-rule"] !== undefined).map((a) => [a.name, script(a.state + a["one-rule"])]),
 );
 
+for (const a of algorithms) {
+  if (a["one-rule-overrides"] !== undefined)
+    scripts[`${a.name}OneRuleOverrides`] = script(a.state + a["one-rule-overrides"]);
+}
 const entry = ({ text, sha1 }) => `{ text: ${JSON.stringify(text)}, sha1: ${JSON.stringify(sha1)} }`;
 // One export per script, so a bundle keeps only the scripts its code uses (a Lock-only bundle carries
 // no limiter script); SCRIPTS and ONE_RULE_SCRIPTS gather them for tests and benchmarks.

@@ -9,6 +9,8 @@
 // - Redis: UPSTASH_REDIS_REST_URL and UPSTASH_REDIS_REST_TOKEN when set, else a private redis-server (free
 //   port, no persistence) with the REST bridge in front of it. Either way a PING goes through the REST URL
 //   before the banner: a wrong URL or token exits 1 with the fix.
+// - The admin API is on, with a development token (EDGELIMIT_ADMIN_TOKEN=dev-<random>, or the one set in
+//   the environment); the banner prints a curl that upgrades a key of the first keyed route with plans.
 // - Stopping: SIGINT, SIGTERM or SIGHUP to this process or to npm (package.json runs it with `exec`, so npm
 //   forwards SIGINT and SIGTERM here; a parent that dies is noticed within half a second), the exit of any
 //   child (redis-server, wrangler), workerd no longer listening, or a crash here stops every process it
@@ -27,6 +29,7 @@ const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const USAGE = `usage: npm start [-- CONFIG.json|CONFIG.jsonc]
   Without a file, the config is EDGELIMIT_CONFIG in wrangler.toml's [vars].
   UPSTASH_REDIS_REST_URL and UPSTASH_REDIS_REST_TOKEN: use that Redis instead of a local one.
+  EDGELIMIT_ADMIN_TOKEN: the admin API's token (default: a fresh dev-<random> one).
   PORT: the Worker's port (default: a free one).`;
 
 const cleanups = [];
@@ -396,6 +399,24 @@ function tryLine(routes, url) {
   return "";
 }
 
+// A shell word: single-quoted, a ' inside written '\''.
+const shellQuote = (text) => `'${text.replaceAll("'", "'\\''")}'`;
+
+/** The admin API's address and token, and a curl that puts a key of the first keyed route with plans on a plan. */
+function adminLines(json, url, token) {
+  const admin = `${url}${json.adminPath ?? "/_edgelimit"}`;
+  const lines = `Admin API: ${admin}/overrides/<route>?key=<value>  (Authorization: Bearer ${token})`;
+  for (const route of json.routes) {
+    const plan = Object.keys(route.plans ?? {})[0];
+    if (plan === undefined || !route.overrides || route.key === "global") continue;
+    const value = route.key === "ip" ? "203.0.113.9" : route.key === "path" ? "/demo" : "demo";
+    const target = `${admin}/overrides/${encodeURIComponent(route.name)}?key=${encodeURIComponent(value)}`;
+    const body = JSON.stringify({ plan });
+    return `${lines}\nPut ${route.key} ${JSON.stringify(value)} of "${route.name}" on plan "${plan}":\n\n  curl -s -X PUT ${shellQuote(target)} -H ${shellQuote(`Authorization: Bearer ${token}`)} -H 'Content-Type: application/json' -d ${shellQuote(body)}\n`;
+  }
+  return `${lines}\n(give a route "plans" and "overrides": true to put its keys on a plan at runtime)\n`;
+}
+
 function describeRoutes(routes) {
   return routes
     .map((route) => {
@@ -507,9 +528,14 @@ async function main() {
   // local user. dotenv single quotes are literal; JSON never needs a raw ' (it can be written \u0027).
   const envFile = join(dir, "dev.env");
   const value = JSON.stringify(json).replaceAll("'", "\\u0027");
+  // A development token for the admin API: printed below, so never one that guards anything real.
+  const adminToken = process.env.EDGELIMIT_ADMIN_TOKEN || `dev-${randomUUID()}`;
+  if (!/^[\x21-\x7e]+$/.test(adminToken) || adminToken.includes("'")) {
+    return fail("EDGELIMIT_ADMIN_TOKEN: must be printable ASCII with no spaces or '", 2);
+  }
   writeFileSync(
     envFile,
-    `EDGELIMIT_CONFIG='${value}'\nUPSTASH_REDIS_REST_URL='${redis.url}'\nUPSTASH_REDIS_REST_TOKEN='${redis.token}'\n`,
+    `EDGELIMIT_CONFIG='${value}'\nUPSTASH_REDIS_REST_URL='${redis.url}'\nUPSTASH_REDIS_REST_TOKEN='${redis.token}'\nEDGELIMIT_ADMIN_TOKEN='${adminToken}'\n`,
     { mode: 0o600 },
   );
   const port = process.env.PORT ? Number(process.env.PORT) : await bridge.freePort();
@@ -550,7 +576,8 @@ ${lines.join("\n")}
 routes:
 ${describeRoutes(json.routes) || "  (none: every request passes unlimited)"}
 
-${tryLine(json.routes, url)}`);
+${tryLine(json.routes, url)}
+${adminLines(json, url, adminToken)}`);
 }
 
 main().catch((error) => fail(error.stack ?? error.message));

@@ -22,4 +22,11 @@ export type { Duration } from "./engine/duration.js";
 export { RedisCallError, type RedisErrorKind } from "./engine/errors.js";
 export type { LeaseOptions, WaitUntil } from "./engine/leases.js";
 export { Limiter, type LimiterOptions, type LimitOptions } from "./engine/limiter.js";
+export type {
+  Override,
+  OverrideEntry,
+  Overrides,
+  OverridesOptions,
+  OverridesPage,
+} from "./engine/overrides.js";
 export type { Decision, RuleResult } from "./engine/types.js";

@@ -248,6 +248,14 @@ describe("npm start", () => {
             key: "global",
             rules: { m: { algorithm: "fixedWindow", limit: 2, window: "1m" } },
           },
+          {
+            name: "api",
+            match: { path: "/api/*" },
+            key: "header:x-api-key",
+            rules: { perHour: { algorithm: "gcra", limit: 2, period: "1h" } },
+            plans: { pro: { perHour: { limit: 100 } } },
+            overrides: true,
+          },
         ],
       }),
     );
@@ -256,6 +264,22 @@ describe("npm start", () => {
     const statuses = [];
     for (let i = 0; i < 3; i++) statuses.push((await fetch(`${url}/two`)).status);
     expect(statuses).toEqual([200, 200, 429]);
+
+    // The admin API is on with the printed development token; the printed curl puts key "demo" on "pro".
+    const curl =
+      /curl -s -X PUT '([^']+)' -H 'Authorization: Bearer (dev-[0-9a-f-]{36})' -H 'Content-Type: application\/json' -d '([^']+)'/.exec(
+        run.output(),
+      );
+    expect(curl, run.output()).not.toBeNull();
+    const [, target, token, body] = curl!;
+    expect([target, body]).toEqual([`${url}/_edgelimit/overrides/api?key=demo`, '{"plan":"pro"}']);
+    expect((await fetch(target!, { method: "PUT", body })).status).toBe(401);
+    const put = await fetch(target!, { method: "PUT", body, headers: { Authorization: `Bearer ${token}` } });
+    expect([put.status, await put.json()]).toEqual([200, { plan: "pro" }]);
+    const policy = async (key: string) =>
+      (await fetch(`${url}/api/x`, { headers: { "X-API-Key": key } })).headers.get("ratelimit-policy");
+    expect(await policy("demo")).toBe('"perHour";q=100;w=3600');
+    expect(await policy("other")).toBe('"perHour";q=2;w=3600');
 
     process.kill(run.npm.pid as number, "SIGINT");
     await run.ended;

@@ -388,7 +388,7 @@ export function checkPlans(
     };
   }
   const issues: Issue[] = [];
-  const compiled = new Map<string, Rule[]>();
+  const compiled = new Map<string, readonly Rule[]>();
   const names = Object.keys(rules);
   for (const [plan, changes] of Object.entries(plans as Record<string, unknown>)) {
     if (RESERVED_PLANS.includes(plan)) {
@@ -412,57 +412,119 @@ export function checkPlans(
       });
       continue;
     }
-    for (const rule of Object.keys(changes)) {
-      if (!names.includes(rule)) {
-        issues.push({
-          path: ["plans", plan, rule],
-          message: `not a rule; the rules are ${names.join(", ")}`,
-        });
-      }
-    }
-    const planRules: Rule[] = [];
-    for (const name of names) {
-      const base = rules[name]!;
-      const fields = (changes as Record<string, unknown>)[name];
-      const merged: Record<string, unknown> = { ...base };
-      if (fields !== undefined) {
-        if (fields === null || typeof fields !== "object" || Array.isArray(fields)) {
-          issues.push({
-            path: ["plans", plan, name],
-            message: `expected the fields of ${base.algorithm} it changes, e.g. { ${FIELDS[base.algorithm]?.[0] ?? "limit"}: 1000 }, got ${describe(fields)}`,
-          });
-          continue;
-        }
-        for (const [field, value] of Object.entries(fields)) {
-          if (field === "algorithm") {
-            if (value !== base.algorithm) {
-              issues.push({
-                path: ["plans", plan, name, "algorithm"],
-                message: "a plan cannot change a rule's algorithm",
-              });
-            }
-          } else if (value !== undefined) merged[field] = value;
-        }
-      }
-      const checked = checkRule(name, merged as unknown as RuleConfig);
-      if (checked.issues !== undefined) {
-        for (const issue of checked.issues) {
-          issues.push({ path: ["plans", plan, ...issue.path.slice(1)], message: issue.message });
-        }
-        continue;
-      }
-      const limit = merged.limit as number;
-      const baseLimit = (base as { limit: number }).limit;
-      if (base.algorithm === "slidingWindow" && limit < PACK !== baseLimit < PACK) {
-        issues.push({
-          path: ["plans", plan, name, "limit"],
-          message: `${limit} must stay ${baseLimit < PACK ? `below ${PACK}` : `at ${PACK} or above`} like the base rule's ${baseLimit}: a sliding window stores counts in another format there, and the usage counted under one plan would not carry to the other`,
-        });
-        continue;
-      }
-      planRules.push(checked.rule);
-    }
-    compiled.set(plan, planRules);
+    const checked = checkChanges(rules, changes as Record<string, unknown>, ["plans", plan], "a plan");
+    if (checked.issues !== undefined) issues.push(...checked.issues);
+    else compiled.set(plan, checked.rules);
   }
   return issues.length > 0 ? { issues } : { plans: compiled };
+}
+
+/**
+ * The rule configs of `plan` ("default": the base rules; the plans already validated): each base
+ * config with the plan's fields over it. What an override giving both `plan` and `rules` starts from.
+ *
+ * @example
+ * planConfigs(rules, plans, "pro").perMinute // { algorithm: "gcra", limit: 1000, period: "1m" }
+ */
+export function planConfigs(
+  rules: Record<string, RuleConfig>,
+  plans: Record<string, PlanConfig> | undefined,
+  plan: string,
+): Record<string, RuleConfig> {
+  const changes = plan === "default" ? undefined : plans?.[plan];
+  const out: Record<string, RuleConfig> = {};
+  for (const [name, base] of Object.entries(rules)) {
+    const merged: Record<string, unknown> = { ...base };
+    for (const [field, value] of Object.entries(changes?.[name] ?? {})) {
+      if (field !== "algorithm" && value !== undefined) merged[field] = value;
+    }
+    out[name] = merged as unknown as RuleConfig;
+  }
+  return out;
+}
+
+/**
+ * Validates `changes` (rule name -> some fields of its constructor) over `rules` (configs, in rule
+ * order) and compiles every rule, changed or not: its config with the changed fields over it, checked
+ * as the rule's constructor would be. Issues are rooted at `root` (`["plans", "pro"]` gives
+ * `plans.pro.perMinute.limit`). What a plan and an override share; an override (`what` "an override")
+ * also may not change a fixed or sliding window's `window`: the script must know that key before it
+ * reads the override.
+ *
+ * @example
+ * checkChanges(rules, { perMinute: { limit: 5000 } }, ["rules"], "an override").rules // every rule, compiled
+ */
+export function checkChanges(
+  rules: Record<string, RuleConfig>,
+  changes: Record<string, unknown>,
+  root: readonly string[],
+  what: "a plan" | "an override",
+):
+  | { readonly rules: readonly Rule[]; readonly issues?: undefined }
+  | { readonly rules?: undefined; readonly issues: readonly Issue[] } {
+  const issues: Issue[] = [];
+  const names = Object.keys(rules);
+  for (const rule of Object.keys(changes)) {
+    if (!names.includes(rule)) {
+      issues.push({ path: [...root, rule], message: `not a rule; the rules are ${names.join(", ")}` });
+    }
+  }
+  const compiled: Rule[] = [];
+  for (const name of names) {
+    const base = rules[name]!;
+    const fields = changes[name];
+    const merged: Record<string, unknown> = { ...base };
+    if (fields !== undefined) {
+      if (fields === null || typeof fields !== "object" || Array.isArray(fields)) {
+        issues.push({
+          path: [...root, name],
+          message: `expected the fields of ${base.algorithm} it changes, e.g. { ${FIELDS[base.algorithm]?.[0] ?? "limit"}: 1000 }, got ${describe(fields)}`,
+        });
+        continue;
+      }
+      for (const [field, value] of Object.entries(fields)) {
+        if (field === "algorithm") {
+          if (value !== base.algorithm) {
+            issues.push({
+              path: [...root, name, "algorithm"],
+              message: `${what} cannot change a rule's algorithm`,
+            });
+          }
+        } else if (value !== undefined) merged[field] = value;
+      }
+    }
+    const checked = checkRule(name, merged as unknown as RuleConfig);
+    if (checked.issues !== undefined) {
+      for (const issue of checked.issues) {
+        issues.push({ path: [...root, ...issue.path.slice(1)], message: issue.message });
+      }
+      continue;
+    }
+    const limit = merged.limit as number;
+    const baseLimit = (base as { limit: number }).limit;
+    if (base.algorithm === "slidingWindow" && limit < PACK !== baseLimit < PACK) {
+      issues.push({
+        path: [...root, name, "limit"],
+        message: `${limit} must stay ${baseLimit < PACK ? `below ${PACK}` : `at ${PACK} or above`} like the base rule's ${baseLimit}: a sliding window stores counts in another format there, and the usage counted under one plan would not carry to the other`,
+      });
+      continue;
+    }
+    const rule = checked.rule;
+    if (
+      what === "an override" &&
+      (rule.algorithm === "fixedWindow" || rule.algorithm === "slidingWindow") &&
+      (fields as { window?: unknown } | undefined)?.window !== undefined
+    ) {
+      const before = readDuration((base as { window?: unknown }).window);
+      if (!("ms" in before) || before.ms !== rule.window) {
+        issues.push({
+          path: [...root, name, "window"],
+          message: "an override cannot change a window; give the identifier a plan with that window",
+        });
+        continue;
+      }
+    }
+    compiled.push(rule);
+  }
+  return issues.length > 0 ? { issues } : { rules: compiled };
 }

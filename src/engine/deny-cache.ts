@@ -6,8 +6,10 @@ interface Entry {
   /** The cost that was denied. Only the same cost is answered: a larger one is denied too, but for
    * longer (or never), and only Redis knows how much longer. */
   cost: number;
-  /** Epoch ms at which the identifier could be admitted again: the entry is a hit strictly before it. */
+  /** Epoch ms at which the identifier could be admitted again. */
   until: number;
+  /** The entry is a hit strictly before this: `until`, or sooner when maxStale caps the trust. */
+  trustedUntil: number;
   decidedAt: number;
   decision: Decision;
 }
@@ -17,11 +19,17 @@ interface Entry {
  * the identifier could be admitted again, and not a millisecond longer, so a hit is always the answer
  * Redis would have given: no request is sent for it. It answers only a call under the plan it was
  * denied under (an upgrade goes to Redis at once); one entry per identifier, the latest denial's.
+ * With overrides on, an override set from another isolate may lift the denial early: an entry is then
+ * trusted for at most `maxStale` ms after it was decided, and Redis is asked again after that.
  */
 export class DenyCache {
   private readonly entries = new Map<string, Entry>();
 
-  constructor(readonly maxEntries: number) {}
+  constructor(
+    readonly maxEntries: number,
+    /** Ms a denial is trusted at most (Infinity: until the identifier could be admitted again). */
+    readonly maxStale = Number.POSITIVE_INFINITY,
+  ) {}
 
   get size(): number {
     return this.entries.size;
@@ -34,7 +42,7 @@ export class DenyCache {
   get(identifier: string, cost: number, now: number, plan = "default"): Decision | undefined {
     const entry = this.entries.get(identifier);
     if (entry === undefined) return undefined;
-    if (now >= entry.until) {
+    if (now >= entry.trustedUntil) {
       this.entries.delete(identifier);
       return undefined;
     }
@@ -70,13 +78,20 @@ export class DenyCache {
     };
   }
 
-  set(identifier: string, cost: number, now: number, decision: Decision): void {
-    if (decision.retryAfter <= 0) return;
+  /**
+   * Caches a denial decided at `now` for `cost` under the call's `plan` (default: the decision's). With
+   * overrides on they differ: a call under the base rules denied by an override says "custom", and the
+   * next such call is answered from the entry.
+   */
+  set(identifier: string, cost: number, now: number, decision: Decision, plan = decision.plan): void {
+    if (decision.retryAfter <= 0 || this.maxStale <= 0) return;
     this.entries.delete(identifier);
+    const until = now + decision.retryAfter;
     this.entries.set(identifier, {
-      plan: decision.plan,
+      plan,
       cost,
-      until: now + decision.retryAfter,
+      until,
+      trustedUntil: Math.min(until, now + this.maxStale),
       decidedAt: now,
       decision,
     });

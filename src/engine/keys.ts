@@ -124,6 +124,17 @@ export class RuleKeys {
     );
   }
 
+  /**
+   * The key of `identifier`'s stored override: `<prefix>:{<tag>}:override`, in the slot of its rule keys
+   * (a rule key has two or more segments after the tag, so the names never meet).
+   *
+   * @example
+   * new RuleKeys("edgelimit", rules).override("user:42") // "edgelimit:{=user:42}:override"
+   */
+  override(identifier: string): string {
+    return `${this.base(identifier)}:override`;
+  }
+
   /** What every key of `identifier` starts with: the prefix and its hash tag. */
   private base(identifier: string): string {
     return `${this.prefix}:${keyTag(identifier)}`;

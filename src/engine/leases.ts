@@ -162,6 +162,11 @@ export class Leases {
     private readonly clock: () => number,
     /** The plan these leases decide under: what their decisions' `plan` says. */
     private readonly plan = "default",
+    /**
+     * With overrides on, ms a lease is held at most (`overrides.maxStale`): an override set elsewhere
+     * reaches this isolate's leased answers within it. 0: no leases.
+     */
+    private readonly maxStale = Number.POSITIVE_INFINITY,
   ) {
     // A sliding log stamps every unit with the time it was admitted. A unit handed out later from a
     // lease would carry an earlier stamp and leave the log early, letting a later window hold more than
@@ -274,7 +279,7 @@ export class Leases {
 
   /** Units to reserve beside the `cost` of a decision going to Redis now. */
   want(identifier: string, cost: number, now: number): number {
-    if (!this.leasable || this.disposed || cost === 0) return 0;
+    if (!this.leasable || this.disposed || cost === 0 || this.maxStale <= 0) return 0;
     const seen = this.seen.get(identifier);
     // A lease still holding units (fewer than this cost) is used first: no second one beside it.
     if (seen === undefined || seen.lease !== undefined) return 0;
@@ -349,6 +354,15 @@ export class Leases {
   drop(identifier: string): void {
     const seen = this.seen.get(identifier);
     if (seen?.lease) this.detach(identifier, seen);
+  }
+
+  /**
+   * Ends the identifier's lease and gives its unused units back (through `waitUntil` when given, else
+   * in the background): its override changed here, and the next decision must be Redis's.
+   */
+  release(identifier: string, waitUntil?: WaitUntil): void {
+    const seen = this.seen.get(identifier);
+    if (seen?.lease) this.refund([this.detach(identifier, seen)], this.clock(), waitUntil);
   }
 
   /** Gives back every lease's unused units now; resolves once every refund is done. Leases no more. */
@@ -432,7 +446,7 @@ export class Leases {
    * in the next one would let the next one hold more than its limit. So a lease ends with its windows.
    */
   private expiry(now: number, windowStarts: readonly number[]): number {
-    let expiresAt = now + this.config.ttl;
+    let expiresAt = now + Math.min(this.config.ttl, this.maxStale);
     this.rules.forEach((rule, i) => {
       if (rule.algorithm === "fixedWindow" || rule.algorithm === "slidingWindow") {
         expiresAt = Math.min(expiresAt, windowStarts[i]! + rule.window);

@@ -4,7 +4,8 @@ import { DenyCache } from "./deny-cache.js";
 import { describe } from "./duration.js";
 import { checkIdentifier, checkPrefix, RuleKeys } from "./keys.js";
 import { type LeaseOptions, Leases, leaseConfig, type WaitUntil } from "./leases.js";
-import { type PlanEncoding, RuleScripts } from "./script.js";
+import { Overrides, type OverridesOptions, overridesConfig } from "./overrides.js";
+import { type PlanEncoding, RuleScripts, rulesOfDecision } from "./script.js";
 import { type Transport, transportFor } from "./transport.js";
 import type { Decision, RuleResult } from "./types.js";
 import { checkClock, checkOptions, issueText, positiveMs, readClock } from "./validate.js";
@@ -53,6 +54,12 @@ export interface LimiterOptions {
    * (`source: "lease"`) for up to `ttl`; unused units are given back. See docs/leases.md.
    */
   lease?: LeaseOptions | false;
+  /**
+   * Per-identifier overrides stored in Redis (default off): `true`, or `{ maxStale: "1s" }`, the most a
+   * cached denial or a lease is trusted before Redis is asked again. Then `limiter.overrides.set(id,
+   * { plan: "pro" })` applies to the identifier's next decision that reaches Redis. See docs/overrides.md.
+   */
+  overrides?: boolean | OverridesOptions;
 }
 
 /** Options of one decision. */
@@ -91,6 +98,7 @@ const OPTIONS = [
   "batchWindow",
   "breaker",
   "lease",
+  "overrides",
 ];
 
 /**
@@ -121,6 +129,11 @@ export class Limiter {
   private readonly plans: ReadonlyMap<string, Plan>;
   /** Every plan of this Limiter, for the message of an unknown one. */
   private readonly planNames: string;
+  /**
+   * The identifiers' overrides in Redis: `set`, `get`, `delete`, `list`, `page` (each rejects when the
+   * Limiter was built without `overrides`).
+   */
+  readonly overrides: Overrides;
 
   constructor(options: LimiterOptions) {
     checkOptions(options, "Limiter", OPTIONS);
@@ -145,6 +158,9 @@ export class Limiter {
     }
     this.planNames = planRules.map((plan) => plan.name).join(", ");
 
+    const overrides = overridesConfig(options.overrides);
+    const maxStale = overrides?.maxStale ?? Number.POSITIVE_INFINITY;
+
     const timeout = positiveMs(options.timeout ?? 1000, "timeout", { infinite: true });
     const onError = options.onError ?? "allow";
     if (onError !== "allow" && onError !== "deny") {
@@ -164,6 +180,7 @@ export class Limiter {
       transport,
       { timeout, batchWindow, breaker: breaker !== false },
       planRules,
+      options.overrides !== undefined && options.overrides !== false,
     );
 
     const denyCache = options.denyCache ?? { maxEntries: 10_000 };
@@ -172,7 +189,7 @@ export class Limiter {
       if (typeof maxEntries !== "number" || !Number.isInteger(maxEntries) || maxEntries <= 0) {
         throw new Error(`denyCache.maxEntries: must be a positive whole number, got ${describe(maxEntries)}`);
       }
-      this.cache = new DenyCache(maxEntries);
+      this.cache = new DenyCache(maxEntries, maxStale);
     }
     const lease =
       options.lease === undefined || options.lease === false ? undefined : leaseConfig(options.lease);
@@ -190,20 +207,51 @@ export class Limiter {
           },
           () => this.now(),
           name,
+          maxStale,
         );
       plans.set(name, { encoding, leases });
     }
     this.plans = plans;
+    // the configs as given, copied: set() resolves an override's fields over them
+    const configs = Object.fromEntries(Object.entries(rules).map(([name, config]) => [name, { ...config }]));
+    const planConfigs =
+      options.plans &&
+      Object.fromEntries(
+        Object.entries(options.plans).map(([name, plan]) => [
+          name,
+          Object.fromEntries(Object.entries(plan).map(([rule, fields]) => [rule, { ...fields }])),
+        ]),
+      );
+    this.overrides = new Overrides(
+      overrides && {
+        config: overrides,
+        transport,
+        prefix: this.prefix,
+        keys: this.ruleKeys,
+        rules: configs,
+        plans: planConfigs,
+        timeout,
+        clock: () => this.now(),
+        forget: (identifier) => {
+          this.cache?.delete(identifier);
+          for (const plan of this.plans.values()) plan.leases?.release(identifier);
+        },
+      },
+    );
   }
 
   /**
-   * The rules a plan decides by ("default", or no plan: the base rules), in rule order: what the
-   * RateLimit-Policy of a decision under it states (`limiter.rulesOf(decision.plan)`).
+   * The rules a plan decides by ("default", or no plan: the base rules), in rule order; given a
+   * Decision, the rules that decided it (a custom override's own included): what the RateLimit-Policy
+   * of that decision states (`limiter.rulesOf(decision)`).
    *
    * @example
-   * rateLimitHeaders(decision, limiter.rulesOf(decision.plan))
+   * rateLimitHeaders(decision, limiter.rulesOf(decision))
    */
-  rulesOf(plan?: string): readonly Rule[] {
+  rulesOf(plan?: string | Decision): readonly Rule[] {
+    if (typeof plan === "object" && plan !== null) {
+      return rulesOfDecision(plan) ?? this.planOf(plan.plan).encoding.rules;
+    }
     return this.planOf(plan).encoding.rules;
   }
 
@@ -304,7 +352,7 @@ export class Limiter {
         now,
         (decision) => {
           if (decision instanceof Error) return this.failure(decision, now, encoding);
-          if (!decision.allowed) this.cache?.set(identifier, Math.max(cost, 1), now, decision);
+          if (!decision.allowed) this.cache?.set(identifier, Math.max(cost, 1), now, decision, encoding.name);
           return decision;
         },
         encoding,
@@ -326,7 +374,7 @@ export class Limiter {
     const reservation = await this.scripts.reserve(identifier, cost, now, want, encoding);
     if (reservation instanceof Error) return this.failure(reservation, now, encoding);
     const decision = reservation.decision;
-    if (!decision.allowed) this.cache?.set(identifier, Math.max(cost, 1), now, decision);
+    if (!decision.allowed) this.cache?.set(identifier, Math.max(cost, 1), now, decision, encoding.name);
     return leases.settle(identifier, reservation, now, waitUntil);
   }
 

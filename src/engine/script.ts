@@ -8,14 +8,18 @@
 //  - the refund script (lua/refund.lua): gives a lease's unused units back.
 // Every rule is encoded once, when the Limiter is built, under the base rules and under each plan (a
 // PlanEncoding each); a call looks its plan's up and adds its time and cost.
-import type { Rule } from "./algorithms.js";
+// With overrides on, every decision goes through limiterOverrides (lua/overrides.lua), which also reads
+// the identifier's stored override: one GET more, in the same EVALSHA.
+import { checkRule, type Rule, type RuleConfig, type WindowRule } from "./algorithms.js";
 import { describe } from "./duration.js";
 import { RedisCallError } from "./errors.js";
 import {
   ALGORITHM_CONSTANTS,
   FIXED_WINDOW_ONE_RULE,
+  FIXED_WINDOW_ONE_RULE_OVERRIDES,
   GCRA_ONE_RULE,
   LIMITER,
+  LIMITER_OVERRIDES,
   REFUND,
   SLIDING_WINDOW_ONE_RULE,
 } from "./generated/scripts.js";
@@ -207,6 +211,42 @@ export interface PlanEncoding {
   readonly one: OneRule | undefined;
   /** The number of rules, as the EVALSHA's key count. */
   readonly count: string;
+  /** With overrides on: the plan table limiterOverrides reads (lua/overrides.lua), for a call under this plan. */
+  readonly table?: string;
+  /** With overrides on: the other plans' window keys the table points at (KEYS after the override key). */
+  readonly windows?: readonly { readonly plan: PlanEncoding; readonly rule: number }[];
+  /** With overrides on: one fixed window, which takes fixedWindowOneRuleOverrides for a cost up to its limit. */
+  readonly fixed?: boolean;
+}
+
+/** The rules a stored override applied: a plan's, the custom ones, or the base rules when it is stale. */
+interface Applied {
+  readonly name: string;
+  readonly rules: readonly Rule[];
+}
+
+/**
+ * A Decision under a custom override carries the rules it applied here (an enumerable symbol key:
+ * spreads, as the deny cache and leases make, keep it). Read it with rulesOfDecision().
+ */
+const APPLIED: unique symbol = Symbol("edgelimit.applied");
+
+/**
+ * The rules `decision` was decided by when a custom override applied them, else undefined (then
+ * `limiter.rulesOf(decision.plan)` has them): what its RateLimit-Policy states.
+ */
+export function rulesOfDecision(decision: Decision): readonly Rule[] | undefined {
+  return (decision as { [APPLIED]?: readonly Rule[] })[APPLIED];
+}
+
+/** How many decoded override lines RuleScripts keeps (a custom line is decoded once). */
+const APPLIED_ENTRIES = 1000;
+/** Override lines already warned about, once per isolate each. */
+const warned = new Set<string>();
+function stale(line: string, why: string): void {
+  if (warned.has(line) || warned.size >= APPLIED_ENTRIES) return;
+  warned.add(line);
+  console.warn(`edgelimit: stored override "${line}" ${why}; the base rules apply ("default")`);
 }
 
 /** A plan as RuleScripts takes it: its name, compiled rules and keys. */
@@ -228,6 +268,10 @@ export interface PlanRules {
 export class RuleScripts {
   private readonly limiterCall: CallOptions;
   private readonly refundCall: CallOptions;
+  private readonly overridesCall: CallOptions | undefined;
+  private readonly fixedCall: CallOptions;
+  /** Decoded override lines (LRU), with overrides on. */
+  private readonly applied = new Map<string, Applied>();
   /** The base rules' encoding ("default"). */
   readonly base: PlanEncoding;
   /** Every encoding by plan name, "default" included. */
@@ -238,6 +282,9 @@ export class RuleScripts {
    * script: that script leaves a denial's INCR in a full window's count, harmless while the limit stays,
    * but a plan that raises the limit would then admit less than it should. The limiter script counts
    * admissions only, so counts stay exact across a change of plan.
+   *
+   * `overrides`: every decision also reads the identifier's stored override (limiterOverrides); no
+   * one-rule script then, since an override may change the rule's parameters.
    */
   constructor(
     rules: readonly Rule[],
@@ -245,10 +292,13 @@ export class RuleScripts {
     private readonly transport: Transport,
     options: ScriptCallOptions,
     plans: readonly PlanRules[] = [],
+    overrides = false,
   ) {
     this.limiterCall = { ...options, script: LIMITER };
     this.refundCall = { ...options, script: REFUND };
-    const exact = plans.length > 0;
+    this.overridesCall = overrides ? { ...options, script: LIMITER_OVERRIDES } : undefined;
+    this.fixedCall = { ...options, script: FIXED_WINDOW_ONE_RULE_OVERRIDES };
+    const exact = plans.length > 0 || overrides;
     const encode = ({ name, rules, keys }: PlanRules): PlanEncoding => {
       const only = rules.length === 1 ? rules[0]! : undefined;
       const one =
@@ -260,7 +310,7 @@ export class RuleScripts {
     this.base = encode({ name: "default", rules, keys });
     const all = new Map<string, PlanEncoding>([["default", this.base]]);
     for (const plan of plans) all.set(plan.name, encode(plan));
-    this.plans = all;
+    this.plans = overrides ? withTables(all) : all;
   }
 
   /**
@@ -284,6 +334,27 @@ export class RuleScripts {
     plan: PlanEncoding = this.base,
   ): Promise<T | Decision | Error> {
     const keys = plan.keys.of(identifier, now);
+    if (this.overridesCall !== undefined) {
+      const rule = plan.rules[0] as WindowRule;
+      if (plan.fixed && cost >= 1 && cost <= rule.limit) {
+        return this.transport.callThen(
+          this.fixedCommand(plan, identifier, keys, cost, now),
+          this.fixedCall,
+          (reply) => {
+            const decision = reply.ok ? this.decodeFixed(plan, reply.result, cost, now) : reply.error;
+            return then === undefined ? decision : then(decision);
+          },
+        );
+      }
+      return this.transport.callThen(
+        this.overridesCommand(plan, identifier, keys, cost, now, undefined),
+        this.overridesCall,
+        (reply) => {
+          const decision = reply.ok ? this.decodeStored(plan, reply.result, false, now) : reply.error;
+          return then === undefined ? decision : then(decision);
+        },
+      );
+    }
     const one = plan.one;
     if (one?.takes(cost)) {
       const command = ["EVALSHA", one.sha1, "1", keys[0]!];
@@ -312,9 +383,15 @@ export class RuleScripts {
     plan: PlanEncoding = this.base,
   ): Promise<Reservation | Error> {
     const keys = plan.keys.of(identifier, now);
-    const reply = await this.transport.call(this.command(plan, keys, cost, now, want), this.limiterCall);
+    const reply =
+      this.overridesCall === undefined
+        ? await this.transport.call(this.command(plan, keys, cost, now, want), this.limiterCall)
+        : await this.transport.call(
+            this.overridesCommand(plan, identifier, keys, cost, now, want),
+            this.overridesCall,
+          );
     if (!reply.ok) return reply.error;
-    const decision = decode(plan, reply.result, true, now);
+    const decision = this.decodeStored(plan, reply.result, true, now);
     if (decision instanceof Error) return decision;
     const result = reply.result as unknown[];
     const at = 4 * plan.rules.length;
@@ -344,6 +421,133 @@ export class RuleScripts {
     return reply.ok;
   }
 
+  /**
+   * limiterOverrides' EVALSHA: the plan's keys, the override key, the other windows' keys; the limiter
+   * script's arguments, reserve ("" for none), the plan's table.
+   */
+  private overridesCommand(
+    plan: PlanEncoding,
+    identifier: string,
+    keys: string[],
+    cost: number,
+    now: number,
+    reserve: number | undefined,
+  ): string[] {
+    const windows = plan.windows ?? [];
+    const command = ["EVALSHA", LIMITER_OVERRIDES.sha1, String(keys.length + 1 + windows.length)];
+    for (const key of keys) command.push(key);
+    command.push(plan.keys.override(identifier));
+    for (const { plan: other, rule } of windows) command.push(other.keys.of(identifier, now)[rule]!);
+    command.push(now.toString(16), String(cost));
+    for (const arg of plan.args) command.push(arg);
+    command.push(reserve === undefined ? "" : String(reserve), plan.table!);
+    return command;
+  }
+
+  /**
+   * fixedWindowOneRuleOverrides' EVALSHA (one fixed window): the window's key, the override key, the
+   * other windows' keys; ms until the key expires, cost, limit, window, now, the plan's table.
+   */
+  private fixedCommand(
+    plan: PlanEncoding,
+    identifier: string,
+    keys: string[],
+    cost: number,
+    now: number,
+  ): string[] {
+    const windows = plan.windows ?? [];
+    const { limit, window } = plan.rules[0] as WindowRule;
+    const command = ["EVALSHA", FIXED_WINDOW_ONE_RULE_OVERRIDES.sha1, String(2 + windows.length), keys[0]!];
+    command.push(plan.keys.override(identifier));
+    for (const { plan: other, rule } of windows) command.push(other.keys.of(identifier, now)[rule]!);
+    const ends = now - (now % window) + window;
+    command.push(String(ends + Math.min(window, GRACE) - now), String(cost), String(limit), String(window));
+    command.push(now.toString(16), plan.table!);
+    return command;
+  }
+
+  /** The Decision of fixedWindowOneRuleOverrides' reply: the count, or the count and the stored line. */
+  private decodeFixed(plan: PlanEncoding, result: unknown, cost: number, now: number): Decision | Error {
+    let applied: Applied = plan;
+    let count = result;
+    if (Array.isArray(result) && result.length === 2 && typeof result[1] === "string") {
+      applied = this.appliedOf(result[1]);
+      count = result[0];
+    }
+    if (typeof count !== "number" || !Number.isInteger(count)) return unexpected(result);
+    const rule = applied.rules[0] as WindowRule;
+    const { limit, window } = rule;
+    const ends = now - (now % window) + window;
+    let outcome: RuleResult;
+    if (count <= limit) {
+      outcome = { allowed: true, limit, remaining: limit - count, resetAt: ends, retryAfter: 0 };
+    } else {
+      const before = count - cost;
+      const never = cost > limit;
+      outcome = {
+        allowed: false,
+        limit,
+        remaining: Math.max(0, limit - before),
+        resetAt: never && before <= 0 ? now : ends,
+        retryAfter: never ? Number.POSITIVE_INFINITY : ends - now,
+      };
+    }
+    const rules: Record<string, RuleResult> = {};
+    rules[rule.name] = outcome;
+    const decision: Decision = {
+      allowed: outcome.allowed,
+      limit,
+      remaining: outcome.remaining,
+      resetAt: outcome.resetAt,
+      retryAfter: outcome.retryAfter,
+      rule: rule.name,
+      source: "redis",
+      plan: applied.name,
+      decidedAt: now,
+      rules,
+    };
+    if (applied.name === "custom") (decision as { [APPLIED]?: readonly Rule[] })[APPLIED] = applied.rules;
+    return decision;
+  }
+
+  /**
+   * The Decision of a limiter script's reply that may end in a stored override's line (with overrides
+   * on): decided by the rules that line names.
+   */
+  private decodeStored(
+    plan: PlanEncoding,
+    result: unknown,
+    reserving: boolean,
+    now: number,
+  ): Decision | Error {
+    const n = plan.rules.length;
+    if (!Array.isArray(result) || result.length !== 4 * n + (reserving ? 2 + n : 1)) {
+      return decode(plan, result, reserving, now);
+    }
+    const line = result[result.length - 1];
+    if (typeof line !== "string") return unexpected(result);
+    const applied = this.appliedOf(line);
+    const decision = decode(applied, result.slice(0, -1), reserving, now);
+    if (applied.name === "custom" && !(decision instanceof Error)) {
+      (decision as { [APPLIED]?: readonly Rule[] })[APPLIED] = applied.rules;
+    }
+    return decision;
+  }
+
+  /** What a stored override's line applies, as lua/overrides.lua reads it; decoded once per line. */
+  private appliedOf(line: string): Applied {
+    const cached = this.applied.get(line);
+    if (cached !== undefined) {
+      this.applied.delete(line);
+      this.applied.set(line, cached);
+      return cached;
+    }
+    const applied = decodeLine(line, this.plans, this.base);
+    if (this.applied.size >= APPLIED_ENTRIES) this.applied.delete(this.applied.keys().next().value!);
+    this.applied.set(line, applied);
+    return applied;
+  }
+
   /** The limiter script's EVALSHA: keys, now (hexadecimal: cheaper for Redis to parse), cost, rules, reserve. */
   private command(
     plan: PlanEncoding,
@@ -359,6 +563,91 @@ export class RuleScripts {
     if (reserve !== undefined) command.push(String(reserve));
     return command;
   }
+}
+
+const WINDOWS = new Set(["fixedWindow", "slidingWindow"]);
+
+/**
+ * Adds the plan table and other windows' keys to every encoding (overrides on). A fixed or sliding
+ * window that another plan gives another window has a key of its own there (RuleKeys): a call declares
+ * one key per such window beside its own, and the table gives each plan's rule the KEYS index of its
+ * key (0: the call's own).
+ */
+function withTables(all: ReadonlyMap<string, PlanEncoding>): Map<string, PlanEncoding> {
+  const out = new Map<string, PlanEncoding>();
+  for (const call of all.values()) {
+    const n = call.rules.length;
+    const windows: { plan: PlanEncoding; rule: number }[] = [];
+    const index = new Map<string, number>();
+    let table = "\n";
+    for (const plan of all.values()) {
+      table += plan.name;
+      for (let i = 0; i < n; i++) {
+        const rule = plan.rules[i]!;
+        let k = 0;
+        const window = "window" in rule ? rule.window : 0;
+        if (WINDOWS.has(rule.algorithm) && window !== (call.rules[i] as { window: number }).window) {
+          const id = `${i}:${window}`;
+          k = index.get(id) ?? 0;
+          if (k === 0) {
+            windows.push({ plan, rule: i });
+            k = n + 1 + windows.length;
+            index.set(id, k);
+          }
+        }
+        table += ` ${plan.args[4 * i + 1]} ${plan.args[4 * i + 2]} ${plan.args[4 * i + 3]} ${k}`;
+      }
+      table += "\n";
+    }
+    const fixed = n === 1 && call.rules[0]!.algorithm === "fixedWindow";
+    out.set(call.name, { ...call, table, windows, fixed });
+  }
+  return out;
+}
+
+/** The rules a stored override's line applies (lua/overrides.lua decides the same). */
+function decodeLine(line: string, plans: ReadonlyMap<string, PlanEncoding>, base: PlanEncoding): Applied {
+  if (line.startsWith("=")) {
+    const plan = plans.get(line.slice(1));
+    if (plan !== undefined) return plan;
+    stale(line, "names a plan this Limiter does not have");
+    return base;
+  }
+  const tokens = line.startsWith("!")
+    ? line
+        .slice(1)
+        .split(" ")
+        .filter((t) => t !== "")
+    : [];
+  const rules: Rule[] = [];
+  if (tokens.length === 4 * base.rules.length) {
+    for (let i = 0; i < base.rules.length; i++) {
+      const own = base.rules[i]!;
+      const [algorithm, p1, p2, p3] = tokens.slice(4 * i, 4 * i + 4).map(String) as [
+        string,
+        string,
+        string,
+        string,
+      ];
+      if (algorithm !== base.args[4 * i]) break;
+      if (WINDOWS.has(algorithm) && ![...plans.values()].some((plan) => plan.args[4 * i + 2] === p2)) break;
+      const a = Number(p1);
+      const b = Number(p2);
+      const c = Number(p3);
+      const config: RuleConfig =
+        own.algorithm === "gcra"
+          ? { algorithm: "gcra", limit: a, period: b, burst: c }
+          : own.algorithm === "tokenBucket"
+            ? { algorithm: "tokenBucket", refillRate: a, interval: b, capacity: c }
+            : { algorithm: own.algorithm, limit: a, window: b };
+      const checked = checkRule(own.name, config);
+      if (checked.issues !== undefined) break;
+      rules.push(checked.rule);
+    }
+  }
+  if (rules.length === base.rules.length) return { name: "custom", rules };
+  stale(line, "does not fit this Limiter's rules");
+  return base;
 }
 
 /** The Decision of a one-rule script's reply. */
@@ -391,7 +680,7 @@ function oneRuleDecision(
 }
 
 /** The limiter script's table: 4 integers per rule (then, reserving, 1 + one per rule). */
-function decode(plan: PlanEncoding, result: unknown, reserving: boolean, now: number): Decision | Error {
+function decode(plan: Applied, result: unknown, reserving: boolean, now: number): Decision | Error {
   const planRules = plan.rules;
   const n = planRules.length;
   if (!Array.isArray(result) || result.length !== 4 * n + (reserving ? 1 + n : 0)) return unexpected(result);

@@ -20,15 +20,28 @@
 //       "onError": "allow",                    or "deny": the decision when Redis fails or times out
 //       "concurrency": { "limit": 10, "lease": "30s" },
 //                                              optional: at most 10 requests of one key in flight at once
-//       "lease": { "max": 50, "ttl": "1s" } }  optional: answer hot identifiers from units held per isolate
+//       "lease": { "max": 50, "ttl": "1s" },   optional: answer hot identifiers from units held per isolate
+//       "plans": { "pro": { "perMinute": { "limit": 1000 } } },
+//                                              optional: what each plan changes in the rules; reached only
+//                                              through an override (a request never chooses its plan)
+//       "overrides": true }                    or { "maxStale": "1s" }: per-key overrides, stored in Redis
 //   ],
+//   "adminPath": "/_edgelimit",                where the admin API answers (when EDGELIMIT_ADMIN_TOKEN is set)
 //   "allow": ["203.0.113.7", "2001:db8::/32"], never limited (IPs and CIDRs, v4 and v6)
 //   "deny": ["198.51.100.0/24"],               refused with 403 on every path; deny wins over allow
 //   "prefix": "edgelimit",                     Redis key namespace
 //   "legacyHeaders": false                     also send X-RateLimit-Limit / -Remaining / -Reset
 // }
 import * as v from "valibot";
-import { checkCost, checkRule, NAME, type Rule, type RuleConfig } from "../engine/algorithms.js";
+import {
+  checkCost,
+  checkPlans,
+  checkRule,
+  NAME,
+  type PlanConfig,
+  type Rule,
+  type RuleConfig,
+} from "../engine/algorithms.js";
 import { describe, readDuration } from "../engine/duration.js";
 import { PREFIX } from "../engine/keys.js";
 import { checkLease, type LeaseConfig } from "../engine/leases.js";
@@ -57,6 +70,10 @@ export interface RouteConfig {
   readonly lease?: LeaseConfig;
   /** At most `limit` requests per key in flight, each slot held at most `lease` ms (off when absent). */
   readonly concurrency?: { readonly limit: number; readonly lease: number };
+  /** What each plan changes in the rules (the Limiter's `plans`); none when absent. */
+  readonly plans?: Readonly<Record<string, PlanConfig>>;
+  /** Per-key overrides stored in Redis (the Limiter's `overrides`, maxStale in ms); off when absent. */
+  readonly overrides?: { readonly maxStale?: number };
 }
 
 /** The whole configuration, validated. */
@@ -73,6 +90,8 @@ export interface EdgelimitConfig {
   readonly prefix: string;
   /** Also send X-RateLimit-Limit / -Remaining / -Reset (default false). */
   readonly legacyHeaders: boolean;
+  /** Where the admin API answers (default "/_edgelimit"): lowercase, starts with "/", no trailing "/". */
+  readonly adminPath: string;
 }
 
 /** The outcome of `parseConfig`: the config, or every problem found, each as "path: message". */
@@ -257,6 +276,42 @@ const lease = v.pipe(
   }),
 );
 
+// Plans are checked against the route's rules in routePlans (below); here only their shape.
+const plansMessage: Message = (issue) =>
+  `must be plans by name, e.g. { "pro": { "perMinute": { "limit": 1000 } } }${got(issue)}`;
+const plans = v.pipe(
+  v.custom<unknown>((input) => !Array.isArray(input), plansMessage),
+  v.record(v.string(), v.unknown(), plansMessage),
+);
+
+const overrides = v.pipe(
+  v.unknown(),
+  checked<unknown, boolean | { maxStale?: number }>((value) => {
+    if (typeof value === "boolean") return { value };
+    if (value === null || typeof value !== "object" || Array.isArray(value)) {
+      const message = `must be true, false or an object such as { "maxStale": "1s" }, got ${describe(value)}`;
+      return { issues: [{ path: [], message }] };
+    }
+    const issues: Issue[] = Object.keys(value)
+      .filter((field) => field !== "maxStale")
+      .map((field) => ({ path: [field], message: "is not a known field; use maxStale" }));
+    const { maxStale } = value as { maxStale?: unknown };
+    if (maxStale === undefined) return issues.length > 0 ? { issues } : { value: {} };
+    const read = readDuration(maxStale);
+    if (!("ms" in read)) issues.push({ path: ["maxStale"], message: read.message });
+    else if (read.ms > MAX_TIMER_MS) {
+      issues.push({
+        path: ["maxStale"],
+        message: `must be at most ${MAX_TIMER_MS} ms (about 24.8 days), got ${read.ms}`,
+      });
+    }
+    return issues.length > 0 || !("ms" in read) ? { issues } : { value: { maxStale: read.ms } };
+  }),
+);
+
+// Lowercase (request paths are compared lowercased), segments of URL-safe characters, no "." or "..".
+const ADMIN_PATH = /^(\/(?!\.\.?(?:\/|$))[a-z0-9_.~-]+)+$/;
+
 const route = strict("a route object such as { name, match, key, rules }", {
   name: v.pipe(
     text("a route name"),
@@ -282,6 +337,8 @@ const route = strict("a route object such as { name, match, key, rules }", {
       lease: timerDuration,
     }),
   ),
+  plans: v.optional(plans),
+  overrides: v.optional(overrides),
 });
 
 const schema = strict("a JSON object such as { origin, routes }", {
@@ -299,6 +356,17 @@ const schema = strict("a JSON object such as { origin, routes }", {
   legacyHeaders: v.optional(
     v.boolean((issue) => `must be true or false${got(issue)}`),
     false,
+  ),
+  adminPath: v.optional(
+    v.pipe(
+      text('a path such as "/_edgelimit"'),
+      v.regex(
+        ADMIN_PATH,
+        (issue) =>
+          `must be a lowercase path such as "/_edgelimit" (a-z 0-9 _ . ~ - segments, no trailing "/")${got(issue)}`,
+      ),
+    ),
+    "/_edgelimit",
   ),
 });
 
@@ -340,14 +408,20 @@ export function parseConfig(input: unknown): ConfigResult {
         const message = issue.kind === "schema" && issue.input === undefined ? "is required" : issue.message;
         return `${at || "EDGELIMIT_CONFIG"}: ${message}`;
       });
-  errors.push(...duplicateNames(value), ...impossibleCosts(value));
+  errors.push(...duplicateNames(value), ...impossibleCosts(value), ...routePlans(value));
   if (!result.success || errors.length > 0) return { ok: false, errors };
   const output = result.output;
   return {
     ok: true,
     config: {
       ...output,
-      routes: output.routes as RouteConfig[],
+      routes: output.routes.map(({ overrides, ...route }) => ({
+        ...route,
+        // false is the same as leaving it out; true is the Limiter's defaults
+        ...(overrides === false || overrides === undefined
+          ? {}
+          : { overrides: overrides === true ? {} : overrides }),
+      })) as RouteConfig[],
       allow: IpSet.from(output.allow),
       deny: IpSet.from(output.deny),
     },
@@ -391,4 +465,40 @@ function impossibleCosts(value: unknown): string[] {
     }
   });
   return errors;
+}
+
+// The Limiter's own check of each route's plans against its rules (run only when those rules are
+// valid: a plan over a broken rule would repeat that rule's problem), its issues under routes[i], and
+// each plan's cost checked as the route's is.
+function routePlans(value: unknown): string[] {
+  const routes = (value as { routes?: unknown } | null)?.routes;
+  if (!Array.isArray(routes)) return [];
+  const errors: string[] = [];
+  routes.forEach((route, i) => {
+    const { cost = 1, rules, plans } = (route ?? {}) as { cost?: unknown; rules?: unknown; plans?: unknown };
+    if (plans === null || typeof plans !== "object" || Array.isArray(plans)) return;
+    if (rules === null || typeof rules !== "object" || Array.isArray(rules)) return;
+    const entries = Object.entries(rules as Record<string, RuleConfig>);
+    if (entries.length === 0 || entries.some(([name, rule]) => checkRule(name, rule).issues)) return;
+    const checked = checkPlans(rules as Record<string, RuleConfig>, plans);
+    if (checked.issues !== undefined) {
+      for (const { path, message } of checked.issues) errors.push(`${routeField(i, path)}: ${message}`);
+      return;
+    }
+    if (typeof cost !== "number" || !Number.isInteger(cost) || cost < 1) return;
+    for (const [plan, compiled] of checked.plans) {
+      try {
+        checkCost(compiled, cost, routeField(i, ["plans", plan]));
+      } catch (error) {
+        errors.push((error as Error).message);
+      }
+    }
+  });
+  return errors;
+}
+
+// `routes[1].plans.pro.perMinute.limit` for a path inside routes[i].
+function routeField(i: number, path: readonly (string | number)[]): string {
+  const inside = pathText(pathIn(undefined, path));
+  return `routes[${i}]${inside === "" || inside.startsWith("[") ? "" : "."}${inside}`;
 }

@@ -4,7 +4,7 @@
 
 import { sha256Hex } from "../engine/sha256.js";
 import { formatIp, type IpAddress, isIpv4, networkOf, parseIp } from "./ip.js";
-import { canonicalPath } from "./routes.js";
+import { canonicalPath, normalizePath } from "./routes.js";
 
 /** What a route counts by, parsed from its `key`. */
 export type KeySpec =
@@ -72,7 +72,9 @@ export function clientKey(ip: IpAddress): string {
 
 /**
  * The identifier a request is counted under for `spec`, or undefined when the request does not carry
- * it (no such header or cookie, no client address). An IPv6 client is counted per /64.
+ * it (no such header or cookie, no client address). An IPv6 client is counted per /64. The value the
+ * key reads is turned into the identifier by {@link identifierOf}, as the admin API turns a value an
+ * operator gives, so the two cannot drift.
  *
  * @example
  * identify({ kind: "header", name: "x-api-key" }, request, clientIp(request.headers))
@@ -85,22 +87,59 @@ export function identify(
 ): string | undefined {
   switch (spec.kind) {
     case "ip":
+      // already parsed from CF-Connecting-IP (clientIp) with the parser identifierOf uses
       return ip && clientKey(ip);
     case "path":
-      // one counter per path however it is spelt: /login;x and /login%2F are /login
-      return canonicalPath(normalizedPath);
+      return pathKey(normalizedPath);
     case "global":
       return "global";
     case "header": {
-      const value = request.headers.get(spec.name)?.trim();
-      return value ? hashed(value) : undefined;
+      const value = request.headers.get(spec.name);
+      return value === null ? undefined : identifierOf(spec, value);
     }
     case "cookie": {
-      const value = cookie(request.headers.get("cookie"), spec.name);
-      return value ? hashed(value) : undefined;
+      const value = cookieText(request.headers.get("cookie"), spec.name);
+      return value === undefined ? undefined : identifierOf(spec, value);
     }
   }
 }
+
+/**
+ * The identifier of a value a route's key reads (the header's or cookie's value, a client address, a
+ * path), or undefined when that value identifies no one (empty, not an IP address, not a path). Header
+ * and cookie values are hashed (a cookie's quotes removed first), an IPv6 address is its /64, a path
+ * is counted however it is spelt; "global" needs no value.
+ *
+ * @example
+ * identifierOf({ kind: "ip" }, "2001:db8::1") // "2001:db8::/64"
+ * identifierOf({ kind: "header", name: "x-api-key" }, "abc") // "sha256:ba7816bf..."
+ */
+export function identifierOf(spec: KeySpec, value: string): string | undefined {
+  switch (spec.kind) {
+    case "ip": {
+      const ip = parseIp(value.trim());
+      return ip && clientKey(ip);
+    }
+    case "path":
+      return value.startsWith("/") ? pathKey(normalizePath(value)) : undefined;
+    case "global":
+      return "global";
+    case "header": {
+      const trimmed = value.trim();
+      return trimmed ? hashed(trimmed) : undefined;
+    }
+    case "cookie": {
+      const unquoted = unquote(value.trim());
+      return unquoted ? hashed(unquoted) : undefined;
+    }
+  }
+}
+
+// One counter per path however it is spelt: /login;x and /login%2F are /login.
+const pathKey = (normalizedPath: string) => canonicalPath(normalizedPath);
+
+const unquote = (value: string) =>
+  value.length >= 2 && value.startsWith('"') && value.endsWith('"') ? value.slice(1, -1) : value;
 
 /**
  * The value of cookie `name` in a Cookie header (the first, if sent twice), unquoted; undefined if absent.
@@ -109,13 +148,17 @@ export function identify(
  * cookie("a=1; session=abc", "session") // "abc"
  */
 export function cookie(header: string | null, name: string): string | undefined {
+  const value = cookieText(header, name);
+  return value === undefined ? undefined : unquote(value);
+}
+
+// The value of cookie `name` as sent (trimmed, quotes kept), the first if sent twice.
+function cookieText(header: string | null, name: string): string | undefined {
   if (!header) return undefined;
   for (const pair of header.split(";")) {
     const eq = pair.indexOf("=");
     if (eq === -1 || pair.slice(0, eq).trim() !== name) continue;
-    let value = pair.slice(eq + 1).trim();
-    if (value.length >= 2 && value.startsWith('"') && value.endsWith('"')) value = value.slice(1, -1);
-    return value;
+    return pair.slice(eq + 1).trim();
   }
   return undefined;
 }

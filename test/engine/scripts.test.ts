@@ -5,6 +5,7 @@ import { Redis } from "@upstash/redis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connectRedis, type RedisConnection, startBridge, startRedisServer } from "../../src/bridge/index.js";
 import { SCRIPTS } from "../../src/engine/generated/scripts.js";
+import { RuleKeys } from "../../src/engine/keys.js";
 import { limiterArgs } from "../../src/engine/script.js";
 import {
   fixedWindow,
@@ -465,4 +466,100 @@ describe("commands per decision (each path, one rule)", () => {
     for (const [cost] of calls) got.push([cost, await commands(limiter, cost)]);
     expect(got).toEqual(calls);
   });
+  // With overrides on, a decision runs limiterOverrides: the limiter script's check and commit plus one
+  // GET of the override key, stored or not; one fixed window runs fixedWindowOneRuleOverrides. Each rule's limit is 2 (a token bucket's capacity), and
+  // the stored plan or custom line keeps it 2, so the paths line up: first, later, denied.
+  const overrideCases: [string, RuleConfig, Record<string, unknown>, string, [number, string][]][] = [
+    [
+      "fixedWindow",
+      fixedWindow({ limit: 2, window: "1h" }),
+      { limit: 2 },
+      "!fixedWindow 2 3600000 0",
+      [
+        [1, "EVALSHA GET INCR PEXPIRE"], // its own one-rule script
+        [1, "EVALSHA GET INCR"],
+        [1, "DECRBY EVALSHA GET INCR"], // a denial takes its unit back: the limit may change
+      ],
+    ],
+    [
+      "slidingWindow",
+      slidingWindow({ limit: 2, window: "1h" }),
+      { limit: 2 },
+      "!slidingWindow 2 3600000 0",
+      [
+        [1, "EVALSHA GET×2 SET"],
+        [1, "EVALSHA GET×2 INCRBY"],
+        [1, "EVALSHA GET×2"],
+      ],
+    ],
+    [
+      "gcra",
+      gcra({ limit: 2, period: "1h" }),
+      { limit: 2 },
+      "!gcra 2 3600000 2",
+      [
+        [1, "EVALSHA GET×2 SET"],
+        [1, "EVALSHA GET×2 SET"],
+        [1, "EVALSHA GET×2"],
+      ],
+    ],
+    [
+      "tokenBucket",
+      tokenBucket({ capacity: 2, refillRate: 1, interval: "1h" }),
+      { capacity: 2 },
+      "!gcra 1 3600000 2",
+      [
+        [1, "EVALSHA GET×2 SET"],
+        [1, "EVALSHA GET×2 SET"],
+        [1, "EVALSHA GET×2"],
+      ],
+    ],
+    [
+      "slidingLog",
+      slidingLog({ limit: 2, window: "1h" }),
+      { limit: 2 },
+      "!slidingLog 2 3600000 0",
+      [
+        [1, "EVALSHA GET PEXPIRE ZADD ZCOUNT ZRANGE ZREMRANGEBYSCORE"],
+        [1, "EVALSHA GET PEXPIRE ZADD ZCOUNT ZRANGE ZREMRANGEBYSCORE"],
+        [1, "EVALSHA GET ZCOUNT ZRANGE ZRANGEBYSCORE"],
+      ],
+    ],
+  ];
+
+  describe.each(["none stored", "a plan stored", "a custom override stored"])(
+    "overrides on, %s",
+    (stored) => {
+      it.each(overrideCases)("%s", async (_, rule, plan, custom, calls) => {
+        const clock = manualClock();
+        const make = () =>
+          new Limiter({
+            redis,
+            prefix: uniquePrefix("scr"),
+            rules: { r: rule },
+            plans: { pro: { r: plan } } as never,
+            denyCache: false,
+            clock,
+            overrides: true,
+          });
+        const limiter = make();
+        clock.set(T0);
+        const warmUp = make();
+        await warmUp.limit("warm-up");
+        const key = new RuleKeys(limiter.prefix, limiter.rules).override("id");
+        if (stored === "a plan stored") await redis.set(key, '=pro\n{"plan":"pro"}');
+        if (stored === "a custom override stored") await redis.set(key, `${custom}\n{}`);
+        const got: [number, string][] = [];
+        const plans = new Set<string>();
+        for (const [cost] of calls) {
+          got.push([cost, await commands(limiter, cost)]);
+        }
+        for (const d of [await limiter.limit("id", { cost: 0 })]) plans.add(d.plan);
+        expect(got).toEqual(calls);
+        expect([...plans]).toEqual([
+          stored === "none stored" ? "default" : stored === "a plan stored" ? "pro" : "custom",
+        ]);
+      });
+    },
+  );
 });

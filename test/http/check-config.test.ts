@@ -69,6 +69,25 @@ describe("check-config", () => {
     expect(run.err.trimEnd().split("\n")).toEqual([`${join(dir, "bad.jsonc")}: 4 problems`, ...BAD_ERRORS]);
   });
 
+  it("checks plans, overrides and adminPath, naming each field at fault", () => {
+    const route = {
+      ...good.routes[0],
+      plans: { pro: { perMinute: { limit: 0 } }, gold: { perHour: { limit: 9 } } },
+      overrides: { maxStale: "soon" },
+    };
+    const run = check("plans.json", JSON.stringify({ ...good, routes: [route], adminPath: "/Admin/" }));
+    expect(run.code).toBe(1);
+    expect(run.err.trimEnd().split("\n")).toEqual([
+      `${join(dir, "plans.json")}: 4 problems`,
+      '  routes[0].overrides.maxStale: "soon" is not a duration; use milliseconds or a string like "500ms", "10s", "1m", "1h", "1d"',
+      '  adminPath: must be a lowercase path such as "/_edgelimit" (a-z 0-9 _ . ~ - segments, no trailing "/"), got "/Admin/"',
+      "  routes[0].plans.pro.perMinute.limit: must be a positive whole number, got 0",
+      "  routes[0].plans.gold.perHour: not a rule; the rules are perMinute",
+    ]);
+    const fixed = { ...route, plans: { pro: { perMinute: { limit: 50 } } }, overrides: true };
+    expect(check("plans-ok.json", JSON.stringify({ ...good, routes: [fixed] })).code).toBe(0);
+  });
+
   it("keeps a // or /* inside a string, and reads a comment-free .jsonc as JSON", () => {
     const text = JSON.stringify({ ...good, routes: [{ ...good.routes[0], name: "a//b" }] });
     const run = check("strings.jsonc", `${text.slice(0, -1)}, /* end */ }`);

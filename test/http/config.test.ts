@@ -120,7 +120,7 @@ describe("every error names the path of the field at fault", () => {
     ],
     [
       { ...base, routez: [] },
-      ["routez: is not a known field; use origin, routes, allow, deny, prefix, legacyHeaders"],
+      ["routez: is not a known field; use origin, routes, allow, deny, prefix, legacyHeaders, adminPath"],
     ],
     [{ ...base, routes: [{ ...login, name: undefined }] }, ["routes[0].name: is required"]],
     [
@@ -414,5 +414,115 @@ describe("rule and lease problems, each at its own path", () => {
   test("a valid lease comes back in milliseconds", () => {
     const result = parseConfig(withLease({ max: 50, ttl: "1.5s" }));
     expect(result.ok && result.config.routes[0]!.lease).toEqual({ max: 50, ttl: 1500 });
+  });
+});
+
+describe("plans, overrides and adminPath", () => {
+  const api = {
+    name: "api",
+    key: "header:x-api-key",
+    rules: {
+      perMinute: { algorithm: "gcra", limit: 100, period: "1m" },
+      daily: { algorithm: "fixedWindow", limit: 10000, window: "1d" },
+    },
+  };
+  const withApi = (fields: Record<string, unknown>, top: Record<string, unknown> = {}) => ({
+    ...base,
+    routes: [{ ...api, ...fields }],
+    ...top,
+  });
+
+  test("plans and overrides come back as the Limiter takes them; adminPath defaults to /_edgelimit", () => {
+    const plans = { pro: { perMinute: { limit: 1000 }, daily: { limit: 1000000 } } };
+    const result = parseConfig(withApi({ plans, overrides: true }));
+    if (!result.ok) throw new Error(result.errors.join("\n"));
+    expect(result.config.adminPath).toBe("/_edgelimit");
+    expect(result.config.routes[0]).toMatchObject({ plans, overrides: {} });
+
+    const timed = parseConfig(
+      withApi({ overrides: { maxStale: "2.5s" } }, { adminPath: "/ops/edge-limits" }),
+    );
+    if (!timed.ok) throw new Error(timed.errors.join("\n"));
+    expect(timed.config.adminPath).toBe("/ops/edge-limits");
+    expect(timed.config.routes[0]!.overrides).toEqual({ maxStale: 2500 });
+    expect(timed.config.routes[0]!.plans).toBeUndefined();
+
+    const off = parseConfig(withApi({ overrides: false }));
+    expect(off.ok && "overrides" in off.config.routes[0]!).toBe(false);
+    const bare = parseConfig(base);
+    expect(bare.ok && Object.keys(bare.config.routes[0]!)).toEqual([
+      "name",
+      "match",
+      "key",
+      "rules",
+      "mode",
+      "cost",
+    ]);
+  });
+
+  test.each([
+    [
+      withApi({ plans: { pro: { perMinute: { limit: 0 } } } }),
+      ["routes[0].plans.pro.perMinute.limit: must be a positive whole number, got 0"],
+    ],
+    [
+      withApi({ plans: { pro: { perHour: { limit: 5 } } } }),
+      ["routes[0].plans.pro.perHour: not a rule; the rules are perMinute, daily"],
+    ],
+    [
+      withApi({ plans: { pro: { perMinute: { limit: 5, colour: "red" } } } }),
+      ["routes[0].plans.pro.perMinute.colour: not an option of gcra; it takes limit, period, burst"],
+    ],
+    [
+      withApi({ plans: { default: { perMinute: { limit: 5 } } } }),
+      [
+        'routes[0].plans.default: "default" is reserved (a decision\'s plan says "default" for the base rules and "custom" for an override); name the plan otherwise',
+      ],
+    ],
+    [
+      withApi({ plans: { "gold plan": {} } }),
+      ['routes[0].plans: plan name "gold plan" must be 1-64 characters of A-Z a-z 0-9 _ . -'],
+    ],
+    [
+      withApi({ plans: [] }),
+      [
+        'routes[0].plans: must be plans by name, e.g. { "pro": { "perMinute": { "limit": 1000 } } }, got an array',
+      ],
+    ],
+    [
+      withApi({ cost: 60, plans: { low: { perMinute: { limit: 50 } } } }),
+      [
+        'routes[0].plans.low: 60 can never be admitted: rule "perMinute" holds at most 50 (make the cost at most 50, or raise the rule\'s limit)',
+      ],
+    ],
+    [
+      withApi({ overrides: "yes" }),
+      ['routes[0].overrides: must be true, false or an object such as { "maxStale": "1s" }, got "yes"'],
+    ],
+    [
+      withApi({ overrides: { maxAge: "1s" } }),
+      ["routes[0].overrides.maxAge: is not a known field; use maxStale"],
+    ],
+    [
+      withApi({ overrides: { maxStale: "soon" } }),
+      [
+        'routes[0].overrides.maxStale: "soon" is not a duration; use milliseconds or a string like "500ms", "10s", "1m", "1h", "1d"',
+      ],
+    ],
+    ...["_edgelimit", "/_edgelimit/", "/Admin", "/a//b", "/a/../b", "/", "/a b"].map((adminPath) => [
+      withApi({}, { adminPath }),
+      [
+        `adminPath: must be a lowercase path such as "/_edgelimit" (a-z 0-9 _ . ~ - segments, no trailing "/"), got ${JSON.stringify(adminPath)}`,
+      ],
+    ]),
+  ])("%j", (input, expected) => {
+    expect(errorsOf(input)).toEqual(expected);
+  });
+
+  test("a plan over a broken rule reports the rule once, not again per plan", () => {
+    const broken = { perMinute: { algorithm: "gcra", limit: 0, period: "1m" } };
+    expect(errorsOf(withApi({ rules: broken, plans: { pro: { perMinute: { limit: 5 } } } }))).toEqual([
+      "routes[0].rules.perMinute.limit: must be a positive whole number, got 0",
+    ]);
   });
 });

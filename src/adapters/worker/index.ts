@@ -8,7 +8,7 @@
 import type { Context, MiddlewareHandler } from "hono";
 import { Hono } from "hono/tiny";
 import { Concurrency } from "../../engine/concurrency.js";
-import { Limiter } from "../../engine/limiter.js";
+import { Limiter, type LimiterOptions } from "../../engine/limiter.js";
 import type { RestConnection } from "../../engine/rest.js";
 import { type EdgelimitConfig, parseConfig, type RouteConfig } from "../../http/config.js";
 import { failureLog } from "../../http/error-log.js";
@@ -19,6 +19,7 @@ import { forward } from "../../http/proxy.js";
 import { findRoute, normalizePath } from "../../http/routes.js";
 import { type ConcurrencyVariables, concurrencyLimit } from "../hono/concurrency.js";
 import { type RateLimitVariables, rateLimit } from "../hono/index.js";
+import { type AdminRoute, admin } from "./admin.js";
 
 /** The Worker's bindings. */
 export interface Env {
@@ -26,9 +27,11 @@ export interface Env {
   EDGELIMIT_CONFIG?: unknown;
   UPSTASH_REDIS_REST_URL?: string;
   UPSTASH_REDIS_REST_TOKEN?: string;
+  /** Turns the admin API on (under the config's adminPath): the bearer token it asks for. */
+  EDGELIMIT_ADMIN_TOKEN?: string;
 }
 
-interface LimitedRoute extends RouteConfig {
+interface LimitedRoute extends AdminRoute {
   /** The route's rateLimit middleware, over a Limiter built once per isolate. */
   readonly limit: MiddlewareHandler<AppEnv>;
 }
@@ -101,14 +104,18 @@ function buildSetup(raw: unknown, url: string | undefined, token: string | undef
 }
 
 function limitedRoute(route: RouteConfig, config: EdgelimitConfig, redis: RestConnection): LimitedRoute {
-  const limiter = new Limiter({
+  // In the Worker a plan is reached only through an override: a request never chooses its plan.
+  const options: LimiterOptions = {
     redis,
     prefix: config.prefix,
     rules: route.rules,
     ...(route.timeout === undefined ? {} : { timeout: route.timeout }),
     ...(route.onError === undefined ? {} : { onError: route.onError }),
     ...(route.lease === undefined ? {} : { lease: route.lease }),
-  });
+    ...(route.plans === undefined ? {} : { plans: route.plans }),
+    ...(route.overrides === undefined ? {} : { overrides: route.overrides }),
+  };
+  const limiter = new Limiter(options);
   // Counters are namespaced by route (route names hold no ":"), so two routes never share a count.
   const key = (c: Context<AppEnv>) => {
     const id = identify(route.key, c.req.raw, c.get("ip"), c.get("path"));
@@ -123,7 +130,7 @@ function limitedRoute(route: RouteConfig, config: EdgelimitConfig, redis: RestCo
     log: (event) => console.warn(`${event.message} [route "${route.name}"]`),
     failures,
   });
-  if (route.concurrency === undefined) return { ...route, limit: rateLimited };
+  if (route.concurrency === undefined) return { ...route, limiter, limit: rateLimited };
   // Rate rules first (a request refused by them takes no slot), then a slot held until the response
   // body has been streamed to the client or the client went away.
   const inFlight = concurrencyLimit<AppEnv>({
@@ -144,7 +151,7 @@ function limitedRoute(route: RouteConfig, config: EdgelimitConfig, redis: RestCo
       const refusal = await inFlight(c, next);
       if (refusal) c.res = refusal;
     });
-  return { ...route, limit };
+  return { ...route, limiter, limit };
 }
 
 // The origin's answer; a network failure on the way there (DNS, refused, reset) is a 502, not a crash.
@@ -182,6 +189,10 @@ app.use(async (c, next) => {
     return problem(403, "Forbidden", "Requests from this address are not accepted.");
   }
   const path = normalizePath(new URL(c.req.url).pathname);
+  const adminPath = config.adminPath;
+  if (path === adminPath || path.startsWith(`${adminPath}/`)) {
+    return admin(c.req.raw, c.env?.EDGELIMIT_ADMIN_TOKEN, adminPath, routes);
+  }
   c.set("config", config);
   c.set("ip", ip);
   c.set("path", path);

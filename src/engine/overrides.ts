@@ -1,0 +1,338 @@
+// Per-identifier overrides, stored in Redis beside the identifier's state (docs/overrides.md).
+//
+// - Key: `<prefix>:{<tag>}:override` (RuleKeys.override): the identifier's hash tag, so the decision's
+//   script reads it in the same slot as the rule keys. Configuration, not state: no TTL unless the
+//   override has an `expiresAt` (then PXAT, set with the value in one SET).
+// - Value: `<line>\n<json>`. The line is what the script reads: `=<plan>` for a plan alone, or `!` and
+//   4 tokens per rule in rule order, as the limiter script's ARGV encodes a rule, resolved here from the
+//   base rules (or the named plan's) with the override's fields over them. The json is the override as
+//   given: what get() returns.
+// - Index: a ZSET `<prefix>:overrides` of identifiers, all scored 0, paged by lex: list() needs neither
+//   KEYS nor SCAN. set() writes ZADD before SET and delete() DEL before ZREM (one pipeline, in order),
+//   so a failure can only leave an index member without a key; a page drops and ZREMs those, as it does
+//   members whose key expired.
+import {
+  checkChanges,
+  type PlanConfig,
+  planConfigs,
+  type Rule,
+  type RuleConfig,
+  type RulePlan,
+} from "./algorithms.js";
+import { type Duration, describe, readDuration } from "./duration.js";
+import { checkIdentifier, type RuleKeys } from "./keys.js";
+import { limiterArgs } from "./script.js";
+import type { CallOptions, CallResult, Transport } from "./transport.js";
+import { type Issue, issueText, MAX_TIMER_MS } from "./validate.js";
+
+/** What the Limiter's `overrides` option takes beside `true`. */
+export interface OverridesOptions {
+  /**
+   * How long a cached denial (and a lease) is trusted at most before Redis is asked again (default
+   * "1s"; 0: never), so that an override set from another isolate reaches this one within it.
+   */
+  maxStale?: Duration;
+}
+
+/** One identifier's override: a plan, its own values for some rules, or both; until `expiresAt` if given. */
+export interface Override {
+  /** The plan that applies to the identifier, whatever plan a call names. */
+  plan?: string;
+  /** Fields of some rules (those of each rule's constructor), over the plan's rules or the base rules. */
+  rules?: Record<string, RulePlan>;
+  /** Epoch ms at which the override is removed by Redis. */
+  expiresAt?: number;
+}
+
+/** An identifier and its override, as list() and page() give them. */
+export interface OverrideEntry {
+  identifier: string;
+  override: Override;
+}
+
+/** A page of overrides, and the `after` of the next one when there may be more. */
+export interface OverridesPage {
+  items: OverrideEntry[];
+  next?: string;
+}
+
+/** A validated `overrides` option. */
+export interface OverridesConfig {
+  readonly maxStale: number;
+}
+
+/** What a Limiter lends its Overrides. */
+export interface OverridesContext {
+  readonly config: OverridesConfig;
+  readonly transport: Transport;
+  readonly prefix: string;
+  readonly keys: RuleKeys;
+  /** The rules and plans as configured (validated). */
+  readonly rules: Record<string, RuleConfig>;
+  readonly plans: Record<string, PlanConfig> | undefined;
+  readonly timeout: number;
+  readonly clock: () => number;
+  /** Drops this Limiter's cached denial and leases of the identifier. */
+  readonly forget: (identifier: string) => void;
+}
+
+/** maxStale when `overrides: true`: Retry-After is whole seconds and at least 1 (docs/overrides.md). */
+export const DEFAULT_MAX_STALE = 1000;
+const FIELDS = ["plan", "rules", "expiresAt"];
+const MAX_PAGE = 1000;
+const DEFAULT_PAGE = 100;
+
+/**
+ * Validates the Limiter's `overrides` option: undefined/false (off), true, or `{ maxStale }`. Throws
+ * naming the field (`overrides.maxStale: ...`).
+ *
+ * @example
+ * overridesConfig({ maxStale: "5s" }) // { maxStale: 5000 }
+ */
+export function overridesConfig(value: unknown): OverridesConfig | undefined {
+  if (value === undefined || value === false) return undefined;
+  if (value === true) return { maxStale: DEFAULT_MAX_STALE };
+  if (value === null || typeof value !== "object" || Array.isArray(value)) {
+    throw new Error(`overrides: expected true, false or { maxStale }, got ${describe(value)}`);
+  }
+  for (const key of Object.keys(value)) {
+    if (key !== "maxStale") throw new Error(`overrides.${key}: not an overrides option; it takes maxStale`);
+  }
+  const maxStale = (value as { maxStale?: unknown }).maxStale;
+  if (maxStale === undefined) return { maxStale: DEFAULT_MAX_STALE };
+  if (maxStale === 0) return { maxStale: 0 };
+  const read = readDuration(maxStale);
+  if ("message" in read) throw new Error(`overrides.maxStale: ${read.message}`);
+  if (read.ms > MAX_TIMER_MS) {
+    throw new Error(`overrides.maxStale: must be at most ${MAX_TIMER_MS} ms, got ${describe(maxStale)}`);
+  }
+  return { maxStale: read.ms };
+}
+
+/**
+ * A Limiter's per-identifier overrides (`limiter.overrides`). Every method rejects with
+ * `overrides: not enabled; pass overrides: true` on a Limiter built without the option.
+ *
+ * @example
+ * await limiter.overrides.set("key_123", { plan: "enterprise" });
+ * await limiter.overrides.set("key_456", { rules: { perMinute: { limit: 5_000 } }, expiresAt: Date.now() + 86_400_000 });
+ */
+export class Overrides {
+  /** Whether the Limiter was built with `overrides`. */
+  readonly enabled: boolean;
+  /** Ms a cached denial or a lease is trusted at most (Infinity when off). */
+  readonly maxStale: number;
+  /** The index ZSET of identifiers with an override. */
+  readonly indexKey: string | undefined;
+
+  constructor(private readonly context: OverridesContext | undefined) {
+    this.enabled = context !== undefined;
+    this.maxStale = context?.config.maxStale ?? Number.POSITIVE_INFINITY;
+    this.indexKey = context && `${context.prefix}:overrides`;
+  }
+
+  /**
+   * Stores the identifier's override, replacing any other. Rejects before writing anything, naming the
+   * field, for an unknown plan or rule, a value the rule's constructor would refuse, a change of a fixed
+   * or sliding window's `window`, an `expiresAt` that is not a whole epoch ms after now, or an unknown
+   * field. Then drops this Limiter's cached denial and lease of the identifier.
+   *
+   * @example
+   * await limiter.overrides.set("key_123", { plan: "pro", expiresAt: Date.now() + 3_600_000 });
+   */
+  async set(identifier: string, override: Override): Promise<void> {
+    const context = this.on();
+    checkIdentifier(identifier);
+    const line = this.lineOf(override, context);
+    const value = `${line}\n${JSON.stringify(override)}`;
+    const key = context.keys.override(identifier);
+    const expiresAt = override.expiresAt;
+    const set =
+      expiresAt === undefined ? ["SET", key, value] : ["SET", key, value, "PXAT", String(expiresAt)];
+    // one pipeline, in this order (see the file's head)
+    await settle([
+      context.transport.call(["ZADD", this.indexKey, "0", identifier], this.options()),
+      context.transport.call(set, this.options()),
+    ]);
+    context.forget(identifier);
+  }
+
+  /**
+   * The identifier's override as it was set, or undefined.
+   *
+   * @example
+   * await limiter.overrides.get("key_456") // { rules: { perMinute: { limit: 5000 } }, expiresAt: 1767225600000 }
+   */
+  async get(identifier: string): Promise<Override | undefined> {
+    const context = this.on();
+    checkIdentifier(identifier);
+    const [value] = await settle([
+      context.transport.call(["GET", context.keys.override(identifier)], this.options()),
+    ]);
+    return typeof value === "string" ? parse(value) : undefined;
+  }
+
+  /**
+   * Removes the identifier's override (nothing if it has none), then drops this Limiter's cached denial
+   * and lease of the identifier.
+   *
+   * @example
+   * await limiter.overrides.delete("key_456");
+   */
+  async delete(identifier: string): Promise<void> {
+    const context = this.on();
+    checkIdentifier(identifier);
+    await settle([
+      context.transport.call(["DEL", context.keys.override(identifier)], this.options()),
+      context.transport.call(["ZREM", this.indexKey, identifier], this.options()),
+    ]);
+    context.forget(identifier);
+  }
+
+  /**
+   * Every override, in identifier order (by bytes), `pageSize` (1-1000, default 100) per request.
+   *
+   * @example
+   * for await (const { identifier, override } of limiter.overrides.list()) console.log(identifier, override);
+   */
+  async *list(options: { pageSize?: number; within?: string } = {}): AsyncGenerator<OverrideEntry> {
+    this.on();
+    let after: string | undefined;
+    for (;;) {
+      const page = await this.page({
+        after,
+        limit: options.pageSize ?? DEFAULT_PAGE,
+        within: options.within,
+      });
+      yield* page.items;
+      if (page.next === undefined) return;
+      after = page.next;
+    }
+  }
+
+  /**
+   * One page of overrides: those of identifiers after `after` (default: from the first), at most `limit`
+   * (1-1000, default 100), only identifiers starting with `within` when given; `next` is the `after` of
+   * the following page, absent on the last. One ZRANGE and one pipeline of GETs.
+   *
+   * @example
+   * const { items, next } = await limiter.overrides.page({ within: "api:", limit: 50 });
+   */
+  async page(options: { after?: string; limit?: number; within?: string } = {}): Promise<OverridesPage> {
+    const context = this.on();
+    const { after, within } = options;
+    const limit = options.limit ?? DEFAULT_PAGE;
+    if (typeof limit !== "number" || !Number.isInteger(limit) || limit < 1 || limit > MAX_PAGE) {
+      throw new RangeError(`limit: must be a whole number from 1 to ${MAX_PAGE}, got ${describe(limit)}`);
+    }
+    if (after !== undefined && typeof after !== "string") {
+      throw new TypeError(`after: expected a string, got ${describe(after)}`);
+    }
+    if (within !== undefined && (typeof within !== "string" || within === "")) {
+      throw new TypeError(`within: expected a non-empty string, got ${describe(within)}`);
+    }
+    // within "api:" is the lex range [api: .. (api; : the prefix with its last code unit incremented
+    let min = after === undefined ? "-" : `(${after}`;
+    let max = "+";
+    if (within !== undefined) {
+      if (after === undefined || after < within) min = `[${within}`;
+      max = `(${within.slice(0, -1)}${String.fromCharCode(within.charCodeAt(within.length - 1) + 1)}`;
+    }
+    const [members] = await settle([
+      context.transport.call(
+        ["ZRANGE", this.indexKey, min, max, "BYLEX", "LIMIT", "0", String(limit)],
+        this.options(),
+      ),
+    ]);
+    const ids = members as string[];
+    if (ids.length === 0) return { items: [] };
+    const values = await settle(
+      ids.map((id) => context.transport.call(["GET", context.keys.override(id)], this.options())),
+    );
+    const items: OverrideEntry[] = [];
+    const gone: string[] = [];
+    ids.forEach((identifier, i) => {
+      const value = values[i];
+      if (typeof value === "string") items.push({ identifier, override: parse(value) });
+      else gone.push(identifier);
+    });
+    // members whose key was deleted or expired: out of the index
+    if (gone.length > 0)
+      await settle([context.transport.call(["ZREM", this.indexKey, ...gone], this.options())]);
+    return ids.length === limit ? { items, next: ids[ids.length - 1]! } : { items };
+  }
+
+  /** The stored line of a valid override, or an Error naming every field wrong. */
+  private lineOf(override: Override, context: OverridesContext): string {
+    const issues: Issue[] = [];
+    if (override === null || typeof override !== "object" || Array.isArray(override)) {
+      throw new TypeError(
+        `override: expected { plan } or { rules } (and expiresAt), e.g. { plan: "pro" }, got ${describe(override)}`,
+      );
+    }
+    for (const field of Object.keys(override)) {
+      if (!FIELDS.includes(field)) {
+        issues.push({ path: [field], message: `not an override field; it takes ${FIELDS.join(", ")}` });
+      }
+    }
+    const { plan, rules, expiresAt } = override;
+    const plans = Object.keys(context.plans ?? {});
+    if (plan === undefined && rules === undefined) {
+      issues.push({ path: ["plan"], message: 'give plan, rules or both, e.g. { plan: "pro" }' });
+    }
+    if (plan !== undefined && plan !== "default" && (typeof plan !== "string" || !plans.includes(plan))) {
+      issues.push({
+        path: ["plan"],
+        message: `unknown plan ${describe(plan)}; ${plans.length > 0 ? `the plans are ${plans.join(", ")}` : "this Limiter has no plans"}`,
+      });
+    }
+    let compiled: readonly Rule[] | undefined;
+    if (rules !== undefined) {
+      if (rules === null || typeof rules !== "object" || Array.isArray(rules)) {
+        issues.push({
+          path: ["rules"],
+          message: `expected the rules it changes, e.g. { ${Object.keys(context.rules)[0]}: { limit: 1000 } }, got ${describe(rules)}`,
+        });
+      } else if (issues.every((issue) => issue.path[0] !== "plan")) {
+        const base = planConfigs(context.rules, context.plans, plan ?? "default");
+        const checked = checkChanges(base, rules, ["rules"], "an override");
+        if (checked.issues !== undefined) issues.push(...checked.issues);
+        else compiled = checked.rules;
+      }
+    }
+    if (expiresAt !== undefined) {
+      const now = context.clock();
+      if (typeof expiresAt !== "number" || !Number.isSafeInteger(expiresAt) || expiresAt <= now) {
+        issues.push({
+          path: ["expiresAt"],
+          message: `must be a whole epoch ms after now (${now}), got ${describe(expiresAt)}`,
+        });
+      }
+    }
+    if (issues.length > 0) throw new Error(issues.map(issueText).join("; "));
+    if (compiled === undefined) return `=${plan}`;
+    // the limiter script's 4 arguments per rule, as it is sent them (now and cost dropped)
+    return `!${limiterArgs(compiled, 0, 1).slice(2).join(" ")}`;
+  }
+
+  private on(): OverridesContext {
+    if (this.context === undefined) throw new Error("overrides: not enabled; pass overrides: true");
+    return this.context;
+  }
+
+  private options(): CallOptions {
+    return { timeout: this.context!.timeout, breaker: false };
+  }
+}
+
+/** The override stored in `value` (`<line>\n<json>`). */
+function parse(value: string): Override {
+  return JSON.parse(value.slice(value.indexOf("\n") + 1)) as Override;
+}
+
+/** The results of calls sent together (one pipeline), or the first failure thrown. */
+async function settle(calls: Promise<CallResult>[]): Promise<unknown[]> {
+  const results = await Promise.all(calls);
+  for (const result of results) if (!result.ok) throw result.error;
+  return results.map((result) => (result as { result: unknown }).result);
+}

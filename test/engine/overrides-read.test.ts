@@ -1,0 +1,254 @@
+// The read path of overrides: with `overrides` on, each decision's one EVALSHA also reads the
+// identifier's stored override (written here raw, as overrides.set() stores it: `<line>\n<json>`) and
+// applies it: a stored override beats the plan the call names, which beats the base rules.
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
+import { LIMITER_OVERRIDES } from "../../src/engine/generated/scripts.js";
+import { RuleKeys } from "../../src/engine/keys.js";
+import { limiterArgs, rulesOfDecision } from "../../src/engine/script.js";
+import { fixedWindow, gcra, Limiter, type RuleConfig, slidingWindow, tokenBucket } from "../../src/index.js";
+import { type Cluster, startCluster } from "../cluster.js";
+import { bridgeRedis, manualClock, T0, uniquePrefix } from "../support.js";
+
+const HOUR = 3_600_000;
+const redis = bridgeRedis();
+
+function limiterOf(
+  rules: Record<string, RuleConfig>,
+  plans?: Record<string, Record<string, Record<string, unknown>>>,
+  extra: Record<string, unknown> = {},
+) {
+  const clock = manualClock();
+  const limiter = new Limiter({
+    redis,
+    prefix: uniquePrefix("ovr"),
+    rules,
+    plans: plans as never,
+    denyCache: false,
+    clock,
+    overrides: true,
+    ...extra,
+  });
+  return { limiter, clock };
+}
+
+/** Stores `line` as `identifier`'s override, with the intent JSON after it. */
+async function store(limiter: Limiter, identifier: string, line: string, intent: unknown = {}) {
+  const key = new RuleKeys(limiter.prefix, limiter.rules).override(identifier);
+  await redis.set(key, `${line}\n${JSON.stringify(intent)}`);
+  return key;
+}
+
+/** How many of `tries` decisions of `identifier` are admitted, at the clock's time. */
+async function admitted(limiter: Limiter, identifier: string, tries: number, plan?: string) {
+  let n = 0;
+  const plans = new Set<string>();
+  for (let i = 0; i < tries; i++) {
+    const d = await limiter.limit(identifier, { plan });
+    plans.add(d.plan);
+    if (d.allowed) n++;
+  }
+  return { n, plans: [...plans] };
+}
+
+afterEach(() => {
+  vi.restoreAllMocks();
+});
+
+describe("overrides on: the override read in the decision's EVALSHA", () => {
+  const rules = { perHour: gcra({ limit: 10, period: "1h" }) };
+  const plans = { pro: { perHour: { limit: 20 } }, max: { perHour: { limit: 40 } } };
+
+  it("decides by the base rules or the call's plan when none is stored", async () => {
+    const { limiter, clock } = limiterOf(rules, plans);
+    clock.set(T0);
+    expect(await admitted(limiter, "none", 15)).toEqual({ n: 10, plans: ["default"] });
+    expect(await admitted(limiter, "none-pro", 25, "pro")).toEqual({ n: 20, plans: ["pro"] });
+  });
+
+  it("applies a stored plan, which beats the plan the call names", async () => {
+    const { limiter, clock } = limiterOf(rules, plans);
+    clock.set(T0);
+    await store(limiter, "up", "=max", { plan: "max" });
+    expect(await admitted(limiter, "up", 50)).toEqual({ n: 40, plans: ["max"] });
+    await store(limiter, "up2", "=max", { plan: "max" });
+    expect(await admitted(limiter, "up2", 50, "pro")).toEqual({ n: 40, plans: ["max"] });
+  });
+
+  it("applies custom parameters, says 'custom' and keeps the rules it applied", async () => {
+    const { limiter, clock } = limiterOf(rules, plans);
+    clock.set(T0);
+    await store(limiter, "c", "!gcra 5 3600000 7", { rules: { perHour: { limit: 5, burst: 7 } } });
+    const first = await limiter.limit("c", { plan: "pro" });
+    expect(first).toMatchObject({ allowed: true, plan: "custom", limit: 7, remaining: 6 });
+    const applied = rulesOfDecision(first)!;
+    expect(applied.map((r) => [r.name, r.algorithm, r.limit])).toEqual([["perHour", "gcra", 7]]);
+    expect(applied[0]).toMatchObject({ rate: 5, period: HOUR, burst: 7 });
+    expect(await admitted(limiter, "c", 10, "pro")).toEqual({ n: 6, plans: ["custom"] });
+    // a base decision carries none
+    expect(rulesOfDecision(await limiter.limit("other"))).toBeUndefined();
+  });
+
+  it("falls back to the base rules when the stored plan or rules do not fit, warning once per line", async () => {
+    const warn = vi.spyOn(console, "warn").mockImplementation(() => {});
+    const { limiter, clock } = limiterOf(rules, plans);
+    clock.set(T0);
+    await store(limiter, "gone", "=gone", { plan: "gone" });
+    expect(await admitted(limiter, "gone", 15, "pro")).toEqual({ n: 10, plans: ["default"] });
+    await store(limiter, "alg", "!fixedWindow 5 3600000 0", {});
+    expect(await admitted(limiter, "alg", 15)).toEqual({ n: 10, plans: ["default"] });
+    await store(limiter, "short", "!gcra 5 3600000", {});
+    expect(await admitted(limiter, "short", 15)).toEqual({ n: 10, plans: ["default"] });
+    const lines = warn.mock.calls.map((call) => String(call[0]));
+    expect(lines.filter((line) => line.includes('"=gone"'))).toHaveLength(1);
+    expect(lines.filter((line) => line.includes('"!fixedWindow 5 3600000 0"'))).toHaveLength(1);
+  });
+
+  it("applies an upgrade on the very next decision, keeping the usage counted", async () => {
+    const { limiter, clock } = limiterOf(rules, plans);
+    clock.set(T0);
+    expect(await admitted(limiter, "u", 12)).toEqual({ n: 10, plans: ["default"] });
+    const key = await store(limiter, "u", "=pro", { plan: "pro" });
+    expect(await admitted(limiter, "u", 12)).toEqual({ n: 10, plans: ["pro"] });
+    await redis.del(key);
+    // 20 units used, above the base burst of 10: a unit comes back every 6 minutes
+    clock.set(T0 + HOUR / 10);
+    expect(await admitted(limiter, "u", 3)).toEqual({ n: 0, plans: ["default"] });
+    clock.set(T0 + HOUR / 10 + HOUR); // 9 used
+    expect((await limiter.limit("u")).allowed).toBe(true);
+  });
+
+  it("counts a plan's other fixed window in that window's key, declared beside the call's", async () => {
+    const { limiter, clock } = limiterOf(
+      { hourly: fixedWindow({ limit: 3, window: "1h" }), g: gcra({ limit: 100, period: "1h" }) },
+      { long: { hourly: { limit: 5, window: "2h" } } },
+    );
+    clock.set(T0);
+    await store(limiter, "w", "=long", { plan: "long" });
+    expect(await admitted(limiter, "w", 8)).toEqual({ n: 5, plans: ["long"] });
+    expect(await redis.get(limiter.keys("w", T0, "long")[0]!)).toBe(5);
+    expect(await redis.get(limiter.keys("w", T0)[0]!)).toBeNull();
+    // a custom limit in the long window's key too
+    await store(limiter, "w2", "!fixedWindow 4 7200000 0 gcra 100 3600000 100", {});
+    expect(await admitted(limiter, "w2", 8)).toEqual({ n: 4, plans: ["custom"] });
+    expect(await redis.get(limiter.keys("w2", T0, "long")[0]!)).toBe(4);
+    // a window no plan declares is stale: the base rules, in the base key
+    vi.spyOn(console, "warn").mockImplementation(() => {});
+    await store(limiter, "w3", "!fixedWindow 4 60000 0 gcra 100 3600000 100", {});
+    expect(await admitted(limiter, "w3", 8)).toEqual({ n: 3, plans: ["default"] });
+    expect(await redis.get(limiter.keys("w3", T0)[0]!)).toBe(3);
+  });
+
+  it.each([
+    ["fixedWindow", fixedWindow({ limit: 3, window: "1h" }), "!fixedWindow 6 3600000 0"],
+    ["slidingWindow", slidingWindow({ limit: 3, window: "1h" }), "!slidingWindow 6 3600000 0"],
+    ["tokenBucket", tokenBucket({ capacity: 3, refillRate: 1, interval: "1h" }), "!gcra 1 3600000 6"],
+  ] as const)("%s: exactly the override's limit, one rule", async (_, rule, line) => {
+    const { limiter, clock } = limiterOf({ r: rule });
+    clock.set(T0);
+    expect(await admitted(limiter, "base", 10)).toEqual({ n: 3, plans: ["default"] });
+    await store(limiter, "o", line, {});
+    expect(await admitted(limiter, "o", 10)).toEqual({ n: 6, plans: ["custom"] });
+    expect(rulesOfDecision(await limiter.limit("o"))![0]!.limit).toBe(6);
+  });
+
+  it("one fixed window: its own script applies plans, windows and custom limits exactly", async () => {
+    vi.spyOn(console, "warn").mockImplementation(() => {});
+    const { limiter, clock } = limiterOf(
+      { r: fixedWindow({ limit: 3, window: "1h" }) },
+      { pro: { r: { limit: 6 } }, long: { r: { limit: 5, window: "2h" } } },
+    );
+    const end = T0 - (T0 % HOUR) + HOUR;
+    clock.set(T0);
+    const key = await store(limiter, "f", "=long", { plan: "long" });
+    expect(await admitted(limiter, "f", 8, "pro")).toEqual({ n: 5, plans: ["long"] });
+    expect(await redis.get(limiter.keys("f", T0, "long")[0]!)).toBe(5); // the denials took their units back
+    expect(await redis.pttl(limiter.keys("f", T0, "long")[0]!)).toBeGreaterThan(HOUR);
+    // denials leave the count exact, so a raise admits exactly the difference
+    await store(limiter, "g", "!fixedWindow 2 3600000 0", {});
+    expect(await admitted(limiter, "g", 5)).toEqual({ n: 2, plans: ["custom"] });
+    expect(await redis.get(limiter.keys("g", T0)[0]!)).toBe(2);
+    await store(limiter, "g", "=pro", { plan: "pro" });
+    expect(await admitted(limiter, "g", 6)).toEqual({ n: 4, plans: ["pro"] });
+    // a cost above the applied limit: never, nothing kept
+    await store(limiter, "g", "!fixedWindow 2 3600000 0", {});
+    const never = await limiter.limit("h", { cost: 3 });
+    expect(never).toMatchObject({ allowed: true, remaining: 0, resetAt: end, plan: "default" });
+    await store(limiter, "h2", "!fixedWindow 2 3600000 0", {});
+    expect(await limiter.limit("h2", { cost: 3 })).toMatchObject({
+      allowed: false,
+      remaining: 2,
+      retryAfter: Number.POSITIVE_INFINITY,
+      plan: "custom",
+    });
+    expect(await redis.get(limiter.keys("h2", T0)[0]!)).toBe(0);
+    // a stale plan: the base rules
+    await redis.set(key, "=gone\n{}");
+    expect(await admitted(limiter, "f", 3)).toEqual({ n: 3, plans: ["default"] });
+  });
+
+  it("applies the override to a lease's reservation too", async () => {
+    const { limiter, clock } = limiterOf(rules, plans, { lease: { max: 4, ttl: "1s" } });
+    clock.set(T0);
+    await store(limiter, "l", "!gcra 6 3600000 6", {});
+    const d = await limiter.limit("l");
+    expect(d).toMatchObject({ allowed: true, plan: "custom" });
+    await limiter.dispose();
+  });
+
+  it("keeps the override key in the identifier's hash tag", () => {
+    const { limiter } = limiterOf(rules);
+    const keys = new RuleKeys(limiter.prefix, limiter.rules);
+    for (const id of ["user:42", "{a}", "}{", "x".repeat(500)]) {
+      const override = keys.override(id);
+      const [rule] = limiter.keys(id);
+      const tag = (key: string) => key.slice(0, key.indexOf("}") + 1);
+      expect(override).toBe(`${tag(rule!)}:override`);
+    }
+  });
+});
+
+describe("on a 3-node Redis Cluster", () => {
+  let cluster: Cluster;
+  beforeAll(async () => {
+    cluster = await startCluster();
+  }, 30_000);
+  afterAll(async () => {
+    await cluster?.stop();
+  });
+
+  it("reads the override in the slot of the identifier's rule keys, for any identifier", async () => {
+    const { limiter } = limiterOf({
+      g: gcra({ limit: 10, period: "10m" }),
+      m: fixedWindow({ limit: 100, window: "1m" }),
+    });
+    const keys = new RuleKeys(limiter.prefix, limiter.rules);
+    // the table of a call under the base rules, the Limiter's only plan
+    const table = "\ndefault 10 600000 10 0 100 60000 0 0\n";
+    for (const id of ["user:42", "{a}", "\u{1F600}", "x".repeat(10_000)]) {
+      const override = keys.override(id);
+      const all = [...limiter.keys(id, T0), override];
+      const slots = await Promise.all(all.map((key) => cluster.call(["CLUSTER", "KEYSLOT", key])));
+      expect(new Set(slots).size).toBe(1);
+      await cluster.call(["SET", override, "!gcra 3 600000 3 fixedWindow 100 60000 0\n{}"]);
+      const decide = () =>
+        cluster.call([
+          "EVAL",
+          LIMITER_OVERRIDES.text,
+          all.length,
+          ...all,
+          ...limiterArgs(limiter.rules, T0, 3),
+          "",
+          table,
+        ]);
+      // the custom burst of 3 takes the cost of 3, then nothing more; the line comes back
+      const reply = (await decide()) as unknown[];
+      // the line comes back as a bulk string (bytes on this connection)
+      expect([...reply.slice(0, -1), String(reply.at(-1))]).toEqual([
+        ...[1, 0, T0 + 600_000, 0],
+        ...[1, 97, T0 - (T0 % 60_000) + 60_000, 0],
+        "!gcra 3 600000 3 fixedWindow 100 60000 0",
+      ]);
+      expect(((await decide()) as unknown[])[0]).toBe(0);
+    }
+  });
+});
