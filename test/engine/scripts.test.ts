@@ -527,6 +527,31 @@ describe("commands per decision (each path, one rule)", () => {
     ],
   ];
 
+  it("overrides on, several rules: the limiter script's commands and one GET, stored or not", async () => {
+    const clock = manualClock();
+    const make = () =>
+      new Limiter({
+        redis,
+        prefix: uniquePrefix("scr"),
+        rules: { f: fixedWindow({ limit: 2, window: "1h" }), g: gcra({ limit: 2, period: "1h" }) },
+        denyCache: false,
+        clock,
+        overrides: true,
+      });
+    clock.set(T0);
+    await make().limit("warm-up");
+    for (const line of [undefined, "!fixedWindow 2 3600000 0 gcra 2 3600000 2"]) {
+      const limiter = make();
+      if (line !== undefined) {
+        await redis.set(new RuleKeys(limiter.prefix, limiter.rules).override("id"), `${line}\n{}`);
+      }
+      const got: string[] = [];
+      for (let i = 0; i < 3; i++) got.push(await commands(limiter, 1));
+      // first, later, denied
+      expect(got).toEqual(["EVALSHA GET×3 SET×2", "EVALSHA GET×3 INCRBY SET", "EVALSHA GET×3"]);
+    }
+  });
+
   describe.each(["none stored", "a plan stored", "a custom override stored"])(
     "overrides on, %s",
     (stored) => {
