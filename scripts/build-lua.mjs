@@ -4,6 +4,7 @@
 //   state     the state's format and formulas, shared by every path (local functions and constants)
 //   check     the limiter script's check and commit (registers algorithms.<name>)
 //   one-rule  (optional) the body of a script of its own for one rule, no reservation
+//   one-rule-overrides  (optional) the same that also reads the identifier's stored override
 //   refund    (optional) registers refund.<name>, for the refund script
 // From them it builds:
 //   limiter          a head (`local A, K, n = ARGV, KEYS, #KEYS`), lua/prelude.lua, then each
@@ -12,6 +13,7 @@
 //   limiterOverrides the same with lua/overrides.lua as its head and the dispatcher wrapped in a
 //                    function, whose answer gains a stored override's line;
 //   oneRule.<name>   the algorithm's state, then its one-rule body;
+//   <name>OneRuleOverrides  the algorithm's state, then its one-rule-overrides body;
 //   refund           lua/refund.lua with each algorithm's state and refund, in a `do ... end` of its
 //                    own, where its `-- #refunds` line stands;
 //   every other lua/*.lua (lock, concurrency) is a script as it stands.
@@ -26,7 +28,7 @@ import { fileURLToPath } from "node:url";
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const luaDir = join(root, "lua");
 const read = (file) => readFileSync(join(luaDir, file), "utf8");
-const SECTIONS = ["state", "check", "one-rule", "refund"];
+const SECTIONS = ["state", "check", "one-rule", "one-rule-overrides", "refund"];
 
 /** An algorithm file's sections, by name (the text before the first one is its header). */
 function sections(file) {
@@ -123,6 +125,10 @@ const oneRule = Object.fromEntries(
   algorithms.filter((a) => a["one-rule"] !== undefined).map((a) => [a.name, script(a.state + a["one-rule"])]),
 );
 
+for (const a of algorithms) {
+  if (a["one-rule-overrides"] !== undefined)
+    scripts[`${a.name}OneRuleOverrides`] = script(a.state + a["one-rule-overrides"]);
+}
 const entry = ({ text, sha1 }) => `{ text: ${JSON.stringify(text)}, sha1: ${JSON.stringify(sha1)} }`;
 // One export per script, so a bundle keeps only the scripts its code uses (a Lock-only bundle carries
 // no limiter script); SCRIPTS and ONE_RULE_SCRIPTS gather them for tests and benchmarks.

@@ -83,6 +83,60 @@ if units then
 end
 return count
 
+-- #one-rule-overrides
+-- The one-rule script with overrides on: it also reads the identifier's stored override (one GET).
+-- KEYS[1] the window's key under the call's plan; KEYS[2] the override key; KEYS[3..] keys of other
+-- windows some plan gives this rule. ARGV[1] ms until KEYS[1] expires; ARGV[2] cost; ARGV[3], ARGV[4]
+-- the call's limit and window; ARGV[5] now (hexadecimal); ARGV[6] the plan table (lua/overrides.lua).
+-- A limit can change between decisions here, so a denial always takes its units back: the count is
+-- exactly what was admitted (first: GET INCR PEXPIRE; later: GET INCR; denied: GET INCR DECRBY).
+-- Answers the count after adding the cost (admitted iff count <= the applied limit), and the stored
+-- override's line beside it when one is stored.
+local key, units, ttl = KEYS[1], ARGV[2], ARGV[1]
+local cost, limit = tonumber(units), tonumber(ARGV[3])
+local stored = redis.call("GET", KEYS[2])
+local line
+if stored then
+  line = string.match(stored, "^[^\n]*")
+  local T = ARGV[6]
+  local function plan_line(name)
+    local at = string.find(T, "\n" .. name .. " ", 1, true)
+    if at then return string.match(T, "^(%d+) (%d+) %d+ (%d+)", at + #name + 2) end
+  end
+  local l, w, k
+  local kind = string.sub(line, 1, 1)
+  if kind == "=" then
+    l, w, k = plan_line(string.sub(line, 2))
+  elseif kind == "!" then
+    local p1, p2 = string.match(line, "^!fixedWindow (%d+) (%d+) %d+$")
+    if p2 == ARGV[4] then
+      l, w, k = p1, p2, "0"
+    elseif p2 then
+      -- another window counts in the key a plan with that window declared
+      k = string.match(T, "\n%S+ %d+ " .. p2 .. " %d+ (%d+)\n")
+      if k then l, w = p1, p2 end
+    end
+  end
+  if not l then l, w, k = plan_line("default") end
+  limit = tonumber(l)
+  if k ~= "0" then
+    local now, window = tonumber(ARGV[5], 16), tonumber(w)
+    key = KEYS[tonumber(k)]
+    ttl = now - now % window + window + math.min(window, GRACE) - now
+  end
+end
+local count = cost == 1 and redis.pcall("INCR", key) or redis.pcall("INCRBY", key, units)
+if count == cost then
+  redis.call("PEXPIRE", key, ttl)
+elseif type(count) ~= "number" then
+  if not string.find(count.err, "not an integer", 1, true) then return redis.error_reply(count.err) end
+  redis.call("SET", key, units, "PX", ttl)
+  count = cost
+end
+if count > limit then redis.call("DECRBY", key, units) end
+if line then return { count, line } end
+return count
+
 -- #refund
 -- The window's count, in the key of the window the units were counted in. A count above the limit
 -- (a denial's harmless overshoot) counts as the limit. The key keeps its expiry.

@@ -10,12 +10,13 @@
 // PlanEncoding each); a call looks its plan's up and adds its time and cost.
 // With overrides on, every decision goes through limiterOverrides (lua/overrides.lua), which also reads
 // the identifier's stored override: one GET more, in the same EVALSHA.
-import { checkRule, type Rule, type RuleConfig } from "./algorithms.js";
+import { checkRule, type Rule, type RuleConfig, type WindowRule } from "./algorithms.js";
 import { describe } from "./duration.js";
 import { RedisCallError } from "./errors.js";
 import {
   ALGORITHM_CONSTANTS,
   FIXED_WINDOW_ONE_RULE,
+  FIXED_WINDOW_ONE_RULE_OVERRIDES,
   GCRA_ONE_RULE,
   LIMITER,
   LIMITER_OVERRIDES,
@@ -214,6 +215,8 @@ export interface PlanEncoding {
   readonly table?: string;
   /** With overrides on: the other plans' window keys the table points at (KEYS after the override key). */
   readonly windows?: readonly { readonly plan: PlanEncoding; readonly rule: number }[];
+  /** With overrides on: one fixed window, which takes fixedWindowOneRuleOverrides for a cost up to its limit. */
+  readonly fixed?: boolean;
 }
 
 /** The rules a stored override applied: a plan's, the custom ones, or the base rules when it is stale. */
@@ -266,6 +269,7 @@ export class RuleScripts {
   private readonly limiterCall: CallOptions;
   private readonly refundCall: CallOptions;
   private readonly overridesCall: CallOptions | undefined;
+  private readonly fixedCall: CallOptions;
   /** Decoded override lines (LRU), with overrides on. */
   private readonly applied = new Map<string, Applied>();
   /** The base rules' encoding ("default"). */
@@ -293,6 +297,7 @@ export class RuleScripts {
     this.limiterCall = { ...options, script: LIMITER };
     this.refundCall = { ...options, script: REFUND };
     this.overridesCall = overrides ? { ...options, script: LIMITER_OVERRIDES } : undefined;
+    this.fixedCall = { ...options, script: FIXED_WINDOW_ONE_RULE_OVERRIDES };
     const exact = plans.length > 0 || overrides;
     const encode = ({ name, rules, keys }: PlanRules): PlanEncoding => {
       const only = rules.length === 1 ? rules[0]! : undefined;
@@ -330,6 +335,17 @@ export class RuleScripts {
   ): Promise<T | Decision | Error> {
     const keys = plan.keys.of(identifier, now);
     if (this.overridesCall !== undefined) {
+      const rule = plan.rules[0] as WindowRule;
+      if (plan.fixed && cost >= 1 && cost <= rule.limit) {
+        return this.transport.callThen(
+          this.fixedCommand(plan, identifier, keys, cost, now),
+          this.fixedCall,
+          (reply) => {
+            const decision = reply.ok ? this.decodeFixed(plan, reply.result, cost, now) : reply.error;
+            return then === undefined ? decision : then(decision);
+          },
+        );
+      }
       return this.transport.callThen(
         this.overridesCommand(plan, identifier, keys, cost, now, undefined),
         this.overridesCall,
@@ -429,6 +445,72 @@ export class RuleScripts {
   }
 
   /**
+   * fixedWindowOneRuleOverrides' EVALSHA (one fixed window): the window's key, the override key, the
+   * other windows' keys; ms until the key expires, cost, limit, window, now, the plan's table.
+   */
+  private fixedCommand(
+    plan: PlanEncoding,
+    identifier: string,
+    keys: string[],
+    cost: number,
+    now: number,
+  ): string[] {
+    const windows = plan.windows ?? [];
+    const { limit, window } = plan.rules[0] as WindowRule;
+    const command = ["EVALSHA", FIXED_WINDOW_ONE_RULE_OVERRIDES.sha1, String(2 + windows.length), keys[0]!];
+    command.push(plan.keys.override(identifier));
+    for (const { plan: other, rule } of windows) command.push(other.keys.of(identifier, now)[rule]!);
+    const ends = now - (now % window) + window;
+    command.push(String(ends + Math.min(window, GRACE) - now), String(cost), String(limit), String(window));
+    command.push(now.toString(16), plan.table!);
+    return command;
+  }
+
+  /** The Decision of fixedWindowOneRuleOverrides' reply: the count, or the count and the stored line. */
+  private decodeFixed(plan: PlanEncoding, result: unknown, cost: number, now: number): Decision | Error {
+    let applied: Applied = plan;
+    let count = result;
+    if (Array.isArray(result) && result.length === 2 && typeof result[1] === "string") {
+      applied = this.appliedOf(result[1]);
+      count = result[0];
+    }
+    if (typeof count !== "number" || !Number.isInteger(count)) return unexpected(result);
+    const rule = applied.rules[0] as WindowRule;
+    const { limit, window } = rule;
+    const ends = now - (now % window) + window;
+    let outcome: RuleResult;
+    if (count <= limit) {
+      outcome = { allowed: true, limit, remaining: limit - count, resetAt: ends, retryAfter: 0 };
+    } else {
+      const before = count - cost;
+      const never = cost > limit;
+      outcome = {
+        allowed: false,
+        limit,
+        remaining: Math.max(0, limit - before),
+        resetAt: never && before <= 0 ? now : ends,
+        retryAfter: never ? Number.POSITIVE_INFINITY : ends - now,
+      };
+    }
+    const rules: Record<string, RuleResult> = {};
+    rules[rule.name] = outcome;
+    const decision: Decision = {
+      allowed: outcome.allowed,
+      limit,
+      remaining: outcome.remaining,
+      resetAt: outcome.resetAt,
+      retryAfter: outcome.retryAfter,
+      rule: rule.name,
+      source: "redis",
+      plan: applied.name,
+      decidedAt: now,
+      rules,
+    };
+    if (applied.name === "custom") (decision as { [APPLIED]?: readonly Rule[] })[APPLIED] = applied.rules;
+    return decision;
+  }
+
+  /**
    * The Decision of a limiter script's reply that may end in a stored override's line (with overrides
    * on): decided by the rules that line names.
    */
@@ -517,7 +599,8 @@ function withTables(all: ReadonlyMap<string, PlanEncoding>): Map<string, PlanEnc
       }
       table += "\n";
     }
-    out.set(call.name, { ...call, table, windows });
+    const fixed = n === 1 && call.rules[0]!.algorithm === "fixedWindow";
+    out.set(call.name, { ...call, table, windows, fixed });
   }
   return out;
 }

@@ -151,6 +151,41 @@ describe("overrides on: the override read in the decision's EVALSHA", () => {
     expect(rulesOfDecision(await limiter.limit("o"))![0]!.limit).toBe(6);
   });
 
+  it("one fixed window: its own script applies plans, windows and custom limits exactly", async () => {
+    vi.spyOn(console, "warn").mockImplementation(() => {});
+    const { limiter, clock } = limiterOf(
+      { r: fixedWindow({ limit: 3, window: "1h" }) },
+      { pro: { r: { limit: 6 } }, long: { r: { limit: 5, window: "2h" } } },
+    );
+    const end = T0 - (T0 % HOUR) + HOUR;
+    clock.set(T0);
+    const key = await store(limiter, "f", "=long", { plan: "long" });
+    expect(await admitted(limiter, "f", 8, "pro")).toEqual({ n: 5, plans: ["long"] });
+    expect(await redis.get(limiter.keys("f", T0, "long")[0]!)).toBe(5); // the denials took their units back
+    expect(await redis.pttl(limiter.keys("f", T0, "long")[0]!)).toBeGreaterThan(HOUR);
+    // denials leave the count exact, so a raise admits exactly the difference
+    await store(limiter, "g", "!fixedWindow 2 3600000 0", {});
+    expect(await admitted(limiter, "g", 5)).toEqual({ n: 2, plans: ["custom"] });
+    expect(await redis.get(limiter.keys("g", T0)[0]!)).toBe(2);
+    await store(limiter, "g", "=pro", { plan: "pro" });
+    expect(await admitted(limiter, "g", 6)).toEqual({ n: 4, plans: ["pro"] });
+    // a cost above the applied limit: never, nothing kept
+    await store(limiter, "g", "!fixedWindow 2 3600000 0", {});
+    const never = await limiter.limit("h", { cost: 3 });
+    expect(never).toMatchObject({ allowed: true, remaining: 0, resetAt: end, plan: "default" });
+    await store(limiter, "h2", "!fixedWindow 2 3600000 0", {});
+    expect(await limiter.limit("h2", { cost: 3 })).toMatchObject({
+      allowed: false,
+      remaining: 2,
+      retryAfter: Number.POSITIVE_INFINITY,
+      plan: "custom",
+    });
+    expect(await redis.get(limiter.keys("h2", T0)[0]!)).toBe(0);
+    // a stale plan: the base rules
+    await redis.set(key, "=gone\n{}");
+    expect(await admitted(limiter, "f", 3)).toEqual({ n: 3, plans: ["default"] });
+  });
+
   it("applies the override to a lease's reservation too", async () => {
     const { limiter, clock } = limiterOf(rules, plans, { lease: { max: 4, ttl: "1s" } });
     clock.set(T0);
