@@ -8,7 +8,7 @@
 -- (A lagging caller whose window has expired would start it afresh: callers' clocks must agree within
 -- the grace.)
 --
--- The one-rule script takes the commands of a plain counter:
+-- The one-rule script (overrides off) takes the commands of a plain counter:
 --   first in a window  INCR (INCRBY for a cost above 1), then PEXPIRE
 --   later              INCR
 --   denied             INCR. When the window was already full, the overshoot is harmless (full
@@ -84,17 +84,18 @@ end
 return count
 
 -- #one-rule-overrides
--- The one-rule script with overrides on: it also reads the identifier's stored override (one GET).
--- KEYS[1] the window's key under the call's plan; KEYS[2] the override key; KEYS[3..] keys of other
--- windows some plan gives this rule. ARGV[1] ms until KEYS[1] expires; ARGV[2] cost; ARGV[3], ARGV[4]
--- the call's limit and window; ARGV[5] now (hexadecimal); ARGV[6] the plan table (lua/overrides.lua).
--- A limit can change between decisions here, so a denial always takes its units back: the count is
--- exactly what was admitted (first: GET INCR PEXPIRE; later: GET INCR; denied: GET INCR DECRBY).
--- Answers the count after adding the cost (admitted iff count <= the applied limit), and the stored
--- override's line beside it when one is stored.
+-- The one-rule script with overrides on. KEYS[1] the window's key under the call's plan; KEYS[2] the
+-- override key; KEYS[3..] keys of other windows some plan gives this rule. ARGV[1] ms until KEYS[1]
+-- expires; ARGV[2] cost; ARGV[3], ARGV[4] the call's limit and window; ARGV[5] now (hexadecimal);
+-- ARGV[6] the plan table (lua/overrides.lua). One MGET reads the stored override and every count this
+-- call may use (all keys share the identifier's hash tag); then only an admission writes, so the count
+-- is exactly what was admitted whatever limit applies next (first: MGET SET; later: MGET INCRBY;
+-- denied: MGET). Answers the count after adding the cost (admitted iff count <= the applied limit),
+-- and the stored override's line beside it when one is stored.
 local key, units, ttl = KEYS[1], ARGV[2], ARGV[1]
 local cost, limit = tonumber(units), tonumber(ARGV[3])
-local stored = redis.call("GET", KEYS[2])
+local values = redis.call("MGET", KEYS[2], unpack(KEYS, 1, 1), unpack(KEYS, 3))
+local stored, value = values[1], values[2]
 local line
 if stored then
   line = string.match(stored, "^[^\n]*")
@@ -121,19 +122,20 @@ if stored then
   limit = tonumber(l)
   if k ~= "0" then
     local now, window = tonumber(ARGV[5], 16), tonumber(w)
-    key = KEYS[tonumber(k)]
+    local at = tonumber(k)
+    key, value = KEYS[at], values[at]
     ttl = now - now % window + window + math.min(window, GRACE) - now
   end
 end
-local count = cost == 1 and redis.pcall("INCR", key) or redis.pcall("INCRBY", key, units)
-if count == cost then
-  redis.call("PEXPIRE", key, ttl)
-elseif type(count) ~= "number" then
-  if not string.find(count.err, "not an integer", 1, true) then return redis.error_reply(count.err) end
+-- only what INCRBY takes is a count (as read() says); anything else starts the window afresh
+local count = tonumber(value)
+if not (count and string.format("%d", count) == value) then count = nil end
+if count and count + cost <= limit then
+  redis.call("INCRBY", key, units)
+elseif not count and cost <= limit then
   redis.call("SET", key, units, "PX", ttl)
-  count = cost
 end
-if count > limit then redis.call("DECRBY", key, units) end
+count = (count or 0) + cost
 if line then return { count, line } end
 return count
 

@@ -180,7 +180,7 @@ describe("overrides on: the override read in the decision's EVALSHA", () => {
       retryAfter: Number.POSITIVE_INFINITY,
       plan: "custom",
     });
-    expect(await redis.get(limiter.keys("h2", T0)[0]!)).toBe(0);
+    expect(await redis.get(limiter.keys("h2", T0)[0]!)).toBeNull(); // a denial writes nothing
     // a stale plan: the base rules
     await redis.set(key, "=gone\n{}");
     expect(await admitted(limiter, "f", 3)).toEqual({ n: 3, plans: ["default"] });
@@ -251,4 +251,19 @@ describe("on a 3-node Redis Cluster", () => {
       expect(((await decide()) as unknown[])[0]).toBe(0);
     }
   });
+});
+
+describe("an upgrade after denials, through limiter.overrides.set", () => {
+  for (const [name, rule, pro] of [
+    ["fixedWindow", fixedWindow({ limit: 10, window: "1h" }), { limit: 100 }],
+    ["slidingWindow", slidingWindow({ limit: 10, window: "1h" }), { limit: 100 }],
+    ["gcra", gcra({ limit: 10, period: "1h" }), { limit: 100 }],
+  ] as const) {
+    it(`${name}: 10 admitted and 5 denied under the base rules, then exactly 90 more under pro`, async () => {
+      const { limiter } = limiterOf({ r: rule }, { pro: { r: pro } });
+      expect((await admitted(limiter, "up", 15)).n).toBe(10);
+      await limiter.overrides.set("up", { plan: "pro" });
+      expect(await admitted(limiter, "up", 120)).toEqual({ n: 90, plans: ["pro"] });
+    });
+  }
 });

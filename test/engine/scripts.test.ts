@@ -476,9 +476,9 @@ describe("commands per decision (each path, one rule)", () => {
       { limit: 2 },
       "!fixedWindow 2 3600000 0",
       [
-        [1, "EVALSHA GET INCR PEXPIRE"], // its own one-rule script
-        [1, "EVALSHA GET INCR"],
-        [1, "DECRBY EVALSHA GET INCR"], // a denial takes its unit back: the limit may change
+        [1, "EVALSHA MGET SET"], // its own one-rule script: one MGET reads the override and the count
+        [1, "EVALSHA INCRBY MGET"],
+        [1, "EVALSHA MGET"], // a denial writes nothing: the count is what was admitted
       ],
     ],
     [
