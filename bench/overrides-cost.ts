@@ -70,6 +70,8 @@ export interface OverridesCostRow {
   algo: Algo;
   peer: PeerAlgo;
   path: LuaPath;
+  /** The generated script each case sends (its export name in src/engine/generated/scripts.ts). */
+  scripts: Record<OursCase, string>;
   ours: Record<OursCase, Cost>;
   peerCost: Record<PeerCase, Cost>;
 }
@@ -180,17 +182,20 @@ async function capturePeer(
   };
 }
 
-/** Loads every script edgelimit ships (whatever the Limiter picks with overrides on); their SHA-1s. */
-async function loadOurs(conn: RedisConnection): Promise<Set<string>> {
-  const shas = new Set<string>();
-  const seen = new Set<string>();
-  const visit = (value: unknown) => {
+/** Loads every script edgelimit ships (whatever the Limiter picks with overrides on): SHA-1 → its name. */
+async function loadOurs(conn: RedisConnection): Promise<Map<string, string>> {
+  const texts = new Map<string, string>();
+  const visit = (value: unknown, name: string) => {
     if (!value || typeof value !== "object") return;
-    if ("text" in value && typeof value.text === "string") seen.add(value.text);
-    else for (const inner of Object.values(value)) visit(inner);
+    if ("text" in value && typeof value.text === "string") {
+      if (!texts.has(value.text)) texts.set(value.text, name);
+    } else for (const [key, inner] of Object.entries(value)) visit(inner, key);
   };
-  visit(generated);
-  for (const text of seen) shas.add(String(await conn.call("SCRIPT", "LOAD", text)));
+  // the top-level exports first: their names are the ones to show
+  const exports = Object.entries(generated).sort(([, a], [, b]) => Number("text" in b) - Number("text" in a));
+  for (const [name, value] of exports) visit(value, name);
+  const shas = new Map<string, string>();
+  for (const [text, name] of texts) shas.set(String(await conn.call("SCRIPT", "LOAD", text)), name);
   return shas;
 }
 
@@ -220,6 +225,7 @@ export async function measureOverridesCost(
   try {
     const ourShas = await loadOurs(conn);
     const rows: OverridesCostRow[] = [];
+    const scripts = new Map<string, string>();
     for (const pair of PAIRS) {
       log(`overrides-cost: ${pair.algo} vs the peer's ${pair.peer} with dynamicLimits`);
       const names = [...OURS_CASES.map((c) => `ours:${c}`), ...PEER_CASES.map((c) => `peer:${c}`)];
@@ -233,6 +239,7 @@ export async function measureOverridesCost(
           const c = await captureOurs(pair.algo, which, `oc-${pair.algo}-${which}`, ids);
           if (!c.decisions.every((d) => ourShas.has(d.sha)))
             throw new Error("overrides-cost: the Limiter sends a script this file does not load");
+          scripts.set(`${pair.algo} ${which}`, ourShas.get(c.decisions[0]!.sha)!);
           await send(conn, c.setup);
           contestants.set(`ours:${which}`, c.decisions);
         }
@@ -263,6 +270,9 @@ export async function measureOverridesCost(
           algo: pair.algo,
           peer: pair.peer,
           path,
+          scripts: Object.fromEntries(
+            OURS_CASES.map((c) => [c, scripts.get(`${pair.algo} ${c}`)!]),
+          ) as Record<OursCase, string>,
           ours: Object.fromEntries(OURS_CASES.map((c) => [c, of(`ours:${c}`)])) as Record<OursCase, Cost>,
           peerCost: Object.fromEntries(PEER_CASES.map((c) => [c, of(`peer:${c}`)])) as Record<PeerCase, Cost>,
         });
@@ -277,6 +287,7 @@ export async function measureOverridesCost(
 
 const innerText = (r: Record<string, number>) =>
   Object.entries(r)
+    .sort(([a], [b]) => a.localeCompare(b))
     .map(([name, n]) => `${name.toUpperCase()}${n === 1 ? "" : `×${Number(n.toFixed(2))}`}`)
     .join(" ") || "–";
 const count = (c: Cost) => `${Number(c.commands.toFixed(2))} (${innerText(c.inner)})`;
@@ -341,6 +352,11 @@ ${commands.join("\n")}
 Redis µs per EVALSHA, median [quartiles]:
 
 ${usec.join("\n")}
+
+Scripts edgelimit sends: ${rows
+    .filter((r) => r.path === "first")
+    .map((r) => `${r.algo}: ${OURS_CASES.map((c) => `${c} \`${r.scripts[c]}\``).join(", ")}`)
+    .join("; ")}.
 
 Overrides on add at most +${Number(added.added.toFixed(2))} commands per decision to overrides off, over every algorithm, path and case (${added.where.join(", ")}).
 With overrides on, µs per EVALSHA is at most ${Math.max(...ratios).toFixed(2)}× the peer's with dynamicLimits on.`;
