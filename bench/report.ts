@@ -302,17 +302,23 @@ ${body}
 /** The overrides goals, from the summary lines bench/overrides-cost.ts prints under its tables. */
 function overridesGoals(md: string | undefined): string[][] {
   const added = /at most \+([\d.]+) commands per decision[^(]*\(([^)]*)\)/.exec(md ?? "");
-  const ratio = /at most ([\d.]+)× the peer's with dynamicLimits on/.exec(md ?? "");
+  const ratio =
+    /none stored at most ([\d.]+)× no dynamic limit; a plan or custom override stored at most ([\d.]+)×/.exec(
+      md ?? "",
+    );
   return [
     [
       "Redis commands per decision with overrides on ≤ overrides off + 1, every algorithm and path (part 8)",
       added ? `+${added[1]} at most (${added[2]})` : "–",
       check(added ? Number(added[1]) <= 1 : undefined),
     ],
+    // no bar set: the figure beside the peer's
     [
-      "Redis µs per EVALSHA with overrides on ≤ 1.0× the peer's with dynamicLimits on, every path (part 8)",
-      ratio ? `at most ${ratio[1]}×` : "–",
-      check(ratio ? Number(ratio[1]) <= 1 : undefined),
+      "Redis µs per EVALSHA with overrides on, beside the peer's with dynamicLimits on, every algorithm and path (part 8)",
+      ratio
+        ? `none stored at most ${ratio[1]}× the peer's with no dynamic limit; a plan or custom override stored at most ${ratio[2]}× the peer's with one set`
+        : "–",
+      ratio ? "shown" : "pending",
     ],
   ];
 }
