@@ -68,12 +68,12 @@ export interface LuaCostOptions {
 }
 
 /** Decisions per sample (one RESETSTAT ... INFO commandstats span). */
-const BATCH = 50;
+export const BATCH = 50;
 /** Two units per hour: call 1 is a first decision, call 2 a later one, call 3 a denial. */
-const LIMIT = 2;
-const WINDOW = 3_600_000;
+export const LIMIT = 2;
+export const WINDOW = 3_600_000;
 /** A round hour plus 17 minutes: mid-window for every algorithm. */
-const NOW = 1_700_000_000_000 - (1_700_000_000_000 % WINDOW) + 17 * 60_000;
+export const NOW = 1_700_000_000_000 - (1_700_000_000_000 % WINDOW) + 17 * 60_000;
 
 export interface Command {
   sha: string;
@@ -81,7 +81,7 @@ export interface Command {
   args: string[];
 }
 
-function ourRule(algo: LuaAlgo, limit: number): RuleConfig {
+export function ourRule(algo: LuaAlgo, limit: number): RuleConfig {
   switch (algo) {
     case "fixedWindow":
       return fixedWindow({ limit, window: WINDOW });
@@ -96,7 +96,7 @@ function ourRule(algo: LuaAlgo, limit: number): RuleConfig {
   }
 }
 
-function peerAlgorithm(algo: "fixedWindow" | "slidingWindow" | "tokenBucket", limit: number) {
+export function peerAlgorithm(algo: "fixedWindow" | "slidingWindow" | "tokenBucket", limit: number) {
   switch (algo) {
     case "fixedWindow":
       return Ratelimit.fixedWindow(limit, `${WINDOW} ms`);
@@ -195,7 +195,7 @@ interface Stat {
   usec: number;
 }
 
-function parseStats(info: string): Map<string, Stat> {
+export function parseStats(info: string): Map<string, Stat> {
   const out = new Map<string, Stat>();
   for (const line of info.split("\n")) {
     const m = /^cmdstat_([^:]+):calls=(\d+),usec=(\d+)/.exec(line.trim());
@@ -204,14 +204,14 @@ function parseStats(info: string): Map<string, Stat> {
   return out;
 }
 
-interface Sample {
+export interface Sample {
   commands: number;
   inner: Record<string, number>;
   usec: number;
 }
 
 /** Sends `commands` (pipelined) between a RESETSTAT and an INFO commandstats: what each cost. */
-async function measure(conn: RedisConnection, commands: Command[]): Promise<Sample> {
+export async function measure(conn: RedisConnection, commands: Command[]): Promise<Sample> {
   await conn.call("CONFIG", "RESETSTAT");
   const replies = await conn.send(
     commands.map((c) => ["EVALSHA", c.sha, String(c.keys.length), ...c.keys, ...c.args]),
@@ -238,8 +238,11 @@ function quantile(values: number[], q: number): number {
   const low = Math.floor(at);
   return s[low]! + (s[Math.min(low + 1, s.length - 1)]! - s[low]!) * (at - low);
 }
-const median = (values: number[]) => quantile(values, 0.5);
-const quartiles = (values: number[]): [number, number] => [quantile(values, 0.25), quantile(values, 0.75)];
+export const median = (values: number[]) => quantile(values, 0.5);
+export const quartiles = (values: number[]): [number, number] => [
+  quantile(values, 0.25),
+  quantile(values, 0.75),
+];
 
 /** Loads every script the Limiter may send (the limiter script and the one-rule ones); their SHA-1s. */
 export async function loadOurs(conn: RedisConnection): Promise<Set<string>> {

@@ -21,7 +21,7 @@ ${table(["commit", "machine", "load average at start", "node", "redis", "@upstas
 
 ![decisions/s and p99 per contestant; latency and requests for one hot identifier behind the delay proxy](${chartFile})
 
-${[goals(r), throughput(r), lua(r), memory(r), accuracy(r), edge(r), worker(r), cpu(r), METHOD].join("\n")}`;
+${[goals(r), throughput(r), lua(r), memory(r), accuracy(r), edge(r), worker(r), cpu(r), overrides(r), METHOD].join("\n")}`;
 }
 
 function goals(r: Results): string {
@@ -75,7 +75,8 @@ function goals(r: Results): string {
     ]);
   }
   rows.push(...cpuGoals(r.cpu));
-  return `## Goals\n\nAt the edge: 20 ms each way, \`lease: ${JSON.stringify(LEASE)}\` (part 5). Lean scripts: one rule, every algorithm and path (part 2). Client CPU: one rule, every path, against the peer's default client and its cheaper one (part 7).\n\n${table(["goal", "measured", ""], rows)}\n`;
+  rows.push(...overridesGoals(r.overrides));
+  return `## Goals\n\nAt the edge: 20 ms each way, \`lease: ${JSON.stringify(LEASE)}\` (part 5). Lean scripts: one rule, every algorithm and path (part 2). Client CPU: one rule, every path, against the peer's default client and its cheaper one (part 7). Overrides: one rule, every algorithm and path, none, a plan or a custom override stored (part 8).\n\n${table(["goal", "measured", ""], rows)}\n`;
 }
 
 function throughput(r: Results): string {
@@ -295,6 +296,59 @@ it; "ratio" is edgelimit ÷ the cheaper peer client, and per round against it. O
 for any more is aborted; the peer's timeout returns while its request goes on.
 
 ${body}
+`;
+}
+
+/** The overrides goals, from the summary lines bench/overrides-cost.ts prints under its tables. */
+function overridesGoals(md: string | undefined): string[][] {
+  const added = /at most \+([\d.]+) commands per decision[^(]*\(([^)]*)\)/.exec(md ?? "");
+  const ratio =
+    /none stored at most ([\d.]+)× no dynamic limit; a plan or custom override stored at most ([\d.]+)×/.exec(
+      md ?? "",
+    );
+  return [
+    [
+      "Redis commands per decision with overrides on ≤ overrides off + 1, every algorithm and path (part 8)",
+      added ? `+${added[1]} at most (${added[2]})` : "–",
+      check(added ? Number(added[1]) <= 1 : undefined),
+    ],
+    // no bar set: the figure beside the peer's
+    [
+      "Redis µs per EVALSHA with overrides on, beside the peer's with dynamicLimits on, every algorithm and path (part 8)",
+      ratio
+        ? `none stored at most ${ratio[1]}× the peer's with no dynamic limit; a plan or custom override stored at most ${ratio[2]}× the peer's with one set`
+        : "–",
+      ratio ? "shown" : "pending",
+    ],
+  ];
+}
+
+function overrides(r: Results): string {
+  return `## 8. Overrides and dynamic limits
+
+bench/overrides-cost.ts, with the machinery of part 2: each library's real EVALSHA, captured from the library,
+replayed pipelined to one redis-server, every contestant in turns batch by batch; commands as INFO
+commandstats counts them, µs its usec per EVALSHA. One rule, an effective limit of 2 per hour in every
+column (call 1 is \`first\`, 2 \`later\`, 3 \`denied\`). edgelimit: "off" is \`overrides\` off (part 2's
+lean scripts); "on" is \`overrides: true\` with no override stored (limit 2), with
+\`overrides.set(id, { plan: "pro" })\` stored (base limit 1, the plan raises it to 2), or with a custom
+override \`{ rules: { r0: { limit: 2 } } }\` stored (base limit 1; \`capacity\` for tokenBucket, \`burst\` for
+gcra). The peer: \`dynamicLimits: true\`, with no dynamic limit set (limit 2) or with
+\`setDynamicLimit({ limit: 2 })\` (limit 1). The override and the dynamic limit are written before the measured
+decisions with the commands each library sends for them, outside the measured spans.
+
+The peer's dynamic limit, from its code (@upstash/ratelimit ${r.versions.ratelimit}):
+- It is one value per limiter (per \`prefix\`), the key \`\${prefix}:dynamic:global\` (by default
+  \`@upstash/ratelimit:dynamic:global\`), not one per identifier. \`setDynamicLimit({ limit })\` is a \`SET\` of
+  that key with no TTL; \`{ limit: false }\` a \`DEL\`. It replaces the limit (tokens, or maxTokens); the window
+  and the refill stay.
+- With \`dynamicLimits: true\` every call passes the key as an extra KEYS entry of its EVALSHA, and the script
+  runs a \`GET\` of it whether or not a limit is set.
+- The key has no hash tag (\`{…}\`). On a Redis Cluster every key of one EVALSHA must hash to one slot; the
+  identifier's key and this key hash independently, so a call whose identifier's key is in another slot than
+  \`\${prefix}:dynamic:global\` is answered with a CROSSSLOT error.
+
+${r.overrides ?? "**Pending:** bench/overrides-cost.ts is not there or was not run."}
 `;
 }
 

@@ -1,6 +1,6 @@
 // `npm run bench`: every part against a private redis-server and bridge; writes BENCHMARKS.md and
 // BENCHMARKS.svg. `npm run bench:smoke`: a few iterations of each part, no wrangler, writes nothing
-// (unless given --out FILE). --only throughput,memory,accuracy,edge,worker,lua,cpu runs those parts.
+// (unless given --out FILE). --only throughput,memory,accuracy,edge,worker,lua,cpu,overrides runs those parts.
 import { execFile } from "node:child_process";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import os from "node:os";
@@ -68,6 +68,10 @@ async function collect(env: BenchEnv) {
       : undefined,
     /** bench/cpu.ts: client CPU µs per decision, or why it is missing. */
     cpu: want("cpu") ? await cpuPart() : undefined,
+    /** Markdown printed by bench/overrides-cost.ts: overrides on beside the peer's dynamicLimits. */
+    overrides: want("overrides")
+      ? await luaPart("overrides-cost.ts", ["--rounds", "1", "--ids", "200"])
+      : undefined,
   };
 }
 export type Results = Awaited<ReturnType<typeof collect>> & { seconds: number };
