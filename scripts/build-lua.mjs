@@ -13,7 +13,9 @@
 //   limiterOverrides the same with lua/overrides.lua as its head and the dispatcher wrapped in a
 //                    function, whose answer gains a stored override's line;
 //   oneRule.<name>   the algorithm's state, then its one-rule body;
-//   <name>OneRuleOverrides  the algorithm's state, then its one-rule-overrides body;
+//   <name>OneRuleOverrides  the algorithm's state, then its one-rule-overrides body; for an algorithm
+//                    with a one-rule section and none such, its state, lua/override.lua, then
+//                    lua/one_rule_overrides.lua with the one-rule section in a function of its own;
 //   refund           lua/refund.lua with each algorithm's state and refund, in a `do ... end` of its
 //                    own, where its `-- #refunds` line stands;
 //   every other lua/*.lua (lock, concurrency) is a script as it stands.
@@ -92,7 +94,9 @@ const limiter = [
 ].join("\n");
 // The same decisions after lua/overrides.lua's head; the dispatcher, wrapped, answers a table to which
 // the stored override's line is added.
+const override = read("override.lua");
 const limiterOverrides = [
+  override,
   read("overrides.lua"),
   read("prelude.lua"),
   ...checks,
@@ -115,7 +119,14 @@ const scripts = {
 for (const file of readdirSync(luaDir).sort()) {
   if (
     !file.endsWith(".lua") ||
-    ["prelude.lua", "dispatcher.lua", "refund.lua", "overrides.lua"].includes(file)
+    [
+      "prelude.lua",
+      "dispatcher.lua",
+      "refund.lua",
+      "overrides.lua",
+      "override.lua",
+      "one_rule_overrides.lua",
+    ].includes(file)
   )
     continue;
   const name = file.slice(0, -4).replace(/[-_](\w)/g, (_, c) => c.toUpperCase());
@@ -125,9 +136,19 @@ const oneRule = Object.fromEntries(
   algorithms.filter((a) => a["one-rule"] !== undefined).map((a) => [a.name, script(a.state + a["one-rule"])]),
 );
 
+const oneRuleOverrides = read("one_rule_overrides.lua");
+if (!/^-- #one-rule$/m.test(oneRuleOverrides))
+  throw new Error("lua/one_rule_overrides.lua has no -- #one-rule line");
 for (const a of algorithms) {
-  if (a["one-rule-overrides"] !== undefined)
+  if (a["one-rule-overrides"] !== undefined) {
     scripts[`${a.name}OneRuleOverrides`] = script(a.state + a["one-rule-overrides"]);
+  } else if (a["one-rule"] !== undefined) {
+    // the one-rule section as it stands, its KEYS and ARGV the parameters a stored override applies
+    const body = oneRuleOverrides.replace(/^-- #one-rule$/m, () => a["one-rule"]);
+    scripts[`${a.name}OneRuleOverrides`] = script(
+      `${a.state}local ALGORITHM = "${a.name}"\n${override}${body}`,
+    );
+  }
 }
 const entry = ({ text, sha1 }) => `{ text: ${JSON.stringify(text)}, sha1: ${JSON.stringify(sha1)} }`;
 // One export per script, so a bundle keeps only the scripts its code uses (a Lock-only bundle carries

@@ -8,8 +8,9 @@
 //  - the refund script (lua/refund.lua): gives a lease's unused units back.
 // Every rule is encoded once, when the Limiter is built, under the base rules and under each plan (a
 // PlanEncoding each); a call looks its plan's up and adds its time and cost.
-// With overrides on, every decision goes through limiterOverrides (lua/overrides.lua), which also reads
-// the identifier's stored override: one GET more, in the same EVALSHA.
+// With overrides on, every decision also reads the identifier's stored override: one GET more, in the
+// same EVALSHA. One rule that a one-rule script takes runs that script's variant with overrides on
+// (<name>OneRuleOverrides); every other decision runs limiterOverrides (lua/overrides.lua).
 import { checkRule, type Rule, type RuleConfig, type WindowRule } from "./algorithms.js";
 import { describe } from "./duration.js";
 import { RedisCallError } from "./errors.js";
@@ -18,10 +19,12 @@ import {
   FIXED_WINDOW_ONE_RULE,
   FIXED_WINDOW_ONE_RULE_OVERRIDES,
   GCRA_ONE_RULE,
+  GCRA_ONE_RULE_OVERRIDES,
   LIMITER,
   LIMITER_OVERRIDES,
   REFUND,
   SLIDING_WINDOW_ONE_RULE,
+  SLIDING_WINDOW_ONE_RULE_OVERRIDES,
 } from "./generated/scripts.js";
 import type { RuleKeys } from "./keys.js";
 import type { CallOptions, CallResult, Script, Transport } from "./transport.js";
@@ -116,7 +119,6 @@ function fixedWindowOne(limit: number, window: number, options: CallOptions): On
 /** GCRA's (a token bucket's too): ARGV now (hexadecimal), cost, limit, period, burst. */
 function gcraOne(rate: number, period: number, burst: number, options: CallOptions): OneRule {
   const tail = [String(rate), String(period), String(burst)] as const;
-  const capacity = burst * period;
   return {
     sha1: options.script!.sha1,
     options,
@@ -124,18 +126,36 @@ function gcraOne(rate: number, period: number, burst: number, options: CallOptio
     push(command, cost, now) {
       command.push(now.toString(16), String(cost), tail[0], tail[1], tail[2]);
     },
-    decode(result, cost, now) {
-      // d: how far TAT lies ahead of now, in 1/rate ms; after the cost when admitted
-      const allowed = result >= 0;
-      const d = allowed ? result : -result - 1;
-      return {
-        allowed,
-        limit: burst,
-        remaining: Math.max(0, Math.floor((capacity - d) / period)),
-        resetAt: now + ceilDiv(d, rate),
-        retryAfter: allowed ? 0 : ceilDiv(d + cost * period - capacity, rate),
-      };
-    },
+    decode: (result, cost, now) => gcraOutcome(rate, period, burst, result, cost, now),
+  };
+}
+
+/**
+ * GCRA's one-rule integer: d after the cost when admitted, else -(d before) - 1. A cost above the
+ * burst (a stored override lowered it) is never admitted.
+ */
+function gcraOutcome(
+  rate: number,
+  period: number,
+  burst: number,
+  result: number,
+  cost: number,
+  now: number,
+): RuleResult {
+  // d: how far TAT lies ahead of now, in 1/rate ms; after the cost when admitted
+  const capacity = burst * period;
+  const allowed = result >= 0;
+  const d = allowed ? result : -result - 1;
+  return {
+    allowed,
+    limit: burst,
+    remaining: Math.max(0, Math.floor((capacity - d) / period)),
+    resetAt: now + ceilDiv(d, rate),
+    retryAfter: allowed
+      ? 0
+      : cost > burst
+        ? Number.POSITIVE_INFINITY
+        : ceilDiv(d + cost * period - capacity, rate),
   };
 }
 
@@ -149,31 +169,44 @@ function slidingWindowOne(limit: number, window: number, options: CallOptions): 
     push(command, cost, now) {
       command.push(now.toString(16), String(cost), tail[0], tail[1]);
     },
-    decode(result, cost, now) {
-      // ((current * PACK + previous) * 2 + newer); current after the cost when admitted
-      const allowed = result >= 0;
-      const packed = allowed ? result : -result - 1;
-      const newer = packed % 2;
-      const counts = (packed - newer) / 2;
-      const current = Math.floor(counts / PACK);
-      const previous = counts - current * PACK;
-      const start = now - (now % window) + newer * window;
-      const elapsed = Math.max(0, now - start);
-      const room = Math.floor((limit * window - previous * (window - elapsed) - current * window) / window);
-      if (allowed) return { allowed, limit, remaining: room, resetAt: start + 2 * window, retryAfter: 0 };
-      const resetAt = current > 0 ? start + 2 * window : previous > 0 ? start + window : now;
-      let retryAfter: number;
-      if (current + cost <= limit) {
-        // the previous window's weight has to fade (see the check in lua/algorithms/sliding_window.lua)
-        const fade = window - Math.floor(((limit - current - cost) * window) / previous);
-        retryAfter = Math.max(1, start + fade - now);
-      } else {
-        const fade = window - Math.floor(((limit - cost) * window) / current);
-        retryAfter = start + window - now + fade;
-      }
-      return { allowed, limit, remaining: Math.max(0, room), resetAt, retryAfter };
-    },
+    decode: (result, cost, now) => slidingWindowOutcome(limit, window, result, cost, now),
   };
+}
+
+/**
+ * The sliding window's one-rule integer: ((current * PACK + previous) * 2 + newer), current after the
+ * cost when admitted. A cost above the limit (a stored override lowered it) is never admitted.
+ */
+function slidingWindowOutcome(
+  limit: number,
+  window: number,
+  result: number,
+  cost: number,
+  now: number,
+): RuleResult {
+  const allowed = result >= 0;
+  const packed = allowed ? result : -result - 1;
+  const newer = packed % 2;
+  const counts = (packed - newer) / 2;
+  const current = Math.floor(counts / PACK);
+  const previous = counts - current * PACK;
+  const start = now - (now % window) + newer * window;
+  const elapsed = Math.max(0, now - start);
+  const room = Math.floor((limit * window - previous * (window - elapsed) - current * window) / window);
+  if (allowed) return { allowed, limit, remaining: room, resetAt: start + 2 * window, retryAfter: 0 };
+  const resetAt = current > 0 ? start + 2 * window : previous > 0 ? start + window : now;
+  let retryAfter: number;
+  if (cost > limit) {
+    retryAfter = Number.POSITIVE_INFINITY;
+  } else if (current + cost <= limit) {
+    // the previous window's weight has to fade (see the check in lua/algorithms/sliding_window.lua)
+    const fade = window - Math.floor(((limit - current - cost) * window) / previous);
+    retryAfter = Math.max(1, start + fade - now);
+  } else {
+    const fade = window - Math.floor(((limit - cost) * window) / current);
+    retryAfter = start + window - now + fade;
+  }
+  return { allowed, limit, remaining: Math.max(0, room), resetAt, retryAfter };
 }
 
 /** The one-rule script of `rule`, when its algorithm has one that fits it. */
@@ -217,6 +250,11 @@ export interface PlanEncoding {
   readonly windows?: readonly { readonly plan: PlanEncoding; readonly rule: number }[];
   /** With overrides on: one fixed window, which takes fixedWindowOneRuleOverrides for a cost up to its limit. */
   readonly fixed?: boolean;
+  /**
+   * With overrides on: the one-rule script's variant that also reads the stored override, for a cost
+   * `one` takes (one GCRA, token bucket or sliding window rule).
+   */
+  readonly lean?: CallOptions;
 }
 
 /** The rules a stored override applied: a plan's, the custom ones, or the base rules when it is stale. */
@@ -283,8 +321,8 @@ export class RuleScripts {
    * but a plan that raises the limit would then admit less than it should. The limiter script counts
    * admissions only, so counts stay exact across a change of plan.
    *
-   * `overrides`: every decision also reads the identifier's stored override (limiterOverrides); no
-   * one-rule script then, since an override may change the rule's parameters.
+   * `overrides`: every decision also reads the identifier's stored override, since it may change the
+   * rule's parameters: a one-rule script's variant that reads it, else limiterOverrides.
    */
   constructor(
     rules: readonly Rule[],
@@ -310,7 +348,7 @@ export class RuleScripts {
     this.base = encode({ name: "default", rules, keys });
     const all = new Map<string, PlanEncoding>([["default", this.base]]);
     for (const plan of plans) all.set(plan.name, encode(plan));
-    this.plans = overrides ? withTables(all) : all;
+    this.plans = overrides ? withTables(all, options) : all;
   }
 
   /**
@@ -342,6 +380,17 @@ export class RuleScripts {
           this.fixedCall,
           (reply) => {
             const decision = reply.ok ? this.decodeFixed(plan, reply.result, cost, now) : reply.error;
+            return then === undefined ? decision : then(decision);
+          },
+        );
+      }
+      const lean = plan.lean;
+      if (lean !== undefined && plan.one!.takes(cost)) {
+        return this.transport.callThen(
+          this.leanCommand(plan, lean, identifier, keys, cost, now),
+          lean,
+          (reply) => {
+            const decision = reply.ok ? this.decodeLean(plan, reply.result, cost, now) : reply.error;
             return then === undefined ? decision : then(decision);
           },
         );
@@ -466,6 +515,64 @@ export class RuleScripts {
     return command;
   }
 
+  /**
+   * A one-rule variant's EVALSHA (gcraOneRuleOverrides, slidingWindowOneRuleOverrides): the rule's key,
+   * the override key, the other windows' keys; the one-rule script's arguments, then the plan's table.
+   */
+  private leanCommand(
+    plan: PlanEncoding,
+    lean: CallOptions,
+    identifier: string,
+    keys: string[],
+    cost: number,
+    now: number,
+  ): string[] {
+    const windows = plan.windows!;
+    const command = ["EVALSHA", lean.script!.sha1, String(2 + windows.length), keys[0]!];
+    command.push(plan.keys.override(identifier));
+    for (const { plan: other, rule } of windows) command.push(other.keys.of(identifier, now)[rule]!);
+    plan.one!.push(command, cost, now);
+    command.push(plan.table!);
+    return command;
+  }
+
+  /**
+   * The Decision of a one-rule variant's reply: the one-rule integer, or it and the stored line, decoded
+   * under the rule that line applies.
+   */
+  private decodeLean(plan: PlanEncoding, result: unknown, cost: number, now: number): Decision | Error {
+    let applied: Applied = plan;
+    let value = result;
+    if (Array.isArray(result) && result.length === 2 && typeof result[1] === "string") {
+      applied = this.appliedOf(result[1]);
+      value = result[0];
+    }
+    if (typeof value !== "number" || !Number.isInteger(value)) return unexpected(result);
+    const rule = applied.rules[0]!;
+    const outcome =
+      rule.algorithm === "gcra"
+        ? gcraOutcome(rule.rate, rule.period, rule.burst, value, cost, now)
+        : rule.algorithm === "tokenBucket"
+          ? gcraOutcome(rule.refillRate, rule.interval, rule.capacity, value, cost, now)
+          : slidingWindowOutcome(rule.limit, rule.window, value, cost, now);
+    const rules: Record<string, RuleResult> = {};
+    rules[rule.name] = outcome;
+    const decision: Decision = {
+      allowed: outcome.allowed,
+      limit: outcome.limit,
+      remaining: outcome.remaining,
+      resetAt: outcome.resetAt,
+      retryAfter: outcome.retryAfter,
+      rule: rule.name,
+      source: "redis",
+      plan: applied.name,
+      decidedAt: now,
+      rules,
+    };
+    if (applied.name === "custom") (decision as { [APPLIED]?: readonly Rule[] })[APPLIED] = applied.rules;
+    return decision;
+  }
+
   /** The Decision of fixedWindowOneRuleOverrides' reply: the count, or the count and the stored line. */
   private decodeFixed(plan: PlanEncoding, result: unknown, cost: number, now: number): Decision | Error {
     let applied: Applied = plan;
@@ -573,7 +680,10 @@ const WINDOWS = new Set(["fixedWindow", "slidingWindow"]);
  * one key per such window beside its own, and the table gives each plan's rule the KEYS index of its
  * key (0: the call's own).
  */
-function withTables(all: ReadonlyMap<string, PlanEncoding>): Map<string, PlanEncoding> {
+function withTables(
+  all: ReadonlyMap<string, PlanEncoding>,
+  options: ScriptCallOptions,
+): Map<string, PlanEncoding> {
   const out = new Map<string, PlanEncoding>();
   for (const call of all.values()) {
     const n = call.rules.length;
@@ -600,7 +710,16 @@ function withTables(all: ReadonlyMap<string, PlanEncoding>): Map<string, PlanEnc
       table += "\n";
     }
     const fixed = n === 1 && call.rules[0]!.algorithm === "fixedWindow";
-    out.set(call.name, { ...call, table, windows, fixed });
+    // one rule with a one-rule script (a sliding window's limit below PACK: plans and overrides keep
+    // it there) takes that script's variant
+    const algorithm = call.one === undefined ? undefined : call.rules[0]!.algorithm;
+    const lean =
+      algorithm === "gcra" || algorithm === "tokenBucket"
+        ? { ...options, script: GCRA_ONE_RULE_OVERRIDES }
+        : algorithm === "slidingWindow"
+          ? { ...options, script: SLIDING_WINDOW_ONE_RULE_OVERRIDES }
+          : undefined;
+    out.set(call.name, { ...call, table, windows, fixed, lean });
   }
   return out;
 }
@@ -632,6 +751,8 @@ function decodeLine(line: string, plans: ReadonlyMap<string, PlanEncoding>, base
       if (algorithm !== base.args[4 * i]) break;
       if (WINDOWS.has(algorithm) && ![...plans.values()].some((plan) => plan.args[4 * i + 2] === p2)) break;
       const a = Number(p1);
+      // a sliding window's counts change format at PACK: a line across it is stale (lua/override.lua)
+      if (algorithm === "slidingWindow" && a < PACK !== own.limit < PACK) break;
       const b = Number(p2);
       const c = Number(p3);
       const config: RuleConfig =

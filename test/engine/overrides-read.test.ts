@@ -186,6 +186,148 @@ describe("overrides on: the override read in the decision's EVALSHA", () => {
     expect(await admitted(limiter, "f", 3)).toEqual({ n: 3, plans: ["default"] });
   });
 
+  // One gcra, token bucket or sliding window rule runs its one-rule script's variant, which also reads
+  // the override: it decides what limiterOverrides decides (a second, never binding rule sends the
+  // same history there), under every kind of stored line, for costs the applied rule may refuse.
+  const lean: [string, RuleConfig, Record<string, Record<string, Record<string, unknown>>>, string[]][] = [
+    [
+      "gcra",
+      gcra({ limit: 7, period: "1h", burst: 5 }),
+      { pro: { r: { limit: 11, burst: 9 } }, slow: { r: { limit: 3, period: "2h" } } },
+      ["!gcra 5 3600000 3", "!gcra 13 1800000 2", "!gcra 7 3600000 9"],
+    ],
+    [
+      "tokenBucket",
+      tokenBucket({ capacity: 5, refillRate: 7, interval: "1h" }),
+      { pro: { r: { capacity: 9 } }, slow: { r: { refillRate: 3, interval: "2h" } } },
+      ["!gcra 5 3600000 3", "!gcra 2 600000 8"],
+    ],
+    [
+      "slidingWindow",
+      slidingWindow({ limit: 7, window: "1h" }),
+      { pro: { r: { limit: 11 } }, long: { r: { limit: 9, window: "2h" } } },
+      ["!slidingWindow 3 3600000 0", "!slidingWindow 12 7200000 0", "!slidingWindow 5 60000 0"],
+    ],
+  ];
+  it.each(lean)(
+    "one %s: its one-rule variant answers what limiterOverrides answers",
+    async (_, rule, plans, customs) => {
+      vi.spyOn(console, "warn").mockImplementation(() => {});
+      const loose = gcra({ limit: 2 ** 20, period: "1s" });
+      const one = limiterOf({ r: rule }, plans);
+      const general = limiterOf({ r: rule, loose }, plans);
+      const lines = ["", "=pro", `=${Object.keys(plans)[1]}`, "=gone", ...customs];
+      let seed = 11;
+      const random = (n: number) => {
+        seed = (seed * 1103515245 + 12345) % 2 ** 31;
+        return seed % n;
+      };
+      let now = T0;
+      const seen = new Set<string>();
+      let denied = 0;
+      for (let step = 0; step < 200; step++) {
+        if (random(8) === 0) {
+          const line = lines[random(lines.length)]!;
+          for (const [limiter, tail] of [
+            [one.limiter, ""],
+            [general.limiter, " gcra 1048576 1000 1048576"],
+          ] as const) {
+            const key = new RuleKeys(limiter.prefix, limiter.rules).override("id");
+            if (line === "") await redis.del(key);
+            else await redis.set(key, `${line.startsWith("!") ? line + tail : line}\n{}`);
+          }
+        }
+        now += random(10) < 8 ? random(HOUR / 6) : -random(HOUR / 4);
+        one.clock.set(now);
+        general.clock.set(now);
+        const cost = 1 + random(random(4) === 0 ? 5 : 2);
+        const plan = random(3) === 0 ? "pro" : undefined;
+        const a = await one.limiter.limit("id", { cost, plan });
+        const b = await general.limiter.limit("id", { cost, plan });
+        expect({ step, cost, plan: a.plan, ...a.rules.r }).toEqual({
+          step,
+          cost,
+          plan: b.plan,
+          ...b.rules.r,
+        });
+        expect(rulesOfDecision(a)?.[0]).toEqual(rulesOfDecision(b)?.[0]);
+        seen.add(a.plan);
+        if (!a.allowed) denied++;
+      }
+      expect([...seen].sort()).toEqual(["custom", "default", "pro", Object.keys(plans)[1]!].sort());
+      expect(denied).toBeGreaterThan(20);
+    },
+  );
+
+  it("one rule: the variant answers its integer, and the line beside it only when one is stored", async () => {
+    const answers: unknown[] = [];
+    const realFetch = globalThis.fetch;
+    globalThis.fetch = async (...args: Parameters<typeof fetch>) => {
+      const response = await realFetch(...args);
+      const body = (await response.clone().json()) as { result?: unknown }[];
+      if (Array.isArray(body)) answers.push(...body.map((b) => b.result));
+      return response;
+    };
+    try {
+      for (const [, rule, plans] of lean) {
+        const { limiter, clock } = limiterOf({ r: rule }, plans);
+        clock.set(T0);
+        await limiter.limit("warm-up");
+        answers.length = 0;
+        await limiter.limit("id");
+        await store(limiter, "id", "=pro");
+        await limiter.limit("id", { cost: 2 });
+        await limiter.limit("id", { cost: 0 }); // a peek: limiterOverrides, its table and the line
+        // the store's own SET answered "OK"
+        expect(
+          answers.filter((a) => a !== "OK").map((a) => (Array.isArray(a) ? a.length : typeof a)),
+        ).toEqual(["number", 2, 5]);
+      }
+    } finally {
+      globalThis.fetch = realFetch;
+    }
+  });
+
+  it("one sliding window: a plan's other window counts in its own key; a cost above the applied limit is never admitted", async () => {
+    vi.spyOn(console, "warn").mockImplementation(() => {});
+    const { limiter, clock } = limiterOf(
+      { r: slidingWindow({ limit: 3, window: "1h" }) },
+      { long: { r: { limit: 5, window: "2h" } } },
+    );
+    clock.set(T0);
+    await store(limiter, "s", "=long", { plan: "long" });
+    expect(await admitted(limiter, "s", 8)).toEqual({ n: 5, plans: ["long"] });
+    expect(await redis.exists(limiter.keys("s", T0, "long")[0]!)).toBe(1);
+    expect(await redis.exists(limiter.keys("s", T0)[0]!)).toBe(0);
+    await store(limiter, "c", "!slidingWindow 4 7200000 0", {});
+    expect(await admitted(limiter, "c", 8)).toEqual({ n: 4, plans: ["custom"] });
+    await store(limiter, "n", "!slidingWindow 2 3600000 0", {});
+    expect(await limiter.limit("n", { cost: 3 })).toMatchObject({
+      allowed: false,
+      remaining: 2,
+      retryAfter: Number.POSITIVE_INFINITY,
+      plan: "custom",
+    });
+    expect(await redis.exists(limiter.keys("n", T0)[0]!)).toBe(0);
+    // a limit across the packed state's bound (2^25) is stale: the base rules
+    await store(limiter, "p", `!slidingWindow ${2 ** 25} 3600000 0`, {});
+    expect(await admitted(limiter, "p", 5)).toEqual({ n: 3, plans: ["default"] });
+  });
+
+  it("one gcra: a cost above the applied burst is never admitted, and nothing is written", async () => {
+    const { limiter, clock } = limiterOf(rules, plans);
+    clock.set(T0);
+    await store(limiter, "b", "!gcra 5 3600000 2", {});
+    expect(await limiter.limit("b", { cost: 3 })).toMatchObject({
+      allowed: false,
+      remaining: 2,
+      retryAfter: Number.POSITIVE_INFINITY,
+      plan: "custom",
+    });
+    expect(await redis.exists(limiter.keys("b", T0)[0]!)).toBe(0);
+    expect(await admitted(limiter, "b", 4)).toEqual({ n: 2, plans: ["custom"] });
+  });
+
   it("applies the override to a lease's reservation too", async () => {
     const { limiter, clock } = limiterOf(rules, plans, { lease: { max: 4, ttl: "1s" } });
     clock.set(T0);

@@ -466,9 +466,11 @@ describe("commands per decision (each path, one rule)", () => {
     for (const [cost] of calls) got.push([cost, await commands(limiter, cost)]);
     expect(got).toEqual(calls);
   });
-  // With overrides on, a decision runs limiterOverrides: the limiter script's check and commit plus one
-  // GET of the override key, stored or not; one fixed window runs fixedWindowOneRuleOverrides. Each rule's limit is 2 (a token bucket's capacity), and
-  // the stored plan or custom line keeps it 2, so the paths line up: first, later, denied.
+  // With overrides on, one rule runs its one-rule script's variant (fixedWindowOneRuleOverrides,
+  // gcraOneRuleOverrides, slidingWindowOneRuleOverrides), a sliding log limiterOverrides: the commands
+  // of the path as it is with overrides off plus one GET of the override key, stored or not. Each rule's
+  // limit is 2 (a token bucket's capacity), and the stored plan or custom line keeps it 2, so the paths
+  // line up: first, later, denied.
   const overrideCases: [string, RuleConfig, Record<string, unknown>, string, [number, string][]][] = [
     [
       "fixedWindow",
