@@ -461,7 +461,7 @@ describe("end to end: set() reaching decisions", () => {
     expect(await count(15)).toEqual([10, "default"]);
     await limiter.overrides.set("g", { rules: { perMinute: { limit: 50 } } });
     expect(await count(60, "pro")).toEqual([40, "custom"]); // the override beats the call's plan
-    await limiter.overrides.set("g", { plan: "enterprise", expiresAt: NOW + 60_000 });
+    await limiter.overrides.set("g", { plan: "enterprise", expiresAt: NOW + DAY });
     expect(await count(5, "pro")).toEqual([0, "enterprise"]); // 50 used of 30: full
     await limiter.overrides.delete("g");
     expect(await count(5, "pro")).toEqual([0, "pro"]); // the call's plan again: 50 used of 20, full
