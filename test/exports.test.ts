@@ -92,7 +92,7 @@ const ENTRIES: Record<string, Entry> = {
     ],
   },
   "edgelimit/lock": {
-    src: "src/lock.ts",
+    src: "src/engine/lock-entry.ts",
     values: ["Concurrency", "Lock", "LockLostError", "LockUnavailableError"],
     types: [
       "AcquireOptions",

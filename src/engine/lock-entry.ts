@@ -7,7 +7,7 @@ export {
   Concurrency,
   type ConcurrencyDecision,
   type ConcurrencyOptions,
-} from "./engine/concurrency.js";
+} from "./concurrency.js";
 export {
   type AcquireOptions,
   type ExtendResult,
@@ -18,4 +18,4 @@ export {
   LockUnavailableError,
   type ReleaseResult,
   type WithLockOptions,
-} from "./engine/lock.js";
+} from "./lock.js";
