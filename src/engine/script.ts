@@ -106,13 +106,31 @@ function fixedWindowOne(limit: number, window: number, options: CallOptions): On
       command.push(String(ends + Math.min(window, GRACE) - now));
       if (cost !== 1) command.push(String(cost), limitArg);
     },
-    decode(count, cost, now) {
-      // the window's count after adding the cost
-      const resetAt = now - (now % window) + window;
-      if (count <= limit) return { allowed: true, limit, remaining: limit - count, resetAt, retryAfter: 0 };
-      const remaining = Math.max(0, limit - (count - cost));
-      return { allowed: false, limit, remaining, resetAt, retryAfter: resetAt - now };
-    },
+    decode: (count, cost, now) => fixedWindowOutcome(limit, window, count, cost, now),
+  };
+}
+
+/**
+ * The fixed window's outcome from its one-rule count (the window's count after adding the cost:
+ * admitted iff count <= limit). A cost above the limit (an override lowered it) is never admitted.
+ */
+function fixedWindowOutcome(
+  limit: number,
+  window: number,
+  count: number,
+  cost: number,
+  now: number,
+): RuleResult {
+  const ends = now - (now % window) + window;
+  if (count <= limit) return { allowed: true, limit, remaining: limit - count, resetAt: ends, retryAfter: 0 };
+  const before = count - cost;
+  const never = cost > limit;
+  return {
+    allowed: false,
+    limit,
+    remaining: Math.max(0, limit - before),
+    resetAt: never && before <= 0 ? now : ends,
+    retryAfter: never ? Number.POSITIVE_INFINITY : ends - now,
   };
 }
 
@@ -379,7 +397,7 @@ export class RuleScripts {
           this.fixedCommand(plan, identifier, keys, cost, now),
           this.fixedCall,
           (reply) => {
-            const decision = reply.ok ? this.decodeFixed(plan, reply.result, cost, now) : reply.error;
+            const decision = reply.ok ? this.decodeOneRule(plan, reply.result, cost, now) : reply.error;
             return then === undefined ? decision : then(decision);
           },
         );
@@ -390,7 +408,7 @@ export class RuleScripts {
           this.leanCommand(plan, lean, identifier, keys, cost, now),
           lean,
           (reply) => {
-            const decision = reply.ok ? this.decodeLean(plan, reply.result, cost, now) : reply.error;
+            const decision = reply.ok ? this.decodeOneRule(plan, reply.result, cost, now) : reply.error;
             return then === undefined ? decision : then(decision);
           },
         );
@@ -537,10 +555,10 @@ export class RuleScripts {
   }
 
   /**
-   * The Decision of a one-rule variant's reply: the one-rule integer, or it and the stored line, decoded
-   * under the rule that line applies.
+   * The Decision of a one-rule override script's reply (fixedWindow, gcra, tokenBucket, slidingWindow):
+   * the one-rule integer, or it and the stored line, decoded under the rule that line applies.
    */
-  private decodeLean(plan: PlanEncoding, result: unknown, cost: number, now: number): Decision | Error {
+  private decodeOneRule(plan: PlanEncoding, result: unknown, cost: number, now: number): Decision | Error {
     let applied: Applied = plan;
     let value = result;
     if (Array.isArray(result) && result.length === 2 && typeof result[1] === "string") {
@@ -554,56 +572,14 @@ export class RuleScripts {
         ? gcraOutcome(rule.rate, rule.period, rule.burst, value, cost, now)
         : rule.algorithm === "tokenBucket"
           ? gcraOutcome(rule.refillRate, rule.interval, rule.capacity, value, cost, now)
-          : slidingWindowOutcome(rule.limit, rule.window, value, cost, now);
+          : rule.algorithm === "fixedWindow"
+            ? fixedWindowOutcome(rule.limit, rule.window, value, cost, now)
+            : slidingWindowOutcome(rule.limit, rule.window, value, cost, now);
     const rules: Record<string, RuleResult> = {};
     rules[rule.name] = outcome;
     const decision: Decision = {
       allowed: outcome.allowed,
       limit: outcome.limit,
-      remaining: outcome.remaining,
-      resetAt: outcome.resetAt,
-      retryAfter: outcome.retryAfter,
-      rule: rule.name,
-      source: "redis",
-      plan: applied.name,
-      decidedAt: now,
-      rules,
-    };
-    if (applied.name === "custom") (decision as { [APPLIED]?: readonly Rule[] })[APPLIED] = applied.rules;
-    return decision;
-  }
-
-  /** The Decision of fixedWindowOneRuleOverrides' reply: the count, or the count and the stored line. */
-  private decodeFixed(plan: PlanEncoding, result: unknown, cost: number, now: number): Decision | Error {
-    let applied: Applied = plan;
-    let count = result;
-    if (Array.isArray(result) && result.length === 2 && typeof result[1] === "string") {
-      applied = this.appliedOf(result[1]);
-      count = result[0];
-    }
-    if (typeof count !== "number" || !Number.isInteger(count)) return unexpected(result);
-    const rule = applied.rules[0] as WindowRule;
-    const { limit, window } = rule;
-    const ends = now - (now % window) + window;
-    let outcome: RuleResult;
-    if (count <= limit) {
-      outcome = { allowed: true, limit, remaining: limit - count, resetAt: ends, retryAfter: 0 };
-    } else {
-      const before = count - cost;
-      const never = cost > limit;
-      outcome = {
-        allowed: false,
-        limit,
-        remaining: Math.max(0, limit - before),
-        resetAt: never && before <= 0 ? now : ends,
-        retryAfter: never ? Number.POSITIVE_INFINITY : ends - now,
-      };
-    }
-    const rules: Record<string, RuleResult> = {};
-    rules[rule.name] = outcome;
-    const decision: Decision = {
-      allowed: outcome.allowed,
-      limit,
       remaining: outcome.remaining,
       resetAt: outcome.resetAt,
       retryAfter: outcome.retryAfter,
