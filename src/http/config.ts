@@ -30,7 +30,9 @@
 //   "allow": ["203.0.113.7", "2001:db8::/32"], never limited (IPs and CIDRs, v4 and v6)
 //   "deny": ["198.51.100.0/24"],               refused with 403 on every path; deny wins over allow
 //   "prefix": "edgelimit",                     Redis key namespace
-//   "legacyHeaders": false                     also send X-RateLimit-Limit / -Remaining / -Reset
+//   "legacyHeaders": false,                    also send X-RateLimit-Limit / -Remaining / -Reset
+//   "analytics": true                          or { "flushEvery": "5s", "top": 20, "retention": "7d" }:
+//                                              each route counts its decisions (the ops page shows them)
 // }
 import * as v from "valibot";
 import {
@@ -92,7 +94,26 @@ export interface EdgelimitConfig {
   readonly legacyHeaders: boolean;
   /** Where the admin API answers (default "/_edgelimit"): lowercase, starts with "/", no trailing "/". */
   readonly adminPath: string;
+  /** Decision analytics for every route (each Limiter's `analytics`, named by its route); off when absent. */
+  readonly analytics?: AnalyticsConfig;
 }
+
+/** The config's `analytics`, durations in ms; a field left out is the Limiter's default. */
+export interface AnalyticsConfig {
+  /** How often an isolate writes its counts to Redis. */
+  readonly flushEvery?: number;
+  /** How many identifiers, most denied first, are kept per minute. */
+  readonly top?: number;
+  /** How long the counts stay in Redis. */
+  readonly retention?: number;
+}
+
+/** The bounds of the config's analytics fields. */
+export const ANALYTICS_BOUNDS = {
+  flushEvery: { min: 1_000, max: 3_600_000 },
+  top: { min: 1, max: 100 },
+  retention: { min: 3_600_000, max: 400 * 86_400_000 },
+} as const;
 
 /** The outcome of `parseConfig`: the config, or every problem found, each as "path: message". */
 export type ConfigResult =
@@ -309,6 +330,50 @@ const overrides = v.pipe(
   }),
 );
 
+const ANALYTICS_FIELDS = ["flushEvery", "top", "retention"] as const;
+
+// true (the Limiter's defaults), false (off, as when left out) or { flushEvery, top, retention }.
+const analytics = v.pipe(
+  v.unknown(),
+  checked<unknown, AnalyticsConfig | false>((value) => {
+    if (value === true) return { value: {} };
+    if (value === false) return { value: false };
+    if (value === null || typeof value !== "object" || Array.isArray(value)) {
+      const message = `must be true, false or an object such as { "flushEvery": "5s", "top": 20, "retention": "7d" }, got ${describe(value)}`;
+      return { issues: [{ path: [], message }] };
+    }
+    const fields = value as Record<string, unknown>;
+    const issues: Issue[] = Object.keys(fields)
+      .filter((field) => !(ANALYTICS_FIELDS as readonly string[]).includes(field))
+      .map((field) => ({
+        path: [field],
+        message: `is not a known field; use ${ANALYTICS_FIELDS.join(", ")}`,
+      }));
+    const out: { flushEvery?: number; top?: number; retention?: number } = {};
+    for (const field of ["flushEvery", "retention"] as const) {
+      if (fields[field] === undefined) continue;
+      const { min, max } = ANALYTICS_BOUNDS[field];
+      const read = readDuration(fields[field]);
+      if (!("ms" in read)) issues.push({ path: [field], message: read.message });
+      else if (read.ms < min || read.ms > max) {
+        const message = `must be from ${min} ms (${field === "flushEvery" ? '"1s"' : '"1h"'}) to ${max} ms (${field === "flushEvery" ? '"1h"' : '"400d"'}), got ${describe(fields[field])}`;
+        issues.push({ path: [field], message });
+      } else out[field] = read.ms;
+    }
+    if (fields.top !== undefined) {
+      const { min, max } = ANALYTICS_BOUNDS.top;
+      const top = fields.top;
+      if (typeof top !== "number" || !Number.isInteger(top) || top < min || top > max) {
+        issues.push({
+          path: ["top"],
+          message: `must be a whole number from ${min} to ${max}, got ${describe(top)}`,
+        });
+      } else out.top = top;
+    }
+    return issues.length > 0 ? { issues } : { value: out };
+  }),
+);
+
 // Lowercase (request paths are compared lowercased), segments of URL-safe characters, no "." or "..".
 const ADMIN_PATH = /^(\/(?!\.\.?(?:\/|$))[a-z0-9_.~-]+)+$/;
 
@@ -368,6 +433,7 @@ const schema = strict("a JSON object such as { origin, routes }", {
     ),
     "/_edgelimit",
   ),
+  analytics: v.optional(analytics),
 });
 
 /** Renders an issue path as `routes[1].rules.burst.capacity` (brackets for keys that are not names). */
@@ -410,11 +476,13 @@ export function parseConfig(input: unknown): ConfigResult {
       });
   errors.push(...duplicateNames(value), ...impossibleCosts(value), ...routePlans(value));
   if (!result.success || errors.length > 0) return { ok: false, errors };
-  const output = result.output;
+  const { analytics, ...output } = result.output;
   return {
     ok: true,
     config: {
       ...output,
+      // false is the same as leaving it out
+      ...(analytics === false || analytics === undefined ? {} : { analytics }),
       routes: output.routes.map(({ overrides, ...route }) => ({
         ...route,
         // false is the same as leaving it out; true is the Limiter's defaults
