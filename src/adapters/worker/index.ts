@@ -114,6 +114,8 @@ function limitedRoute(route: RouteConfig, config: EdgelimitConfig, redis: RestCo
     ...(route.lease === undefined ? {} : { lease: route.lease }),
     ...(route.plans === undefined ? {} : { plans: route.plans }),
     ...(route.overrides === undefined ? {} : { overrides: route.overrides }),
+    // Each route's counts under its own name; flushed through the decision's waitUntil (rateLimit passes it).
+    ...(config.analytics === undefined ? {} : { analytics: { ...config.analytics, name: route.name } }),
   };
   const limiter = new Limiter(options);
   // Counters are namespaced by route (route names hold no ":"), so two routes never share a count.

@@ -1,0 +1,254 @@
+// The ops page and its JSON inside workerd: the three ways in (bearer, HTTP Basic, the login form's
+// cookie), the ways refused (a wrong token, a token in a URL, the overrides API by Basic or cookie), the
+// headers that keep the page inert (CSP with no script, nosniff, no-store), and `minutes` checked.
+import { describe, expect, test } from "vitest";
+import { escapeHtml } from "../../../src/adapters/worker/ops-page.js";
+import { call, config, envFor } from "./support.js";
+
+const TOKEN = "ops-test-token-0123456789";
+const perMinute = { perMinute: { algorithm: "gcra", limit: 3, period: "1m" } };
+const routes = [
+  { name: "api", match: { path: "/api/*" }, key: "header:x-api-key", rules: perMinute },
+  { name: "pages", key: "path", mode: "shadow", rules: perMinute },
+];
+const env = (token: string | null = TOKEN, extra: Record<string, unknown> = {}) =>
+  envFor(config(routes, extra), token === null ? {} : { EDGELIMIT_ADMIN_TOKEN: token });
+const basic = (user: string, password: string) =>
+  `Basic ${btoa(String.fromCharCode(...new TextEncoder().encode(`${user}:${password}`)))}`;
+
+async function problemOf(response: Response, status: number) {
+  expect(response.status).toBe(status);
+  expect(response.headers.get("content-type")).toBe("application/problem+json");
+  return ((await response.json()) as { detail: string }).detail;
+}
+
+/** The headers every HTML answer carries. */
+function expectInert(response: Response) {
+  const csp = response.headers.get("content-security-policy") ?? "";
+  expect(csp).toMatch(
+    /^default-src 'none'; style-src 'sha256-[A-Za-z0-9+/]{43}='; img-src data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'$/,
+  );
+  expect(response.headers.get("content-type")).toBe("text/html; charset=utf-8");
+  expect(response.headers.get("x-content-type-options")).toBe("nosniff");
+  expect(response.headers.get("cache-control")).toBe("no-store");
+}
+
+describe("the ops page's ways in", () => {
+  test("without the secret the page, its JSON and the login are 404s", async () => {
+    for (const path of ["/_edgelimit", "/_edgelimit/", "/_edgelimit/analytics", "/_edgelimit/login"]) {
+      expect(await problemOf(await call(env(null), path), 404)).toBe("path: nothing is served here");
+    }
+  });
+
+  test("no token: a 401 that asks for Basic, with the login form as its body and nothing able to run", async () => {
+    for (const path of ["/_edgelimit", "/_edgelimit/"]) {
+      const response = await call(env(), path);
+      expect(response.status).toBe(401);
+      expect(response.headers.get("www-authenticate")).toBe('Basic realm="edgelimit"');
+      expectInert(response);
+      const body = await response.text();
+      expect(body).toContain('<form method="post" action="/_edgelimit/login">');
+      expect(body).toContain('name="token" autocomplete="current-password"');
+      expect(body).not.toMatch(/<script/i);
+      expect(body).not.toContain('data-route="api"');
+    }
+  });
+
+  test("bearer, or Basic with any user and the token as password, is served the page", async () => {
+    const e = env();
+    for (const authorization of [`Bearer ${TOKEN}`, basic("admin", TOKEN), basic("", TOKEN)]) {
+      const response = await call(e, "/_edgelimit/", { headers: { Authorization: authorization } });
+      expect(response.status, authorization).toBe(200);
+      expectInert(response);
+      const body = await response.text();
+      expect(body).toContain('<section class="route" data-route="api">');
+      expect(body).toContain('<section class="route" data-route="pages">');
+      expect(body).not.toMatch(/<script/i);
+    }
+  });
+
+  test("a wrong token, by any way, is refused", async () => {
+    const e = env();
+    const wrong = [
+      `Bearer ${TOKEN}x`,
+      basic("admin", `${TOKEN}x`),
+      basic("admin", TOKEN.slice(0, -1)),
+      basic(TOKEN, ""),
+      `Basic ${TOKEN}`,
+      "Basic !!!",
+      TOKEN,
+    ];
+    for (const authorization of wrong) {
+      const page = await call(e, "/_edgelimit/", { headers: { Authorization: authorization } });
+      expect(page.status).toBe(401);
+      expect(await page.text()).not.toContain("data-route");
+      const data = await call(e, "/_edgelimit/analytics", { headers: { Authorization: authorization } });
+      expect(await problemOf(data, 401)).toBe(
+        'authorization: send "Authorization: Bearer <EDGELIMIT_ADMIN_TOKEN>" or HTTP Basic',
+      );
+      expect(data.headers.get("www-authenticate")).toBe('Bearer realm="edgelimit", Basic realm="edgelimit"');
+    }
+    const forged = await call(e, "/_edgelimit/", { headers: { Cookie: `edgelimit_session=${TOKEN}` } });
+    expect(forged.status).toBe(401);
+  });
+
+  test("the login form sets an HttpOnly, Secure, SameSite=Strict cookie that is not the token; logout clears it", async () => {
+    const e = env();
+    const wrong = await call(e, "/_edgelimit/login", {
+      method: "POST",
+      headers: { "Content-Type": "application/x-www-form-urlencoded" },
+      body: new URLSearchParams({ token: "nope" }).toString(),
+    });
+    expect(wrong.status).toBe(401);
+    expect(wrong.headers.get("set-cookie")).toBeNull();
+    expectInert(wrong);
+    expect(await wrong.text()).toContain("That is not the admin token.");
+
+    const right = await call(e, "/_edgelimit/login", {
+      method: "POST",
+      headers: { "Content-Type": "application/x-www-form-urlencoded" },
+      body: new URLSearchParams({ token: TOKEN }).toString(),
+      redirect: "manual",
+    });
+    expect(right.status).toBe(303);
+    expect(right.headers.get("location")).toBe("/_edgelimit/");
+    const setCookie = right.headers.get("set-cookie") ?? "";
+    const match =
+      /^edgelimit_session=([0-9a-f]{64}); HttpOnly; Secure; SameSite=Strict; Path=\/_edgelimit$/.exec(
+        setCookie,
+      );
+    expect(match, setCookie).not.toBeNull();
+    expect(setCookie).not.toContain(TOKEN);
+    // HMAC-SHA256 of "edgelimit-session" under the token, computed here independently
+    const key = await crypto.subtle.importKey(
+      "raw",
+      new TextEncoder().encode(TOKEN),
+      { name: "HMAC", hash: "SHA-256" },
+      false,
+      ["sign"],
+    );
+    const mac = new Uint8Array(
+      await crypto.subtle.sign("HMAC", key, new TextEncoder().encode("edgelimit-session")),
+    );
+    expect(match![1]).toBe(Array.from(mac, (b) => b.toString(16).padStart(2, "0")).join(""));
+
+    const cookie = `other=1; edgelimit_session=${match![1]}`;
+    const page = await call(e, "/_edgelimit/", { headers: { Cookie: cookie } });
+    expect(page.status).toBe(200);
+    expect(await page.text()).toContain('data-route="api"');
+    const data = await call(e, "/_edgelimit/analytics", { headers: { Cookie: cookie } });
+    expect(data.status).toBe(200);
+    // the overrides stay bearer only: neither the cookie nor Basic reaches them
+    const overrides = await call(e, "/_edgelimit/overrides/api", { headers: { Cookie: cookie } });
+    expect(overrides.status).toBe(401);
+    const byBasic = await call(e, "/_edgelimit/overrides/api", {
+      headers: { Authorization: basic("a", TOKEN) },
+    });
+    expect(byBasic.status).toBe(401);
+
+    // a session of another token is no session
+    const other = await call(env("another-token-0123456789"), "/_edgelimit/", {
+      headers: { Cookie: cookie },
+    });
+    expect(other.status).toBe(401);
+
+    const out = await call(e, "/_edgelimit/logout", {
+      method: "POST",
+      headers: { Cookie: cookie },
+      redirect: "manual",
+    });
+    expect(out.status).toBe(303);
+    expect(out.headers.get("set-cookie")).toBe(
+      "edgelimit_session=; HttpOnly; Secure; SameSite=Strict; Path=/_edgelimit; Max-Age=0",
+    );
+  });
+
+  test("the cookie's path follows adminPath", async () => {
+    const response = await call(env(TOKEN, { adminPath: "/ops/edge" }), "/ops/edge/login", {
+      method: "POST",
+      body: new URLSearchParams({ token: TOKEN }).toString(),
+      headers: { "Content-Type": "application/x-www-form-urlencoded" },
+      redirect: "manual",
+    });
+    expect(response.headers.get("location")).toBe("/ops/edge/");
+    expect(response.headers.get("set-cookie")).toMatch(/; Path=\/ops\/edge$/);
+  });
+
+  test("a token in a URL is refused, even the right one, by every path under adminPath", async () => {
+    const e = env();
+    for (const path of [
+      `/_edgelimit/?token=${TOKEN}`,
+      `/_edgelimit/analytics?token=${TOKEN}`,
+      `/_edgelimit/overrides/api?token=${TOKEN}`,
+      `/_edgelimit/login?token=${TOKEN}`,
+    ]) {
+      const detail = await problemOf(
+        await call(e, path, { headers: { Authorization: `Bearer ${TOKEN}` } }),
+        400,
+      );
+      expect(detail).toMatch(/^token: never put the token in a URL/);
+      expect(detail).not.toContain(TOKEN);
+    }
+  });
+
+  test("methods: the page is GET, login and logout POST", async () => {
+    const e = env();
+    const auth = { Authorization: `Bearer ${TOKEN}` };
+    const cases: [string, string, number, string][] = [
+      ["POST", "/_edgelimit/", 405, "GET, HEAD"],
+      ["DELETE", "/_edgelimit/analytics", 405, "GET"],
+      ["GET", "/_edgelimit/login", 405, "POST"],
+      ["GET", "/_edgelimit/logout", 405, "POST"],
+    ];
+    for (const [method, path, status, allow] of cases) {
+      const response = await call(e, path, { method, headers: auth });
+      expect(response.status, `${method} ${path}`).toBe(status);
+      expect(response.headers.get("allow")).toBe(allow);
+      await response.arrayBuffer();
+    }
+  });
+});
+
+describe("the JSON", () => {
+  test("minutes: 1 to 1440, a clear 400 naming it otherwise", async () => {
+    const e = env();
+    const auth = { Authorization: `Bearer ${TOKEN}` };
+    for (const minutes of ["0", "1441", "-5", "1.5", "x", "", "99999999"]) {
+      const detail = await problemOf(
+        await call(e, `/_edgelimit/analytics?minutes=${minutes}`, { headers: auth }),
+        400,
+      );
+      expect(detail).toBe(`minutes: must be a whole number from 1 to 1440, got ${JSON.stringify(minutes)}`);
+    }
+    for (const minutes of ["1", "60", "1440"]) {
+      const response = await call(e, `/_edgelimit/analytics?minutes=${minutes}`, { headers: auth });
+      expect(response.status).toBe(200);
+      expect(response.headers.get("content-type")).toBe("application/json");
+      expect(response.headers.get("x-content-type-options")).toBe("nosniff");
+      expect(response.headers.get("cache-control")).toBe("no-store");
+      const body = (await response.json()) as { routes: Record<string, unknown> };
+      expect(Object.keys(body.routes)).toEqual(["api", "pages"]);
+    }
+  });
+
+  test("with analytics off each route says how to turn them on", async () => {
+    const response = await call(env(), "/_edgelimit/analytics", {
+      headers: { Authorization: `Bearer ${TOKEN}` },
+    });
+    expect(await response.json()).toEqual({
+      routes: {
+        api: { error: 'analytics are off: add "analytics": true to the config' },
+        pages: { error: 'analytics are off: add "analytics": true to the config' },
+      },
+      breaker: null,
+    });
+  });
+});
+
+describe("escaping", () => {
+  test("escapeHtml leaves no markup and no way out of a quoted attribute", () => {
+    expect(escapeHtml(`<img src=x onerror=alert(1)>"'&`)).toBe(
+      "&lt;img src=x onerror=alert(1)&gt;&quot;&#39;&amp;",
+    );
+  });
+});
