@@ -14,10 +14,12 @@
 // it) and a session cookie set by the login form (HttpOnly, Secure, SameSite=Strict, Path={admin}; its
 // value an HMAC of a fixed text under the token, never the token). The overrides stay bearer only.
 //
-//   GET    {admin}/                                 the ops page (HTML), or the login form with a 401
+//   GET    {admin}/                                 the ops page (HTML); without the token a 401 that asks
+//                                                  for Basic, the login form as its body
 //   GET    {admin}/analytics?minutes=60             200 { routes: { <route>: report + shadowDenied }, breaker }
+//   GET    {admin}/login                            the login form (no Basic challenge)
 //   POST   {admin}/login                            form field token: 303 to {admin}/ with the cookie set
-//   POST   {admin}/logout                           303 to {admin}/ with the cookie cleared
+//   POST   {admin}/logout                           303 to {admin}/login with the cookie cleared
 //
 // A token is never taken from a URL: any request under the admin path with ?token= is a 400.
 //
@@ -448,8 +450,13 @@ async function analyticsJson(
 
 /** The form's POST: the right token sets the session cookie and goes to the page; a wrong one, the form again. */
 async function login(request: Request, token: string, adminPath: string): Promise<Response> {
-  if (request.method.toUpperCase() !== "POST") {
-    return problem(405, `method: ${quoted(request.method)} is not served here; use POST`, { Allow: "POST" });
+  const method = request.method.toUpperCase();
+  // The form itself, without the page's Basic challenge (which a browser answers with its own prompt).
+  if (method === "GET" || method === "HEAD") return html(loginPage(adminPath));
+  if (method !== "POST") {
+    return problem(405, `method: ${quoted(request.method)} is not served here; use GET or POST`, {
+      Allow: "GET, HEAD, POST",
+    });
   }
   const text = await readBody(request);
   if (text instanceof Response) return text;
@@ -472,7 +479,7 @@ async function logout(request: Request, adminPath: string): Promise<Response> {
   return new Response(null, {
     status: 303,
     headers: {
-      Location: `${adminPath}/`,
+      Location: `${adminPath}/login`,
       "Set-Cookie": `${SESSION_COOKIE}=; HttpOnly; Secure; SameSite=Strict; Path=${adminPath}; Max-Age=0`,
       "Cache-Control": "no-store",
     },

@@ -234,6 +234,7 @@ export function loginPage(adminPath: string, message?: string): string {
     "edgelimit: log in",
     `<h1>edgelimit</h1>${note}<form method="post" action="${escapeHtml(adminPath)}/login">` +
       '<label>Admin token <input type="password" name="token" autocomplete="current-password" required autofocus></label> ' +
-      "<button>Log in</button></form>",
+      "<button>Log in</button></form>" +
+      `<p class="muted">Or open <a href="${escapeHtml(adminPath)}/">${escapeHtml(adminPath)}/</a> and give the token as the password your browser asks for (any user name).</p>`,
   );
 }

@@ -92,6 +92,14 @@ describe("the ops page's ways in", () => {
     expect(forged.status).toBe(401);
   });
 
+  test("GET {admin}/login is the form, without a Basic challenge", async () => {
+    const response = await call(env(), "/_edgelimit/login");
+    expect(response.status).toBe(200);
+    expect(response.headers.get("www-authenticate")).toBeNull();
+    expectInert(response);
+    expect(await response.text()).toContain('<form method="post" action="/_edgelimit/login">');
+  });
+
   test("the login form sets an HttpOnly, Secure, SameSite=Strict cookie that is not the token; logout clears it", async () => {
     const e = env();
     const wrong = await call(e, "/_edgelimit/login", {
@@ -158,6 +166,7 @@ describe("the ops page's ways in", () => {
       redirect: "manual",
     });
     expect(out.status).toBe(303);
+    expect(out.headers.get("location")).toBe("/_edgelimit/login");
     expect(out.headers.get("set-cookie")).toBe(
       "edgelimit_session=; HttpOnly; Secure; SameSite=Strict; Path=/_edgelimit; Max-Age=0",
     );
@@ -197,7 +206,7 @@ describe("the ops page's ways in", () => {
     const cases: [string, string, number, string][] = [
       ["POST", "/_edgelimit/", 405, "GET, HEAD"],
       ["DELETE", "/_edgelimit/analytics", 405, "GET"],
-      ["GET", "/_edgelimit/login", 405, "POST"],
+      ["PUT", "/_edgelimit/login", 405, "GET, HEAD, POST"],
       ["GET", "/_edgelimit/logout", 405, "POST"],
     ];
     for (const [method, path, status, allow] of cases) {
