@@ -359,7 +359,12 @@ export class Counter {
     if (typeof waitUntil === "function") {
       if (at - this.lastFlush >= this.config.flushEvery) {
         this.lastFlush = at;
-        waitUntil(this.flush());
+        const flushing = this.flush();
+        try {
+          waitUntil(flushing);
+        } catch {
+          // a runtime that refuses it: the flush runs anyway, it just may not outlive the response
+        }
       }
     } else {
       this.arm();
