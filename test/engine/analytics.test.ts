@@ -13,6 +13,7 @@ import {
   startBridge,
   startRedisServer,
 } from "../../src/bridge/index.js";
+import { analyticsConfig } from "../../src/engine/analytics.js";
 import { type Decision, fixedWindow, gcra, Limiter, type LimiterOptions } from "../../src/index.js";
 import { failOnUnhandledRejections } from "../own-bridge.js";
 import { manualClock, T0, uniquePrefix } from "../support.js";
@@ -364,6 +365,40 @@ describe("keys", () => {
   });
 });
 
+describe("bounds", () => {
+  it("keeps top × 5 identifiers a minute in Redis, scored denied × 2^26 + allowed", async () => {
+    const prefix = uniquePrefix("trim");
+    const clock = manualClock();
+    const one = fixedWindow({ limit: 1, window: "1m" });
+    const l = limiter({ prefix, clock, denyCache: false, rules: { one }, analytics: { top: 2 } });
+    // 12 identifiers: 1 allowed each, and id<k> denied k + 1 times
+    for (let k = 0; k < 12; k++) for (let i = 0; i < k + 2; i++) await l.limit(`id${k}`);
+    await l.analytics.flush();
+    const top = `${prefix}:analytics:{default}:${T0 / 60_000}:top`;
+    expect(Number(await conn.call("ZCARD", top))).toBe(10);
+    expect(Number(await conn.call("ZSCORE", top, "id11"))).toBe(12 * 2 ** 26 + 1);
+    expect(await conn.call("ZSCORE", top, "id1")).toBeNull();
+    const r = await l.analytics.report({ from: T0, to: T0 });
+    expect(r.top).toEqual([
+      { identifier: "id11", denied: 12, allowed: 1 },
+      { identifier: "id10", denied: 11, allowed: 1 },
+    ]);
+    expect(r.denials).toEqual({ one: 78 });
+    await l.dispose();
+  });
+
+  it("stores an identifier longer than 200 characters shortened, with a hash of the whole", async () => {
+    const clock = manualClock();
+    const l = limiter({ prefix: uniquePrefix("long"), clock, denyCache: false });
+    const long = `${"x".repeat(300)}<img src=x onerror=alert(1)>`;
+    for (let i = 0; i < 6; i++) await l.limit(long);
+    const [entry] = (await l.analytics.report({ from: T0, to: T0 })).top;
+    expect(entry).toMatchObject({ denied: 1, allowed: 5 });
+    expect(entry!.identifier).toMatch(/^x{128}…#[0-9a-f]{16}$/);
+    await l.dispose();
+  });
+});
+
 describe("onDecision", () => {
   it("is called with (decision, identifier) on every path", async () => {
     const seen: [Decision["source"], string][] = [];
@@ -446,6 +481,22 @@ describe("options", () => {
     ],
     ["yes", /^analytics: expected true, false or/],
   ];
+  it("defaults to a flush every 10 s, the top 20, 7 days of retention, the name default", () => {
+    expect(analyticsConfig(true)).toEqual({
+      flushEvery: 10_000,
+      top: 20,
+      retention: 604_800_000,
+      name: "default",
+    });
+    expect(analyticsConfig(false)).toBeUndefined();
+    expect(analyticsConfig({ flushEvery: "1s", top: 100, retention: "90d", name: "a.b:c-1" })).toEqual({
+      flushEvery: 1000,
+      top: 100,
+      retention: 90 * 86_400_000,
+      name: "a.b:c-1",
+    });
+  });
+
   it.each(bad)("analytics %j is refused, naming the field", (analytics, message) => {
     expect(
       () =>
