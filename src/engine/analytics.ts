@@ -69,7 +69,7 @@ export interface BreakerReport {
   opened: number;
 }
 
-/** The range of a report, epoch ms (default: the hour before the Limiter's clock). */
+/** The range of a report, epoch ms (default: the last hour, the 60 minutes up to the Limiter's clock). */
 export interface ReportRange {
   from?: number;
   to?: number;
@@ -482,8 +482,8 @@ export class Analytics {
   }
 
   /**
-   * The counts over [from, to] (epoch ms; default the hour before the Limiter's clock), this isolate's
-   * flushed first. Rejects when the Limiter has no analytics, the range is wrong (a RangeError naming
+   * The counts over [from, to] (epoch ms; `to` defaults to the Limiter's clock, `from` to the start of
+   * the minute 59 minutes before: the last hour, 60 minutes), this isolate's flushed first. Rejects when the Limiter has no analytics, the range is wrong (a RangeError naming
    * the field), or Redis fails (the RedisCallError).
    */
   async report(range: ReportRange = {}): Promise<AnalyticsReport> {
@@ -496,7 +496,8 @@ export class Analytics {
     }
     const to = range.to ?? this.clock();
     checkTime(to, "to");
-    const from = range.from ?? to - HOUR;
+    // the last hour: the 60 minutes up to the one `to` is in
+    const from = range.from ?? (Math.floor(to / MINUTE) - 59) * MINUTE;
     checkTime(from, "from");
     if (from > to) throw new RangeError(`from: must be at most to (${to}), got ${from}`);
     const first = Math.floor(from / MINUTE);

@@ -150,13 +150,13 @@ describe("counts", () => {
     await b.analytics.flush();
     expect(await b.analytics.report({ from: T0, to: T0 + 60_000 })).toEqual(r);
 
-    // the default range: the hour up to the limiter's clock, one entry per minute, zeros included
+    // the default range: the 60 minutes up to the limiter's clock's, one entry each, zeros included
     clock.set(T0 + 60_000 + 30_000);
     const hour = await a.analytics.report();
     expect(hour.to).toBe(T0 + 90_000);
-    expect(hour.from).toBe(T0 + 90_000 - 3_600_000);
-    expect(hour.minutes).toHaveLength(61);
-    expect(hour.minutes[0]!.at).toBe(T0 + 60_000 - 3_600_000);
+    expect(hour.from).toBe(T0 + 120_000 - 3_600_000);
+    expect(hour.minutes).toHaveLength(60);
+    expect(hour.minutes[0]!.at).toBe(hour.from);
     expect(hour.minutes.slice(-2)).toEqual(r.minutes);
     expect(hour.minutes.slice(0, -2).every((m) => m.allowed === 0 && m.denied === 0)).toBe(true);
     expect(hour.decisions).toEqual(r.decisions);
