@@ -1,6 +1,7 @@
 // `npm run bench`: every part against a private redis-server and bridge; writes BENCHMARKS.md and
 // BENCHMARKS.svg. `npm run bench:smoke`: a few iterations of each part, no wrangler, writes nothing
-// (unless given --out FILE). --only throughput,memory,accuracy,edge,worker,lua,cpu,overrides runs those parts.
+// (unless given --out FILE). --only throughput,memory,accuracy,edge,worker,lua,cpu,overrides,analytics runs those
+// parts.
 import { execFile } from "node:child_process";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import os from "node:os";
@@ -72,6 +73,8 @@ async function collect(env: BenchEnv) {
     overrides: want("overrides")
       ? await luaPart("overrides-cost.ts", ["--rounds", "1", "--ids", "200"])
       : undefined,
+    /** Markdown printed by bench/analytics-cost.ts: commands and requests with analytics on and off, beside the peer's. */
+    analytics: want("analytics") ? await luaPart("analytics-cost.ts", []) : undefined,
   };
 }
 export type Results = Awaited<ReturnType<typeof collect>> & { seconds: number };
