@@ -93,7 +93,7 @@ beforeAll(async () => {
       /Ops page: (http:\/\/127\.0\.0\.1:\d+\/_edgelimit\/) {2}\(log in with the development token: (\S+)\)\n/.exec(
         output,
       );
-    return match ? [...match] : undefined;
+    return match ? [match[0], match[1] ?? "", match[2] ?? ""] : undefined;
   });
   base = new URL(opsUrl).origin;
   expect(token).toMatch(/^dev-[0-9a-f-]{36}$/);
@@ -210,8 +210,8 @@ describe("the ops page in headless Chromium", () => {
   it("known traffic: the JSON, then the chart and the tables by HTTP Basic, exactly", async () => {
     expect(await send(5, "/api/x", { "X-API-Key": "alpha-secret" })).toEqual([200, 200, 200, 429, 429]);
     expect(await send(4, "/api/y", { "X-API-Key": HOSTILE })).toEqual([200, 200, 200, 429]);
-    // shadow: all served; the third is a would-be denial
-    expect(await send(3, hostilePath)).toEqual([200, 200, 200]);
+    // shadow: all served; the fourth is a would-be denial
+    expect(await send(4, hostilePath)).toEqual([200, 200, 200, 200]);
 
     const json = await fetch(`${base}/_edgelimit/analytics?minutes=60`, {
       headers: { Authorization: `Bearer ${token}` },
@@ -220,24 +220,32 @@ describe("the ops page in headless Chromium", () => {
     const body = (await json.json()) as { routes: Record<string, Report>; breaker: { state: string } };
     expect(body.breaker.state).toBe("closed");
     const { api, pages } = body.routes;
+    // the fifth "alpha-secret" request is answered by the deny cache, without Redis
     expect(api!.decisions).toEqual({
       allowed: 6,
       denied: 3,
-      bySource: { redis: 9, cache: 0, lease: 0, error: 0 },
+      bySource: { redis: 8, cache: 1, lease: 0, error: 0 },
     });
     expect(api!.denials).toEqual({ hourly: 3 });
     expect(api!.shadowDenied).toBe(0);
+    // allowed with nothing left (remaining 0 of 3, at most 20 %): the third of each key
+    expect(api!.nearLimit).toBe(2);
     expect(api!.top).toEqual([
       { identifier: `api:${sha256("alpha-secret")}`, denied: 2, allowed: 3 },
       { identifier: `api:${sha256(HOSTILE)}`, denied: 1, allowed: 3 },
     ]);
     expect(pages!.decisions).toEqual({
-      allowed: 2,
+      allowed: 3,
       denied: 1,
-      bySource: { redis: 3, cache: 0, lease: 0, error: 0 },
+      bySource: { redis: 4, cache: 0, lease: 0, error: 0 },
     });
     expect(pages!.shadowDenied).toBe(1);
-    expect(pages!.top).toEqual([{ identifier: `pages:${hostilePathId}`, denied: 1, allowed: 2 }]);
+    expect(pages!.nearLimit).toBe(1);
+    expect(pages!.denials).toEqual({ hourly: 1 });
+    expect(
+      [api!.errors, pages!.errors].map((errors) => Object.values(errors).reduce((a, b) => a + b)),
+    ).toEqual([0, 0]);
+    expect(pages!.top).toEqual([{ identifier: `pages:${hostilePathId}`, denied: 1, allowed: 3 }]);
     for (const report of [api!, pages!]) {
       expect(report.minutes).toHaveLength(60);
       const sum = (field: "allowed" | "denied") => report.minutes.reduce((total, m) => total + m[field], 0);
@@ -257,7 +265,7 @@ describe("the ops page in headless Chromium", () => {
       allowed: "6",
       denied: "3",
       shadowDenied: "0",
-      nearLimit: String(api!.nearLimit),
+      nearLimit: "2",
     });
     // the chart shows the JSON's minutes, one bar group each, with the same counts
     expect(apiShown.minutes).toEqual(api!.minutes);
@@ -268,13 +276,13 @@ describe("the ops page in headless Chromium", () => {
     expect(apiShown.denials).toEqual({ hourly: 3 });
     const pagesShown = await shown(page, "pages");
     expect(pagesShown.totals).toEqual({
-      allowed: "2",
+      allowed: "3",
       denied: "1",
       shadowDenied: "1",
-      nearLimit: String(pages!.nearLimit),
+      nearLimit: "1",
     });
     expect(pagesShown.minutes).toEqual(pages!.minutes);
-    expect(pagesShown.top).toEqual([{ identifier: hostilePathId, denied: 1, allowed: 2 }]);
+    expect(pagesShown.top).toEqual([{ identifier: hostilePathId, denied: 1, allowed: 3 }]);
     expect(await page.locator('section[data-route="pages"] [data-shadow]').textContent()).toBe("1");
     expect(await page.locator("[data-breaker]").getAttribute("data-breaker")).toBe("closed");
 

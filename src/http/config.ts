@@ -112,7 +112,7 @@ export interface AnalyticsConfig {
 export const ANALYTICS_BOUNDS = {
   flushEvery: { min: 1_000, max: 3_600_000 },
   top: { min: 1, max: 100 },
-  retention: { min: 3_600_000, max: 400 * 86_400_000 },
+  retention: { min: 3_600_000, max: 90 * 86_400_000 },
 } as const;
 
 /** The outcome of `parseConfig`: the config, or every problem found, each as "path: message". */
@@ -356,7 +356,7 @@ const analytics = v.pipe(
       const read = readDuration(fields[field]);
       if (!("ms" in read)) issues.push({ path: [field], message: read.message });
       else if (read.ms < min || read.ms > max) {
-        const message = `must be from ${min} ms (${field === "flushEvery" ? '"1s"' : '"1h"'}) to ${max} ms (${field === "flushEvery" ? '"1h"' : '"400d"'}), got ${describe(fields[field])}`;
+        const message = `must be from ${min} ms (${field === "flushEvery" ? '"1s"' : '"1h"'}) to ${max} ms (${field === "flushEvery" ? '"1h"' : '"90d"'}), got ${describe(fields[field])}`;
         issues.push({ path: [field], message });
       } else out[field] = read.ms;
     }

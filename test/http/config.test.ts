@@ -568,7 +568,7 @@ describe("analytics", () => {
     ],
     [
       { retention: "1m" },
-      'analytics.retention: must be from 3600000 ms ("1h") to 34560000000 ms ("400d"), got "1m"',
+      'analytics.retention: must be from 3600000 ms ("1h") to 7776000000 ms ("90d"), got "1m"',
     ],
     [{ top: 0 }, "analytics.top: must be a whole number from 1 to 100, got 0"],
     [{ top: 2.5 }, "analytics.top: must be a whole number from 1 to 100, got 2.5"],

@@ -30,7 +30,7 @@
 import { RedisCallError } from "../../engine/errors.js";
 import type { Limiter } from "../../engine/limiter.js";
 import type { Override, Overrides } from "../../engine/overrides.js";
-import type { RouteConfig } from "../../http/config.js";
+import type { AnalyticsConfig, RouteConfig } from "../../http/config.js";
 import { PROBLEM_JSON } from "../../http/headers.js";
 import { cookie, identifierOf } from "../../http/identity.js";
 import { loginPage, type OpsRoute, opsPage, type RouteReport, STYLE } from "./ops-page.js";
@@ -50,12 +50,6 @@ export const SESSION_COOKIE = "edgelimit_session";
 /** A route as the admin API sees it: its config and its Limiter. */
 export interface AdminRoute extends RouteConfig {
   readonly limiter: Limiter;
-}
-
-/** What the admin API reads of a Limiter's `analytics`. */
-interface RouteAnalytics {
-  report(window: { from: number; to: number }): Promise<Omit<RouteReport, "shadowDenied">>;
-  flush(): Promise<unknown>;
 }
 
 const TITLES: Record<number, string> = {
@@ -225,6 +219,7 @@ export async function admin(
   token: string | undefined,
   adminPath: string,
   routes: readonly AdminRoute[],
+  analytics?: AnalyticsConfig,
 ): Promise<Response> {
   if (!token) return problem(404, "path: nothing is served here");
   const url = new URL(request.url);
@@ -243,8 +238,8 @@ export async function admin(
       return segment;
     }
   });
-  if (rest.length === 0) return page(request, token, adminPath, routes);
-  if (rest.length === 1 && rest[0] === "analytics") return analyticsJson(request, token, routes);
+  if (rest.length === 0) return page(request, token, adminPath, routes, analytics);
+  if (rest.length === 1 && rest[0] === "analytics") return analyticsJson(request, token, routes, analytics);
   if (rest.length === 1 && rest[0] === "login") return login(request, token, adminPath);
   if (rest.length === 1 && rest[0] === "logout") return logout(request, adminPath);
   if (!(await authorized(request.headers.get("authorization"), token))) {
@@ -339,11 +334,6 @@ async function list(store: Overrides, route: AdminRoute, params: URLSearchParams
 
 // ------------------------------------------------------------------------------------------ ops page
 
-/** A Limiter's analytics, or undefined when the config has them off. */
-function analyticsOf(route: AdminRoute): RouteAnalytics | undefined {
-  return (route.limiter as unknown as { analytics?: RouteAnalytics }).analytics;
-}
-
 const STYLE_HASH = crypto.subtle
   .digest("SHA-256", new TextEncoder().encode(STYLE))
   .then((digest) => btoa(String.fromCharCode(...new Uint8Array(digest))));
@@ -374,17 +364,24 @@ async function html(body: string, status = 200, headers: Record<string, string> 
 
 const BASIC_CHALLENGE = { "WWW-Authenticate": 'Basic realm="edgelimit"' };
 
-/** The routes' reports over [from, to], each flushed first (this isolate's counts), or why not. */
-async function reports(routes: readonly AdminRoute[], from: number, to: number): Promise<OpsRoute[]> {
-  return Promise.all(
+/**
+ * The routes' reports of the `minutes` whole minutes up to now (the current one included), each with
+ * this isolate's counts flushed first (report() does), or why there is none.
+ */
+async function reports(
+  routes: readonly AdminRoute[],
+  analytics: AnalyticsConfig | undefined,
+  minutes: number,
+): Promise<{ shown: OpsRoute[]; from: number; to: number }> {
+  const to = Date.now();
+  const from = (Math.floor(to / 60_000) - (minutes - 1)) * 60_000;
+  const shown = await Promise.all(
     routes.map(async (route): Promise<OpsRoute> => {
-      const analytics = analyticsOf(route);
       if (analytics === undefined) {
         return { route, report: { error: 'analytics are off: add "analytics": true to the config' } };
       }
       try {
-        await analytics.flush().catch(() => {});
-        const report = await analytics.report({ from, to });
+        const report = await route.limiter.analytics.report({ from, to });
         const shadowDenied = route.mode === "shadow" ? report.decisions.denied : 0;
         return { route, report: { ...report, shadowDenied } };
       } catch (error) {
@@ -396,6 +393,7 @@ async function reports(routes: readonly AdminRoute[], from: number, to: number):
       }
     }),
   );
+  return { shown, from, to };
 }
 
 const breakerOf = (routes: readonly OpsRoute[]) =>
@@ -406,6 +404,7 @@ async function page(
   token: string,
   adminPath: string,
   routes: readonly AdminRoute[],
+  analytics: AnalyticsConfig | undefined,
 ): Promise<Response> {
   const method = request.method.toUpperCase();
   if (method !== "GET" && method !== "HEAD") {
@@ -414,9 +413,7 @@ async function page(
     });
   }
   if (!(await pageAuthorized(request, token))) return html(loginPage(adminPath), 401, BASIC_CHALLENGE);
-  const to = Date.now();
-  const from = to - DEFAULT_MINUTES * 60_000;
-  const shown = await reports(routes, from, to);
+  const { shown, from, to } = await reports(routes, analytics, DEFAULT_MINUTES);
   return html(opsPage({ adminPath, routes: shown, breaker: breakerOf(shown), from, to }));
 }
 
@@ -424,6 +421,7 @@ async function analyticsJson(
   request: Request,
   token: string,
   routes: readonly AdminRoute[],
+  analytics: AnalyticsConfig | undefined,
 ): Promise<Response> {
   if (request.method.toUpperCase() !== "GET") {
     return problem(405, `method: ${quoted(request.method)} is not served here; use GET`, { Allow: "GET" });
@@ -435,14 +433,16 @@ async function analyticsJson(
   }
   const text = new URL(request.url).searchParams.get("minutes");
   let minutes = DEFAULT_MINUTES;
+  // A report reaches back at most the counts' retention (when the config sets one shorter than a day).
+  const most = Math.min(MAX_MINUTES, Math.floor((analytics?.retention ?? Number.POSITIVE_INFINITY) / 60_000));
   if (text !== null) {
     minutes = /^\d{1,5}$/.test(text) ? Number(text) : 0;
-    if (minutes < 1 || minutes > MAX_MINUTES) {
-      return problem(400, `minutes: must be a whole number from 1 to ${MAX_MINUTES}, got ${quoted(text)}`);
+    if (minutes < 1 || minutes > most) {
+      const why = most < MAX_MINUTES ? " (the analytics retention)" : "";
+      return problem(400, `minutes: must be a whole number from 1 to ${most}${why}, got ${quoted(text)}`);
     }
   }
-  const to = Date.now();
-  const shown = await reports(routes, to - minutes * 60_000, to);
+  const { shown } = await reports(routes, analytics, minutes);
   const out: Record<string, RouteReport | { error: string }> = {};
   for (const { route, report } of shown) out[route.name] = report;
   return json({ routes: out, breaker: breakerOf(shown) ?? null });

@@ -193,7 +193,7 @@ app.use(async (c, next) => {
   const path = normalizePath(new URL(c.req.url).pathname);
   const adminPath = config.adminPath;
   if (path === adminPath || path.startsWith(`${adminPath}/`)) {
-    return admin(c.req.raw, c.env?.EDGELIMIT_ADMIN_TOKEN, adminPath, routes);
+    return admin(c.req.raw, c.env?.EDGELIMIT_ADMIN_TOKEN, adminPath, routes, config.analytics);
   }
   c.set("config", config);
   c.set("ip", ip);

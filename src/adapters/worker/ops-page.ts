@@ -18,7 +18,7 @@ export interface RouteReport {
   readonly errors: Readonly<Record<string, number>>;
   readonly minutes: readonly { readonly at: number; readonly allowed: number; readonly denied: number }[];
   readonly top: readonly { readonly identifier: string; readonly denied: number; readonly allowed: number }[];
-  readonly breaker?: { readonly state: string } & Readonly<Record<string, unknown>>;
+  readonly breaker?: { readonly state: string };
   /** Would-be denials of a shadow route (served anyway); 0 for an enforced route. */
   readonly shadowDenied: number;
 }
