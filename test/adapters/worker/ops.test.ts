@@ -13,6 +13,8 @@ const routes = [
 ];
 const env = (token: string | null = TOKEN, extra: Record<string, unknown> = {}) =>
   envFor(config(routes, extra), token === null ? {} : { EDGELIMIT_ADMIN_TOKEN: token });
+const sha256 = async (text: string) =>
+  `sha256:${Array.from(new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text))), (b) => b.toString(16).padStart(2, "0")).join("")}`;
 const basic = (user: string, password: string) =>
   `Basic ${btoa(String.fromCharCode(...new TextEncoder().encode(`${user}:${password}`)))}`;
 
@@ -259,5 +261,90 @@ describe("escaping", () => {
     expect(escapeHtml(`<img src=x onerror=alert(1)>"'&`)).toBe(
       "&lt;img src=x onerror=alert(1)&gt;&quot;&#39;&amp;",
     );
+  });
+});
+
+describe("with analytics on", () => {
+  const on = { analytics: { flushEvery: "1s", top: 5, retention: "2h" } };
+  const auth = { Authorization: `Bearer ${TOKEN}` };
+
+  test("the JSON and the page show each route's exact counts, flushed by the request that asks", async () => {
+    const e = env(TOKEN, on);
+    const statuses: number[] = [];
+    for (let i = 0; i < 5; i++) {
+      const response = await call(e, "/api/x", { headers: { "X-API-Key": "k1" } });
+      await response.arrayBuffer();
+      statuses.push(response.status);
+    }
+    expect(statuses).toEqual([200, 200, 200, 429, 429]);
+    for (let i = 0; i < 4; i++) await (await call(e, "/p/a")).arrayBuffer();
+
+    const response = await call(e, "/_edgelimit/analytics?minutes=5", { headers: auth });
+    expect(response.status).toBe(200);
+    const body = (await response.json()) as {
+      routes: Record<
+        string,
+        { decisions: { allowed: number; denied: number }; shadowDenied: number } & Record<string, unknown>
+      >;
+      breaker: { state: string };
+    };
+    expect(body.breaker).toMatchObject({ state: "closed" });
+    const { api, pages } = body.routes;
+    expect(api).toMatchObject({
+      decisions: { allowed: 3, denied: 2, bySource: { redis: 4, cache: 1, lease: 0, error: 0 } },
+      denials: { perMinute: 2 },
+      nearLimit: 1,
+      top: [{ identifier: `api:${await sha256("k1")}`, denied: 2, allowed: 3 }],
+      shadowDenied: 0,
+    });
+    expect(api!.minutes).toHaveLength(5);
+    expect(pages).toMatchObject({
+      decisions: { allowed: 3, denied: 1 },
+      shadowDenied: 1,
+      top: [{ identifier: "pages:/p/a" }],
+    });
+
+    const page = await call(e, "/_edgelimit/", { headers: auth });
+    const html = await page.text();
+    expect(html).toContain('data-allowed="3" data-denied="2" data-shadow-denied="0" data-near-limit="1"');
+    expect(html).toContain('data-allowed="3" data-denied="1" data-shadow-denied="1" data-near-limit="1"');
+    expect(html).toContain(`<tr data-identifier="${await sha256("k1")}" data-denied="2" data-allowed="3">`);
+    expect(html).not.toContain("k1");
+    expect(html.match(/<g data-at=/g)).toHaveLength(120);
+  });
+
+  test("minutes reaches back at most the retention", async () => {
+    const detail = await problemOf(
+      await call(env(TOKEN, on), "/_edgelimit/analytics?minutes=121", { headers: auth }),
+      400,
+    );
+    expect(detail).toBe('minutes: must be a whole number from 1 to 120 (the analytics retention), got "121"');
+  });
+
+  test("Redis down: the page is still served, each route saying it has no report", async () => {
+    const e = envFor(
+      config(
+        routes.map((route) => ({ ...route, timeout: "200ms" })),
+        on,
+      ),
+      { EDGELIMIT_ADMIN_TOKEN: TOKEN, UPSTASH_REDIS_REST_URL: "http://127.0.0.1:9" },
+    );
+    const page = await call(e, "/_edgelimit/", { headers: auth });
+    expect(page.status).toBe(200);
+    const html = await page.text();
+    expect(
+      html.match(/data-error>Redis did not answer for this route&#39;s report; reload to try again</g),
+    ).toHaveLength(2);
+    const data = (await (await call(e, "/_edgelimit/analytics", { headers: auth })).json()) as Record<
+      string,
+      unknown
+    >;
+    expect(data).toEqual({
+      routes: {
+        api: { error: "Redis did not answer for this route's report; reload to try again" },
+        pages: { error: "Redis did not answer for this route's report; reload to try again" },
+      },
+      breaker: null,
+    });
   });
 });
