@@ -1,7 +1,7 @@
 // The ops page and its JSON inside workerd: the three ways in (bearer, HTTP Basic, the login form's
 // cookie), the ways refused (a wrong token, a token in a URL, the overrides API by Basic or cookie), the
 // headers that keep the page inert (CSP with no script, nosniff, no-store), and `minutes` checked.
-import { describe, expect, test } from "vitest";
+import { describe, expect, inject, test, vi } from "vitest";
 import { escapeHtml } from "../../../src/adapters/worker/ops-page.js";
 import { call, config, envFor } from "./support.js";
 
@@ -311,6 +311,40 @@ describe("with analytics on", () => {
     expect(html).toContain(`<tr data-identifier="${await sha256("k1")}" data-denied="2" data-allowed="3">`);
     expect(html).not.toContain("k1");
     expect(html.match(/<g data-at=/g)).toHaveLength(120);
+  });
+
+  test("each route's counts are flushed through the request's ctx.waitUntil, once flushEvery has passed", async () => {
+    // The Limiter's clock is Date.now: faked (Date only), so flushEvery passes without a wait.
+    vi.useFakeTimers({ toFake: ["Date"] });
+    try {
+      const start = Math.floor(Date.now() / 60_000) * 60_000 + 10_000;
+      vi.setSystemTime(start);
+      const document = config(routes, on);
+      const e = envFor(document, { EDGELIMIT_ADMIN_TOKEN: TOKEN });
+      const key = `${document.prefix}:analytics:{api}:${Math.floor(start / 60_000)}`;
+      const stored = async () => {
+        const response = await fetch(inject("bridgeUrl"), {
+          method: "POST",
+          headers: { Authorization: `Bearer ${inject("bridgeToken")}` },
+          body: JSON.stringify(["HGETALL", key]),
+        });
+        const pairs = ((await response.json()) as { result: string[] }).result;
+        return Object.fromEntries(pairs.flatMap((v, i) => (i % 2 === 0 ? [[v, Number(pairs[i + 1])]] : [])));
+      };
+      const request = async () => (await call(e, "/api/x", { headers: { "X-API-Key": "k" } })).arrayBuffer();
+      await request();
+      expect(await stored()).toEqual({}); // counted in the isolate only
+      vi.setSystemTime(start + 999);
+      await request();
+      expect(await stored()).toEqual({});
+      vi.setSystemTime(start + 1000);
+      await request(); // due: its flush was handed to ctx.waitUntil, which call() waits for
+      expect(await stored()).toEqual({ allowed: 3, "source:redis": 3, near: 1 });
+      await request(); // denied, counted, not yet flushed
+      expect(await stored()).toEqual({ allowed: 3, "source:redis": 3, near: 1 });
+    } finally {
+      vi.useRealTimers();
+    }
   });
 
   test("minutes reaches back at most the retention", async () => {
