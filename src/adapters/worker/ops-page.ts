@@ -142,6 +142,7 @@ export function chart(minutes: RouteReport["minutes"]): string {
   return (
     `<svg class="chart" viewBox="0 0 ${width} ${height}" width="${width}" height="${height}" role="img" aria-label="allowed and denied per minute" data-peak="${peak}">` +
     `<line class="axis" x1="0" x2="${width}" y1="${top + plot + 0.5}" y2="${top + plot + 0.5}"/>${bars}${labels}` +
+    `<text x="0" y="${top + 2}"><tspan class="allowed">■</tspan> allowed <tspan class="denied">■</tspan> denied</text>` +
     `<text x="${width}" y="${top + 2}" text-anchor="end">peak ${peak}/min</text></svg>`
   );
 }
