@@ -15,6 +15,7 @@ import {
 } from "../../src/bridge/index.js";
 import { analyticsConfig } from "../../src/engine/analytics.js";
 import { type Decision, fixedWindow, gcra, Limiter, type LimiterOptions } from "../../src/index.js";
+import { type Cluster, type ClusterNode, startCluster } from "../cluster.js";
 import { failOnUnhandledRejections } from "../own-bridge.js";
 import { manualClock, T0, uniquePrefix } from "../support.js";
 
@@ -526,5 +527,69 @@ describe("options", () => {
     );
     await none.analytics.flush(); // nothing to write: resolves
     await l.dispose();
+  });
+});
+
+describe("on a 3-node Redis Cluster", () => {
+  let cluster: Cluster;
+  beforeAll(async () => {
+    cluster = await startCluster();
+  }, 30_000);
+  afterAll(async () => {
+    await cluster?.stop();
+  });
+
+  it("writes and reads one name's keys in one slot, so one node takes the whole flush", async () => {
+    const prefix = uniquePrefix("cl");
+    const slotOf = async (key: string) => Number(await cluster.call(["CLUSTER", "KEYSLOT", key]));
+    const slot = await slotOf(`${prefix}:analytics:{default}:0`);
+    /** Whether `node` owns `key`'s slot (another node answers MOVED). */
+    const owns = async (node: ClusterNode, key: string) =>
+      !((await node.conn.send([["GET", key]]))[0] instanceof Error);
+    // a bridge in front of the node that owns that slot, as a REST endpoint in front of its shard
+    let node: ClusterNode | undefined;
+    for (const candidate of cluster.nodes)
+      if (await owns(candidate, `${prefix}:analytics:{default}:0`)) node = candidate;
+    if (node === undefined) throw new Error("no node owns the analytics slot");
+    const shard = await startBridge({ redisUrl: node.server.url, port: 0, token: TOKEN });
+    const clock = manualClock();
+    const l = new Limiter({
+      redis: { url: shard.url, token: TOKEN },
+      prefix,
+      rules: { perMinute },
+      analytics: true,
+      clock,
+      denyCache: false,
+    });
+    try {
+      // identifiers whose keys live on that node too, so that their decisions are Redis's
+      const ids: string[] = [];
+      for (let i = 0; ids.length < 2; i++) if (await owns(node, l.keys(`id${i}`)[0]!)) ids.push(`id${i}`);
+      for (let i = 0; i < 7; i++) await l.limit(ids[0]!);
+      for (let i = 0; i < 6; i++) await l.limit(ids[1]!);
+      clock.set(T0 + 60_000);
+      await l.limit(ids[0]!);
+      await l.analytics.flush();
+      const r = await l.analytics.report({ from: T0, to: T0 + 60_000 });
+      expect(r.decisions).toEqual({
+        allowed: 11,
+        denied: 3,
+        bySource: { redis: 14, cache: 0, lease: 0, error: 0 },
+      });
+      expect(r.minutes).toEqual([
+        { at: T0, allowed: 10, denied: 3 },
+        { at: T0 + 60_000, allowed: 1, denied: 0 },
+      ]);
+      expect(r.top).toEqual([
+        { identifier: ids[0], denied: 2, allowed: 6 },
+        { identifier: ids[1], denied: 1, allowed: 5 },
+      ]);
+      const keys = ((await node.conn.call("KEYS", `${prefix}:analytics:*`)) as unknown[]).map(String);
+      expect(keys).toHaveLength(4);
+      for (const key of keys) expect(await slotOf(key)).toBe(slot);
+    } finally {
+      await l.dispose();
+      await shard.close();
+    }
   });
 });
