@@ -1,8 +1,11 @@
 // Decision analytics against a real redis-server of this file's own (INFO commandstats counts only
 // this file's commands) through the REST bridge: exact counts across Limiters, nothing added to the
 // request path, one request per flush, failed flushes that never fail a decision nor count twice.
+import { execFile } from "node:child_process";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
 import { Redis } from "@upstash/redis";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import {
@@ -297,6 +300,57 @@ describe("the request path", () => {
     expect(r.decisions.allowed + r.decisions.denied).toBe(8);
     await l.dispose();
   });
+});
+
+describe("in Node, without waitUntil", () => {
+  it("flushes from a timer flushEvery after the first unwritten count", async () => {
+    vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"] });
+    const clock = manualClock();
+    const l = limiter({
+      redis: { url: hop.url, token: TOKEN },
+      prefix: uniquePrefix("timer"),
+      clock,
+      analytics: { flushEvery: "2s" },
+    });
+    try {
+      const flushes = hop.flushes;
+      for (let i = 0; i < 3; i++) await l.limit("t");
+      vi.advanceTimersByTime(1999);
+      expect(hop.flushes).toBe(flushes);
+      vi.advanceTimersByTime(1);
+      await l.analytics.flush(); // after the timer's flush, which wrote all three
+      expect(hop.flushes - flushes).toBe(1);
+      expect((await l.analytics.report({ from: T0, to: T0 })).decisions.allowed).toBe(3);
+      // nothing new: the timer is not armed again
+      vi.advanceTimersByTime(10_000);
+      await l.analytics.flush();
+      expect(hop.flushes - flushes).toBe(1);
+    } finally {
+      vi.useRealTimers();
+      await l.dispose();
+    }
+  });
+
+  it("never keeps the process alive: the timer is unref'd", async () => {
+    const script = `
+      import { Limiter, fixedWindow } from "./src/index.ts";
+      const l = new Limiter({ redis: { url: ${JSON.stringify(bridge.url)}, token: ${JSON.stringify(TOKEN)} },
+        prefix: ${JSON.stringify(uniquePrefix("exit"))}, rules: { r: fixedWindow({ limit: 5, window: "1m" }) },
+        analytics: { flushEvery: "1h" } });
+      console.log((await l.limit("x")).source);
+    `;
+    const started = Date.now();
+    const { stdout } = await promisify(execFile)(
+      process.execPath,
+      ["--import", "tsx", "--input-type=module", "-e", script],
+      {
+        cwd: fileURLToPath(new URL("../..", import.meta.url)),
+        timeout: 20_000,
+      },
+    );
+    expect(stdout.trim()).toBe("redis");
+    expect(Date.now() - started).toBeLessThan(15_000);
+  }, 25_000);
 });
 
 describe("a failing flush", () => {
