@@ -465,6 +465,9 @@ export class Counter {
  * console.log(r.decisions.denied, r.top[0]?.identifier);
  */
 export class Analytics {
+  /** Whether the Limiter counts its decisions (built with `analytics`); without, `report()` rejects. */
+  readonly enabled: boolean;
+
   /** @param counter undefined when the Limiter was built without `analytics` */
   constructor(
     private readonly counter: Counter | undefined,
@@ -474,7 +477,9 @@ export class Analytics {
     private readonly timeout: number,
     /** Whether the Limiter's decisions use the breaker (`breaker: false` turns it off). */
     private readonly breakerOn: boolean,
-  ) {}
+  ) {
+    this.enabled = counter !== undefined;
+  }
 
   /** Writes this isolate's counts to Redis now (one request); what `dispose()` also does. Never rejects. */
   flush(): Promise<void> {

@@ -576,6 +576,7 @@ describe("options", () => {
       /^from: a report spans at most the retention/,
     );
     const none = new Limiter({ redis: redis(), rules: { perMinute } });
+    expect([l.analytics.enabled, none.analytics.enabled]).toEqual([true, false]);
     await expect(none.analytics.report()).rejects.toThrow(
       /^analytics: this Limiter was built without analytics/,
     );
