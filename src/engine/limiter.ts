@@ -5,6 +5,7 @@ import {
   analyticsConfig,
   Counter,
   checkOnDecision,
+  Flusher,
   type Observer,
   observerOf,
 } from "./analytics.js";
@@ -253,7 +254,7 @@ export class Limiter {
       );
     // a flush or a report waits at least 5 s: it is off the request path
     const background = Math.max(timeout, 5000);
-    this.counter = analytics && new Counter(analytics, this.prefix, transport, background);
+    this.counter = analytics && new Counter(analytics, this.prefix, Flusher.of(transport), background);
     this.observe = observerOf(this.counter, onDecision);
     this.analytics = new Analytics(
       this.counter,

@@ -88,6 +88,8 @@ async function startFailingHop(target: string): Promise<FailingHop> {
 }
 
 const redis = () => ({ url: bridge.url, token: TOKEN });
+/** A client of its own through the hop: a transport (and a flusher) of its own. */
+const throughHop = () => new Redis({ url: hop.url, token: TOKEN, enableTelemetry: false });
 const perMinute = fixedWindow({ limit: 5, window: "1m" });
 
 function limiter(options: Partial<LimiterOptions> & { prefix: string }): Limiter {
@@ -206,7 +208,7 @@ describe("counts", () => {
     const prefix = uniquePrefix("an");
     const clock = manualClock();
     const l = new Limiter({
-      redis: { url: hop.url, token: TOKEN },
+      redis: throughHop(),
       prefix,
       rules: { perMinute },
       analytics: true,
@@ -267,7 +269,7 @@ describe("the request path", () => {
   it("hands a flush to waitUntil once flushEvery has passed by the limiter's clock, one at a time", async () => {
     const clock = manualClock();
     const l = limiter({
-      redis: { url: hop.url, token: TOKEN },
+      redis: throughHop(),
       prefix: uniquePrefix("wu"),
       clock,
       analytics: { flushEvery: "5s" },
@@ -307,7 +309,7 @@ describe("in Node, without waitUntil", () => {
     vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"] });
     const clock = manualClock();
     const l = limiter({
-      redis: { url: hop.url, token: TOKEN },
+      redis: throughHop(),
       prefix: uniquePrefix("timer"),
       clock,
       analytics: { flushEvery: "2s" },
@@ -353,12 +355,43 @@ describe("in Node, without waitUntil", () => {
   }, 25_000);
 });
 
+describe("several Limiters on one Redis", () => {
+  it("share one flush: one request per flushEvery for all of them", async () => {
+    const client = throughHop();
+    const clock = manualClock();
+    const prefix = uniquePrefix("share");
+    const api = limiter({ redis: client, prefix, clock, analytics: { name: "api", flushEvery: "5s" } });
+    const web = limiter({ redis: client, prefix, clock, analytics: { name: "web", flushEvery: "2s" } });
+    const handed: Promise<unknown>[] = [];
+    const waitUntil = (p: Promise<unknown>) => {
+      handed.push(p);
+    };
+    const flushes = hop.flushes;
+    await api.limit("a", { waitUntil });
+    await web.limit("w", { waitUntil });
+    // the shortest flushEvery of the two, counted from the first decision of either
+    clock.set(T0 + 1999);
+    await api.limit("a", { waitUntil });
+    expect(handed).toHaveLength(0);
+    clock.set(T0 + 2000);
+    await api.limit("a", { waitUntil });
+    expect(handed).toHaveLength(1);
+    await handed[0];
+    expect(hop.flushes - flushes).toBe(1);
+    expect((await api.analytics.report({ from: T0, to: T0 })).decisions.allowed).toBe(3);
+    expect((await web.analytics.report({ from: T0, to: T0 })).decisions.allowed).toBe(1);
+    expect(hop.flushes - flushes).toBe(1); // nothing left to write for the reports
+    await api.dispose();
+    await web.dispose();
+  });
+});
+
 describe("a failing flush", () => {
   it("fails no decision, and its counts are dropped, never sent twice", async () => {
     const clock = manualClock();
     const prefix = uniquePrefix("fail");
     const l = new Limiter({
-      redis: { url: hop.url, token: TOKEN },
+      redis: throughHop(),
       prefix,
       rules: { perMinute: fixedWindow({ limit: 100, window: "1m" }) },
       analytics: { flushEvery: "1s" },
