@@ -1,10 +1,11 @@
 // Decision analytics: counted in the isolate, written to Redis in the background, read back as a report.
 //
 // Every decision increments counters of the minute of its `decidedAt`, here, in memory: nothing is
-// added to the decision's own request. A flush writes what was counted as ONE request of its own (a
-// pipeline of HINCRBY, ZINCRBY, ZREMRANGEBYRANK and EXPIRE), at most one in flight, at most one per
-// `flushEvery`: handed to the decision's `waitUntil` once `flushEvery` has passed since the last flush
-// (by the Limiter's clock), else from an unref'd timer (Node), and by `flush()` and `dispose()`.
+// added to the decision's own request. A flush writes what every Limiter on one Redis counted as ONE
+// request of its own (a pipeline of HINCRBY, ZINCRBY, ZREMRANGEBYRANK and EXPIRE), at most one in
+// flight, at most one per `flushEvery`: handed to the decision's `waitUntil` once `flushEvery` has
+// passed since the last flush (by the Limiter's clock), else from an unref'd timer (Node), and by
+// `flush()` and `dispose()`.
 //
 // A flush is sent once. If it fails, what it carried is dropped: it may have reached Redis, and sending
 // it again could count it twice. A flush not sent (the breaker is open) keeps its counts for the next.
@@ -275,8 +276,8 @@ function member(identifier: string): string {
   return `${identifier.slice(0, 128)}…#${sha256Hex(identifier).slice(0, 16)}`;
 }
 
-/** Counts of a flush that never reached Redis or failed, for tests and logs. */
-export interface CounterStats {
+/** What the flushes to one Redis did, for tests and logs. */
+export interface FlushStats {
   /** Flush requests sent. */
   flushes: number;
   /** Flushes that failed (their counts dropped: they may have been applied). */
@@ -285,42 +286,33 @@ export interface CounterStats {
   deferred: number;
 }
 
-/** Counts decisions in the isolate and writes them to Redis (see the top of this file). */
+/** Counts one Limiter's decisions in the isolate; its Redis's Flusher writes them. */
 export class Counter {
-  readonly stats: CounterStats = { flushes: 0, failed: 0, deferred: 0 };
   readonly keys: AnalyticsKeys;
   private pending = new Map<number, MinuteCounts>();
-  /** The tail of the flushes: each starts when the one before ended (one in flight at most). */
-  private tail: Promise<void> = Promise.resolve();
-  private sending = false;
-  /** decidedAt of the last flush's start (the latest decision seen then); undefined before any. */
-  private lastFlush: number | undefined;
-  private latest = 0;
-  private timer: ReturnType<typeof setTimeout> | undefined;
-  /** Whether this runtime's timers can be unref'd (Node): only then does a timer flush. */
-  private timers: boolean | undefined;
-  private disposed = false;
-  private loggedFailure = false;
   private readonly keep: number;
   private readonly ttl: string;
+  private disposed = false;
 
   constructor(
     readonly config: AnalyticsConfig,
     prefix: string,
-    private readonly transport: Transport,
-    private readonly timeout: number,
+    readonly flusher: Flusher,
+    readonly timeout: number,
   ) {
     this.keys = new AnalyticsKeys(prefix, config.name);
     this.keep = config.top * KEEP_PER_TOP;
     this.ttl = String(Math.ceil(config.retention / 1000));
   }
 
-  /** Counts one decision; hands a flush to `waitUntil` when one is due, else arms the timer. */
+  /** Counts one decision; the Flusher hands a flush to `waitUntil` when one is due, else arms its timer. */
   record(decision: Decision, identifier: string, waitUntil: WaitUntil | undefined): void {
     const at = decision.decidedAt;
     const minute = Math.floor(at / MINUTE);
     let counts = this.pending.get(minute);
     if (counts === undefined) {
+      // the Flusher holds this Counter only while it has something to write: no Limiter is kept alive
+      if (this.pending.size === 0) this.flusher.add(this);
       counts = new MinuteCounts();
       this.pending.set(minute, counts);
       if (this.pending.size > MAX_PENDING_MINUTES) this.pending.delete(this.pending.keys().next().value!);
@@ -352,94 +344,24 @@ export class Counter {
     }
     if (decision.allowed) tally.allowed += 1;
     else tally.denied += 1;
-
-    if (at > this.latest) this.latest = at;
-    if (this.lastFlush === undefined) this.lastFlush = at;
-    if (this.sending || this.disposed) return;
-    if (typeof waitUntil === "function") {
-      if (at - this.lastFlush >= this.config.flushEvery) {
-        this.lastFlush = at;
-        const flushing = this.flush();
-        try {
-          waitUntil(flushing);
-        } catch {
-          // a runtime that refuses it: the flush runs anyway, it just may not outlive the response
-        }
-      }
-    } else {
-      this.arm();
-    }
+    if (!this.disposed) this.flusher.due(at, waitUntil);
   }
 
-  /** Writes everything counted so far; resolves when written (or dropped); never rejects. */
+  /** Writes what every Limiter on this Redis counted so far; resolves when written (or dropped). */
   flush(): Promise<void> {
-    const run = this.tail.then(() => this.send());
-    this.tail = run;
-    return run;
+    return this.flusher.flush();
   }
 
-  /** Stops the timer and writes what is left. */
+  /** Writes what is left; later decisions are counted but wait for an explicit flush. */
   dispose(): Promise<void> {
     this.disposed = true;
-    if (this.timer !== undefined) clearTimeout(this.timer);
-    this.timer = undefined;
-    return this.flush();
+    return this.flusher.flush();
   }
 
-  private arm(): void {
-    if (this.timer !== undefined || this.timers === false) return;
-    const timer = setTimeout(() => {
-      this.timer = undefined;
-      void this.flush();
-    }, this.config.flushEvery);
-    const unref = (timer as { unref?: () => void }).unref;
-    if (typeof unref !== "function") {
-      // Workers and edge runtimes: a timer belongs to a request; flushes ride on waitUntil instead
-      clearTimeout(timer);
-      this.timers = false;
-      return;
-    }
-    unref.call(timer);
-    this.timers = true;
-    this.timer = timer;
-  }
-
-  private async send(): Promise<void> {
-    if (this.pending.size === 0) return;
-    const breaker = this.transport.breaker;
-    if (breaker !== undefined && breaker.state !== "closed") {
-      this.stats.deferred += 1;
-      return;
-    }
+  /** The commands that write what was counted, which is then forgotten here. */
+  take(): string[][] {
     const batch = this.pending;
     this.pending = new Map();
-    this.lastFlush = this.latest;
-    const commands = this.commands(batch);
-    this.sending = true;
-    this.stats.flushes += 1;
-    let replies: Awaited<ReturnType<Transport["pipeline"]>>;
-    try {
-      replies = await this.transport.pipeline(commands, { timeout: this.timeout });
-    } finally {
-      this.sending = false;
-    }
-    const failure =
-      replies instanceof RedisCallError
-        ? replies
-        : replies.find((reply) => reply?.error !== undefined)?.error;
-    if (failure !== undefined) {
-      this.stats.failed += 1;
-      if (!this.loggedFailure) {
-        this.loggedFailure = true;
-        console.warn(
-          "edgelimit: an analytics flush failed; its counts are dropped, never sent twice (logged once):",
-          failure instanceof Error ? failure.message : failure,
-        );
-      }
-    }
-  }
-
-  private commands(batch: Map<number, MinuteCounts>): string[][] {
     const commands: string[][] = [];
     for (const [minute, counts] of batch) {
       const key = this.keys.counts(minute);
@@ -456,6 +378,129 @@ export class Counter {
   }
 }
 
+const flushers = new WeakMap<Transport, Flusher>();
+
+/**
+ * Writes the counts of every Limiter on one Redis in this isolate, in ONE request per flush: at most
+ * one in flight, and at most one per `flushEvery` (the shortest of its Limiters').
+ */
+export class Flusher {
+  readonly stats: FlushStats = { flushes: 0, failed: 0, deferred: 0 };
+  /** The Counters with something to write. */
+  private readonly counters = new Set<Counter>();
+  /** The tail of the flushes: each starts when the one before ended (one in flight at most). */
+  private tail: Promise<void> = Promise.resolve();
+  private sending = false;
+  /** decidedAt of the last flush's start (the latest decision seen then); undefined before any. */
+  private lastFlush: number | undefined;
+  private latest = 0;
+  private timer: ReturnType<typeof setTimeout> | undefined;
+  /** Whether this runtime's timers can be unref'd (Node): only then does a timer flush. */
+  private timers: boolean | undefined;
+  private loggedFailure = false;
+
+  private constructor(private readonly transport: Transport) {}
+
+  /** The Flusher of `transport`'s Redis, shared by every Limiter on it. */
+  static of(transport: Transport): Flusher {
+    let flusher = flushers.get(transport);
+    if (flusher === undefined) {
+      flusher = new Flusher(transport);
+      flushers.set(transport, flusher);
+    }
+    return flusher;
+  }
+
+  add(counter: Counter): void {
+    this.counters.add(counter);
+  }
+
+  /** A decision at `at` was counted: hands a flush to `waitUntil` when one is due, else arms the timer. */
+  due(at: number, waitUntil: WaitUntil | undefined): void {
+    if (at > this.latest) this.latest = at;
+    // the first count, or a clock that went back: flushEvery counts from here
+    if (this.lastFlush === undefined || at < this.lastFlush) this.lastFlush = at;
+    if (this.sending) return;
+    if (typeof waitUntil !== "function") {
+      this.arm();
+      return;
+    }
+    if (at - this.lastFlush < this.every()) return;
+    this.lastFlush = at;
+    const flushing = this.flush();
+    try {
+      waitUntil(flushing);
+    } catch {
+      // a runtime that refuses it: the flush runs anyway, it just may not outlive the response
+    }
+  }
+
+  /** Writes everything counted so far; resolves when written (or dropped); never rejects. */
+  flush(): Promise<void> {
+    const run = this.tail.then(() => this.send());
+    this.tail = run;
+    return run;
+  }
+
+  private every(): number {
+    let every = Number.POSITIVE_INFINITY;
+    for (const counter of this.counters) every = Math.min(every, counter.config.flushEvery);
+    return every;
+  }
+
+  private arm(): void {
+    if (this.timer !== undefined || this.timers === false || this.counters.size === 0) return;
+    const timer = setTimeout(() => {
+      this.timer = undefined;
+      void this.flush();
+    }, this.every());
+    const unref = (timer as { unref?: () => void }).unref;
+    if (typeof unref !== "function") {
+      // Workers and edge runtimes: a timer belongs to a request; flushes ride on waitUntil instead
+      clearTimeout(timer);
+      this.timers = false;
+      return;
+    }
+    unref.call(timer);
+    this.timers = true;
+    this.timer = timer;
+  }
+
+  private async send(): Promise<void> {
+    const counters = [...this.counters];
+    if (counters.length === 0) return;
+    const breaker = this.transport.breaker;
+    if (breaker !== undefined && breaker.state !== "closed") {
+      this.stats.deferred += 1;
+      return;
+    }
+    this.lastFlush = this.latest;
+    this.counters.clear();
+    const commands = counters.flatMap((counter) => counter.take());
+    const timeout = Math.max(...counters.map((counter) => counter.timeout));
+    this.sending = true;
+    this.stats.flushes += 1;
+    let replies: Awaited<ReturnType<Transport["pipeline"]>>;
+    try {
+      replies = await this.transport.pipeline(commands, { timeout });
+    } finally {
+      this.sending = false;
+    }
+    const failure =
+      replies instanceof RedisCallError
+        ? replies
+        : replies.find((reply) => reply?.error !== undefined)?.error;
+    if (failure === undefined) return;
+    this.stats.failed += 1;
+    if (this.loggedFailure) return;
+    this.loggedFailure = true;
+    console.warn(
+      "edgelimit: an analytics flush failed; its counts are dropped, never sent twice (logged once):",
+      failure instanceof Error ? failure.message : failure,
+    );
+  }
+}
+
 /**
  * `limiter.analytics`: the counts of every isolate that flushed, read from Redis, and this isolate's
  * flush. See docs/analytics.md.
@@ -465,6 +510,9 @@ export class Counter {
  * console.log(r.decisions.denied, r.top[0]?.identifier);
  */
 export class Analytics {
+  /** Whether the Limiter counts its decisions (built with `analytics`); without, `report()` rejects. */
+  readonly enabled: boolean;
+
   /** @param counter undefined when the Limiter was built without `analytics` */
   constructor(
     private readonly counter: Counter | undefined,
@@ -474,7 +522,9 @@ export class Analytics {
     private readonly timeout: number,
     /** Whether the Limiter's decisions use the breaker (`breaker: false` turns it off). */
     private readonly breakerOn: boolean,
-  ) {}
+  ) {
+    this.enabled = counter !== undefined;
+  }
 
   /** Writes this isolate's counts to Redis now (one request); what `dispose()` also does. Never rejects. */
   flush(): Promise<void> {

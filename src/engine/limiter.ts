@@ -5,6 +5,7 @@ import {
   analyticsConfig,
   Counter,
   checkOnDecision,
+  Flusher,
   type Observer,
   observerOf,
 } from "./analytics.js";
@@ -251,9 +252,9 @@ export class Limiter {
           Object.fromEntries(Object.entries(plan).map(([rule, fields]) => [rule, { ...fields }])),
         ]),
       );
-    // a flush or a report waits at least 5 s: it is off the request path
-    const background = Math.max(timeout, 5000);
-    this.counter = analytics && new Counter(analytics, this.prefix, transport, background);
+    // a flush or a report is off the request path: it waits 5 to 30 s (one in flight holds the next)
+    const background = Math.min(Math.max(timeout, 5000), 30_000);
+    this.counter = analytics && new Counter(analytics, this.prefix, Flusher.of(transport), background);
     this.observe = observerOf(this.counter, onDecision);
     this.analytics = new Analytics(
       this.counter,

@@ -1,8 +1,11 @@
 // Decision analytics against a real redis-server of this file's own (INFO commandstats counts only
 // this file's commands) through the REST bridge: exact counts across Limiters, nothing added to the
 // request path, one request per flush, failed flushes that never fail a decision nor count twice.
+import { execFile } from "node:child_process";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
 import { Redis } from "@upstash/redis";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import {
@@ -15,6 +18,7 @@ import {
 } from "../../src/bridge/index.js";
 import { analyticsConfig } from "../../src/engine/analytics.js";
 import { type Decision, fixedWindow, gcra, Limiter, type LimiterOptions } from "../../src/index.js";
+import { type Cluster, type ClusterNode, startCluster } from "../cluster.js";
 import { failOnUnhandledRejections } from "../own-bridge.js";
 import { manualClock, T0, uniquePrefix } from "../support.js";
 
@@ -84,6 +88,8 @@ async function startFailingHop(target: string): Promise<FailingHop> {
 }
 
 const redis = () => ({ url: bridge.url, token: TOKEN });
+/** A client of its own through the hop: a transport (and a flusher) of its own. */
+const throughHop = () => new Redis({ url: hop.url, token: TOKEN, enableTelemetry: false });
 const perMinute = fixedWindow({ limit: 5, window: "1m" });
 
 function limiter(options: Partial<LimiterOptions> & { prefix: string }): Limiter {
@@ -202,7 +208,7 @@ describe("counts", () => {
     const prefix = uniquePrefix("an");
     const clock = manualClock();
     const l = new Limiter({
-      redis: { url: hop.url, token: TOKEN },
+      redis: throughHop(),
       prefix,
       rules: { perMinute },
       analytics: true,
@@ -263,7 +269,7 @@ describe("the request path", () => {
   it("hands a flush to waitUntil once flushEvery has passed by the limiter's clock, one at a time", async () => {
     const clock = manualClock();
     const l = limiter({
-      redis: { url: hop.url, token: TOKEN },
+      redis: throughHop(),
       prefix: uniquePrefix("wu"),
       clock,
       analytics: { flushEvery: "5s" },
@@ -298,12 +304,94 @@ describe("the request path", () => {
   });
 });
 
+describe("in Node, without waitUntil", () => {
+  it("flushes from a timer flushEvery after the first unwritten count", async () => {
+    vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"] });
+    const clock = manualClock();
+    const l = limiter({
+      redis: throughHop(),
+      prefix: uniquePrefix("timer"),
+      clock,
+      analytics: { flushEvery: "2s" },
+    });
+    try {
+      const flushes = hop.flushes;
+      for (let i = 0; i < 3; i++) await l.limit("t");
+      vi.advanceTimersByTime(1999);
+      expect(hop.flushes).toBe(flushes);
+      vi.advanceTimersByTime(1);
+      await l.analytics.flush(); // after the timer's flush, which wrote all three
+      expect(hop.flushes - flushes).toBe(1);
+      expect((await l.analytics.report({ from: T0, to: T0 })).decisions.allowed).toBe(3);
+      // nothing new: the timer is not armed again
+      vi.advanceTimersByTime(10_000);
+      await l.analytics.flush();
+      expect(hop.flushes - flushes).toBe(1);
+    } finally {
+      vi.useRealTimers();
+      await l.dispose();
+    }
+  });
+
+  it("never keeps the process alive: the timer is unref'd", async () => {
+    const script = `
+      import { Limiter, fixedWindow } from "./src/index.ts";
+      const l = new Limiter({ redis: { url: ${JSON.stringify(bridge.url)}, token: ${JSON.stringify(TOKEN)} },
+        prefix: ${JSON.stringify(uniquePrefix("exit"))}, rules: { r: fixedWindow({ limit: 5, window: "1m" }) },
+        analytics: { flushEvery: "1h" } });
+      console.log((await l.limit("x")).source);
+    `;
+    const started = Date.now();
+    const { stdout } = await promisify(execFile)(
+      process.execPath,
+      ["--import", "tsx", "--input-type=module", "-e", script],
+      {
+        cwd: fileURLToPath(new URL("../..", import.meta.url)),
+        timeout: 20_000,
+      },
+    );
+    expect(stdout.trim()).toBe("redis");
+    expect(Date.now() - started).toBeLessThan(15_000);
+  }, 25_000);
+});
+
+describe("several Limiters on one Redis", () => {
+  it("share one flush: one request per flushEvery for all of them", async () => {
+    const client = throughHop();
+    const clock = manualClock();
+    const prefix = uniquePrefix("share");
+    const api = limiter({ redis: client, prefix, clock, analytics: { name: "api", flushEvery: "5s" } });
+    const web = limiter({ redis: client, prefix, clock, analytics: { name: "web", flushEvery: "2s" } });
+    const handed: Promise<unknown>[] = [];
+    const waitUntil = (p: Promise<unknown>) => {
+      handed.push(p);
+    };
+    const flushes = hop.flushes;
+    await api.limit("a", { waitUntil });
+    await web.limit("w", { waitUntil });
+    // the shortest flushEvery of the two, counted from the first decision of either
+    clock.set(T0 + 1999);
+    await api.limit("a", { waitUntil });
+    expect(handed).toHaveLength(0);
+    clock.set(T0 + 2000);
+    await api.limit("a", { waitUntil });
+    expect(handed).toHaveLength(1);
+    await handed[0];
+    expect(hop.flushes - flushes).toBe(1);
+    expect((await api.analytics.report({ from: T0, to: T0 })).decisions.allowed).toBe(3);
+    expect((await web.analytics.report({ from: T0, to: T0 })).decisions.allowed).toBe(1);
+    expect(hop.flushes - flushes).toBe(1); // nothing left to write for the reports
+    await api.dispose();
+    await web.dispose();
+  });
+});
+
 describe("a failing flush", () => {
   it("fails no decision, and its counts are dropped, never sent twice", async () => {
     const clock = manualClock();
     const prefix = uniquePrefix("fail");
     const l = new Limiter({
-      redis: { url: hop.url, token: TOKEN },
+      redis: throughHop(),
       prefix,
       rules: { perMinute: fixedWindow({ limit: 100, window: "1m" }) },
       analytics: { flushEvery: "1s" },
@@ -521,10 +609,75 @@ describe("options", () => {
       /^from: a report spans at most the retention/,
     );
     const none = new Limiter({ redis: redis(), rules: { perMinute } });
+    expect([l.analytics.enabled, none.analytics.enabled]).toEqual([true, false]);
     await expect(none.analytics.report()).rejects.toThrow(
       /^analytics: this Limiter was built without analytics/,
     );
     await none.analytics.flush(); // nothing to write: resolves
     await l.dispose();
+  });
+});
+
+describe("on a 3-node Redis Cluster", () => {
+  let cluster: Cluster;
+  beforeAll(async () => {
+    cluster = await startCluster();
+  }, 30_000);
+  afterAll(async () => {
+    await cluster?.stop();
+  });
+
+  it("writes and reads one name's keys in one slot, so one node takes the whole flush", async () => {
+    const prefix = uniquePrefix("cl");
+    const slotOf = async (key: string) => Number(await cluster.call(["CLUSTER", "KEYSLOT", key]));
+    const slot = await slotOf(`${prefix}:analytics:{default}:0`);
+    /** Whether `node` owns `key`'s slot (another node answers MOVED). */
+    const owns = async (node: ClusterNode, key: string) =>
+      !((await node.conn.send([["GET", key]]))[0] instanceof Error);
+    // a bridge in front of the node that owns that slot, as a REST endpoint in front of its shard
+    let node: ClusterNode | undefined;
+    for (const candidate of cluster.nodes)
+      if (await owns(candidate, `${prefix}:analytics:{default}:0`)) node = candidate;
+    if (node === undefined) throw new Error("no node owns the analytics slot");
+    const shard = await startBridge({ redisUrl: node.server.url, port: 0, token: TOKEN });
+    const clock = manualClock();
+    const l = new Limiter({
+      redis: { url: shard.url, token: TOKEN },
+      prefix,
+      rules: { perMinute },
+      analytics: true,
+      clock,
+      denyCache: false,
+    });
+    try {
+      // identifiers whose keys live on that node too, so that their decisions are Redis's
+      const ids: string[] = [];
+      for (let i = 0; ids.length < 2; i++) if (await owns(node, l.keys(`id${i}`)[0]!)) ids.push(`id${i}`);
+      for (let i = 0; i < 7; i++) await l.limit(ids[0]!);
+      for (let i = 0; i < 6; i++) await l.limit(ids[1]!);
+      clock.set(T0 + 60_000);
+      await l.limit(ids[0]!);
+      await l.analytics.flush();
+      const r = await l.analytics.report({ from: T0, to: T0 + 60_000 });
+      expect(r.decisions).toEqual({
+        allowed: 11,
+        denied: 3,
+        bySource: { redis: 14, cache: 0, lease: 0, error: 0 },
+      });
+      expect(r.minutes).toEqual([
+        { at: T0, allowed: 10, denied: 3 },
+        { at: T0 + 60_000, allowed: 1, denied: 0 },
+      ]);
+      expect(r.top).toEqual([
+        { identifier: ids[0], denied: 2, allowed: 6 },
+        { identifier: ids[1], denied: 1, allowed: 5 },
+      ]);
+      const keys = ((await node.conn.call("KEYS", `${prefix}:analytics:*`)) as unknown[]).map(String);
+      expect(keys).toHaveLength(4);
+      for (const key of keys) expect(await slotOf(key)).toBe(slot);
+    } finally {
+      await l.dispose();
+      await shard.close();
+    }
   });
 });
