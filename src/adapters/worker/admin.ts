@@ -238,7 +238,7 @@ export async function admin(
       return segment;
     }
   });
-  if (rest.length === 0) return page(request, token, adminPath, routes, analytics);
+  if (rest.length === 0) return page(request, token, adminPath, routes);
   if (rest.length === 1 && rest[0] === "analytics") return analyticsJson(request, token, routes, analytics);
   if (rest.length === 1 && rest[0] === "login") return login(request, token, adminPath);
   if (rest.length === 1 && rest[0] === "logout") return logout(request, adminPath);
@@ -370,14 +370,13 @@ const BASIC_CHALLENGE = { "WWW-Authenticate": 'Basic realm="edgelimit"' };
  */
 async function reports(
   routes: readonly AdminRoute[],
-  analytics: AnalyticsConfig | undefined,
   minutes: number,
 ): Promise<{ shown: OpsRoute[]; from: number; to: number }> {
   const to = Date.now();
   const from = (Math.floor(to / 60_000) - (minutes - 1)) * 60_000;
   const shown = await Promise.all(
     routes.map(async (route): Promise<OpsRoute> => {
-      if (analytics === undefined) {
+      if (!route.limiter.analytics.enabled) {
         return { route, report: { error: 'analytics are off: add "analytics": true to the config' } };
       }
       try {
@@ -404,7 +403,6 @@ async function page(
   token: string,
   adminPath: string,
   routes: readonly AdminRoute[],
-  analytics: AnalyticsConfig | undefined,
 ): Promise<Response> {
   const method = request.method.toUpperCase();
   if (method !== "GET" && method !== "HEAD") {
@@ -413,7 +411,7 @@ async function page(
     });
   }
   if (!(await pageAuthorized(request, token))) return html(loginPage(adminPath), 401, BASIC_CHALLENGE);
-  const { shown, from, to } = await reports(routes, analytics, DEFAULT_MINUTES);
+  const { shown, from, to } = await reports(routes, DEFAULT_MINUTES);
   return html(opsPage({ adminPath, routes: shown, breaker: breakerOf(shown), from, to }));
 }
 
@@ -442,7 +440,7 @@ async function analyticsJson(
       return problem(400, `minutes: must be a whole number from 1 to ${most}${why}, got ${quoted(text)}`);
     }
   }
-  const { shown } = await reports(routes, analytics, minutes);
+  const { shown } = await reports(routes, minutes);
   const out: Record<string, RouteReport | { error: string }> = {};
   for (const { route, report } of shown) out[route.name] = report;
   return json({ routes: out, breaker: breakerOf(shown) ?? null });
