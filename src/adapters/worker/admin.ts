@@ -385,9 +385,11 @@ async function reports(
         return { route, report: { ...report, shadowDenied } };
       } catch (error) {
         console.error(`edgelimit: ops page: route "${route.name}": no report: ${(error as Error).message}`);
+        // the kind (timeout, unreachable, breaker-open, ...) says why, and never holds a secret
+        const kind = error instanceof RedisCallError ? error.kind : "error";
         return {
           route,
-          report: { error: "Redis did not answer for this route's report; reload to try again" },
+          report: { error: `Redis did not answer for this route's report (${kind}); reload to try again` },
         };
       }
     }),
@@ -395,8 +397,12 @@ async function reports(
   return { shown, from, to };
 }
 
-const breakerOf = (routes: readonly OpsRoute[]) =>
-  routes.map(({ report }) => ("error" in report ? undefined : report.breaker)).find((b) => b !== undefined);
+// The breaker as a report gave it (every route shares the Worker's one Redis, so one breaker); unknown
+// when no report came back.
+function breakerOf(routes: readonly OpsRoute[]): { readonly state: string } | undefined {
+  for (const { report } of routes) if (!("error" in report) && report.breaker) return report.breaker;
+  return undefined;
+}
 
 async function page(
   request: Request,
