@@ -355,7 +355,7 @@ export class Counter {
   /** Writes what is left; later decisions are counted but wait for an explicit flush. */
   dispose(): Promise<void> {
     this.disposed = true;
-    return this.flusher.flush();
+    return this.flusher.flush(true);
   }
 
   /** The commands that write what was counted, which is then forgotten here. */
@@ -435,9 +435,12 @@ export class Flusher {
     }
   }
 
-  /** Writes everything counted so far; resolves when written (or dropped); never rejects. */
-  flush(): Promise<void> {
-    const run = this.tail.then(() => this.send());
+  /**
+   * Writes everything counted so far; resolves when written (or dropped); never rejects. While the
+   * breaker is open the counts are kept for a later flush, unless `last` (dispose: there is no later).
+   */
+  flush(last = false): Promise<void> {
+    const run = this.tail.then(() => this.send(last));
     this.tail = run;
     return run;
   }
@@ -466,11 +469,11 @@ export class Flusher {
     this.timer = timer;
   }
 
-  private async send(): Promise<void> {
+  private async send(last: boolean): Promise<void> {
     const counters = [...this.counters];
     if (counters.length === 0) return;
     const breaker = this.transport.breaker;
-    if (breaker !== undefined && breaker.state !== "closed") {
+    if (!last && breaker !== undefined && breaker.state !== "closed") {
       this.stats.deferred += 1;
       return;
     }
