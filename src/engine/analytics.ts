@@ -8,7 +8,8 @@
 // `flush()` and `dispose()`.
 //
 // A flush is sent once. If it fails, what it carried is dropped: it may have reached Redis, and sending
-// it again could count it twice. A flush not sent (the breaker is open) keeps its counts for the next.
+// it again could count it twice. A flush not sent (the breaker is open) keeps its counts for the next;
+// dispose() sends them anyway.
 //
 // Keys, all under one hash tag per name (one Cluster slot), each with the retention as TTL:
 //   <prefix>:analytics:{<name>}:<minute>       hash: allowed, denied, near, source:<s>, rule:<r>, error:<kind>
@@ -16,7 +17,7 @@
 //                                              to the `top` × 5 highest after every flush
 // (<minute>: epoch minutes, decidedAt / 60000 floored.)
 import type { BreakerState } from "./breaker.js";
-import { describe, readDuration } from "./duration.js";
+import { type Duration, describe, readDuration } from "./duration.js";
 import { RedisCallError, type RedisErrorKind } from "./errors.js";
 import type { WaitUntil } from "./leases.js";
 import { sha256Hex } from "./sha256.js";
@@ -26,11 +27,11 @@ import type { Decision } from "./types.js";
 /** `analytics` option of a Limiter: `true` takes every default. */
 export interface AnalyticsOptions {
   /** How often an isolate writes its counts to Redis (default "10s"; from 1 s to 1 h). */
-  flushEvery?: number | string;
+  flushEvery?: Duration;
   /** How many identifiers a report lists, most denied first (default 20; 1 to 100). */
   top?: number;
   /** How long the counts stay in Redis (default "7d"; from 1 h to 90 d): every key's TTL. */
-  retention?: number | string;
+  retention?: Duration;
   /**
    * The namespace of the counts inside the prefix (default "default"): Limiters with the same prefix
    * and name add up; another name counts apart. 1-64 characters of A-Z a-z 0-9 _ . : -
@@ -355,7 +356,7 @@ export class Counter {
   /** Writes what is left; later decisions are counted but wait for an explicit flush. */
   dispose(): Promise<void> {
     this.disposed = true;
-    return this.flusher.flush();
+    return this.flusher.flush(true);
   }
 
   /** The commands that write what was counted, which is then forgotten here. */
@@ -435,9 +436,12 @@ export class Flusher {
     }
   }
 
-  /** Writes everything counted so far; resolves when written (or dropped); never rejects. */
-  flush(): Promise<void> {
-    const run = this.tail.then(() => this.send());
+  /**
+   * Writes everything counted so far; resolves when written (or dropped); never rejects. While the
+   * breaker is open the counts are kept for a later flush, unless `last` (dispose: there is no later).
+   */
+  flush(last = false): Promise<void> {
+    const run = this.tail.then(() => this.send(last));
     this.tail = run;
     return run;
   }
@@ -466,11 +470,11 @@ export class Flusher {
     this.timer = timer;
   }
 
-  private async send(): Promise<void> {
+  private async send(last: boolean): Promise<void> {
     const counters = [...this.counters];
     if (counters.length === 0) return;
     const breaker = this.transport.breaker;
-    if (breaker !== undefined && breaker.state !== "closed") {
+    if (!last && breaker !== undefined && breaker.state !== "closed") {
       this.stats.deferred += 1;
       return;
     }

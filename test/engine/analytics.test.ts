@@ -17,7 +17,14 @@ import {
   startRedisServer,
 } from "../../src/bridge/index.js";
 import { analyticsConfig } from "../../src/engine/analytics.js";
-import { type Decision, fixedWindow, gcra, Limiter, type LimiterOptions } from "../../src/index.js";
+import {
+  type Decision,
+  fixedWindow,
+  gcra,
+  Limiter,
+  type LimiterOptions,
+  type RedisCallError,
+} from "../../src/index.js";
 import { type Cluster, type ClusterNode, startCluster } from "../cluster.js";
 import { failOnUnhandledRejections } from "../own-bridge.js";
 import { manualClock, T0, uniquePrefix } from "../support.js";
@@ -425,6 +432,39 @@ describe("a failing flush", () => {
       warn.mockRestore();
       await l.dispose();
     }
+  });
+});
+
+describe("while the breaker is open", () => {
+  it("keeps the counts for a later flush; dispose() writes them anyway", async () => {
+    const clock = manualClock();
+    const l = limiter({
+      redis: throughHop(),
+      prefix: uniquePrefix("open"),
+      clock,
+      breaker: { failures: 2, cooldown: 60_000 },
+    });
+    const flushes = hop.flushes;
+    hop.fail = (body) => body.includes("EVALSHA");
+    try {
+      const kinds = [];
+      for (let i = 0; i < 3; i++) kinds.push(((await l.limit("o")).error as RedisCallError).kind);
+      expect(kinds).toEqual(["unreachable", "unreachable", "breaker-open"]);
+    } finally {
+      hop.fail = () => false;
+    }
+    await l.analytics.flush();
+    expect(hop.flushes).toBe(flushes); // not sent: Redis is failing
+    await l.dispose();
+    expect(hop.flushes - flushes).toBe(1);
+    const r = await l.analytics.report({ from: T0, to: T0 });
+    expect(r.decisions).toEqual({
+      allowed: 3,
+      denied: 0,
+      bySource: { redis: 0, cache: 0, lease: 0, error: 3 },
+    });
+    expect(r.errors).toMatchObject({ unreachable: 2, "breaker-open": 1, timeout: 0 });
+    expect(r.breaker).toEqual({ enabled: true, state: "open", opened: 1 });
   });
 });
 
