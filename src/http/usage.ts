@@ -327,18 +327,19 @@ export interface UsageLogOptions {
 
 /** Feed it every response whose cost could not be read; it answers the line to log, when there is one. */
 export interface UsageLog {
-  /** `what` says which request and why, e.g. `GET /v1/chat: no x-usage header`. */
+  /** `what` says which request and what became of its cost, e.g. `GET /v1/chat: no x-usage header; kept the reservation`. */
   record(what: string): string | undefined;
 }
 
 /**
- * Responses that stated no usable cost, told without a line per request (as `failureLog` tells Redis
- * failures): the first in full, then at most one line per interval counting them and naming the last.
+ * Costs that could not be read from a response (or settled), told without a line per request (as
+ * `failureLog` tells Redis failures): the first in full, then at most one line per interval counting
+ * them and naming the last.
  * No timers: lines are written from the responses themselves.
  *
  * @example
  * const usage = usageLog();
- * const line = usage.record("GET /v1/chat: x-usage is \"abc\", not a whole number");
+ * const line = usage.record('GET /v1/chat: x-usage is "abc", not a whole number; kept the reservation');
  * if (line) console.warn(line);
  */
 export function usageLog(options: UsageLogOptions = {}): UsageLog {
@@ -358,12 +359,12 @@ export function usageLog(options: UsageLogOptions = {}): UsageLog {
       if (since === undefined || (count === 0 && t - since >= interval)) {
         // the first, or the first after a quiet interval: told in full
         since = t;
-        return `edgelimit: kept the reserved cost of ${what} (further ones: one summary line per ${Math.round(interval / 1000)} s)`;
+        return `edgelimit: ${what} (further ones: one summary line per ${Math.round(interval / 1000)} s)`;
       }
       count += 1;
       last = what;
       if (t - since < interval) return undefined;
-      const line = `edgelimit: kept the reserved cost of ${count} more response${count === 1 ? "" : "s"} in the last ${Math.round((t - since) / 1000)} s; last: ${last}`;
+      const line = `edgelimit: ${count} more cost${count === 1 ? "" : "s"} not read or not settled in the last ${Math.round((t - since) / 1000)} s; last: ${last}`;
       count = 0;
       since = t;
       return line;

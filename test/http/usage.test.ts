@@ -112,8 +112,13 @@ describe("TotalTokens: usage.total_tokens of a JSON body", () => {
       {
         id: "chatcmpl-1",
         object: "chat.completion",
-        choices: [{ index: 0, message: { role: "assistant", content: "héllo → 世界 😀 \"usage\"" } }],
-        usage: { prompt_tokens: 120, completion_tokens: 250, total_tokens: 370, details: { total_tokens: 9 } },
+        choices: [{ index: 0, message: { role: "assistant", content: 'héllo → 世界 😀 "usage"' } }],
+        usage: {
+          prompt_tokens: 120,
+          completion_tokens: 250,
+          total_tokens: 370,
+          details: { total_tokens: 9 },
+        },
         system_fingerprint: "fp_ü",
       },
       null,
@@ -123,15 +128,15 @@ describe("TotalTokens: usage.total_tokens of a JSON body", () => {
   });
 
   test("only the top-level usage object counts", () => {
-    expect(everyCut(json, '{"choices":[{"usage":{"total_tokens":5}}],"x":{"usage":{"total_tokens":6}}}')).toEqual([
-      undefined,
-    ]);
+    expect(
+      everyCut(json, '{"choices":[{"usage":{"total_tokens":5}}],"x":{"usage":{"total_tokens":6}}}'),
+    ).toEqual([undefined]);
     expect(everyCut(json, '[{"usage":{"total_tokens":5}}]')).toEqual([undefined]);
     expect(everyCut(json, '{"usage":[{"total_tokens":5}]}')).toEqual([undefined]);
     // a string that looks like the field is only a string
-    expect(everyCut(json, '{"note":"{\\"usage\\":{\\"total_tokens\\":5}}","usage":{"total_tokens":7}}')).toEqual([
-      7,
-    ]);
+    expect(
+      everyCut(json, '{"note":"{\\"usage\\":{\\"total_tokens\\":5}}","usage":{"total_tokens":7}}'),
+    ).toEqual([7]);
   });
 
   test("no usage, null usage, or a total that is not a whole number: none found", () => {
@@ -249,7 +254,7 @@ describe("usageLog", () => {
     let now = 1_000_000;
     const log = usageLog({ interval: 60_000, now: () => now });
     expect(log.record("GET /a: no x-usage header")).toBe(
-      "edgelimit: kept the reserved cost of GET /a: no x-usage header (further ones: one summary line per 60 s)",
+      "edgelimit: GET /a: no x-usage header (further ones: one summary line per 60 s)",
     );
     now += 1_000;
     expect(log.record("GET /b: x-usage is not a whole number")).toBeUndefined();
@@ -257,15 +262,17 @@ describe("usageLog", () => {
     expect(log.record("GET /c: no x-usage header")).toBeUndefined();
     now += 58_000;
     expect(log.record("GET /d: no x-usage header")).toBe(
-      "edgelimit: kept the reserved cost of 3 more responses in the last 60 s; last: GET /d: no x-usage header",
+      "edgelimit: 3 more costs not read or not settled in the last 60 s; last: GET /d: no x-usage header",
     );
     now += 61_000;
     expect(log.record("GET /e: no x-usage header")).toBe(
-      "edgelimit: kept the reserved cost of GET /e: no x-usage header (further ones: one summary line per 60 s)",
+      "edgelimit: GET /e: no x-usage header (further ones: one summary line per 60 s)",
     );
   });
 
   test("a bad interval names the field", () => {
-    expect(() => usageLog({ interval: 0 })).toThrow("interval: must be a positive number of milliseconds, got 0");
+    expect(() => usageLog({ interval: 0 })).toThrow(
+      "interval: must be a positive number of milliseconds, got 0",
+    );
   });
 });
