@@ -75,12 +75,15 @@ const ENTRIES: Record<string, Entry> = {
       "enforce",
       "failureLog",
       "hashed",
+      "openaiUsage",
       "policyHeader",
       "problemDetails",
       "rateLimitHeaders",
       "tooManyInFlight",
       "tooManyRequests",
       "unauthorized",
+      "usageFromHeader",
+      "usageLog",
     ],
     types: [
       "Enforcement",
@@ -89,6 +92,9 @@ const ENTRIES: Record<string, Entry> = {
       "HeaderOptions",
       "PolicyRule",
       "ProblemDetails",
+      "UsageLog",
+      "UsageLogOptions",
+      "UsageSource",
     ],
   },
   "edgelimit/lock": {
@@ -115,6 +121,7 @@ const ENTRIES: Record<string, Entry> = {
       "RateLimitEvent",
       "RateLimitOptions",
       "RateLimitVariables",
+      "SettleOption",
     ],
   },
   "edgelimit/vercel": {
