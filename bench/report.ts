@@ -1,9 +1,9 @@
 // BENCHMARKS.md from one run's results: tables, edgelimit beside @upstash/ratelimit, ratios edgelimit ÷ peer.
 import { ACCURACY_POLICY } from "./accuracy.js";
-import { renderTokens } from "./settle.js";
 import { CPU_PAIRS, type CpuResult, cpuRatio, cpuRatioDefault, cpuTable } from "./cpu.js";
 import { type EdgeRow, LEASE } from "./edge.js";
 import type { Results } from "./run.js";
+import { renderTokens } from "./settle.js";
 import { fmt, ms, ratio, table } from "./util.js";
 
 const pct = (x: number) => (Number.isFinite(x) ? `${(x * 100).toFixed(1)} %` : "–");

@@ -5,11 +5,11 @@ import { type FailureLog, failureLog } from "../../http/error-log.js";
 import { enforce, SHADOW_HEADER, unauthorized } from "../../http/headers.js";
 import {
   checkUsageSource,
+  usageLog as defaultUsageLog,
   openaiUsage,
   type UsageLog,
   type UsageSource,
   usageFromHeader,
-  usageLog as defaultUsageLog,
 } from "../../http/usage.js";
 
 export {
