@@ -347,7 +347,7 @@ export function usageLog(options: UsageLogOptions = {}): UsageLog {
   if (typeof interval !== "number" || !(interval > 0) || !Number.isFinite(interval)) {
     throw new Error(`interval: must be a positive number of milliseconds, got ${String(interval)}`);
   }
-  const now = options.now ?? Date.now;
+  const now = options.now ?? (() => Date.now());
   /** When the last line was written (undefined before the first). */
   let since: number | undefined;
   /** Responses counted since that line, and the last of them. */
