@@ -182,9 +182,13 @@ export const rateLimit = <E extends Env = Env>({
     const settled = decision.allowed && decision.source !== "error";
     const charge = (actual: number) => {
       try {
-        limiter.settle(decision, actual, { waitUntil: waitUntilOf(c) }).catch((error: Error) => {
-          unsettled(`the settle of ${actual} failed: ${error.message}`);
-        });
+        limiter.settle(decision, actual, { waitUntil: waitUntilOf(c) }).then(
+          // handed to waitUntil, it answers at once; else Redis trouble comes back as its error
+          (settlement) => {
+            if (settlement.error) unsettled(`the settle of ${actual} failed: ${settlement.error.message}`);
+          },
+          (error: Error) => unsettled(`the settle of ${actual} failed: ${error.message}`),
+        );
       } catch (error) {
         unsettled(`the settle of ${actual} failed: ${(error as Error).message}`);
       }

@@ -13,7 +13,7 @@ import { gcra, Limiter } from "../../../src/index.js";
 import { bridgeRedis, manualClock, uniquePrefix } from "../../support.js";
 
 // GCRA 10,000 an hour: a reservation of 1,000 leaves 9,000 (the clock does not move).
-function setup(settle: SettleOption, options: { waitUntil?: boolean } = {}) {
+function setup(settle: SettleOption, options: { waitUntil?: boolean; mode?: "shadow" } = {}) {
   const clock = manualClock();
   const limiter = new Limiter({
     redis: bridgeRedis(),
@@ -31,6 +31,7 @@ function setup(settle: SettleOption, options: { waitUntil?: boolean } = {}) {
       key: () => "alice",
       cost: () => 1_000,
       settle,
+      mode: options.mode,
       log: (event) => events.push(event),
     }),
   );
@@ -131,6 +132,17 @@ describe("rateLimit with settle", () => {
       remaining = await peek();
     }
     expect(remaining).toBe(10_000);
+  });
+
+  it("a denial shadow mode lets through is not settled, and its header is still removed", async () => {
+    const { get, peek, settled, events } = setup({ header: "x-usage" }, { mode: "shadow" });
+    for (let i = 0; i < 10; i++) await get("/api/header?value=1000");
+    const denied = await get("/api/header?value=5");
+    expect(denied.headers.get("edgelimit-shadow")).toBe("denied");
+    expect(denied.headers.has("x-usage")).toBe(false);
+    await settled();
+    expect(await peek()).toBe(0);
+    expect(events.map((event) => event.kind)).toEqual(["shadow-denied"]);
   });
 
   it("a bad settle option is refused, naming the field", () => {
