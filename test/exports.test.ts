@@ -61,6 +61,8 @@ const ENTRIES: Record<string, Entry> = {
       "RuleConfig",
       "RulePlan",
       "RuleResult",
+      "SettleOptions",
+      "Settlement",
       "TokenBucketOptions",
       "WaitUntil",
       "WindowOptions",
