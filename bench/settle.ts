@@ -64,7 +64,7 @@ export interface TokensRow {
   allowance: number;
   /** Most true tokens admitted in one clock minute. */
   busiestMinute: number;
-  /** Settles the limiter refused or failed. */
+  /** Settles that failed, or (the peer) answered `success: false` to an extra past the limit. */
   settleErrors: number;
 }
 
@@ -95,7 +95,8 @@ function ours(env: BenchEnv, prefix: string, algo: Algo, charging: Charging): Co
         allowed: true,
         settle: async (at, tokens) => {
           clock = at;
-          await limiter.settle(decision, tokens);
+          const settlement = await limiter.settle(decision, tokens);
+          if (settlement.error) throw settlement.error;
         },
       };
     },
@@ -221,8 +222,11 @@ response ends, 1 to 5 s after it was admitted. "Fixed cost" charges ${fmt(RESERV
 then settle" reserves ${fmt(RESERVATION)} and charges the true cost when the response ends (edgelimit:
 \`limiter.settle\`; the peer: \`limit()\` again with the difference as its \`rate\`, negative to give back).
 Allowed: the limit over the run (buckets: plus their first fill). Busiest minute: true tokens admitted in
-one clock minute (a fixed window's limit is ${fmt(TOKENS_POLICY.limit)} there).
+one clock minute (a fixed window's limit is ${fmt(TOKENS_POLICY.limit)} there). A fixed window gives nothing back for a
+reservation settled after the window it was counted in has ended. Extras refused: the peer answers an extra
+past its limit with \`success: false\` (its fixed window counts it all the same, its token bucket does not);
+edgelimit charges it as a debt.
 
-${table(["contestant", "charging", "admitted", "true tokens admitted", "allowed", "of allowed", "busiest minute", "settles refused"], body)}
+${table(["contestant", "charging", "admitted", "true tokens admitted", "allowed", "of allowed", "busiest minute", "extras refused"], body)}
 `;
 }
