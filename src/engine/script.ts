@@ -42,7 +42,7 @@ export interface Reservation {
   readonly decision: Decision;
   /** Units taken beside the cost, for the lease. */
   readonly reserved: number;
-  /** Per rule, the start of the window the units were counted in (0 for an algorithm without windows). */
+  /** Per rule, the start of the window the units were counted in (0 for gcra; a sliding log's stamp). */
   readonly windowStarts: readonly number[];
 }
 
