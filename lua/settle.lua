@@ -14,13 +14,12 @@
 -- p1, p2, p3, start, mark, p1 as sent, p2 as sent): below the cost it gives the difference back where
 -- the units were counted (most through the algorithm's refund section); above it charges the extra
 -- even past the limit (a debt), up to a bound each states. scripts/build-lua.mjs puts them where
--- `-- #settles` stands, each with its algorithm's state, check and refund sections (the check's commit
--- is what a debt writes). Nothing is created to give units back to; no stored time moves back.
+-- `-- #settles` stands, each with its algorithm's state and refund sections (a debt is written by the
+-- commit the state section shares with the check). Nothing is created to give units back to; no stored time moves back.
 -- Returns the number of rules whose state changed.
 local now = tonumber(ARGV[1], 16)
 local cost, actual = tonumber(ARGV[2]), tonumber(ARGV[3])
-local NEVER = -1
-local algorithms, refund, settle = {}, {}, {}
+local refund, settle = {}, {}
 
 -- #settles
 

@@ -19,7 +19,7 @@
 //                    lua/one_rule_overrides.lua with the one-rule section in a function of its own;
 //   refund           lua/refund.lua with each algorithm's state and refund, in a `do ... end` of its
 //                    own, where its `-- #refunds` line stands;
-//   settle           lua/settle.lua with each algorithm's state, check, refund and settle, in a
+//   settle           lua/settle.lua with each algorithm's state, refund and settle, in a
 //                    `do ... end` of its own, where its `-- #settles` line stands;
 //   every other lua/*.lua (lock, concurrency) is a script as it stands.
 // The state sections' integer constants (`local NAME = 60000`, `local NAME = 2 ^ 25`) are handed to
@@ -116,7 +116,7 @@ const refunds = algorithms
 
 const settleFile = read("settle.lua");
 if (!/^-- #settles$/m.test(settleFile)) throw new Error("lua/settle.lua has no -- #settles line");
-const settles = algorithms.map((a) => `do\n${a.state}${a.check}${a.refund ?? ""}${a.settle}end\n`).join("");
+const settles = algorithms.map((a) => `do\n${a.state}${a.refund ?? ""}${a.settle}end\n`).join("");
 
 const scripts = {
   limiter: script(limiter),

@@ -34,8 +34,8 @@ local function read(key)
   return nil
 end
 
--- #check
--- Returns the window's end (the reset) and its start (the window counted in).
+-- Counts `units` more in the window starting at `start` (holding `count`): the check's commit, and a
+-- settle's debt. Returns the window's end (the reset) and its start (the window counted in).
 local function commit(key, now, units, _, window, _, start, count)
   local ends = start + window
   if count > 0 then
@@ -45,6 +45,8 @@ local function commit(key, now, units, _, window, _, start, count)
   end
   return ends, start
 end
+
+-- #check
 
 algorithms.fixedWindow = function(key, now, cost, limit, window)
   local start = now - now % window

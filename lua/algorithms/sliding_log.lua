@@ -25,7 +25,6 @@ local function stamped(key, now, window)
   return newest, stamp, floor, redis.call("ZCOUNT", key, floor, "+inf")
 end
 
--- #check
 -- Returns when the last entry leaves the window (the reset) and the stamp the units got (what a
 -- settle needs, with the count before them, to find them: "<stamp>:<count + 1 ..>").
 local function commit(key, now, units, _, window, _, stamp, count)
@@ -46,6 +45,7 @@ local function commit(key, now, units, _, window, _, stamp, count)
   return stamp + window, stamp
 end
 
+-- #check
 algorithms.slidingLog = function(key, now, cost, limit, window)
   local newest, stamp, floor, count = stamped(key, now, window)
   local room = limit - count

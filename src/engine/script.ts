@@ -42,7 +42,7 @@ export interface Reservation {
   readonly decision: Decision;
   /** Units taken beside the cost, for the lease. */
   readonly reserved: number;
-  /** Per rule, the start of the window the units were counted in (0 for an algorithm without windows). */
+  /** Per rule, the start of the window the units were counted in (0 for gcra; a sliding log's stamp). */
   readonly windowStarts: readonly number[];
 }
 
@@ -444,6 +444,8 @@ export class RuleScripts {
     plan: PlanEncoding = this.base,
   ): Promise<T | Decision | Error> {
     const keys = plan.keys.of(identifier, now);
+    // a peek counts nothing: no window to learn
+    const located = plan.located && cost > 0;
     if (this.overridesCall !== undefined) {
       const rule = plan.rules[0] as WindowRule;
       if (plan.fixed && cost >= 1 && cost <= rule.limit) {
@@ -467,12 +469,11 @@ export class RuleScripts {
           },
         );
       }
-      const located = plan.located ? 0 : undefined;
       return this.transport.callThen(
-        this.overridesCommand(plan, identifier, keys, cost, now, located),
+        this.overridesCommand(plan, identifier, keys, cost, now, located ? 0 : undefined),
         this.overridesCall,
         (reply) => {
-          const decision = reply.ok ? this.decodeStored(plan, reply.result, plan.located, now) : reply.error;
+          const decision = reply.ok ? this.decodeStored(plan, reply.result, located, now) : reply.error;
           return then === undefined ? decision : then(decision);
         },
       );
@@ -487,10 +488,10 @@ export class RuleScripts {
       });
     }
     return this.transport.callThen(
-      this.command(plan, keys, cost, now, plan.located ? 0 : undefined),
+      this.command(plan, keys, cost, now, located ? 0 : undefined),
       this.limiterCall,
       (reply) => {
-        const decision = reply.ok ? decode(plan, reply.result, plan.located, now) : reply.error;
+        const decision = reply.ok ? decode(plan, reply.result, located, now) : reply.error;
         return then === undefined ? decision : then(decision);
       },
     );
