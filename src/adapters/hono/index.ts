@@ -1,6 +1,6 @@
 import type { Context, Env, MiddlewareHandler } from "hono";
 import type { Limiter } from "../../engine/limiter.js";
-import type { Decision } from "../../engine/types.js";
+import type { Decision, Settlement } from "../../engine/types.js";
 import { type FailureLog, failureLog } from "../../http/error-log.js";
 import { enforce, SHADOW_HEADER, unauthorized } from "../../http/headers.js";
 import {
@@ -181,16 +181,22 @@ export const rateLimit = <E extends Env = Env>({
     };
     const settled = decision.allowed && decision.source !== "error";
     const charge = (actual: number) => {
+      // refused: a bad actual or a decision already settled (a function's answer, say)
+      const failed = (error: Error) => unsettled(`the settle of ${actual} was refused: ${error.message}`);
+      // Redis trouble: the settle is never sent again, so it may or may not have been counted
+      const report = (settlement: Settlement) => {
+        if (settlement.error) unsettled(`the settle of ${actual} got no answer: ${settlement.error.message}`);
+      };
+      // Handed to the runtime's waitUntil, settle() answers at once ("pending") and the promise the
+      // runtime is given ends with the Settlement: its Redis trouble is reported from there.
+      const runtime = waitUntilOf(c);
+      const waitUntil =
+        runtime &&
+        ((promise: Promise<unknown>) => runtime((promise as Promise<Settlement>).then(report, failed)));
       try {
-        limiter.settle(decision, actual, { waitUntil: waitUntilOf(c) }).then(
-          // handed to waitUntil, it answers at once; else Redis trouble comes back as its error
-          (settlement) => {
-            if (settlement.error) unsettled(`the settle of ${actual} failed: ${settlement.error.message}`);
-          },
-          (error: Error) => unsettled(`the settle of ${actual} failed: ${error.message}`),
-        );
+        limiter.settle(decision, actual, { waitUntil }).then(report, failed);
       } catch (error) {
-        unsettled(`the settle of ${actual} failed: ${(error as Error).message}`);
+        failed(error as Error);
       }
     };
     if (typeof settle === "function") {

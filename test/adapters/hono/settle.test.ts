@@ -2,7 +2,7 @@
 // (a header, the OpenAI usage of its body, or a function), and the difference is settled after it.
 import { Hono } from "hono";
 import { streamSSE } from "hono/streaming";
-import { describe, expect, it } from "vitest";
+import { describe, expect, inject, it } from "vitest";
 import {
   type RateLimitEvent,
   type RateLimitVariables,
@@ -10,6 +10,7 @@ import {
   type SettleOption,
 } from "../../../src/adapters/hono/index.js";
 import { gcra, Limiter } from "../../../src/index.js";
+import { startCutHop } from "../../cut-hop.js";
 import { bridgeRedis, manualClock, uniquePrefix } from "../../support.js";
 
 // GCRA 10,000 an hour: a reservation of 1,000 leaves 9,000 (the clock does not move).
@@ -143,6 +144,52 @@ describe("rateLimit with settle", () => {
     await settled();
     expect(await peek()).toBe(0);
     expect(events.map((event) => event.kind)).toEqual(["shadow-denied"]);
+  });
+
+  it("a settle whose answer is lost is logged, and never sent again", async () => {
+    const hop = await startCutHop(inject("bridgeUrl"));
+    try {
+      const limiter = new Limiter({
+        redis: { url: hop.url, token: inject("bridgeToken") },
+        prefix: uniquePrefix("hono-settle-cut"),
+        rules: { perHour: gcra({ limit: 10_000, period: "1h" }) },
+        clock: manualClock(),
+        timeout: 15_000,
+      });
+      const events: RateLimitEvent[] = [];
+      const app = new Hono();
+      app.use(
+        "*",
+        rateLimit({
+          limiter,
+          key: () => "bob",
+          cost: () => 1_000,
+          settle: { header: "x-usage" },
+          log: (e) => events.push(e),
+        }),
+      );
+      app.get("/", (c) => {
+        hop.cutNext = "";
+        c.header("x-usage", "370");
+        return c.text("served");
+      });
+      const pending: Promise<unknown>[] = [];
+      const ctx = {
+        waitUntil: (p: Promise<unknown>) => void pending.push(p),
+        passThroughOnException() {},
+        props: {},
+      };
+      expect((await app.request("/", undefined, {}, ctx)).status).toBe(200);
+      await Promise.all(pending);
+      expect(hop.cuts).toBe(1);
+      expect(events.map((event) => event.message)).toEqual([
+        expect.stringMatching(/^edgelimit: GET \/: the settle of 370 got no answer: /),
+      ]);
+      // it ran in Redis once: 630 given back, not twice
+      expect((await limiter.limit("bob", { cost: 0 })).remaining).toBe(9_630);
+    } finally {
+      await hop.close();
+    }
   });
 
   it("a bad settle option is refused, naming the field", () => {
