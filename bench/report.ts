@@ -3,6 +3,7 @@ import { ACCURACY_POLICY } from "./accuracy.js";
 import { CPU_PAIRS, type CpuResult, cpuRatio, cpuRatioDefault, cpuTable } from "./cpu.js";
 import { type EdgeRow, LEASE } from "./edge.js";
 import type { Results } from "./run.js";
+import { renderTokens } from "./settle.js";
 import { fmt, ms, ratio, table } from "./util.js";
 
 const pct = (x: number) => (Number.isFinite(x) ? `${(x * 100).toFixed(1)} %` : "–");
@@ -21,7 +22,7 @@ ${table(["commit", "machine", "load average at start", "node", "redis", "@upstas
 
 ![decisions/s and p99 per contestant; latency and requests for one hot identifier behind the delay proxy](${chartFile})
 
-${[goals(r), throughput(r), lua(r), memory(r), accuracy(r), edge(r), worker(r), cpu(r), overrides(r), analytics(r), METHOD].join("\n")}`;
+${[goals(r), throughput(r), lua(r), memory(r), accuracy(r), renderTokens(r.tokens, r.settings.tokensMs), edge(r), worker(r), cpu(r), overrides(r), analytics(r), METHOD].join("\n")}`;
 }
 
 function goals(r: Results): string {

@@ -28,7 +28,7 @@ export type { BreakerOptions } from "./engine/breaker.js";
 export type { Duration } from "./engine/duration.js";
 export { RedisCallError, type RedisErrorKind } from "./engine/errors.js";
 export type { LeaseOptions, WaitUntil } from "./engine/leases.js";
-export { Limiter, type LimiterOptions, type LimitOptions } from "./engine/limiter.js";
+export { Limiter, type LimiterOptions, type LimitOptions, type SettleOptions } from "./engine/limiter.js";
 export type {
   Override,
   OverrideEntry,
@@ -36,4 +36,4 @@ export type {
   OverridesOptions,
   OverridesPage,
 } from "./engine/overrides.js";
-export type { Decision, RuleResult } from "./engine/types.js";
+export type { Decision, RuleResult, Settlement } from "./engine/types.js";

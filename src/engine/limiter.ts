@@ -15,9 +15,9 @@ import { describe } from "./duration.js";
 import { checkIdentifier, checkPrefix, RuleKeys } from "./keys.js";
 import { type LeaseOptions, Leases, leaseConfig, type WaitUntil } from "./leases.js";
 import { Overrides, type OverridesOptions, overridesConfig } from "./overrides.js";
-import { type PlanEncoding, RuleScripts, rulesOfDecision } from "./script.js";
+import { type Counted, countedOf, type PlanEncoding, RuleScripts, rulesOfDecision } from "./script.js";
 import { type Transport, transportFor } from "./transport.js";
-import type { Decision, RuleResult } from "./types.js";
+import type { Decision, RuleResult, Settlement } from "./types.js";
 import { checkClock, checkOptions, issueText, positiveMs, readClock } from "./validate.js";
 
 /** What `new Limiter()` takes. Only `redis` and `rules` are required. */
@@ -99,6 +99,27 @@ export interface LimitOptions {
   waitUntil?: WaitUntil;
 }
 
+/** Options of one settle. */
+export interface SettleOptions {
+  /**
+   * The runtime's `waitUntil`: the settle call is handed to it and `settle()` resolves at once, so the
+   * response need not wait for Redis.
+   */
+  waitUntil?: WaitUntil;
+}
+
+/** What a decision of this Limiter must remember to be settled (kept in a WeakMap: no public field). */
+interface Ticket {
+  readonly identifier: string;
+  readonly cost: number;
+  readonly plan: Plan;
+  /** Where Redis counted its units; undefined for a decision that failed open or a lease's. */
+  readonly counted: Counted | undefined;
+  /** Set for a decision a lease answered: settled against that lease where it can be. */
+  readonly leases: Leases | undefined;
+  settled: boolean;
+}
+
 /** One plan of a Limiter ("default": the base rules): its encoding, and its leases when leasing. */
 interface Plan {
   readonly encoding: PlanEncoding;
@@ -162,6 +183,8 @@ export class Limiter {
   /** Counts each decision and calls `onDecision`; undefined when both are off. */
   private readonly observe: Observer | undefined;
   private readonly counter: Counter | undefined;
+  /** Every admitted decision of this Limiter that may still be settled. */
+  private readonly tickets = new WeakMap<Decision, Ticket>();
 
   constructor(options: LimiterOptions) {
     checkOptions(options, "Limiter", OPTIONS);
@@ -332,7 +355,17 @@ export class Limiter {
     }
     // A lease answers on the spot: it never waits on a request, this one's or another's.
     const leased = plan.leases?.answer(identifier, cost, now, waitUntil);
-    if (leased) return Promise.resolve(leased);
+    if (leased) {
+      this.tickets.set(leased, {
+        identifier,
+        cost,
+        plan,
+        counted: undefined,
+        leases: plan.leases,
+        settled: false,
+      });
+      return Promise.resolve(leased);
+    }
     return this.decide(plan, identifier, cost, now, waitUntil);
   }
 
@@ -409,31 +442,131 @@ export class Limiter {
         cost,
         now,
         (decision) => {
-          if (decision instanceof Error) return this.failure(decision, now, encoding);
+          if (decision instanceof Error)
+            return this.ticket(this.failure(decision, now, encoding), identifier, cost, plan);
           if (!decision.allowed) this.cache?.set(identifier, Math.max(cost, 1), now, decision, encoding.name);
-          return decision;
+          return this.ticket(decision, identifier, cost, plan);
         },
         encoding,
       );
     }
-    return this.decideLeasing(plan.leases, encoding, identifier, cost, now, waitUntil);
+    return this.decideLeasing(plan, plan.leases, identifier, cost, now, waitUntil);
   }
 
   /** With leases on, the decision also reserves units for the identifier's lease (see Leases). */
   private async decideLeasing(
+    plan: Plan,
     leases: Leases,
-    encoding: PlanEncoding,
     identifier: string,
     cost: number,
     now: number,
     waitUntil: WaitUntil | undefined,
   ): Promise<Decision> {
+    const encoding = plan.encoding;
     const want = leases.want(identifier, cost, now);
     const reservation = await this.scripts.reserve(identifier, cost, now, want, encoding);
-    if (reservation instanceof Error) return this.failure(reservation, now, encoding);
+    if (reservation instanceof Error) {
+      return this.ticket(this.failure(reservation, now, encoding), identifier, cost, plan);
+    }
     const decision = reservation.decision;
     if (!decision.allowed) this.cache?.set(identifier, Math.max(cost, 1), now, decision, encoding.name);
-    return leases.settle(identifier, reservation, now, waitUntil);
+    return this.ticket(
+      leases.settle(identifier, reservation, now, waitUntil),
+      identifier,
+      cost,
+      plan,
+      decision,
+    );
+  }
+
+  /**
+   * Remembers what settling `decision` needs (`counted`: the one Redis answered); a denied one's, to
+   * name it when a settle is refused.
+   */
+  private ticket(
+    decision: Decision,
+    identifier: string,
+    cost: number,
+    plan: Plan,
+    counted = decision,
+  ): Decision {
+    const ticket = { identifier, cost, plan, counted: countedOf(counted), leases: undefined, settled: false };
+    this.tickets.set(decision, ticket);
+    return decision;
+  }
+
+  /**
+   * Charges an admitted decision of this Limiter what it really cost, `actual` units, instead of the
+   * `cost` it reserved: below it the difference goes back where it was counted, above it the extra is
+   * charged even past the limit (a debt later decisions wait out). Under every rule at once, in one
+   * Redis call (none when the decision's lease takes it), at most once per decision. Rejects for a
+   * second settle of one decision, a denied decision, one this Limiter did not make, or an `actual`
+   * that is not a whole number >= 0; never for Redis trouble (the Settlement's `error` says it). A
+   * decision that failed open (`source: "error"`) settles to nothing. See docs/settle.md.
+   *
+   * @example
+   * const d = await limiter.limit("user:42", { cost: 1_000 });
+   * if (d.allowed) await limiter.settle(d, 370, { waitUntil: ctx.waitUntil.bind(ctx) });
+   */
+  settle(decision: Decision, actual: number, options?: SettleOptions): Promise<Settlement> {
+    try {
+      return this.settleChecked(decision, actual, options?.waitUntil);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  private settleChecked(
+    decision: Decision,
+    actual: number,
+    waitUntil: WaitUntil | undefined,
+  ): Promise<Settlement> {
+    if (typeof actual !== "number" || !Number.isSafeInteger(actual) || actual < 0) {
+      throw new RangeError(`actual: must be a whole number of units, 0 or more, got ${describe(actual)}`);
+    }
+    if (waitUntil !== undefined && typeof waitUntil !== "function") {
+      throw new TypeError(`waitUntil: expected a function such as ctx.waitUntil, got ${describe(waitUntil)}`);
+    }
+    if (decision === null || typeof decision !== "object") {
+      throw new TypeError(`decision: expected the Decision limit() returned, got ${describe(decision)}`);
+    }
+    const ticket = this.tickets.get(decision);
+    const of = ticket === undefined ? "" : ` for ${JSON.stringify(ticket.identifier)}`;
+    const name = `the decision${of} (plan ${JSON.stringify(decision.plan)}, decidedAt ${decision.decidedAt})`;
+    if (!decision.allowed) {
+      throw new Error(`settle: ${name} was denied: nothing was reserved, so there is nothing to settle`);
+    }
+    if (ticket === undefined) {
+      throw new Error(
+        "decision: not one this Limiter made (settle the Decision object its limit() returned, not a copy)",
+      );
+    }
+    if (ticket.settled)
+      throw new Error(`settle: ${name} was already settled; a decision settles at most once`);
+    ticket.settled = true;
+    const { identifier, cost } = ticket;
+    const difference = actual - cost;
+    // failed open: nothing was charged as far as this isolate knows, and the call that timed out may
+    // still be charged late: settling it would risk charging it twice
+    if (difference === 0 || decision.source === "error") return Promise.resolve({ difference, via: "none" });
+    const now = this.now();
+    let counted = ticket.counted;
+    if (ticket.leases !== undefined) {
+      const taken = ticket.leases.settleAnswer(identifier, decision, difference, now);
+      if (taken === true) return Promise.resolve({ difference, via: "lease" });
+      const rules = ticket.plan.encoding.rules;
+      counted = { applied: ticket.plan.encoding, starts: taken ?? [], counts: rules.map(() => 0) };
+    }
+    if (counted === undefined) return Promise.resolve({ difference, via: "none" });
+    const sent = this.scripts
+      .settle(identifier, counted, cost, actual, now)
+      .then(
+        (reply): Settlement =>
+          reply.ok ? { difference, via: "redis" } : { difference, via: "redis", error: reply.error },
+      );
+    if (waitUntil === undefined) return sent;
+    waitUntil(sent);
+    return Promise.resolve({ difference, via: "redis", pending: true });
   }
 
   private failure(error: unknown, now: number, plan: PlanEncoding): Decision {

@@ -24,7 +24,10 @@
 //       "plans": { "pro": { "perMinute": { "limit": 1000 } } },
 //                                              optional: what each plan changes in the rules; reached only
 //                                              through an override (a request never chooses its plan)
-//       "overrides": true }                    or { "maxStale": "1s" }: per-key overrides, stored in Redis
+//       "overrides": true,                     or { "maxStale": "1s" }: per-key overrides, stored in Redis
+//       "settle": { "header": "x-usage" } }    or { "usage": "openai" }: charge what the response says the
+//                                              request cost ("cost" is then the reservation); the header
+//                                              is removed unless "expose": true
 //   ],
 //   "adminPath": "/_edgelimit",                where the admin API answers (when EDGELIMIT_ADMIN_TOKEN is set)
 //   "allow": ["203.0.113.7", "2001:db8::/32"], never limited (IPs and CIDRs, v4 and v6)
@@ -51,6 +54,7 @@ import { type Issue, MAX_TIMER_MS } from "../engine/validate.js";
 import { type KeySpec, parseKeySpec } from "./identity.js";
 import { IpSet, parseRange } from "./ip.js";
 import { parsePathPattern, type RouteMatch } from "./routes.js";
+import { checkUsageSource, type UsageSource } from "./usage.js";
 
 /** One route: the requests it matches, who they are counted by, and the rules they are held to. */
 export interface RouteConfig {
@@ -76,6 +80,8 @@ export interface RouteConfig {
   readonly plans?: Readonly<Record<string, PlanConfig>>;
   /** Per-key overrides stored in Redis (the Limiter's `overrides`, maxStale in ms); off when absent. */
   readonly overrides?: { readonly maxStale?: number };
+  /** Where the response states the request's real cost; `cost` is then the reservation. Off when absent. */
+  readonly settle?: UsageSource;
 }
 
 /** The whole configuration, validated. */
@@ -374,6 +380,15 @@ const analytics = v.pipe(
   }),
 );
 
+// The response's statement of what a request cost: a header or the OpenAI usage.
+const settle = v.pipe(
+  v.unknown(),
+  checked<unknown, UsageSource>((value) => {
+    const issues = checkUsageSource(value);
+    return issues.length > 0 ? { issues } : { value: value as UsageSource };
+  }),
+);
+
 // Lowercase (request paths are compared lowercased), segments of URL-safe characters, no "." or "..".
 const ADMIN_PATH = /^(\/(?!\.\.?(?:\/|$))[a-z0-9_.~-]+)+$/;
 
@@ -404,6 +419,7 @@ const route = strict("a route object such as { name, match, key, rules }", {
   ),
   plans: v.optional(plans),
   overrides: v.optional(overrides),
+  settle: v.optional(settle),
 });
 
 const schema = strict("a JSON object such as { origin, routes }", {

@@ -17,6 +17,7 @@ import { clientIp, identify } from "../../http/identity.js";
 import type { IpAddress } from "../../http/ip.js";
 import { forward } from "../../http/proxy.js";
 import { findRoute, normalizePath } from "../../http/routes.js";
+import { usageLog } from "../../http/usage.js";
 import { type ConcurrencyVariables, concurrencyLimit } from "../hono/concurrency.js";
 import { type RateLimitVariables, rateLimit } from "../hono/index.js";
 import { type AdminRoute, admin } from "./admin.js";
@@ -58,6 +59,8 @@ type AppEnv = {
 const setups = new Map<string, Setup>();
 /** Redis failures of every route in this isolate: the first logged in full, then one summary per 60 s. */
 const failures = failureLog({ interval: 60_000 });
+/** Responses of settle routes without a usable cost, and failed settles: one line, then one per 60 s. */
+const unsettled = usageLog({ interval: 60_000 });
 const MAX_SETUPS = 8;
 
 function setupFor(env: Env): Setup {
@@ -131,6 +134,8 @@ function limitedRoute(route: RouteConfig, config: EdgelimitConfig, redis: RestCo
     legacyHeaders: config.legacyHeaders,
     log: (event) => console.warn(`${event.message} [route "${route.name}"]`),
     failures,
+    // the origin's response states the real cost: the route's cost is the reservation
+    ...(route.settle === undefined ? {} : { settle: route.settle, usageLog: unsettled }),
   });
   if (route.concurrency === undefined) return { ...route, limiter, limit: rateLimited };
   // Rate rules first (a request refused by them takes no slot), then a slot held until the response
