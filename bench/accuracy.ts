@@ -79,6 +79,71 @@ export function ideal(family: Family, p: Policy, times: number[], t0 = SIM_T0): 
   return out;
 }
 
+/**
+ * How many admissions broke their algorithm's promise in the callers' time: each decision at the time
+ * it was made at, its caller's clock, or, for a caller lagging behind the state, the time the state
+ * had reached (docs/algorithms.md, "Clock skew"). `admitted`: each admitted decision's caller clock,
+ * in the order Redis decided them. 0 is the goal.
+ * - fixed window: admissions past `limit` in a window of the callers' clocks;
+ * - sliding log: admissions with more than `limit` in the `window` ms up to them, each at the newest
+ *   time admitted so far (the log's stamp);
+ * - sliding window: admissions at which the estimate exceeds `limit`, each at the start of the newest
+ *   window admitted in when its clock lags behind it; the previous window's units spread evenly up to
+ *   its latest one (the script's slot ends later, so it counts more);
+ * - buckets: admissions at t whose caller clocks hold more than capacity + (t − s) × rate in some [s, t].
+ */
+export function overLimit(algo: Algo, p: Policy, admitted: number[]): number {
+  let over = 0;
+  if (algo === "fixedWindow") {
+    const counts = new Map<number, number>();
+    for (const t of admitted) {
+      const w = Math.floor(t / p.window);
+      const n = (counts.get(w) ?? 0) + 1;
+      counts.set(w, n);
+      if (n > p.limit) over++;
+    }
+  } else if (algo === "slidingLog") {
+    const stamps: number[] = [];
+    let newest = Number.NEGATIVE_INFINITY;
+    let first = 0;
+    for (const t of admitted) {
+      newest = Math.max(newest, t);
+      stamps.push(newest);
+      while (stamps[first]! <= newest - p.window) first++;
+      if (stamps.length - first > p.limit) over++;
+    }
+  } else if (algo === "slidingWindow") {
+    const counts = new Map<number, number>();
+    const latest = new Map<number, number>();
+    let newestStart = Number.NEGATIVE_INFINITY;
+    for (const own of admitted) {
+      const t = Math.max(own, newestStart);
+      const start = t - (t % p.window);
+      newestStart = start;
+      const current = (counts.get(start) ?? 0) + 1;
+      counts.set(start, current);
+      latest.set(start, Math.max(latest.get(start) ?? t, t));
+      const previous = counts.get(start - p.window) ?? 0;
+      const spread = (latest.get(start - p.window) ?? start - 1) - (start - p.window) + 1;
+      // previous × max(0, spread − elapsed) / spread + current > limit, multiplied through by spread
+      if (previous * Math.max(0, spread - (t - start)) + current * spread > p.limit * spread) over++;
+    }
+  } else {
+    const b = bucketOf(p);
+    const sorted = [...admitted].sort((x, y) => x - y);
+    for (let j = 0; j < sorted.length; j++) {
+      for (let i = 0; i <= j; i++) {
+        // j − i + 1 units in [sorted[i], sorted[j]]: at most capacity + elapsed × refillRate / interval
+        if ((j - i + 1 - b.capacity) * b.interval > (sorted[j]! - sorted[i]!) * b.refillRate) {
+          over++;
+          break;
+        }
+      }
+    }
+  }
+  return over;
+}
+
 export interface AccuracyRow {
   label: string;
   shape: string;
@@ -88,6 +153,8 @@ export interface AccuracyRow {
   /** Admitted where the ideal denies, denied where it admits. */
   wronglyAdmitted: number;
   wronglyDenied: number;
+  /** edgelimit's: admissions over the limit in a window of the callers' time (overLimit); the peer's: undefined. */
+  over?: number;
 }
 
 export async function runAccuracy(env: BenchEnv, tag: string, durationMs: number): Promise<AccuracyRow[]> {
@@ -112,10 +179,12 @@ export async function runAccuracy(env: BenchEnv, tag: string, durationMs: number
         clock: () => now,
       });
       const got: boolean[] = [];
+      const clocks: number[] = [];
       for (let i = 0; i < events.length; i += CALLERS) {
         const pending = events.slice(i, i + CALLERS).map((x) => {
           // half the callers' clocks run 500 ms fast, half 500 ms slow
           now = SIM_T0 + x.t + (shape.includes("skew") ? (x.caller % 2 ? -500 : 500) : 0);
+          clocks.push(now);
           return c.limit("caller-group");
         });
         for (const o of await Promise.all(pending)) got.push(o.allowed);
@@ -128,6 +197,14 @@ export async function runAccuracy(env: BenchEnv, tag: string, durationMs: number
         admitted: got.filter(Boolean).length,
         wronglyAdmitted: got.filter((g, i) => g && !want[i]).length,
         wronglyDenied: got.filter((g, i) => !g && want[i]).length,
+        over:
+          e.lib === "edgelimit"
+            ? overLimit(
+                e.algo,
+                p,
+                clocks.filter((_, i) => got[i]),
+              )
+            : undefined,
       });
     }
   }

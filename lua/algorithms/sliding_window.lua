@@ -22,68 +22,123 @@
 -- #state
 local PACK = 2 ^ 25
 local STAMP = 2 ^ 50
--- one unit in the packed state, as INCRBY takes it
+-- one unit in the packed state, as INCRBY takes it (slotted: in the same slot)
 local ONE = "33554432"
+local ONE_SLOTTED = "262144"
+-- Below a limit of SMALL, the packed state also keeps where in each window its latest unit came: the
+-- slot, one of SLOTS equal parts of the window. value = SLOTTED + (window index mod 4) * 2^48
+-- + slots * SLOT + current * SMALL + previous, slots = latest slot of this window * SLOTS + latest
+-- slot of the previous one. SLOTTED (6 * 2^50) keeps these values apart from those without slots
+-- (below 5 * 2^50), which read as WHOLE: both windows' units spread over the whole window.
+local SMALL = 2 ^ 18
+local SLOTS = 64
+local SLOT = 2 ^ 36
+local WHOLE = 4095
+local SLOTTED = 6 * STAMP
 
 -- The stored state as seen from the window starting at `start`: the stored window's start (start,
--- start + window or start - window for the packed state), its count and its previous window's
--- count; nil when there is none this version wrote. `strict`: only what INCRBY takes is a packed state
--- (the limiter script's commit must not fail midway, after other rules were written; alone, a rule's
--- INCRBY failing fails only its own call).
+-- start + window or start - window for the packed state), its count, its previous window's count,
+-- its slots (WHOLE where unknown, and at a limit of SMALL or more, which does not use them), and
+-- whether it keeps slots. Nil when there is none this version wrote. `strict`: only what INCRBY takes
+-- is a packed state (the limiter script's commit must not fail midway, after other rules were
+-- written; alone, a rule's INCRBY failing fails only its own call).
 local function read(key, limit, start, window, strict)
   local stored = redis.call("GET", key)
   if not stored then return nil end
   if limit < PACK then
     local value = tonumber(stored)
     if not value or (strict and string.format("%d", value) ~= stored) then return nil end
-    local stamp = math.floor(value / STAMP)
-    local counts = value - stamp * STAMP
-    local current = math.floor(counts / PACK)
-    local previous = counts - current * PACK
+    local stamp, counts, slots, slotted, current
+    if value >= SLOTTED then
+      value = value - SLOTTED
+      stamp = math.floor(value / 2 ^ 48)
+      value = value - stamp * 2 ^ 48
+      stamp = stamp + 1
+      slots = math.floor(value / SLOT)
+      counts = value - slots * SLOT
+      current = math.floor(counts / SMALL)
+      counts = counts - current * SMALL
+      slotted = true
+      if limit >= SMALL then slots = WHOLE end
+    else
+      stamp = math.floor(value / STAMP)
+      counts = value - stamp * STAMP
+      current = math.floor(counts / PACK)
+      counts = counts - current * PACK
+      slots, slotted = WHOLE, false
+    end
+    -- counts: now the previous window's count
     local index = start / window
-    if stamp == index % 4 + 1 then return start, current, previous end
-    if stamp == (index + 1) % 4 + 1 then return start + window, current, previous end
-    if stamp == (index + 3) % 4 + 1 then return start - window, current, previous end
+    if stamp == index % 4 + 1 then return start, current, counts, slots, slotted end
+    if stamp == (index + 1) % 4 + 1 then return start + window, current, counts, slots, slotted end
+    if stamp == (index + 3) % 4 + 1 then return start - window, current, counts, slots, slotted end
     return nil
   end
   local s, c, p = string.match(stored, "^(%-?%d+):(%d+):(%d+)$")
-  if s then return tonumber(s), tonumber(c), tonumber(p) end
+  if s then return tonumber(s), tonumber(c), tonumber(p), WHOLE, false end
 end
 
--- The window a caller at `now` is counted in, its two counts, and the whole units it could take now.
+-- The window a caller at `now` is counted in, its two counts, the whole units it could take now, the
+-- ms from the previous window's start to the end of the slot of its latest unit (its units are
+-- taken as spread evenly over them), and the slots (plus SLOTS^2 when the state is stored in the
+-- layout this limit writes, so that INCRBY can take units).
 -- The window is now's, or the stored (newer) one when the caller's clock lags behind its start; such a
--- caller weighs the previous window fully, as at the start: never more than its whole count.
+-- caller is decided as at that window's start: it weighs the previous window fully, never more than
+-- its whole count, and can take nothing a caller at the start of that window could not.
 local function counted(key, now, limit, window, strict)
-  local start, current, previous = now - now % window, 0, 0
-  local s, c, p = read(key, limit, start, window, strict)
+  local start, current, previous, slots = now - now % window, 0, 0, 0
+  local s, c, p, k, slotted = read(key, limit, start, window, strict)
   if s then
     if s >= start then
-      start, current, previous = s, c, p
+      start, current, previous, slots = s, c, p, k
+      if slotted == (limit < SMALL) then slots = slots + SLOTS * SLOTS end
     elseif s == start - window then
-      previous = c
+      -- its latest slot is now the previous window's
+      previous, slots = c, math.floor(k / SLOTS)
     end
   end
-  local elapsed = now > start and now - start or 0
-  local room = math.floor((limit * window - previous * (window - elapsed) - current * window) / window)
-  return start, current, previous, room
+  if previous == 0 then return start, current, 0, limit - current, window, slots end
+  local spread = math.floor(((slots % SLOTS + 1) * window + SLOTS - 1) / SLOTS)
+  local weight = spread
+  if now > start then
+    weight = spread - (now - start)
+    if weight < 0 then weight = 0 end
+  end
+  local room = math.floor((limit * spread - previous * weight - current * spread) / spread)
+  return start, current, previous, room, spread, slots
 end
 
 -- The state as stored for the window starting at `start`.
-local function encode(limit, start, window, current, previous)
+local function encode(limit, start, window, current, previous, slots)
+  if limit < SMALL and current < SMALL and previous < SMALL then
+    return string.format("%d", SLOTTED + (start / window % 4) * 2 ^ 48 + slots * SLOT + current * SMALL + previous)
+  end
   if limit < PACK then
     return string.format("%d", (start / window % 4 + 1) * STAMP + current * PACK + previous)
   end
   return string.format("%d:%d:%d", start, current, previous)
 end
 
--- Takes `units` more in the window starting at `start`. The key matters until that window has faded
--- out, a window after it ends. Returns that (the reset) and the window counted in.
-local function commit(key, now, units, limit, window, _, start, current, previous)
+-- Takes `units` more in the window starting at `start`, in now's slot of it (a lagging caller's: the
+-- first). The key matters until that window has faded out, a window after it ends. Returns that (the
+-- reset) and the window counted in.
+local function commit(key, now, units, limit, window, _, start, current, previous, slots)
   local fades = start + 2 * window
-  if limit < PACK and current > 0 then
-    redis.call("INCRBY", key, units == 1 and ONE or string.format("%d", units * PACK))
+  local same = slots >= SLOTS * SLOTS
+  if same then slots = slots - SLOTS * SLOTS end
+  local latest = math.floor(slots / SLOTS)
+  local slot = now > start and math.floor((now - start) * SLOTS / window) or 0
+  if limit < PACK and current > 0 and same then
+    if limit >= SMALL then
+      redis.call("INCRBY", key, units == 1 and ONE or string.format("%d", units * PACK))
+    elseif slot <= latest then
+      redis.call("INCRBY", key, units == 1 and ONE_SLOTTED or string.format("%d", units * SMALL))
+    else
+      redis.call("INCRBY", key, string.format("%d", units * SMALL + (slot - latest) * SLOTS * SLOT))
+    end
   else
-    redis.call("SET", key, encode(limit, start, window, current + units, previous),
+    if current == 0 or slot > latest then latest = slot end
+    redis.call("SET", key, encode(limit, start, window, current + units, previous, latest * SLOTS + slots % SLOTS),
       "PX", string.format("%d", fades - now))
   end
   return fades, start
@@ -91,47 +146,58 @@ end
 
 -- #check
 algorithms.slidingWindow = function(key, now, cost, limit, window)
-  local start, current, previous, room = counted(key, now, limit, window, true)
+  local start, current, previous, room, spread, slots = counted(key, now, limit, window, true)
   -- back to the full limit once every counted unit has faded out
   local reset_at = current > 0 and start + 2 * window or previous > 0 and start + window or now
   if cost > limit then return room, reset_at, NEVER end
   if cost > room then
     if current + cost <= limit then
-      -- the previous window's weight has to fade: smallest e with previous*(window-e) <= room left,
+      -- the previous window's weight has to fade: smallest e with previous*(spread-e) <= room left,
       -- reached at start + e (counted from now, not from the clamped elapsed: a lagging caller waits
       -- for its lag as well)
-      local fade = window - math.floor((limit - current - cost) * window / previous)
+      local fade = spread - math.floor((limit - current - cost) * spread / previous)
       return room, reset_at, math.max(1, start + fade - now)
     end
-    -- only the next window can admit it, once this window's count has faded enough
-    local fade = window - math.floor((limit - cost) * window / current)
+    -- only the next window can admit it, once this window's count has faded enough over its spread
+    local own = math.floor(((math.floor(slots / SLOTS) % SLOTS + 1) * window + SLOTS - 1) / SLOTS)
+    local fade = own - math.floor((limit - cost) * own / current)
     return room, reset_at, (start + window - now) + fade
   end
-  return room, reset_at, 0, commit, start, current, previous
+  return room, reset_at, 0, commit, start, current, previous, slots
 end
 
 -- #one-rule
 -- One rule, cost 1..limit, limit below PACK, no reservation. ARGV: now (hexadecimal), cost, limit,
--- window. Answers one integer: ((current * PACK + previous) * 2 + newer), current after the cost, when
--- admitted; -((current * PACK + previous) * 2 + newer) - 1, the counts as they stand, when denied;
--- newer is 1 when a lagging caller was counted in the next window.
+-- window. Answers one integer, n when admitted and -n - 1 when denied: n = counts * 4 + newer * 2 +
+-- slotted, with current after the cost when admitted and as it stands when denied; newer is 1 when a
+-- lagging caller was counted in the next window. Slotted 1 (limit and counts below SMALL):
+-- counts = slots * SLOT + current * SMALL + previous, the slots as read; else
+-- counts = current * PACK + previous, and the slots are WHOLE.
 local now = tonumber(ARGV[1], 16)
 local cost = ARGV[2] == "1" and 1 or tonumber(ARGV[2])
 local limit, window = tonumber(ARGV[3]), tonumber(ARGV[4])
 local key = KEYS[1]
-local start, current, previous, room = counted(key, now, limit, window, false)
-local newer = start > now and 1 or 0
-if cost > room then
-  return -((current * PACK + previous) * 2 + newer) - 1
+local start, current, previous, room, _, slots = counted(key, now, limit, window, false)
+local newer = start > now and 2 or 0
+local admitted = cost <= room
+if admitted then
+  commit(key, now, cost, limit, window, 0, start, current, previous, slots)
+  current = current + cost
 end
-commit(key, now, cost, limit, window, 0, start, current, previous)
-return ((current + cost) * PACK + previous) * 2 + newer
+local n
+if limit < SMALL and current < SMALL and previous < SMALL then
+  n = ((slots % (SLOTS * SLOTS)) * SLOT + current * SMALL + previous) * 4 + newer + 1
+else
+  n = (current * PACK + previous) * 4 + newer
+end
+if admitted then return n end
+return -n - 1
 
 -- #refund
 -- Back to the window the units were counted in (starting at `start`), or to the previous count once
 -- that window has become the previous one. The key keeps its expiry.
 refund.slidingWindow = function(key, _, units, limit, window, _, start)
-  local s, current, previous = read(key, limit, start, window, true)
+  local s, current, previous, slots = read(key, limit, start, window, true)
   if s == start then
     current = math.max(0, current - units)
   elseif s == start + window then
@@ -139,6 +205,6 @@ refund.slidingWindow = function(key, _, units, limit, window, _, start)
   else
     return false
   end
-  redis.call("SET", key, encode(limit, s, window, current, previous), "KEEPTTL")
+  redis.call("SET", key, encode(limit, s, window, current, previous, slots), "KEEPTTL")
   return true
 end
