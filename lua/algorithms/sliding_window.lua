@@ -1,19 +1,29 @@
 -- Sliding window (estimate): at most `limit` units in any `window` ms, estimated from two counters,
 -- the current aligned window and the previous one. O(1) memory.
 --
---   estimate(t) = previous * (window - elapsed) / window + current,   elapsed = t - current window start
+--   estimate(t) = previous * max(0, spread - elapsed) / spread + current,
+--   elapsed = t - current window start,   spread = ms from the previous window's start to the end of
+--   the slot (one of SLOTS equal parts of it) where its latest unit came
 --
--- It assumes the previous window's traffic was spread evenly. That is exact for even traffic; in the
--- worst case (the whole previous window's traffic at its very end) a window of `window` ms that
--- straddles the boundary can hold up to 2*limit - 1 units. All comparisons are multiplied
--- through by `window`, so they are integer arithmetic.
+-- It assumes the previous window's traffic was spread evenly up to its latest unit. Without the slot
+-- (spread = window), traffic at a window's start, as clocks ahead of the true time make a burst that
+-- straddles a boundary, would weigh on nearly the whole next window. That is exact for even traffic;
+-- in the worst case (the previous window's traffic at the end of its spread) a window of `window` ms
+-- that straddles the boundary can hold up to 2*limit - 1 units. All comparisons are multiplied
+-- through by `spread`, so they are integer arithmetic.
 --
--- State, when limit < PACK (the usual case): one integer, stamp * STAMP + current * PACK + previous,
--- stamp = (window index mod 4) + 1, so a later unit in the same window is one INCRBY and nothing is
--- formatted or matched. The key lives until its window has faded out, a window after it ends, so a
--- stored stamp is this window's, the previous one's, or (a lagging caller) the next one's; mod 4 keeps
--- the one before the previous apart from the next (clocks must agree within a window). A larger limit
--- keeps the text state "<current start>:<current>:<previous>".
+-- A caller whose clock lags into the window before the stored one is decided at the stored window's
+-- start (the previous window weighed fully) and counted in it: it takes nothing a caller at that
+-- start could not, and the stored window never moves back.
+--
+-- State, when limit < PACK (the usual case): one integer (below SMALL, with the slots: see #state),
+-- stamp * STAMP + current * PACK + previous, stamp = (window index mod 4) + 1, so a later unit in the
+-- same window is one INCRBY and nothing is formatted or matched. The key lives until its window has
+-- faded out, a window after it ends, so a stored stamp is this window's, the previous one's, or (a
+-- lagging caller) the next one's; mod 4 keeps the one before the previous apart from the next (clocks
+-- must agree within a window). A larger limit keeps the text state
+-- "<current start>:<current>:<previous>" (no slots: spread = window). A state stored without slots
+-- (before they were kept) reads as slots at the window's end, as it was decided then.
 -- Commands: GET, then INCRBY on commit (SET PX when a window starts; always SET PX for the text state).
 --
 -- This file is the algorithm's one source; scripts/build-lua.mjs cuts it at its `-- #` lines:
@@ -45,76 +55,62 @@ local SLOTTED = 6 * STAMP
 local function read(key, limit, start, window, strict)
   local stored = redis.call("GET", key)
   if not stored then return nil end
-  if limit < PACK then
-    local value = tonumber(stored)
-    if not value or (strict and string.format("%d", value) ~= stored) then return nil end
-    local stamp, counts, slots, slotted, current
-    if value >= SLOTTED then
-      value = value - SLOTTED
-      stamp = math.floor(value / 2 ^ 48)
-      value = value - stamp * 2 ^ 48
-      stamp = stamp + 1
-      slots = math.floor(value / SLOT)
-      counts = value - slots * SLOT
-      current = math.floor(counts / SMALL)
-      counts = counts - current * SMALL
-      slotted = true
-      if limit >= SMALL then slots = WHOLE end
-    else
-      stamp = math.floor(value / STAMP)
-      counts = value - stamp * STAMP
-      current = math.floor(counts / PACK)
-      counts = counts - current * PACK
-      slots, slotted = WHOLE, false
-    end
-    -- counts: now the previous window's count
-    local index = start / window
-    if stamp == index % 4 + 1 then return start, current, counts, slots, slotted end
-    if stamp == (index + 1) % 4 + 1 then return start + window, current, counts, slots, slotted end
-    if stamp == (index + 3) % 4 + 1 then return start - window, current, counts, slots, slotted end
+  if limit >= PACK then
+    local s, c, p = string.match(stored, "^(%-?%d+):(%d+):(%d+)$")
+    -- (no fifth value: a text state is in no packed layout)
+    if s then return tonumber(s), tonumber(c), tonumber(p), WHOLE end
     return nil
   end
-  local s, c, p = string.match(stored, "^(%-?%d+):(%d+):(%d+)$")
-  if s then return tonumber(s), tonumber(c), tonumber(p), WHOLE, false end
+  local value = tonumber(stored)
+  if not value or (strict and string.format("%d", value) ~= stored) then return nil end
+  local unit, pack, slots, slotted = STAMP, PACK, WHOLE, value >= SLOTTED
+  -- slotted: its stamp read as 1..4 too, in units of 2^48
+  if slotted then value, unit, pack = value - SLOTTED + 2 ^ 48, 2 ^ 48, SMALL end
+  local stamp = math.floor(value / unit)
+  value = value - stamp * unit
+  if slotted then
+    slots = math.floor(value / SLOT)
+    value = value - slots * SLOT
+    if limit >= SMALL then slots = WHOLE end
+  end
+  local current = math.floor(value / pack)
+  -- the stored window: this one (0), the next (1) or the previous (3); 2 is neither
+  local at = (stamp - 1 - start / window) % 4
+  if at == 2 then return nil end
+  return start + (at == 3 and -1 or at) * window, current, value - current * pack, slots, slotted
 end
 
 -- The window a caller at `now` is counted in, its two counts, the whole units it could take now, the
 -- ms from the previous window's start to the end of the slot of its latest unit (its units are
--- taken as spread evenly over them), and the slots (plus SLOTS^2 when the state is stored in the
--- layout this limit writes, so that INCRBY can take units).
+-- taken as spread evenly over them), and the slots, plus SLOTS^2 when the state is stored in the
+-- layout this limit writes (so that INCRBY can take units).
 -- The window is now's, or the stored (newer) one when the caller's clock lags behind its start; such a
 -- caller is decided as at that window's start: it weighs the previous window fully, never more than
 -- its whole count, and can take nothing a caller at the start of that window could not.
 local function counted(key, now, limit, window, strict)
   local start, current, previous, slots = now - now % window, 0, 0, 0
   local s, c, p, k, slotted = read(key, limit, start, window, strict)
-  if s then
-    if s >= start then
-      start, current, previous, slots = s, c, p, k
-      if slotted == (limit < SMALL) then slots = slots + SLOTS * SLOTS end
-    elseif s == start - window then
-      -- its latest slot is now the previous window's
-      previous, slots = c, math.floor(k / SLOTS)
-    end
+  if s and s >= start then
+    start, current, previous, slots = s, c, p, k
+    if slotted == (limit < SMALL) then slots = slots + SLOTS * SLOTS end
+  elseif s == start - window then
+    -- its latest slot is now the previous window's
+    previous, slots = c, math.floor(k / SLOTS)
   end
   if previous == 0 then return start, current, 0, limit - current, window, slots end
   local spread = math.floor(((slots % SLOTS + 1) * window + SLOTS - 1) / SLOTS)
-  local weight = spread
-  if now > start then
-    weight = spread - (now - start)
-    if weight < 0 then weight = 0 end
-  end
-  local room = math.floor((limit * spread - previous * weight - current * spread) / spread)
-  return start, current, previous, room, spread, slots
+  local weight = now > start and math.max(0, spread - now + start) or spread
+  return start, current, previous, math.floor((limit * spread - previous * weight - current * spread) / spread),
+    spread, slots
 end
 
 -- The state as stored for the window starting at `start`.
 local function encode(limit, start, window, current, previous, slots)
+  local stamp = start / window % 4
   if limit < SMALL and current < SMALL and previous < SMALL then
-    return string.format("%d", SLOTTED + (start / window % 4) * 2 ^ 48 + slots * SLOT + current * SMALL + previous)
-  end
-  if limit < PACK then
-    return string.format("%d", (start / window % 4 + 1) * STAMP + current * PACK + previous)
+    return string.format("%d", SLOTTED + stamp * 2 ^ 48 + slots * SLOT + current * SMALL + previous)
+  elseif limit < PACK then
+    return string.format("%d", (stamp + 1) * STAMP + current * PACK + previous)
   end
   return string.format("%d:%d:%d", start, current, previous)
 end
@@ -128,14 +124,11 @@ local function commit(key, now, units, limit, window, _, start, current, previou
   if same then slots = slots - SLOTS * SLOTS end
   local latest = math.floor(slots / SLOTS)
   local slot = now > start and math.floor((now - start) * SLOTS / window) or 0
-  if limit < PACK and current > 0 and same then
-    if limit >= SMALL then
-      redis.call("INCRBY", key, units == 1 and ONE or string.format("%d", units * PACK))
-    elseif slot <= latest then
-      redis.call("INCRBY", key, units == 1 and ONE_SLOTTED or string.format("%d", units * SMALL))
-    else
-      redis.call("INCRBY", key, string.format("%d", units * SMALL + (slot - latest) * SLOTS * SLOT))
-    end
+  if current > 0 and same then
+    -- (without slots, latest is the last slot: nothing moves)
+    local moved = slot > latest and slot - latest or 0
+    redis.call("INCRBY", key, units == 1 and moved == 0 and (limit < SMALL and ONE_SLOTTED or ONE)
+      or string.format("%d", units * (limit < SMALL and SMALL or PACK) + moved * SLOTS * SLOT))
   else
     if current == 0 or slot > latest then latest = slot end
     redis.call("SET", key, encode(limit, start, window, current + units, previous, latest * SLOTS + slots % SLOTS),
