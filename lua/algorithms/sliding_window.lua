@@ -32,9 +32,8 @@
 -- #state
 local PACK = 2 ^ 25
 local STAMP = 2 ^ 50
--- one unit in the packed state, as INCRBY takes it (slotted: in the same slot)
+-- one unit in the packed state, as INCRBY takes it (slotted, in the same slot: "262144", 2^18)
 local ONE = "33554432"
-local ONE_SLOTTED = "262144"
 -- Below a limit of SMALL, the packed state also keeps where in each window its latest unit came: the
 -- slot, one of SLOTS equal parts of the window. value = SLOTTED + (window index mod 4) * 2^48
 -- + slots * SLOT + current * SMALL + previous, slots = latest slot of this window * SLOTS + latest
@@ -44,7 +43,8 @@ local SMALL = 2 ^ 18
 local SLOTS = 64
 local SLOT = 2 ^ 36
 local WHOLE = 4095
-local SLOTTED = 6 * STAMP
+-- The functions below write these out (2 ^ 18, 64, 2 ^ 36, 4095, 6 * 2 ^ 50; 4096 is SLOTS^2): each
+-- local a function captures costs an allocation on every run of the script.
 
 -- The stored state as seen from the window starting at `start`: the stored window's start (start,
 -- start + window or start - window for the packed state), its count, its previous window's count,
@@ -58,26 +58,27 @@ local function read(key, limit, start, window, strict)
   if limit >= PACK then
     local s, c, p = string.match(stored, "^(%-?%d+):(%d+):(%d+)$")
     -- (no fifth value: a text state is in no packed layout)
-    if s then return tonumber(s), tonumber(c), tonumber(p), WHOLE end
+    if s then return tonumber(s), tonumber(c), tonumber(p), 4095 end
     return nil
   end
   local value = tonumber(stored)
   if not value or (strict and string.format("%d", value) ~= stored) then return nil end
-  local unit, pack, slots, slotted = STAMP, PACK, WHOLE, value >= SLOTTED
-  -- slotted: its stamp read as 1..4 too, in units of 2^48
-  if slotted then value, unit, pack = value - SLOTTED + 2 ^ 48, 2 ^ 48, SMALL end
-  local stamp = math.floor(value / unit)
-  value = value - stamp * unit
+  local unit, pack, slots, slotted = STAMP, PACK, 4095, value >= 6 * 2 ^ 50
+  -- slotted: its stamp read as 1..4 too, in units of 2^48. (x - x % y) / y is floor(x / y) without a
+  -- call: this runs on every decision.
+  if slotted then value, unit, pack = value - 6 * 2 ^ 50 + 2 ^ 48, 2 ^ 48, 2 ^ 18 end
+  local rest = value % unit
+  local stamp = (value - rest) / unit
   if slotted then
-    slots = math.floor(value / SLOT)
-    value = value - slots * SLOT
-    if limit >= SMALL then slots = WHOLE end
+    value = rest % 2 ^ 36
+    if limit < 2 ^ 18 then slots = (rest - value) / 2 ^ 36 end
+    rest = value
   end
-  local current = math.floor(value / pack)
+  local previous = rest % pack
   -- the stored window: this one (0), the next (1) or the previous (3); 2 is neither
   local at = (stamp - 1 - start / window) % 4
   if at == 2 then return nil end
-  return start + (at == 3 and -1 or at) * window, current, value - current * pack, slots, slotted
+  return start + (at == 3 and -1 or at) * window, (rest - previous) / pack, previous, slots, slotted
 end
 
 -- The window a caller at `now` is counted in, its two counts, the whole units it could take now, the
@@ -92,23 +93,24 @@ local function counted(key, now, limit, window, strict)
   local s, c, p, k, slotted = read(key, limit, start, window, strict)
   if s and s >= start then
     start, current, previous, slots = s, c, p, k
-    if slotted == (limit < SMALL) then slots = slots + SLOTS * SLOTS end
+    if slotted == (limit < 2 ^ 18) then slots = slots + 4096 end
   elseif s == start - window then
     -- its latest slot is now the previous window's
-    previous, slots = c, math.floor(k / SLOTS)
+    previous, slots = c, math.floor(k / 64)
   end
   if previous == 0 then return start, current, 0, limit - current, window, slots end
-  local spread = math.floor(((slots % SLOTS + 1) * window + SLOTS - 1) / SLOTS)
+  local spread = (slots % 64 + 1) * window + 64 - 1
+  spread = (spread - spread % 64) / 64
   local weight = now > start and math.max(0, spread - now + start) or spread
-  return start, current, previous, math.floor((limit * spread - previous * weight - current * spread) / spread),
-    spread, slots
+  local room = limit * spread - previous * weight - current * spread
+  return start, current, previous, (room - room % spread) / spread, spread, slots
 end
 
 -- The state as stored for the window starting at `start`.
 local function encode(limit, start, window, current, previous, slots)
   local stamp = start / window % 4
-  if limit < SMALL and current < SMALL and previous < SMALL then
-    return string.format("%d", SLOTTED + stamp * 2 ^ 48 + slots * SLOT + current * SMALL + previous)
+  if limit < 2 ^ 18 and current < 2 ^ 18 and previous < 2 ^ 18 then
+    return string.format("%d", 6 * 2 ^ 50 + stamp * 2 ^ 48 + slots * 2 ^ 36 + current * 2 ^ 18 + previous)
   elseif limit < PACK then
     return string.format("%d", (stamp + 1) * STAMP + current * PACK + previous)
   end
@@ -120,18 +122,21 @@ end
 -- reset) and the window counted in.
 local function commit(key, now, units, limit, window, _, start, current, previous, slots)
   local fades = start + 2 * window
-  local same = slots >= SLOTS * SLOTS
-  if same then slots = slots - SLOTS * SLOTS end
-  local latest = math.floor(slots / SLOTS)
-  local slot = now > start and math.floor((now - start) * SLOTS / window) or 0
+  local same = slots >= 4096
+  if same then slots = slots - 4096 end
+  local earlier = slots % 64
+  local latest = (slots - earlier) / 64
+  -- whether now lies past the latest slot (a lagging caller's never does): its slot computed only then
+  local slot = latest
+  if current == 0 or (now - start) * 64 >= (latest + 1) * window then
+    slot = now > start and math.floor((now - start) * 64 / window) or 0
+  end
   if current > 0 and same then
     -- (without slots, latest is the last slot: nothing moves)
-    local moved = slot > latest and slot - latest or 0
-    redis.call("INCRBY", key, units == 1 and moved == 0 and (limit < SMALL and ONE_SLOTTED or ONE)
-      or string.format("%d", units * (limit < SMALL and SMALL or PACK) + moved * SLOTS * SLOT))
+    redis.call("INCRBY", key, units == 1 and slot == latest and (limit < 2 ^ 18 and "262144" or ONE)
+      or string.format("%d", units * (limit < 2 ^ 18 and 2 ^ 18 or PACK) + (slot - latest) * 64 * 2 ^ 36))
   else
-    if current == 0 or slot > latest then latest = slot end
-    redis.call("SET", key, encode(limit, start, window, current + units, previous, latest * SLOTS + slots % SLOTS),
+    redis.call("SET", key, encode(limit, start, window, current + units, previous, slot * 64 + earlier),
       "PX", string.format("%d", fades - now))
   end
   return fades, start
