@@ -122,8 +122,10 @@ end
 -- reset) and the window counted in.
 local function commit(key, now, units, limit, window, _, start, current, previous, slots)
   local fades = start + 2 * window
-  local same = slots >= 4096
-  if same then slots = slots - 4096 end
+  -- slots unknown (a caller that has none): the whole window; and INCRBY only while the count fits
+  slots = slots or 4095
+  local same = slots >= 4096 and (limit >= 2 ^ 18 or current + units < 2 ^ 18)
+  if slots >= 4096 then slots = slots - 4096 end
   local earlier = slots % 64
   local latest = (slots - earlier) / 64
   -- whether now lies past the latest slot (a lagging caller's never does): its slot computed only then
