@@ -2,56 +2,57 @@
 -- the current aligned window and the previous one. O(1) memory.
 --
 --   estimate(t) = previous * max(0, spread - elapsed) / spread + current,
---   elapsed = t - current window start,   spread = ms from the previous window's start to the end of
---   the slot (one of SLOTS equal parts of it) where its latest unit came
+--   elapsed = t - current window start, spread = window
 --
--- It assumes the previous window's traffic was spread evenly up to its latest unit. Without the slot
--- (spread = window), traffic at a window's start, as clocks ahead of the true time make a burst that
--- straddles a boundary, would weigh on nearly the whole next window. That is exact for even traffic;
--- in the worst case (the previous window's traffic at the end of its spread) a window of `window` ms
--- that straddles the boundary can hold up to 2*limit - 1 units. All comparisons are multiplied
--- through by `spread`, so they are integer arithmetic.
+-- It assumes the previous window's traffic was spread evenly. That is exact for even traffic; in the
+-- worst case (the whole previous window's traffic at its very end) a window of `window` ms that
+-- straddles the boundary can hold up to 2*limit - 1 units. All comparisons are multiplied through by
+-- `spread`, so they are integer arithmetic.
 --
--- A caller whose clock lags into the window before the stored one is decided at the stored window's
--- start (the previous window weighed fully) and counted in it: it takes nothing a caller at that
--- start could not, and the stored window never moves back.
+-- Clock skew. A caller whose clock lags into the window before the stored one is decided at the stored
+-- window's start (the previous window weighed fully) and counted in it: it takes nothing a caller at
+-- that start could not, and the stored window never moves back. Once such a caller was admitted, the
+-- state knows that clocks disagree: then spread is the ms from the previous window's start to the end
+-- of the slot (one of SLOTS equal parts of the window) where its latest unit came, as the state keeps
+-- it (below a limit of SMALL). Clocks ahead of the true time move a burst that straddles a boundary to
+-- a window's start; spread over the whole window, it would weigh on nearly all of the next one.
 --
--- State, when limit < PACK (the usual case): one integer (below SMALL, with the slots: see #state),
+-- State, when limit < PACK (the usual case): one integer (below SMALL, with slots: see #state),
 -- stamp * STAMP + current * PACK + previous, stamp = (window index mod 4) + 1, so a later unit in the
 -- same window is one INCRBY and nothing is formatted or matched. The key lives until its window has
 -- faded out, a window after it ends, so a stored stamp is this window's, the previous one's, or (a
 -- lagging caller) the next one's; mod 4 keeps the one before the previous apart from the next (clocks
 -- must agree within a window). A larger limit keeps the text state
--- "<current start>:<current>:<previous>" (no slots: spread = window). A state stored without slots
--- (before they were kept) reads as slots at the window's end, as it was decided then.
+-- "<current start>:<current>:<previous>" (no slots). A state stored without slots reads as clocks
+-- that agreed so far.
 -- Commands: GET, then INCRBY on commit (SET PX when a window starts; always SET PX for the text state).
 --
--- This file is the algorithm's one source; scripts/build-lua.mjs cuts it at its `-- #` lines:
--- state (shared by every path), check (the limiter script), one-rule (a script of its own), refund.
-
 -- #state
 local PACK = 2 ^ 25
 local STAMP = 2 ^ 50
 -- one unit in the packed state, as INCRBY takes it (slotted, in the same slot: "262144", 2^18)
 local ONE = "33554432"
 -- Below a limit of SMALL, the packed state also keeps where in each window its latest unit came: the
--- slot, one of SLOTS equal parts of the window. value = SLOTTED + (window index mod 4) * 2^48
+-- slot, one of SLOTS equal parts of the window. value = base + (window index mod 4) * 2^48
 -- + slots * SLOT + current * SMALL + previous, slots = latest slot of this window * SLOTS + latest
--- slot of the previous one. SLOTTED (6 * 2^50) keeps these values apart from those without slots
--- (below 5 * 2^50), which read as WHOLE: both windows' units spread over the whole window.
+-- slot of the previous one, base = 6 * 2^50 while clocks agreed, 7 * 2^50 once they did not (SKEWED
+-- in the slots passed around; SAME: stored in the layout this limit writes, so INCRBY can take units).
+-- Values without slots are below 5 * 2^50.
 local SMALL = 2 ^ 18
 local SLOTS = 64
 local SLOT = 2 ^ 36
 local WHOLE = 4095
--- The functions below write these out (2 ^ 18, 64, 2 ^ 36, 4095, 6 * 2 ^ 50; 4096 is SLOTS^2): each
--- local a function captures costs an allocation on every run of the script.
+local SAME = 4096
+local SKEWED = 8192
+-- The functions below write these out (2 ^ 18, 64, 2 ^ 36, 4095, 4096, 8192, 6 * 2 ^ 50): each local
+-- a function captures costs an allocation on every run of the script.
 
 -- The stored state as seen from the window starting at `start`: the stored window's start (start,
 -- start + window or start - window for the packed state), its count, its previous window's count,
--- its slots (WHOLE where unknown, and at a limit of SMALL or more, which does not use them), and
--- whether it keeps slots. Nil when there is none this version wrote. `strict`: only what INCRBY takes
--- is a packed state (the limiter script's commit must not fail midway, after other rules were
--- written; alone, a rule's INCRBY failing fails only its own call).
+-- its slots (WHOLE where unknown, and at a limit of SMALL or more, which does not use them; plus
+-- SKEWED), and whether it keeps slots. Nil when there is none this version wrote. `strict`: only what
+-- INCRBY takes is a packed state (the limiter script's commit must not fail midway, after other rules
+-- were written; alone, a rule's INCRBY failing fails only its own call).
 local function read(key, limit, start, window, strict)
   local stored = redis.call("GET", key)
   if not stored then return nil end
@@ -66,12 +67,16 @@ local function read(key, limit, start, window, strict)
   local unit, pack, slots, slotted = STAMP, PACK, 4095, value >= 6 * 2 ^ 50
   -- slotted: its stamp read as 1..4 too, in units of 2^48. (x - x % y) / y is floor(x / y) without a
   -- call: this runs on every decision.
-  if slotted then value, unit, pack = value - 6 * 2 ^ 50 + 2 ^ 48, 2 ^ 48, 2 ^ 18 end
+  local skewed = 0
+  if slotted then
+    if value >= 7 * 2 ^ 50 then value, skewed = value - 2 ^ 50, 8192 end
+    value, unit, pack = value - 6 * 2 ^ 50 + 2 ^ 48, 2 ^ 48, 2 ^ 18
+  end
   local rest = value % unit
   local stamp = (value - rest) / unit
   if slotted then
     value = rest % 2 ^ 36
-    if limit < 2 ^ 18 then slots = (rest - value) / 2 ^ 36 end
+    if limit < 2 ^ 18 then slots = (rest - value) / 2 ^ 36 + skewed end
     rest = value
   end
   local previous = rest % pack
@@ -82,9 +87,7 @@ local function read(key, limit, start, window, strict)
 end
 
 -- The window a caller at `now` is counted in, its two counts, the whole units it could take now, the
--- ms from the previous window's start to the end of the slot of its latest unit (its units are
--- taken as spread evenly over them), and the slots, plus SLOTS^2 when the state is stored in the
--- layout this limit writes (so that INCRBY can take units).
+-- ms the previous window's units are taken as spread over (from its start), and the slots (plus SAME).
 -- The window is now's, or the stored (newer) one when the caller's clock lags behind its start; such a
 -- caller is decided as at that window's start: it weighs the previous window fully, never more than
 -- its whole count, and can take nothing a caller at the start of that window could not.
@@ -96,11 +99,16 @@ local function counted(key, now, limit, window, strict)
     if slotted == (limit < 2 ^ 18) then slots = slots + 4096 end
   elseif s == start - window then
     -- its latest slot is now the previous window's
-    previous, slots = c, math.floor(k / 64)
+    local skewed = k >= 8192 and 8192 or 0
+    k = k - skewed
+    previous, slots = c, (k - k % 64) / 64 + skewed
   end
   if previous == 0 then return start, current, 0, limit - current, window, slots end
-  local spread = (slots % 64 + 1) * window + 64 - 1
-  spread = (spread - spread % 64) / 64
+  local spread = window
+  if slots >= 8192 then
+    spread = (slots % 64 + 1) * window + 63
+    spread = (spread - spread % 64) / 64
+  end
   local weight = now > start and math.max(0, spread - now + start) or spread
   local room = limit * spread - previous * weight - current * spread
   return start, current, previous, (room - room % spread) / spread, spread, slots
@@ -110,7 +118,8 @@ end
 local function encode(limit, start, window, current, previous, slots)
   local stamp = start / window % 4
   if limit < 2 ^ 18 and current < 2 ^ 18 and previous < 2 ^ 18 then
-    return string.format("%d", 6 * 2 ^ 50 + stamp * 2 ^ 48 + slots * 2 ^ 36 + current * 2 ^ 18 + previous)
+    return string.format("%d", (slots >= 8192 and 7 or 6) * 2 ^ 50 + stamp * 2 ^ 48 + slots % 4096 * 2 ^ 36
+      + current * 2 ^ 18 + previous)
   elseif limit < PACK then
     return string.format("%d", (stamp + 1) * STAMP + current * PACK + previous)
   end
@@ -118,12 +127,14 @@ local function encode(limit, start, window, current, previous, slots)
 end
 
 -- Takes `units` more in the window starting at `start`, in now's slot of it (a lagging caller's: the
--- first). The key matters until that window has faded out, a window after it ends. Returns that (the
--- reset) and the window counted in.
+-- first, and its clock marks the state SKEWED). The key matters until that window has faded out, a
+-- window after it ends. Returns that (the reset) and the window counted in.
 local function commit(key, now, units, limit, window, _, start, current, previous, slots)
   local fades = start + 2 * window
   -- slots unknown (a caller that has none): the whole window; and INCRBY only while the count fits
   slots = slots or 4095
+  local skewed = slots >= 8192 and 8192 or 0
+  slots = slots - skewed
   local same = slots >= 4096 and (limit >= 2 ^ 18 or current + units < 2 ^ 18)
   if slots >= 4096 then slots = slots - 4096 end
   local earlier = slots % 64
@@ -133,12 +144,15 @@ local function commit(key, now, units, limit, window, _, start, current, previou
   if current == 0 or (now - start) * 64 >= (latest + 1) * window then
     slot = now > start and math.floor((now - start) * 64 / window) or 0
   end
+  local marks = now < start and skewed == 0 and limit < 2 ^ 18
+  if marks then skewed = 8192 end
   if current > 0 and same then
     -- (without slots, latest is the last slot: nothing moves)
-    redis.call("INCRBY", key, units == 1 and slot == latest and (limit < 2 ^ 18 and "262144" or ONE)
-      or string.format("%d", units * (limit < 2 ^ 18 and 2 ^ 18 or PACK) + (slot - latest) * 64 * 2 ^ 36))
+    redis.call("INCRBY", key, units == 1 and slot == latest and not marks and (limit < 2 ^ 18 and "262144" or ONE)
+      or string.format("%d", units * (limit < 2 ^ 18 and 2 ^ 18 or PACK) + (slot - latest) * 64 * 2 ^ 36
+        + (marks and 2 ^ 50 or 0)))
   else
-    redis.call("SET", key, encode(limit, start, window, current + units, previous, slot * 64 + earlier),
+    redis.call("SET", key, encode(limit, start, window, current + units, previous, slot * 64 + earlier + skewed),
       "PX", string.format("%d", fades - now))
   end
   return fades, start
@@ -159,7 +173,8 @@ algorithms.slidingWindow = function(key, now, cost, limit, window)
       return room, reset_at, math.max(1, start + fade - now)
     end
     -- only the next window can admit it, once this window's count has faded enough over its spread
-    local own = math.floor(((math.floor(slots / SLOTS) % SLOTS + 1) * window + SLOTS - 1) / SLOTS)
+    local own = window
+    if slots >= 8192 then own = math.floor(((math.floor(slots % 4096 / 64) + 1) * window + 63) / 64) end
     local fade = own - math.floor((limit - cost) * own / current)
     return room, reset_at, (start + window - now) + fade
   end
@@ -171,8 +186,8 @@ end
 -- window. Answers one integer, n when admitted and -n - 1 when denied: n = counts * 4 + newer * 2 +
 -- slotted, with current after the cost when admitted and as it stands when denied; newer is 1 when a
 -- lagging caller was counted in the next window. Slotted 1 (limit and counts below SMALL):
--- counts = slots * SLOT + current * SMALL + previous, the slots as read; else
--- counts = current * PACK + previous, and the slots are WHOLE.
+-- counts = (slots * SLOT + current * SMALL + previous) * 2 + skewed, the slots and skewed (1 or 0) as
+-- read; else counts = current * PACK + previous, and not skewed.
 local now = tonumber(ARGV[1], 16)
 local cost = ARGV[2] == "1" and 1 or tonumber(ARGV[2])
 local limit, window = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -186,7 +201,7 @@ if admitted then
 end
 local n
 if limit < SMALL and current < SMALL and previous < SMALL then
-  n = ((slots % (SLOTS * SLOTS)) * SLOT + current * SMALL + previous) * 4 + newer + 1
+  n = (((slots % SAME) * SLOT + current * SMALL + previous) * 2 + (slots >= SKEWED and 1 or 0)) * 4 + newer + 1
 else
   n = (current * PACK + previous) * 4 + newer
 end

@@ -35,8 +35,8 @@ const GRACE = ALGORITHM_CONSTANTS.fixedWindow.GRACE;
 /** The sliding window's packed state holds counts below PACK (lua/algorithms/sliding_window.lua). */
 const PACK = ALGORITHM_CONSTANTS.slidingWindow.PACK;
 /** Below a limit of SMALL, the state also keeps where in each window its latest unit came (SLOTS a
- * window, both windows' in one number under SLOT; WHOLE where unknown: the whole window). */
-const { SMALL, SLOTS, SLOT, WHOLE } = ALGORITHM_CONSTANTS.slidingWindow;
+ * window, both windows' in one number under SLOT), used once callers' clocks have disagreed. */
+const { SMALL, SLOTS, SLOT } = ALGORITHM_CONSTANTS.slidingWindow;
 
 /** What a decision that reserved units for a lease answers. */
 export interface Reservation {
@@ -197,8 +197,8 @@ function slidingWindowOne(limit: number, window: number, options: CallOptions): 
 /**
  * The sliding window's one-rule integer, n when admitted and -n - 1 when denied, with
  * n = counts * 4 + newer * 2 + slotted (lua/algorithms/sliding_window.lua): its counts (current after
- * the cost when admitted) and, slotted, where in each window its latest unit came; and whether a
- * lagging caller was counted in the next window. A cost above the limit (a stored override lowered it) is
+ * the cost when admitted) and, slotted, where in each window its latest unit came and whether callers'
+ * clocks have disagreed; and whether a lagging caller was counted in the next window. A cost above the limit (a stored override lowered it) is
  * never admitted.
  */
 function slidingWindowOutcome(
@@ -213,9 +213,12 @@ function slidingWindowOutcome(
   const slotted = n % 2;
   const newer = Math.floor(n / 2) % 2;
   let counts = Math.floor(n / 4);
-  let slots: number = WHOLE;
+  let skewed = 0;
+  let slots = 0;
   let current: number;
   if (slotted === 1) {
+    skewed = counts % 2;
+    counts = (counts - skewed) / 2;
     slots = Math.floor(counts / SLOT);
     counts -= slots * SLOT;
     current = Math.floor(counts / SMALL);
@@ -223,11 +226,11 @@ function slidingWindowOutcome(
     current = Math.floor(counts / PACK);
   }
   const previous = counts - current * (slotted === 1 ? SMALL : PACK);
-  const latest = Math.floor(slots / SLOTS);
-  const earlier = slots % SLOTS;
+  // once callers' clocks disagreed, each window's units spread up to the slot of its latest one
+  const spreadOf = (slot: number) => (skewed === 1 ? slotSpan(slot, window) : window);
   const start = now - (now % window) + newer * window;
   const elapsed = Math.max(0, now - start);
-  const spread = slotSpan(earlier, window);
+  const spread = spreadOf(slots % SLOTS);
   const weight = Math.max(0, spread - elapsed);
   const room = Math.floor((limit * spread - previous * weight - current * spread) / spread);
   if (allowed) return { allowed, limit, remaining: room, resetAt: start + 2 * window, retryAfter: 0 };
@@ -240,7 +243,7 @@ function slidingWindowOutcome(
     const fade = spread - Math.floor(((limit - current - cost) * spread) / previous);
     retryAfter = Math.max(1, start + fade - now);
   } else {
-    const own = slotSpan(latest, window);
+    const own = spreadOf(Math.floor(slots / SLOTS));
     const fade = own - Math.floor(((limit - cost) * own) / current);
     retryAfter = start + window - now + fade;
   }

@@ -167,22 +167,38 @@ async function runSteps(rule: RuleConfig, steps: Step[]) {
 describe("a caller whose clock lags", () => {
   it("slidingWindow: is decided at the newest window's start, and moves nothing back", async () => {
     const steps: Step[] = [
-      ["ahead", 10_200, 10, true, 0, 0], // the window [10 s, 20 s), in its second 64th
-      // 500 ms behind, in [0, 10 s): counted in the newer window from its start, full; the 10 fade
-      // over that window's first 313 ms (2 × 10,000/64), 9 must: 313 − 281 = 32 ms into [20 s, 30 s)
-      ["behind", 9_700, 1, false, 0, 10_332],
-      ["ahead", 20_200, 1, true, 5, 0], // 10 × 113/313 = 3.6 used: 6 left before this one
-      // behind, in [10 s, 20 s): weighs [10 s, 20 s) fully from [20 s, 30 s)'s start: 10 + 1 used
-      ["behind", 19_700, 1, false, 0, 363],
-      ["behind", 20_062, 1, false, 0, 1], // 10 × 251/313 + 1 + 1 > 10
+      ["ahead", 10_200, 5, true, 5, 0], // the window [10 s, 20 s), in its second 64th
+      // 500 ms behind, in [0, 10 s): counted in the newer window, from its start. Admitted, it marks
+      // the state: clocks disagree, so each window's units spread up to the 64th of its latest
+      ["behind", 9_700, 1, true, 4, 0],
+      // 6 + 5 > 10: the next window, once 6 × (1 − e/313) + 5 <= 10 (313 = 2 × 10,000/64): e = 53
+      ["behind", 9_800, 5, false, 4, 10_253],
+      ["ahead", 10_300, 4, true, 0, 0],
+      // 10 × 213/313 = 6.8 used (clocks that always agreed: 10 × 9,900/10,000, and 0 left, below)
+      ["ahead", 20_100, 1, true, 2, 0],
+      // behind, in [10 s, 20 s): weighs it fully from [20 s, 30 s)'s start: 10 + 1 used; it fades to
+      // 8 by 63 ms into [20 s, 30 s)
+      ["behind", 19_800, 1, false, 0, 263],
       ["behind", 20_063, 1, true, 0, 0], // 10 × 250/313 + 1 + 1 <= 10
+      ["ahead", 20_300, 1, true, 6, 0], // 10 × 13/313 + 3 = 3.4 used
     ];
     const { got, stored } = await runSteps(slidingWindow({ limit: 10, window: "10s" }), steps);
     expect(got).toEqual(steps);
-    // its denials wrote nothing: the state is the one the caller ahead stored
-    expect(stored[1]).toBe(stored[0]);
-    expect(stored[3]).toBe(stored[2]);
-    expect(stored[4]).toBe(stored[2]);
+    // its denials wrote nothing: the state is the one stored before
+    expect(stored[2]).toBe(stored[1]);
+    expect(stored[5]).toBe(stored[4]);
+  });
+
+  it("slidingWindow: with clocks that agree, spreads each window's units over the whole window", async () => {
+    const steps: Step[] = [
+      ["ahead", 10_200, 10, true, 0, 0],
+      ["behind", 9_700, 1, false, 0, 11_300], // denied: it marks nothing
+      // 10 × 9,900/10,000 used: one more once 10 × (1 − e/10,000) + 1 <= 10, e = 1,000
+      ["ahead", 20_100, 1, false, 0, 900],
+      ["ahead", 21_000, 1, true, 0, 0],
+    ];
+    const { got } = await runSteps(slidingWindow({ limit: 10, window: "10s" }), steps);
+    expect(got).toEqual(steps);
   });
 
   it("slidingLog: stamps its entries no earlier than the newest, and cannot expire one early", async () => {
@@ -237,7 +253,7 @@ describe("a caller whose clock lags", () => {
 });
 
 describe("slidingWindow: a state stored before slots (a deploy mid-window)", () => {
-  it("reads as it did: its units spread over the whole window", async () => {
+  it("reads as it did, as clocks that agreed so far", async () => {
     const redis = bridgeRedis();
     const clock = manualClock();
     const limiter = new Limiter({
