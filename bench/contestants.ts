@@ -3,6 +3,9 @@ import { Ratelimit } from "@upstash/ratelimit";
 import type { Redis } from "@upstash/redis";
 import type { RuleConfig } from "../src/index.js";
 import { edgelimit } from "./load.js";
+import { bucketOf, type Policy } from "./scenarios.js";
+
+export { bucketOf, type Policy };
 
 const { fixedWindow, gcra, Limiter, slidingLog, slidingWindow, tokenBucket } = edgelimit;
 
@@ -28,21 +31,6 @@ export const ALL: Entry[] = [
 
 export const labelOf = (e: Entry) =>
   `${e.lib === "edgelimit" ? "edgelimit" : "@upstash/ratelimit"} ${e.algo}${(e.rules ?? 1) > 1 ? ` ×${e.rules} rules` : ""}${e.lease ? ` + lease (max ${e.lease.max}, ttl ${e.lease.ttl})` : ""}`;
-
-/** `limit` units per `window` ms. Buckets: capacity `limit`, refilled in tenths of the window when it divides. */
-export interface Policy {
-  limit: number;
-  window: number;
-}
-
-export function bucketOf(p: Policy): { capacity: number; refillRate: number; interval: number } {
-  const tenths = p.limit % 10 === 0 && p.window % 10 === 0;
-  return {
-    capacity: p.limit,
-    refillRate: tenths ? p.limit / 10 : p.limit,
-    interval: tenths ? p.window / 10 : p.window,
-  };
-}
 
 function ours(algo: Algo, p: Policy): RuleConfig {
   const b = bucketOf(p);

@@ -32,17 +32,17 @@ if n == 1 then
   if not check then error("edgelimit: unknown algorithm " .. tostring(A[3])) end
   -- the windows' unused third parameter is 0: not worth a tonumber()
   local p1, p2, p3 = tonumber(A[4]), tonumber(A[5]), A[6] == "0" and 0 or tonumber(A[6])
-  local room, reset_at, retry_after, commit, s1, s2, s3 = check(K[1], now, cost, p1, p2, p3)
+  local room, reset_at, retry_after, commit, s1, s2, s3, s4 = check(K[1], now, cost, p1, p2, p3)
   if not reserve then
     if cost > room then return { 0, math.max(0, room), reset_at, retry_after } end
     if peek then return { 1, room, reset_at, 0 } end
-    return { 1, room - cost, commit(K[1], now, cost, p1, p2, p3, s1, s2, s3), 0 }
+    return { 1, room - cost, commit(K[1], now, cost, p1, p2, p3, s1, s2, s3, s4), 0 }
   end
   if cost > room then return { 0, math.max(0, room), reset_at, retry_after, 0, 0 } end
   if peek then return { 1, room, reset_at, 0, 0, 0 } end
   local reserved = math.min(reserve, math.floor((room - cost) / 2))
   local units = cost + reserved
-  local ends, counted_in = commit(K[1], now, units, p1, p2, p3, s1, s2, s3)
+  local ends, counted_in = commit(K[1], now, units, p1, p2, p3, s1, s2, s3, s4)
   return { 1, room - units, ends, 0, reserved, counted_in }
 end
 
@@ -53,10 +53,10 @@ for i = 1, n do
   local p1, p2, p3 = tonumber(A[at + 1]), tonumber(A[at + 2]), tonumber(A[at + 3])
   local check = algorithms[A[at]]
   if not check then error("edgelimit: unknown algorithm " .. tostring(A[at])) end
-  local room, reset_at, retry_after, commit, s1, s2, s3 = check(K[i], now, cost, p1, p2, p3)
+  local room, reset_at, retry_after, commit, s1, s2, s3, s4 = check(K[i], now, cost, p1, p2, p3)
   rules[i] = {
     room = room, reset_at = reset_at, retry_after = retry_after,
-    commit = commit, args = { p1, p2, p3, s1, s2, s3 },
+    commit = commit, args = { p1, p2, p3, s1, s2, s3, s4 },
   }
   admitted = admitted and cost <= room
   if admitted then reserved = math.min(reserved, math.floor((room - cost) / 2)) end
@@ -69,7 +69,7 @@ for i, rule in ipairs(rules) do
   local n = 4 * (i - 1)
   if take then
     out[n + 1], out[n + 2], out[n + 4] = 1, rule.room - units, 0
-    out[n + 3], counted_in[i] = rule.commit(K[i], now, units, unpack(rule.args, 1, 6))
+    out[n + 3], counted_in[i] = rule.commit(K[i], now, units, unpack(rule.args, 1, 7))
   else
     local admits = cost <= rule.room
     out[n + 1] = admits and 1 or 0

@@ -22,7 +22,7 @@
 --     reset_at     epoch ms when the rule is back to its full limit, as the state stands
 --     retry_after  when cost > room: ms until `cost` units could be taken (NEVER if never); else 0
 --     commit, ...  how to take units: the dispatcher calls commit(key, now, units, p1, p2, p3, ...)
---                  with the values that follow it (the algorithm's own)
+--                  with the values that follow it (the algorithm's own, at most four)
 --
 --   commit(...) writes the state for `units` more taken (0 < units <= room) and returns the new
 --     reset_at and the start of the window the units were counted in (0 for gcra; a sliding log's:

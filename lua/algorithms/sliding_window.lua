@@ -1,89 +1,158 @@
 -- Sliding window (estimate): at most `limit` units in any `window` ms, estimated from two counters,
 -- the current aligned window and the previous one. O(1) memory.
 --
---   estimate(t) = previous * (window - elapsed) / window + current,   elapsed = t - current window start
+--   estimate(t) = previous * max(0, spread - elapsed) / spread + current,
+--   elapsed = t - current window start, spread = window
 --
 -- It assumes the previous window's traffic was spread evenly. That is exact for even traffic; in the
 -- worst case (the whole previous window's traffic at its very end) a window of `window` ms that
--- straddles the boundary can hold up to 2*limit - 1 units. All comparisons are multiplied
--- through by `window`, so they are integer arithmetic.
+-- straddles the boundary can hold up to 2*limit - 1 units. All comparisons are multiplied through by
+-- `spread`, so they are integer arithmetic.
 --
--- State, when limit < PACK (the usual case): one integer, stamp * STAMP + current * PACK + previous,
--- stamp = (window index mod 4) + 1, so a later unit in the same window is one INCRBY and nothing is
--- formatted or matched. The key lives until its window has faded out, a window after it ends, so a
--- stored stamp is this window's, the previous one's, or (a lagging caller) the next one's; mod 4 keeps
--- the one before the previous apart from the next (clocks must agree within a window). A larger limit
--- keeps the text state "<current start>:<current>:<previous>".
+-- Clock skew. A caller whose clock lags into the window before the stored one is decided at the stored
+-- window's start (the previous window weighed fully) and counted in it: it takes nothing a caller at
+-- that start could not, and the stored window never moves back. Once such a caller was admitted, the
+-- state knows that clocks disagree: then spread is the ms from the previous window's start to the end
+-- of the slot (one of SLOTS equal parts of the window) where its latest unit came, as the state keeps
+-- it (below a limit of SMALL). Clocks ahead of the true time move a burst that straddles a boundary to
+-- a window's start; spread over the whole window, it would weigh on nearly all of the next one.
+--
+-- State, when limit < PACK (the usual case): one integer (below SMALL, with slots: see #state),
+-- stamp * STAMP + current * PACK + previous, stamp = (window index mod 4) + 1, so a later unit in the
+-- same window is one INCRBY and nothing is formatted or matched. The key lives until its window has
+-- faded out, a window after it ends, so a stored stamp is this window's, the previous one's, or (a
+-- lagging caller) the next one's; mod 4 keeps the one before the previous apart from the next (clocks
+-- must agree within a window). A larger limit keeps the text state
+-- "<current start>:<current>:<previous>" (no slots). A state stored without slots reads as clocks
+-- that agreed so far.
 -- Commands: GET, then INCRBY on commit (SET PX when a window starts; always SET PX for the text state).
 --
--- This file is the algorithm's one source; scripts/build-lua.mjs cuts it at its `-- #` lines:
--- state (shared by every path), check (the limiter script), one-rule (a script of its own), refund.
-
 -- #state
 local PACK = 2 ^ 25
 local STAMP = 2 ^ 50
--- one unit in the packed state, as INCRBY takes it
+-- one unit in the packed state, as INCRBY takes it (slotted, in the same slot: "262144", 2^18)
 local ONE = "33554432"
+-- Below a limit of SMALL, the packed state also keeps where in each window its latest unit came: the
+-- slot, one of SLOTS equal parts of the window. value = base + (window index mod 4) * 2^48
+-- + slots * SLOT + current * SMALL + previous, slots = latest slot of this window * SLOTS + latest
+-- slot of the previous one, base = 6 * 2^50 while clocks agreed, 7 * 2^50 once they did not (SKEWED
+-- in the slots passed around; SAME: stored in the layout this limit writes, so INCRBY can take units).
+-- Values without slots are below 5 * 2^50.
+local SMALL = 2 ^ 18
+local SLOTS = 64
+local SLOT = 2 ^ 36
+local WHOLE = 4095
+local SAME = 4096
+local SKEWED = 8192
+-- The functions below write these out (2 ^ 18, 64, 2 ^ 36, 4095, 4096, 8192, 6 * 2 ^ 50): each local
+-- a function captures costs an allocation on every run of the script.
 
 -- The stored state as seen from the window starting at `start`: the stored window's start (start,
--- start + window or start - window for the packed state), its count and its previous window's
--- count; nil when there is none this version wrote. `strict`: only what INCRBY takes is a packed state
--- (the limiter script's commit must not fail midway, after other rules were written; alone, a rule's
--- INCRBY failing fails only its own call).
+-- start + window or start - window for the packed state), its count, its previous window's count,
+-- its slots (WHOLE where unknown, and at a limit of SMALL or more, which does not use them; plus
+-- SKEWED), and whether it keeps slots. Nil when there is none this version wrote. `strict`: only what
+-- INCRBY takes is a packed state (the limiter script's commit must not fail midway, after other rules
+-- were written; alone, a rule's INCRBY failing fails only its own call).
 local function read(key, limit, start, window, strict)
   local stored = redis.call("GET", key)
   if not stored then return nil end
-  if limit < PACK then
-    local value = tonumber(stored)
-    if not value or (strict and string.format("%d", value) ~= stored) then return nil end
-    local stamp = math.floor(value / STAMP)
-    local counts = value - stamp * STAMP
-    local current = math.floor(counts / PACK)
-    local previous = counts - current * PACK
-    local index = start / window
-    if stamp == index % 4 + 1 then return start, current, previous end
-    if stamp == (index + 1) % 4 + 1 then return start + window, current, previous end
-    if stamp == (index + 3) % 4 + 1 then return start - window, current, previous end
+  if limit >= PACK then
+    local s, c, p = string.match(stored, "^(%-?%d+):(%d+):(%d+)$")
+    -- (no fifth value: a text state is in no packed layout)
+    if s then return tonumber(s), tonumber(c), tonumber(p), 4095 end
     return nil
   end
-  local s, c, p = string.match(stored, "^(%-?%d+):(%d+):(%d+)$")
-  if s then return tonumber(s), tonumber(c), tonumber(p) end
+  local value = tonumber(stored)
+  if not value or (strict and string.format("%d", value) ~= stored) then return nil end
+  local unit, pack, slots, slotted = STAMP, PACK, 4095, value >= 6 * 2 ^ 50
+  -- slotted: its stamp read as 1..4 too, in units of 2^48. (x - x % y) / y is floor(x / y) without a
+  -- call: this runs on every decision.
+  local skewed = 0
+  if slotted then
+    if value >= 7 * 2 ^ 50 then value, skewed = value - 2 ^ 50, 8192 end
+    value, unit, pack = value - 6 * 2 ^ 50 + 2 ^ 48, 2 ^ 48, 2 ^ 18
+  end
+  local rest = value % unit
+  local stamp = (value - rest) / unit
+  if slotted then
+    value = rest % 2 ^ 36
+    if limit < 2 ^ 18 then slots = (rest - value) / 2 ^ 36 + skewed end
+    rest = value
+  end
+  local previous = rest % pack
+  -- the stored window: this one (0), the next (1) or the previous (3); 2 is neither
+  local at = (stamp - 1 - start / window) % 4
+  if at == 2 then return nil end
+  return start + (at == 3 and -1 or at) * window, (rest - previous) / pack, previous, slots, slotted
 end
 
--- The window a caller at `now` is counted in, its two counts, and the whole units it could take now.
+-- The window a caller at `now` is counted in, its two counts, the whole units it could take now, the
+-- ms the previous window's units are taken as spread over (from its start), and the slots (plus SAME).
 -- The window is now's, or the stored (newer) one when the caller's clock lags behind its start; such a
--- caller weighs the previous window fully, as at the start: never more than its whole count.
+-- caller is decided as at that window's start: it weighs the previous window fully, never more than
+-- its whole count, and can take nothing a caller at the start of that window could not.
 local function counted(key, now, limit, window, strict)
-  local start, current, previous = now - now % window, 0, 0
-  local s, c, p = read(key, limit, start, window, strict)
-  if s then
-    if s >= start then
-      start, current, previous = s, c, p
-    elseif s == start - window then
-      previous = c
-    end
+  local start, current, previous, slots = now - now % window, 0, 0, 0
+  local s, c, p, k, slotted = read(key, limit, start, window, strict)
+  if s and s >= start then
+    start, current, previous, slots = s, c, p, k
+    if slotted == (limit < 2 ^ 18) then slots = slots + 4096 end
+  elseif s == start - window then
+    -- its latest slot is now the previous window's
+    local skewed = k >= 8192 and 8192 or 0
+    k = k - skewed
+    previous, slots = c, (k - k % 64) / 64 + skewed
   end
-  local elapsed = now > start and now - start or 0
-  local room = math.floor((limit * window - previous * (window - elapsed) - current * window) / window)
-  return start, current, previous, room
+  if previous == 0 then return start, current, 0, limit - current, window, slots end
+  local spread = window
+  if slots >= 8192 then
+    spread = (slots % 64 + 1) * window + 63
+    spread = (spread - spread % 64) / 64
+  end
+  local weight = now > start and math.max(0, spread - now + start) or spread
+  local room = limit * spread - previous * weight - current * spread
+  return start, current, previous, (room - room % spread) / spread, spread, slots
 end
 
 -- The state as stored for the window starting at `start`.
-local function encode(limit, start, window, current, previous)
-  if limit < PACK then
-    return string.format("%d", (start / window % 4 + 1) * STAMP + current * PACK + previous)
+local function encode(limit, start, window, current, previous, slots)
+  local stamp = start / window % 4
+  if limit < 2 ^ 18 and current < 2 ^ 18 and previous < 2 ^ 18 then
+    return string.format("%d", (slots >= 8192 and 7 or 6) * 2 ^ 50 + stamp * 2 ^ 48 + slots % 4096 * 2 ^ 36
+      + current * 2 ^ 18 + previous)
+  elseif limit < PACK then
+    return string.format("%d", (stamp + 1) * STAMP + current * PACK + previous)
   end
   return string.format("%d:%d:%d", start, current, previous)
 end
 
--- Takes `units` more in the window starting at `start`. The key matters until that window has faded
--- out, a window after it ends. Returns that (the reset) and the window counted in.
-local function commit(key, now, units, limit, window, _, start, current, previous)
+-- Takes `units` more in the window starting at `start`, in now's slot of it (a lagging caller's: the
+-- first, and its clock marks the state SKEWED). The key matters until that window has faded out, a
+-- window after it ends. Returns that (the reset) and the window counted in.
+local function commit(key, now, units, limit, window, _, start, current, previous, slots)
   local fades = start + 2 * window
-  if limit < PACK and current > 0 then
-    redis.call("INCRBY", key, units == 1 and ONE or string.format("%d", units * PACK))
+  -- slots unknown (a caller that has none): the whole window; and INCRBY only while the count fits
+  slots = slots or 4095
+  local skewed = slots >= 8192 and 8192 or 0
+  slots = slots - skewed
+  local same = slots >= 4096 and (limit >= 2 ^ 18 or current + units < 2 ^ 18)
+  if slots >= 4096 then slots = slots - 4096 end
+  local earlier = slots % 64
+  local latest = (slots - earlier) / 64
+  -- whether now lies past the latest slot (a lagging caller's never does): its slot computed only then
+  local slot = latest
+  if current == 0 or (now - start) * 64 >= (latest + 1) * window then
+    slot = now > start and math.floor((now - start) * 64 / window) or 0
+  end
+  local marks = now < start and skewed == 0 and limit < 2 ^ 18
+  if marks then skewed = 8192 end
+  if current > 0 and same then
+    -- (without slots, latest is the last slot: nothing moves)
+    redis.call("INCRBY", key, units == 1 and slot == latest and not marks and (limit < 2 ^ 18 and "262144" or ONE)
+      or string.format("%d", units * (limit < 2 ^ 18 and 2 ^ 18 or PACK) + (slot - latest) * 64 * 2 ^ 36
+        + (marks and 2 ^ 50 or 0)))
   else
-    redis.call("SET", key, encode(limit, start, window, current + units, previous),
+    redis.call("SET", key, encode(limit, start, window, current + units, previous, slot * 64 + earlier + skewed),
       "PX", string.format("%d", fades - now))
   end
   return fades, start
@@ -91,47 +160,59 @@ end
 
 -- #check
 algorithms.slidingWindow = function(key, now, cost, limit, window)
-  local start, current, previous, room = counted(key, now, limit, window, true)
+  local start, current, previous, room, spread, slots = counted(key, now, limit, window, true)
   -- back to the full limit once every counted unit has faded out
   local reset_at = current > 0 and start + 2 * window or previous > 0 and start + window or now
   if cost > limit then return room, reset_at, NEVER end
   if cost > room then
     if current + cost <= limit then
-      -- the previous window's weight has to fade: smallest e with previous*(window-e) <= room left,
+      -- the previous window's weight has to fade: smallest e with previous*(spread-e) <= room left,
       -- reached at start + e (counted from now, not from the clamped elapsed: a lagging caller waits
       -- for its lag as well)
-      local fade = window - math.floor((limit - current - cost) * window / previous)
+      local fade = spread - math.floor((limit - current - cost) * spread / previous)
       return room, reset_at, math.max(1, start + fade - now)
     end
-    -- only the next window can admit it, once this window's count has faded enough
-    local fade = window - math.floor((limit - cost) * window / current)
+    -- only the next window can admit it, once this window's count has faded enough over its spread
+    local own = window
+    if slots >= 8192 then own = math.floor(((math.floor(slots % 4096 / 64) + 1) * window + 63) / 64) end
+    local fade = own - math.floor((limit - cost) * own / current)
     return room, reset_at, (start + window - now) + fade
   end
-  return room, reset_at, 0, commit, start, current, previous
+  return room, reset_at, 0, commit, start, current, previous, slots
 end
 
 -- #one-rule
 -- One rule, cost 1..limit, limit below PACK, no reservation. ARGV: now (hexadecimal), cost, limit,
--- window. Answers one integer: ((current * PACK + previous) * 2 + newer), current after the cost, when
--- admitted; -((current * PACK + previous) * 2 + newer) - 1, the counts as they stand, when denied;
--- newer is 1 when a lagging caller was counted in the next window.
+-- window. Answers one integer, n when admitted and -n - 1 when denied: n = counts * 4 + newer * 2 +
+-- slotted, with current after the cost when admitted and as it stands when denied; newer is 1 when a
+-- lagging caller was counted in the next window. Slotted 1 (limit and counts below SMALL):
+-- counts = (slots * SLOT + current * SMALL + previous) * 2 + skewed, the slots and skewed (1 or 0) as
+-- read; else counts = current * PACK + previous, and not skewed.
 local now = tonumber(ARGV[1], 16)
 local cost = ARGV[2] == "1" and 1 or tonumber(ARGV[2])
 local limit, window = tonumber(ARGV[3]), tonumber(ARGV[4])
 local key = KEYS[1]
-local start, current, previous, room = counted(key, now, limit, window, false)
-local newer = start > now and 1 or 0
-if cost > room then
-  return -((current * PACK + previous) * 2 + newer) - 1
+local start, current, previous, room, _, slots = counted(key, now, limit, window, false)
+local newer = start > now and 2 or 0
+local admitted = cost <= room
+if admitted then
+  commit(key, now, cost, limit, window, 0, start, current, previous, slots)
+  current = current + cost
 end
-commit(key, now, cost, limit, window, 0, start, current, previous)
-return ((current + cost) * PACK + previous) * 2 + newer
+local n
+if limit < SMALL and current < SMALL and previous < SMALL then
+  n = (((slots % SAME) * SLOT + current * SMALL + previous) * 2 + (slots >= SKEWED and 1 or 0)) * 4 + newer + 1
+else
+  n = (current * PACK + previous) * 4 + newer
+end
+if admitted then return n end
+return -n - 1
 
 -- #refund
 -- Back to the window the units were counted in (starting at `start`), or to the previous count once
 -- that window has become the previous one. The key keeps its expiry.
 refund.slidingWindow = function(key, _, units, limit, window, _, start)
-  local s, current, previous = read(key, limit, start, window, true)
+  local s, current, previous, slots = read(key, limit, start, window, true)
   if s == start then
     current = math.max(0, current - units)
   elseif s == start + window then
@@ -139,7 +220,7 @@ refund.slidingWindow = function(key, _, units, limit, window, _, start)
   else
     return false
   end
-  redis.call("SET", key, encode(limit, s, window, current, previous), "KEEPTTL")
+  redis.call("SET", key, encode(limit, s, window, current, previous, slots), "KEEPTTL")
   return true
 end
 
@@ -150,11 +231,11 @@ end
 -- weighs on this window and fades through the next), up to twice the limit (and below PACK).
 settle.slidingWindow = function(key, now, cost, actual, limit, window, _, start)
   if actual < cost then return refund.slidingWindow(key, now, cost - actual, limit, window, 0, start) end
-  local s, current, previous = counted(key, now, limit, window, true)
+  local s, current, previous, _, _, slots = counted(key, now, limit, window, true)
   local cap = 2 * limit
   if limit < PACK then cap = math.min(cap, PACK - 1) end
   local units = math.min(actual - cost, cap - current)
   if units <= 0 then return false end
-  commit(key, now, units, limit, window, 0, s, current, previous)
+  commit(key, now, units, limit, window, 0, s, current, previous, slots)
   return true
 end

@@ -36,6 +36,9 @@ import type { Decision, RuleResult } from "./types.js";
 const GRACE = ALGORITHM_CONSTANTS.fixedWindow.GRACE;
 /** The sliding window's packed state holds counts below PACK (lua/algorithms/sliding_window.lua). */
 const PACK = ALGORITHM_CONSTANTS.slidingWindow.PACK;
+/** Below a limit of SMALL, the state also keeps where in each window its latest unit came (SLOTS a
+ * window, both windows' in one number under SLOT), used once callers' clocks have disagreed. */
+const { SMALL, SLOTS, SLOT } = ALGORITHM_CONSTANTS.slidingWindow;
 
 /** What a decision that reserved units for a lease answers. */
 export interface Reservation {
@@ -84,8 +87,9 @@ function oneRuleStart(rule: Rule, result: number, now: number): number {
   if (!("window" in rule)) return 0;
   const start = now - (now % rule.window);
   if (rule.algorithm !== "slidingWindow") return start;
-  const packed = result >= 0 ? result : -result - 1;
-  return start + (packed % 2) * rule.window;
+  // n = counts * 4 + newer * 2 + slotted (slidingWindowOutcome)
+  const n = result >= 0 ? result : -result - 1;
+  return start + (Math.floor(n / 2) % 2) * rule.window;
 }
 
 /** How each call goes to Redis: its timeout, batching and breaker. */
@@ -236,8 +240,11 @@ function slidingWindowOne(limit: number, window: number, options: CallOptions): 
 }
 
 /**
- * The sliding window's one-rule integer: ((current * PACK + previous) * 2 + newer), current after the
- * cost when admitted. A cost above the limit (a stored override lowered it) is never admitted.
+ * The sliding window's one-rule integer, n when admitted and -n - 1 when denied, with
+ * n = counts * 4 + newer * 2 + slotted (lua/algorithms/sliding_window.lua): its counts (current after
+ * the cost when admitted) and, slotted, where in each window its latest unit came and whether callers'
+ * clocks have disagreed; and whether a lagging caller was counted in the next window. A cost above the limit (a stored override lowered it) is
+ * never admitted.
  */
 function slidingWindowOutcome(
   limit: number,
@@ -247,14 +254,30 @@ function slidingWindowOutcome(
   now: number,
 ): RuleResult {
   const allowed = result >= 0;
-  const packed = allowed ? result : -result - 1;
-  const newer = packed % 2;
-  const counts = (packed - newer) / 2;
-  const current = Math.floor(counts / PACK);
-  const previous = counts - current * PACK;
+  const n = allowed ? result : -result - 1;
+  const slotted = n % 2;
+  const newer = Math.floor(n / 2) % 2;
+  let counts = Math.floor(n / 4);
+  let skewed = 0;
+  let slots = 0;
+  let current: number;
+  if (slotted === 1) {
+    skewed = counts % 2;
+    counts = (counts - skewed) / 2;
+    slots = Math.floor(counts / SLOT);
+    counts -= slots * SLOT;
+    current = Math.floor(counts / SMALL);
+  } else {
+    current = Math.floor(counts / PACK);
+  }
+  const previous = counts - current * (slotted === 1 ? SMALL : PACK);
+  // once callers' clocks disagreed, each window's units spread up to the slot of its latest one
+  const spreadOf = (slot: number) => (skewed === 1 ? slotSpan(slot, window) : window);
   const start = now - (now % window) + newer * window;
   const elapsed = Math.max(0, now - start);
-  const room = Math.floor((limit * window - previous * (window - elapsed) - current * window) / window);
+  const spread = spreadOf(slots % SLOTS);
+  const weight = Math.max(0, spread - elapsed);
+  const room = Math.floor((limit * spread - previous * weight - current * spread) / spread);
   if (allowed) return { allowed, limit, remaining: room, resetAt: start + 2 * window, retryAfter: 0 };
   const resetAt = current > 0 ? start + 2 * window : previous > 0 ? start + window : now;
   let retryAfter: number;
@@ -262,13 +285,19 @@ function slidingWindowOutcome(
     retryAfter = Number.POSITIVE_INFINITY;
   } else if (current + cost <= limit) {
     // the previous window's weight has to fade (see the check in lua/algorithms/sliding_window.lua)
-    const fade = window - Math.floor(((limit - current - cost) * window) / previous);
+    const fade = spread - Math.floor(((limit - current - cost) * spread) / previous);
     retryAfter = Math.max(1, start + fade - now);
   } else {
-    const fade = window - Math.floor(((limit - cost) * window) / current);
+    const own = spreadOf(Math.floor(slots / SLOTS));
+    const fade = own - Math.floor(((limit - cost) * own) / current);
     retryAfter = start + window - now + fade;
   }
   return { allowed, limit, remaining: Math.max(0, room), resetAt, retryAfter };
+}
+
+/** Ms from a window's start to the end of `slot`, one of SLOTS equal parts (rounded up). */
+function slotSpan(slot: number, window: number): number {
+  return Math.floor(((slot + 1) * window + SLOTS - 1) / SLOTS);
 }
 
 /** The one-rule script of `rule`, when its algorithm has one that fits it. */

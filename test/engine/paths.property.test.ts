@@ -138,9 +138,49 @@ function meaning(rule: Rule, stored: unknown, now: number): unknown {
       const old = (a! - now) * l + b!;
       return old > 0 ? Math.min(Math.ceil(old / p!), burst) * period : 0;
     }
+    case "slidingWindow":
+      return slidingMeaning(rule.window, stored);
     default:
       return String(stored);
   }
+}
+
+/**
+ * A sliding window's state as its window (index mod 4), two counts and, once callers' clocks disagreed,
+ * its slots (lua/algorithms/sliding_window.lua's layouts): a settle that gives every unit back leaves a
+ * state of no units, which means what no state means, and the slots of a state whose clocks agreed are
+ * never read.
+ */
+function slidingMeaning(window: number, stored: unknown): string {
+  if (stored === null || stored === undefined) return "none";
+  const text = String(stored);
+  let stamp: number;
+  let current: number;
+  let previous: number;
+  let slots = "";
+  const parts = text.split(":");
+  if (parts.length === 3) {
+    const [s, c, p] = parts.map(Number) as [number, number, number];
+    [stamp, current, previous] = [(((s / window) % 4) + 4) % 4, c, p];
+  } else {
+    const value = Number(text);
+    if (value >= 6 * 2 ** 50) {
+      const skewed = value >= 7 * 2 ** 50;
+      const rest = value - (skewed ? 7 : 6) * 2 ** 50;
+      stamp = Math.floor(rest / 2 ** 48);
+      const low = rest % 2 ** 48;
+      if (skewed) slots = `:${Math.floor(low / 2 ** 36)}`;
+      current = Math.floor((low % 2 ** 36) / 2 ** 18);
+      previous = low % 2 ** 18;
+    } else {
+      stamp = Math.floor(value / 2 ** 50) - 1;
+      const low = value % 2 ** 50;
+      current = Math.floor(low / 2 ** 25);
+      previous = low % 2 ** 25;
+    }
+  }
+  if (current === 0 && previous === 0 && slots === "") return "none";
+  return `${stamp}:${current}:${previous}${slots}`;
 }
 
 /** GCRA's TAT (epoch ms, rounded down) as stored, or undefined. */
@@ -186,8 +226,11 @@ describe("the one-rule, general and leased paths", () => {
           const unit = scale(rule);
           let now = T0 + Math.floor((unit * offset) / 1000);
           let owed: { units: number; windowStarts: readonly number[] } | undefined;
+          let latest = now;
           for (const [at, step] of history.entries()) {
             now = Math.max(0, now + Math.round((step.move * unit) / 1000));
+            const lagging = now < latest;
+            latest = Math.max(latest, now);
             if (rule.algorithm === "gcra" || rule.algorithm === "tokenBucket") {
               // Redis expires a state at its TAT by its own clock: keep the calls clear of a TAT just
               // ahead, whose key could expire between two paths' calls
@@ -226,7 +269,11 @@ describe("the one-rule, general and leased paths", () => {
             if (c.reserved > 0) delete expected.resetAt;
             expect({ ...context, ...asIfUnreserved }).toEqual({ ...context, ...expected });
             // the settled path: an estimate that the cost fits under, settled at once at the cost
-            const estimate = a.allowed ? Math.max(0, step.cost + step.estimateOff) : step.cost;
+            // (a sliding window admitting a lagging caller remembers that clocks disagreed, and a settle
+            // gives back units, not that fact: a peek's estimate is then left out, as the others store nothing)
+            const peekLagging = rule.algorithm === "slidingWindow" && step.cost === 0 && lagging;
+            const estimate =
+              a.allowed && !peekLagging ? Math.max(0, step.cost + step.estimateOff) : step.cost;
             let d = await scripts.decide(settled, estimate, now);
             if (d instanceof Error) throw d;
             if (d.allowed && estimate !== step.cost) {
