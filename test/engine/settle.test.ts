@@ -459,6 +459,42 @@ describe("plans and overrides", () => {
     const after = await limiter.limit("a", { cost: 0 });
     expect([after.rules.r!.remaining, after.rules.g!.remaining]).toEqual([25, 25]);
   });
+
+  it("a custom override with a plan's window settles in that window's key", async () => {
+    const { limiter, clock } = limiterOf(rules, { plans, overrides: true });
+    clock.set(T0 + 30 * MINUTE);
+    // the pro plan's rules (its hour-long window), with limits of the identifier's own
+    await limiter.overrides.set("a", {
+      plan: "pro",
+      rules: { r: { limit: 40 }, g: { limit: 40, burst: 40 } },
+    });
+    const d = await limiter.limit("a", { cost: 30 });
+    expect(d.plan).toBe("custom");
+    // the hour's count is kept in the pro plan's key for that window
+    const key = limiter.keys("a", clock.now, "pro")[0]!;
+    expect(await client().get(key)).toBe(30);
+    await limiter.settle(d, 12);
+    expect(await client().get(key)).toBe(12);
+    const after = await limiter.limit("a", { cost: 0 });
+    expect([after.rules.r!.remaining, after.rules.g!.remaining]).toEqual([28, 28]);
+  });
+
+  it.each([
+    ["fixedWindow", fixedWindow({ limit: 10, window: "1m" }), { limit: 100 }],
+    ["gcra", gcra({ limit: 10, period: "1m", burst: 10 }), { limit: 100, burst: 100 }],
+    ["slidingWindow", slidingWindow({ limit: 10, window: "1m" }), { limit: 100 }],
+  ])(
+    "one %s rule with overrides on (its one-rule variant) settles under the plan stored",
+    async (_, rule, pro) => {
+      const { limiter, clock } = limiterOf({ r: rule }, { plans: { pro: { r: pro } }, overrides: true });
+      clock.set(T0 + 1000);
+      await limiter.overrides.set("a", { plan: "pro" });
+      const d = await limiter.limit("a", { cost: 50 });
+      expect(d).toMatchObject({ plan: "pro", remaining: 50 });
+      await limiter.settle(d, 20);
+      expect(await peek(limiter, "a")).toMatchObject({ remaining: 80 });
+    },
+  );
 });
 
 describe("decisions a lease answered", () => {
