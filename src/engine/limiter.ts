@@ -5,7 +5,7 @@ import { describe } from "./duration.js";
 import { checkIdentifier, checkPrefix, RuleKeys } from "./keys.js";
 import { type LeaseOptions, Leases, leaseConfig, type WaitUntil } from "./leases.js";
 import { Overrides, type OverridesOptions, overridesConfig } from "./overrides.js";
-import { type Counted, countedOf, type PlanEncoding, RuleScripts, rulesOfDecision } from "./script.js";
+import { type Counted, type PlanEncoding, RuleScripts, rulesOfDecision } from "./script.js";
 import { type Transport, transportFor } from "./transport.js";
 import type { Decision, RuleResult, Settlement } from "./types.js";
 import { checkClock, checkOptions, issueText, positiveMs, readClock } from "./validate.js";
@@ -87,13 +87,13 @@ export interface SettleOptions {
   waitUntil?: WaitUntil;
 }
 
-/** What a decision of this Limiter must remember to be settled (kept in a WeakMap: no public field). */
+/**
+ * What settling a decision of this Limiter needs beside the decision (kept in a WeakMap: no public
+ * field); where Redis counted its units is read from the decision itself (RuleScripts.counted).
+ */
 interface Ticket {
   readonly identifier: string;
   readonly cost: number;
-  readonly plan: Plan;
-  /** Where Redis counted its units; undefined for a decision that failed open or a lease's. */
-  readonly counted: Counted | undefined;
   /** Set for a decision a lease answered: settled against that lease where it can be. */
   readonly leases: Leases | undefined;
   settled: boolean;
@@ -155,7 +155,7 @@ export class Limiter {
    * Limiter was built without `overrides`).
    */
   readonly overrides: Overrides;
-  /** Every admitted decision of this Limiter that may still be settled. */
+  /** Every decision of this Limiter, for settle(): what it cost and whose it was. */
   private readonly tickets = new WeakMap<Decision, Ticket>();
 
   constructor(options: LimiterOptions) {
@@ -302,14 +302,7 @@ export class Limiter {
     // A lease answers on the spot: it never waits on a request, this one's or another's.
     const leased = plan.leases?.answer(identifier, cost, now, waitUntil);
     if (leased) {
-      this.tickets.set(leased, {
-        identifier,
-        cost,
-        plan,
-        counted: undefined,
-        leases: plan.leases,
-        settled: false,
-      });
+      this.tickets.set(leased, { identifier, cost, leases: plan.leases, settled: false });
       return Promise.resolve(leased);
     }
     return this.decide(plan, identifier, cost, now, waitUntil);
@@ -385,55 +378,37 @@ export class Limiter {
         now,
         (decision) => {
           if (decision instanceof Error)
-            return this.ticket(this.failure(decision, now, encoding), identifier, cost, plan);
+            return this.ticket(this.failure(decision, now, encoding), identifier, cost);
           if (!decision.allowed) this.cache?.set(identifier, Math.max(cost, 1), now, decision, encoding.name);
-          return this.ticket(decision, identifier, cost, plan);
+          return this.ticket(decision, identifier, cost);
         },
         encoding,
       );
     }
-    return this.decideLeasing(plan, plan.leases, identifier, cost, now, waitUntil);
+    return this.decideLeasing(plan.leases, encoding, identifier, cost, now, waitUntil);
   }
 
   /** With leases on, the decision also reserves units for the identifier's lease (see Leases). */
   private async decideLeasing(
-    plan: Plan,
     leases: Leases,
+    encoding: PlanEncoding,
     identifier: string,
     cost: number,
     now: number,
     waitUntil: WaitUntil | undefined,
   ): Promise<Decision> {
-    const encoding = plan.encoding;
     const want = leases.want(identifier, cost, now);
     const reservation = await this.scripts.reserve(identifier, cost, now, want, encoding);
-    if (reservation instanceof Error) {
-      return this.ticket(this.failure(reservation, now, encoding), identifier, cost, plan);
-    }
+    if (reservation instanceof Error)
+      return this.ticket(this.failure(reservation, now, encoding), identifier, cost);
     const decision = reservation.decision;
     if (!decision.allowed) this.cache?.set(identifier, Math.max(cost, 1), now, decision, encoding.name);
-    return this.ticket(
-      leases.settle(identifier, reservation, now, waitUntil),
-      identifier,
-      cost,
-      plan,
-      decision,
-    );
+    return this.ticket(leases.settle(identifier, reservation, now, waitUntil), identifier, cost);
   }
 
-  /**
-   * Remembers what settling `decision` needs (`counted`: the one Redis answered); a denied one's, to
-   * name it when a settle is refused.
-   */
-  private ticket(
-    decision: Decision,
-    identifier: string,
-    cost: number,
-    plan: Plan,
-    counted = decision,
-  ): Decision {
-    const ticket = { identifier, cost, plan, counted: countedOf(counted), leases: undefined, settled: false };
-    this.tickets.set(decision, ticket);
+  /** Remembers whose `decision` is and what it cost, for settle() (a denied one's, to name it). */
+  private ticket(decision: Decision, identifier: string, cost: number): Decision {
+    this.tickets.set(decision, { identifier, cost, leases: undefined, settled: false });
     return decision;
   }
 
@@ -492,14 +467,15 @@ export class Limiter {
     // still be charged late: settling it would risk charging it twice
     if (difference === 0 || decision.source === "error") return Promise.resolve({ difference, via: "none" });
     const now = this.now();
-    let counted = ticket.counted;
+    let counted: Counted;
     if (ticket.leases !== undefined) {
       const taken = ticket.leases.settleAnswer(identifier, decision, difference, now);
       if (taken === true) return Promise.resolve({ difference, via: "lease" });
-      const rules = ticket.plan.encoding.rules;
-      counted = { applied: ticket.plan.encoding, starts: taken ?? [], counts: rules.map(() => 0) };
+      const encoding = this.planOf(decision.plan).encoding;
+      counted = { applied: encoding, starts: taken ?? [], counts: encoding.rules.map(() => 0) };
+    } else {
+      counted = this.scripts.counted(decision);
     }
-    if (counted === undefined) return Promise.resolve({ difference, via: "none" });
     const sent = this.scripts
       .settle(identifier, counted, cost, actual, now)
       .then(
