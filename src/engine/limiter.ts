@@ -88,16 +88,23 @@ export interface SettleOptions {
 }
 
 /**
- * What settling a decision of this Limiter needs beside the decision (kept in a WeakMap: no public
- * field); where Redis counted its units is read from the decision itself (RuleScripts.counted).
+ * What settling an admitted decision needs beside the decision, under a module-private symbol that is
+ * not enumerable (no public field; a copy of the decision carries none; cheaper than a WeakMap entry).
+ * Where Redis counted its units is read from the decision itself (RuleScripts.counted).
  */
 interface Ticket {
+  /** The Limiter that made the decision. */
+  readonly owner: Limiter;
   readonly identifier: string;
   readonly cost: number;
   /** Set for a decision a lease answered: settled against that lease where it can be. */
   readonly leases: Leases | undefined;
   settled: boolean;
 }
+
+const TICKET: unique symbol = Symbol("edgelimit.ticket");
+/** The descriptor every ticket is defined with (its value set each time). */
+const ticketProperty: PropertyDescriptor = { value: undefined, enumerable: false };
 
 /** One plan of a Limiter ("default": the base rules): its encoding, and its leases when leasing. */
 interface Plan {
@@ -155,8 +162,6 @@ export class Limiter {
    * Limiter was built without `overrides`).
    */
   readonly overrides: Overrides;
-  /** Every decision of this Limiter, for settle(): what it cost and whose it was. */
-  private readonly tickets = new WeakMap<Decision, Ticket>();
 
   constructor(options: LimiterOptions) {
     checkOptions(options, "Limiter", OPTIONS);
@@ -302,7 +307,8 @@ export class Limiter {
     // A lease answers on the spot: it never waits on a request, this one's or another's.
     const leased = plan.leases?.answer(identifier, cost, now, waitUntil);
     if (leased) {
-      this.tickets.set(leased, { identifier, cost, leases: plan.leases, settled: false });
+      ticketProperty.value = { owner: this, identifier, cost, leases: plan.leases, settled: false };
+      Object.defineProperty(leased, TICKET, ticketProperty);
       return Promise.resolve(leased);
     }
     return this.decide(plan, identifier, cost, now, waitUntil);
@@ -406,10 +412,11 @@ export class Limiter {
     return this.ticket(leases.settle(identifier, reservation, now, waitUntil), identifier, cost);
   }
 
-  /** Remembers whose `decision` is and what it cost, for settle() (a denied one's, to name it). */
+  /** Remembers, on an admitted `decision`, whose it is and what it cost, for settle(). */
   private ticket(decision: Decision, identifier: string, cost: number): Decision {
-    this.tickets.set(decision, { identifier, cost, leases: undefined, settled: false });
-    return decision;
+    if (!decision.allowed) return decision;
+    ticketProperty.value = { owner: this, identifier, cost, leases: undefined, settled: false };
+    return Object.defineProperty(decision, TICKET, ticketProperty);
   }
 
   /**
@@ -447,13 +454,13 @@ export class Limiter {
     if (decision === null || typeof decision !== "object") {
       throw new TypeError(`decision: expected the Decision limit() returned, got ${describe(decision)}`);
     }
-    const ticket = this.tickets.get(decision);
+    const ticket = (decision as { [TICKET]?: Ticket })[TICKET];
     const of = ticket === undefined ? "" : ` for ${JSON.stringify(ticket.identifier)}`;
     const name = `the decision${of} (plan ${JSON.stringify(decision.plan)}, decidedAt ${decision.decidedAt})`;
     if (!decision.allowed) {
       throw new Error(`settle: ${name} was denied: nothing was reserved, so there is nothing to settle`);
     }
-    if (ticket === undefined) {
+    if (ticket === undefined || ticket.owner !== this) {
       throw new Error(
         "decision: not one this Limiter made (settle the Decision object its limit() returned, not a copy)",
       );

@@ -286,7 +286,7 @@ describe("what cannot be settled", () => {
     const denied = await limiter.limit("a", { cost: 11 });
     expect(denied.allowed).toBe(false);
     await expect(limiter.settle(denied, 0)).rejects.toThrow(
-      `settle: the decision for "a" (plan "default", decidedAt ${T0}) was denied: nothing was reserved, so there is nothing to settle`,
+      `settle: the decision (plan "default", decidedAt ${T0}) was denied: nothing was reserved, so there is nothing to settle`,
     );
   });
 
