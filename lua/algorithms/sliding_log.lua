@@ -65,7 +65,7 @@ end
 -- Below the reservation: the last cost - actual of the decision's own entries go ("<stamp>:<n>",
 -- n = mark + actual + 1 .. mark + cost, mark the count before them), those still in the log. Above:
 -- the extra is stamped like an admission, past the limit if need be (a debt: later decisions wait until
--- it leaves the window), up to twice the limit in the window, which bounds the log's memory.
+-- it leaves the window), up to DEBT_CAP times the limit in the window (lua/settle.lua), which bounds the log's memory.
 settle.slidingLog = function(key, now, cost, actual, limit, window, _, stamp, mark)
   local removed = 0
   if actual < cost then
@@ -79,7 +79,7 @@ settle.slidingLog = function(key, now, cost, actual, limit, window, _, stamp, ma
     return removed > 0
   end
   local _, at, _, count = stamped(key, now, window)
-  local units = math.min(actual - cost, 2 * limit - count)
+  local units = math.min(actual - cost, DEBT_CAP * limit - count)
   if units <= 0 then return false end
   commit(key, now, units, 0, window, 0, at, count)
   return true

@@ -141,21 +141,25 @@ describe.each(Object.keys(single))("%s", (name) => {
     expect(await peek(limiter, "user:42")).toMatchObject({ remaining: 7 });
   });
 
-  it("a debt is capped at the limit's worth past the limit", async () => {
+  it("a debt is capped at three limits' worth past the limit", async () => {
     const { limiter, clock } = limiterOf(rules);
     clock.set(T0 + 1000);
     const d = await limiter.limit("a", { cost: 1 });
     await limiter.settle(d, 1_000_000);
     const caps: Record<string, number> = {
-      // 20 units owed at most: 11 earned back before one more fits
-      gcra: 66_000,
-      tokenBucket: 66_000,
+      // 40 units counted at most: 31 earned back before one more fits
+      gcra: 186_000,
+      tokenBucket: 186_000,
       fixedWindow: 59_000,
-      // 20 fading through the next window: 20 * (60 - e) / 60 <= 9, e = 33 s
-      slidingWindow: 59_000 + 33_000,
+      // 40 fading through the next window: 40 * (60 - e) / 60 <= 9, e = 46.5 s
+      slidingWindow: 59_000 + 46_500,
       slidingLog: 60_000,
     };
     expect(await peek(limiter, "a")).toEqual({ allowed: false, remaining: 0, retryAfter: caps[name] });
+    const key = limiter.keys("a")[0]!;
+    if (name === "fixedWindow") expect(await client().get(key)).toBe(40);
+    if (name === "slidingLog") expect(await client().zcard(key)).toBe(40);
+    if (name === "gcra") expect(await client().pttl(key)).toBeLessThanOrEqual(40 * 6000);
   });
 });
 
