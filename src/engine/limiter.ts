@@ -474,6 +474,8 @@ export class Limiter {
     // still be charged late: settling it would risk charging it twice
     if (difference === 0 || decision.source === "error") return Promise.resolve({ difference, via: "none" });
     const now = this.now();
+    // units given back may admit what a cached denial would refuse
+    if (difference < 0) this.cache?.delete(identifier);
     let counted: Counted;
     if (ticket.leases !== undefined) {
       const taken = ticket.leases.settleAnswer(identifier, decision, difference, now);

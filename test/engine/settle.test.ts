@@ -294,6 +294,15 @@ describe("what cannot be settled", () => {
     );
   });
 
+  it("units given back end the identifier's cached denial", async () => {
+    const { limiter } = limiterOf(rules, { denyCache: { maxEntries: 10 } });
+    const d = await limiter.limit("a", { cost: 10 });
+    expect((await limiter.limit("a")).source).toBe("redis");
+    expect((await limiter.limit("a")).source).toBe("cache");
+    await limiter.settle(d, 2);
+    expect(await limiter.limit("a")).toMatchObject({ allowed: true, source: "redis", remaining: 7 });
+  });
+
   it("a cached denial rejects as denied, naming what it knows", async () => {
     const { limiter } = limiterOf(rules, { denyCache: { maxEntries: 10 } });
     await limiter.limit("a", { cost: 10 });
