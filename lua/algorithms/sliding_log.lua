@@ -63,7 +63,9 @@ end
 
 -- #settle
 -- Below the reservation: the last cost - actual of the decision's own entries go ("<stamp>:<n>",
--- n = mark + actual + 1 .. mark + cost, mark the count before them), those still in the log. Above:
+-- n = mark + actual + 1 .. mark + cost, mark the count before them), those still in the log (a
+-- decision that had to skip numbers taken, after an earlier settle at its stamp, removes what of them
+-- it finds). Above:
 -- the extra is stamped like an admission, past the limit if need be (a debt: later decisions wait until
 -- it leaves the window), up to DEBT_CAP times the limit in the window (lua/settle.lua), which bounds the log's memory.
 settle.slidingLog = function(key, now, cost, actual, limit, window, _, stamp, mark)

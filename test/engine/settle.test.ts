@@ -433,6 +433,40 @@ describe("through a hop that cuts the connection after forwarding", () => {
   );
 });
 
+describe("through a hop that holds the settle past its timeout", () => {
+  let hop: Hop;
+  beforeAll(async () => {
+    hop = await Hop.start(inject("bridgeUrl"));
+  });
+  afterAll(async () => {
+    await hop.close();
+  });
+
+  it("fails with a timeout, is not sent again, and cannot be repeated", async () => {
+    const rules = { r: fixedWindow({ limit: 10, window: "1h" }) };
+    const clock = manualClock(T0 + 1000);
+    const prefix = uniquePrefix("settle-stall");
+    const user = new Redis({ url: hop.url, token: inject("bridgeToken") });
+    const through = new Limiter({ redis: user, prefix, rules, clock, denyCache: false, timeout: 300 });
+    const direct = new Limiter({
+      redis: client(inject("bridgeUrl")),
+      prefix,
+      rules,
+      clock,
+      denyCache: false,
+    });
+    const d = await through.limit("victim", { cost: 8 });
+    hop.mode = "stall";
+    const settled = await through.settle(d, 3);
+    hop.mode = "pass";
+    expect(settled).toMatchObject({ difference: -5, via: "redis", error: { kind: "timeout" } });
+    await expect(through.settle(d, 3)).rejects.toThrow("was already settled");
+    // a decision through the hop afterwards goes through; the held settle was never sent again
+    expect((await through.limit("other")).source).toBe("redis");
+    expect((await direct.limit("victim", { cost: 0 })).remaining).toBe(2);
+  });
+});
+
 describe("plans and overrides", () => {
   const rules = {
     r: fixedWindow({ limit: 10, window: "1m" }),
