@@ -17,6 +17,13 @@ export {
   tokenBucket,
   type WindowOptions,
 } from "./engine/algorithms.js";
+export type {
+  Analytics,
+  AnalyticsOptions,
+  AnalyticsReport,
+  BreakerReport,
+  ReportRange,
+} from "./engine/analytics.js";
 export type { BreakerOptions } from "./engine/breaker.js";
 export type { Duration } from "./engine/duration.js";
 export { RedisCallError, type RedisErrorKind } from "./engine/errors.js";

@@ -1,4 +1,14 @@
 import { checkPlans, compileRule, type PlanConfig, type Rule, type RuleConfig } from "./algorithms.js";
+import {
+  Analytics,
+  type AnalyticsOptions,
+  analyticsConfig,
+  Counter,
+  checkOnDecision,
+  Flusher,
+  type Observer,
+  observerOf,
+} from "./analytics.js";
 import type { BreakerOptions } from "./breaker.js";
 import { DenyCache } from "./deny-cache.js";
 import { describe } from "./duration.js";
@@ -60,6 +70,17 @@ export interface LimiterOptions {
    * { plan: "pro" })` applies to the identifier's next decision that reaches Redis. See docs/overrides.md.
    */
   overrides?: boolean | OverridesOptions;
+  /**
+   * Decision analytics (default off): `true`, or `{ flushEvery: "10s", top: 20, retention: "7d", name }`.
+   * Counted in the isolate and written to Redis in the background, never on a decision's request; read
+   * with `limiter.analytics.report()`. See docs/analytics.md.
+   */
+  analytics?: boolean | AnalyticsOptions;
+  /**
+   * Called with every decision and its identifier, on every path (Redis, cache, lease, error): to send
+   * metrics elsewhere. Called synchronously, never awaited; what it throws is caught and logged once.
+   */
+  onDecision?: (decision: Decision, identifier: string) => void;
 }
 
 /** Options of one decision. */
@@ -127,6 +148,8 @@ const OPTIONS = [
   "breaker",
   "lease",
   "overrides",
+  "analytics",
+  "onDecision",
 ];
 
 /**
@@ -162,6 +185,11 @@ export class Limiter {
    * Limiter was built without `overrides`).
    */
   readonly overrides: Overrides;
+  /** The decisions' counts: `report()` reads them, `flush()` writes this isolate's (see docs/analytics.md). */
+  readonly analytics: Analytics;
+  /** Counts each decision and calls `onDecision`; undefined when both are off. */
+  private readonly observe: Observer | undefined;
+  private readonly counter: Counter | undefined;
 
   constructor(options: LimiterOptions) {
     checkOptions(options, "Limiter", OPTIONS);
@@ -190,6 +218,8 @@ export class Limiter {
     const maxStale = overrides?.maxStale ?? Number.POSITIVE_INFINITY;
 
     const timeout = positiveMs(options.timeout ?? 1000, "timeout", { infinite: true });
+    const analytics = analyticsConfig(options.analytics);
+    const onDecision = checkOnDecision(options.onDecision);
     const onError = options.onError ?? "allow";
     if (onError !== "allow" && onError !== "deny") {
       throw new Error(`onError: must be "allow" or "deny", got ${describe(onError)}`);
@@ -250,6 +280,18 @@ export class Limiter {
           Object.fromEntries(Object.entries(plan).map(([rule, fields]) => [rule, { ...fields }])),
         ]),
       );
+    // a flush or a report is off the request path: it waits 5 to 30 s (one in flight holds the next)
+    const background = Math.min(Math.max(timeout, 5000), 30_000);
+    this.counter = analytics && new Counter(analytics, this.prefix, Flusher.of(transport), background);
+    this.observe = observerOf(this.counter, onDecision);
+    this.analytics = new Analytics(
+      this.counter,
+      transport,
+      () => this.now(),
+      this.rules.map((rule) => rule.name),
+      background,
+      breaker !== false,
+    );
     this.overrides = new Overrides(
       overrides && {
         config: overrides,
@@ -291,6 +333,18 @@ export class Limiter {
    * const { allowed, remaining, retryAfter } = await limiter.limit("203.0.113.7", { cost: 1 });
    */
   limit(identifier: string, options?: LimitOptions): Promise<Decision> {
+    const decision = this.decideOne(identifier, options);
+    const observe = this.observe;
+    if (observe === undefined) return decision;
+    const waitUntil = options?.waitUntil;
+    return decision.then((d) => {
+      observe(d, identifier, waitUntil);
+      return d;
+    });
+  }
+
+  /** `limit()` before its observer: from the deny cache, a lease, or Redis. */
+  private decideOne(identifier: string, options: LimitOptions | undefined): Promise<Decision> {
     checkIdentifier(identifier);
     const cost = options?.cost ?? 1;
     if (typeof cost !== "number" || !Number.isInteger(cost) || cost < 0) {
@@ -316,13 +370,17 @@ export class Limiter {
 
   /**
    * Gives back the unused units of every lease (one request each, sent now) and stops leasing;
-   * resolves once they are done. `Symbol.asyncDispose` does the same (`await using`).
+   * writes this isolate's unflushed analytics; resolves once they are done. `Symbol.asyncDispose` does
+   * the same (`await using`).
    *
    * @example
    * process.on("SIGTERM", () => limiter.dispose());
    */
   async dispose(): Promise<void> {
-    await Promise.all([...this.plans.values()].map((plan) => plan.leases?.dispose()));
+    await Promise.all([
+      ...[...this.plans.values()].map((plan) => plan.leases?.dispose()),
+      this.counter?.dispose(),
+    ]);
   }
 
   /**
