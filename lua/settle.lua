@@ -20,6 +20,9 @@
 local now = tonumber(ARGV[1], 16)
 local cost, actual = tonumber(ARGV[2]), tonumber(ARGV[3])
 local refund, settle = {}, {}
+-- A debt takes a rule at most this many times its limit in all (gcra: its burst): the wait, the key's
+-- expiry and a sliding log's entries stay bounded, and every product stays exact (4 * 2^50 < 2^53).
+local DEBT_CAP = 4
 
 -- #settles
 

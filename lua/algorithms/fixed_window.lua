@@ -155,14 +155,14 @@ end
 -- Below the reservation: the refund above, in the window the units were counted in (KEYS: its key),
 -- while that window lasts; nothing once it has ended. Above: the extra is counted in the window of the
 -- settle's own clock (KEYS: its key), past the limit if need be (a debt, waited out until that window
--- ends), up to twice the limit.
+-- ends), up to DEBT_CAP times the limit (lua/settle.lua).
 settle.fixedWindow = function(key, now, cost, actual, limit, window, _, start)
   if actual < cost then
     if now >= start + window then return false end
     return refund.fixedWindow(key, now, cost - actual, limit)
   end
   local count = read(key) or 0
-  local units = math.min(actual - cost, 2 * limit - count)
+  local units = math.min(actual - cost, DEBT_CAP * limit - count)
   if units <= 0 then return false end
   commit(key, now, units, 0, window, 0, now - now % window, count)
   return true

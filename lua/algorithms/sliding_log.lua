@@ -25,8 +25,8 @@ local function stamped(key, now, window)
   return newest, stamp, floor, redis.call("ZCOUNT", key, floor, "+inf")
 end
 
--- Returns when the last entry leaves the window (the reset) and the stamp the units got (what a
--- settle needs, with the count before them, to find them: "<stamp>:<count + 1 ..>").
+-- Stamps `units` more entries (the check's commit, and a settle's debt). Returns when the last entry
+-- leaves the window (the reset: a settle reads the stamp from it) and the window counted in (none: 0).
 local function commit(key, now, units, _, window, _, stamp, count)
   redis.call("ZREMRANGEBYSCORE", key, "-inf", stamp - window)
   -- unpack() fails past a few thousand values, and a write must not fail after others were made
@@ -42,7 +42,7 @@ local function commit(key, now, units, _, window, _, stamp, count)
     added = added + redis.call("ZADD", key, unpack(entries))
   end
   redis.call("PEXPIRE", key, stamp + window - now)
-  return stamp + window, stamp
+  return stamp + window, 0
 end
 
 -- #check
@@ -63,9 +63,11 @@ end
 
 -- #settle
 -- Below the reservation: the last cost - actual of the decision's own entries go ("<stamp>:<n>",
--- n = mark + actual + 1 .. mark + cost, mark the count before them), those still in the log. Above:
+-- n = mark + actual + 1 .. mark + cost, mark the count before them), those still in the log (a
+-- decision that had to skip numbers taken, after an earlier settle at its stamp, removes what of them
+-- it finds). Above:
 -- the extra is stamped like an admission, past the limit if need be (a debt: later decisions wait until
--- it leaves the window), up to twice the limit in the window, which bounds the log's memory.
+-- it leaves the window), up to DEBT_CAP times the limit in the window (lua/settle.lua), which bounds the log's memory.
 settle.slidingLog = function(key, now, cost, actual, limit, window, _, stamp, mark)
   local removed = 0
   if actual < cost then
@@ -79,7 +81,7 @@ settle.slidingLog = function(key, now, cost, actual, limit, window, _, stamp, ma
     return removed > 0
   end
   local _, at, _, count = stamped(key, now, window)
-  local units = math.min(actual - cost, 2 * limit - count)
+  local units = math.min(actual - cost, DEBT_CAP * limit - count)
   if units <= 0 then return false end
   commit(key, now, units, 0, window, 0, at, count)
   return true

@@ -49,6 +49,13 @@ export interface Refund {
   readonly windowStarts: readonly number[];
 }
 
+/**
+ * The lease a decision answered here came from, for a settle (settleAnswer): a module-private symbol,
+ * not enumerable (a copy of the decision carries none; cheaper than a WeakMap entry).
+ */
+const ANSWERED_FROM: unique symbol = Symbol("edgelimit.lease");
+const answeredFrom: PropertyDescriptor = { value: undefined, enumerable: false };
+
 const MAX_UNITS = 100_000;
 /** Identifiers whose rate is tracked, least recently seen out first (their lease is refunded). */
 const MAX_TRACKED = 10_000;
@@ -143,8 +150,6 @@ export class Leases {
   private readonly seen = new Map<string, Seen>();
   private readonly held = new Map<string, Held>();
   private readonly pending = new Set<Promise<void>>();
-  /** The lease each decision answered here came from, for a settle (settleAnswer). */
-  private readonly answered = new WeakMap<Decision, Held>();
   /** Whether this Limiter may reserve at all (not with a sliding log rule: see the constructor). */
   private readonly leasable: boolean;
   private nextExpiry = Number.POSITIVE_INFINITY;
@@ -204,7 +209,8 @@ export class Leases {
     lease.used += cost;
     this.stats.answered += 1;
     const decision = fromLease(lease, this.rules, this.plan, now);
-    this.answered.set(decision, lease);
+    answeredFrom.value = lease;
+    Object.defineProperty(decision, ANSWERED_FROM, answeredFrom);
     if (lease.units === 0) this.detach(identifier, seen);
     else this.refill(identifier, seen, lease, now, waitUntil);
     return decision;
@@ -293,7 +299,7 @@ export class Leases {
     difference: number,
     now: number,
   ): true | readonly number[] | undefined {
-    const lease = this.answered.get(decision);
+    const lease = (decision as { [ANSWERED_FROM]?: Held })[ANSWERED_FROM];
     if (lease === undefined) return undefined;
     const live = !this.disposed && this.held.get(identifier) === lease && now < lease.expiresAt;
     if (live && (difference < 0 || lease.units >= difference)) {

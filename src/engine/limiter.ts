@@ -15,7 +15,7 @@ import { describe } from "./duration.js";
 import { checkIdentifier, checkPrefix, RuleKeys } from "./keys.js";
 import { type LeaseOptions, Leases, leaseConfig, type WaitUntil } from "./leases.js";
 import { Overrides, type OverridesOptions, overridesConfig } from "./overrides.js";
-import { type Counted, countedOf, type PlanEncoding, RuleScripts, rulesOfDecision } from "./script.js";
+import { type Counted, type PlanEncoding, RuleScripts, rulesOfDecision } from "./script.js";
 import { type Transport, transportFor } from "./transport.js";
 import type { Decision, RuleResult, Settlement } from "./types.js";
 import { checkClock, checkOptions, issueText, positiveMs, readClock } from "./validate.js";
@@ -108,17 +108,24 @@ export interface SettleOptions {
   waitUntil?: WaitUntil;
 }
 
-/** What a decision of this Limiter must remember to be settled (kept in a WeakMap: no public field). */
+/**
+ * What settling an admitted decision needs beside the decision, under a module-private symbol that is
+ * not enumerable (no public field; a copy of the decision carries none; cheaper than a WeakMap entry).
+ * Where Redis counted its units is read from the decision itself (RuleScripts.counted).
+ */
 interface Ticket {
+  /** The Limiter that made the decision. */
+  readonly owner: Limiter;
   readonly identifier: string;
   readonly cost: number;
-  readonly plan: Plan;
-  /** Where Redis counted its units; undefined for a decision that failed open or a lease's. */
-  readonly counted: Counted | undefined;
   /** Set for a decision a lease answered: settled against that lease where it can be. */
   readonly leases: Leases | undefined;
   settled: boolean;
 }
+
+const TICKET: unique symbol = Symbol("edgelimit.ticket");
+/** The descriptor every ticket is defined with (its value set each time). */
+const ticketProperty: PropertyDescriptor = { value: undefined, enumerable: false };
 
 /** One plan of a Limiter ("default": the base rules): its encoding, and its leases when leasing. */
 interface Plan {
@@ -183,8 +190,6 @@ export class Limiter {
   /** Counts each decision and calls `onDecision`; undefined when both are off. */
   private readonly observe: Observer | undefined;
   private readonly counter: Counter | undefined;
-  /** Every admitted decision of this Limiter that may still be settled. */
-  private readonly tickets = new WeakMap<Decision, Ticket>();
 
   constructor(options: LimiterOptions) {
     checkOptions(options, "Limiter", OPTIONS);
@@ -356,14 +361,8 @@ export class Limiter {
     // A lease answers on the spot: it never waits on a request, this one's or another's.
     const leased = plan.leases?.answer(identifier, cost, now, waitUntil);
     if (leased) {
-      this.tickets.set(leased, {
-        identifier,
-        cost,
-        plan,
-        counted: undefined,
-        leases: plan.leases,
-        settled: false,
-      });
+      ticketProperty.value = { owner: this, identifier, cost, leases: plan.leases, settled: false };
+      Object.defineProperty(leased, TICKET, ticketProperty);
       return Promise.resolve(leased);
     }
     return this.decide(plan, identifier, cost, now, waitUntil);
@@ -443,56 +442,39 @@ export class Limiter {
         now,
         (decision) => {
           if (decision instanceof Error)
-            return this.ticket(this.failure(decision, now, encoding), identifier, cost, plan);
+            return this.ticket(this.failure(decision, now, encoding), identifier, cost);
           if (!decision.allowed) this.cache?.set(identifier, Math.max(cost, 1), now, decision, encoding.name);
-          return this.ticket(decision, identifier, cost, plan);
+          return this.ticket(decision, identifier, cost);
         },
         encoding,
       );
     }
-    return this.decideLeasing(plan, plan.leases, identifier, cost, now, waitUntil);
+    return this.decideLeasing(plan.leases, encoding, identifier, cost, now, waitUntil);
   }
 
   /** With leases on, the decision also reserves units for the identifier's lease (see Leases). */
   private async decideLeasing(
-    plan: Plan,
     leases: Leases,
+    encoding: PlanEncoding,
     identifier: string,
     cost: number,
     now: number,
     waitUntil: WaitUntil | undefined,
   ): Promise<Decision> {
-    const encoding = plan.encoding;
     const want = leases.want(identifier, cost, now);
     const reservation = await this.scripts.reserve(identifier, cost, now, want, encoding);
-    if (reservation instanceof Error) {
-      return this.ticket(this.failure(reservation, now, encoding), identifier, cost, plan);
-    }
+    if (reservation instanceof Error)
+      return this.ticket(this.failure(reservation, now, encoding), identifier, cost);
     const decision = reservation.decision;
     if (!decision.allowed) this.cache?.set(identifier, Math.max(cost, 1), now, decision, encoding.name);
-    return this.ticket(
-      leases.settle(identifier, reservation, now, waitUntil),
-      identifier,
-      cost,
-      plan,
-      decision,
-    );
+    return this.ticket(leases.settle(identifier, reservation, now, waitUntil), identifier, cost);
   }
 
-  /**
-   * Remembers what settling `decision` needs (`counted`: the one Redis answered); a denied one's, to
-   * name it when a settle is refused.
-   */
-  private ticket(
-    decision: Decision,
-    identifier: string,
-    cost: number,
-    plan: Plan,
-    counted = decision,
-  ): Decision {
-    const ticket = { identifier, cost, plan, counted: countedOf(counted), leases: undefined, settled: false };
-    this.tickets.set(decision, ticket);
-    return decision;
+  /** Remembers, on an admitted `decision`, whose it is and what it cost, for settle(). */
+  private ticket(decision: Decision, identifier: string, cost: number): Decision {
+    if (!decision.allowed) return decision;
+    ticketProperty.value = { owner: this, identifier, cost, leases: undefined, settled: false };
+    return Object.defineProperty(decision, TICKET, ticketProperty);
   }
 
   /**
@@ -530,13 +512,13 @@ export class Limiter {
     if (decision === null || typeof decision !== "object") {
       throw new TypeError(`decision: expected the Decision limit() returned, got ${describe(decision)}`);
     }
-    const ticket = this.tickets.get(decision);
+    const ticket = (decision as { [TICKET]?: Ticket })[TICKET];
     const of = ticket === undefined ? "" : ` for ${JSON.stringify(ticket.identifier)}`;
     const name = `the decision${of} (plan ${JSON.stringify(decision.plan)}, decidedAt ${decision.decidedAt})`;
     if (!decision.allowed) {
       throw new Error(`settle: ${name} was denied: nothing was reserved, so there is nothing to settle`);
     }
-    if (ticket === undefined) {
+    if (ticket === undefined || ticket.owner !== this) {
       throw new Error(
         "decision: not one this Limiter made (settle the Decision object its limit() returned, not a copy)",
       );
@@ -550,14 +532,17 @@ export class Limiter {
     // still be charged late: settling it would risk charging it twice
     if (difference === 0 || decision.source === "error") return Promise.resolve({ difference, via: "none" });
     const now = this.now();
-    let counted = ticket.counted;
+    // units given back may admit what a cached denial would refuse
+    if (difference < 0) this.cache?.delete(identifier);
+    let counted: Counted;
     if (ticket.leases !== undefined) {
       const taken = ticket.leases.settleAnswer(identifier, decision, difference, now);
       if (taken === true) return Promise.resolve({ difference, via: "lease" });
-      const rules = ticket.plan.encoding.rules;
-      counted = { applied: ticket.plan.encoding, starts: taken ?? [], counts: rules.map(() => 0) };
+      const encoding = this.planOf(decision.plan).encoding;
+      counted = { applied: encoding, starts: taken ?? [], counts: encoding.rules.map(() => 0) };
+    } else {
+      counted = this.scripts.counted(decision);
     }
-    if (counted === undefined) return Promise.resolve({ difference, via: "none" });
     const sent = this.scripts
       .settle(identifier, counted, cost, actual, now)
       .then(

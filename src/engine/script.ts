@@ -45,51 +45,19 @@ export interface Reservation {
   readonly decision: Decision;
   /** Units taken beside the cost, for the lease. */
   readonly reserved: number;
-  /** Per rule, the start of the window the units were counted in (0 for gcra; a sliding log's stamp). */
+  /** Per rule, the start of the window the units were counted in (0 for an algorithm without windows). */
   readonly windowStarts: readonly number[];
 }
 
 /**
- * Where a decision counted its units, as a settle needs it: the rules that applied (a plan's, or a
- * stored override's), per rule the start of the window they were counted in (the sliding log's stamp;
- * 0 for gcra), and per sliding log rule the count after the decision (limit - remaining; else 0).
+ * Where a decision counted its units, as a settle needs them: the rules that applied (a plan's, or a
+ * stored override's), per rule the start of the window they were counted in (a sliding log's stamp;
+ * 0 for gcra), and per sliding log rule its count after the decision (else 0).
  */
 export interface Counted {
   readonly applied: Applied;
   readonly starts: readonly number[];
   readonly counts: readonly number[];
-}
-
-/** What each decision decoded here counted (a WeakMap: a Decision carries no field for it). */
-const COUNTED = new WeakMap<Decision, Counted>();
-
-/** Where the Decision that came from Redis counted its units; undefined for any other. */
-export function countedOf(decision: Decision): Counted | undefined {
-  return COUNTED.get(decision);
-}
-
-/** Records where `decision` counted its units under `applied`, and returns it. */
-function count(decision: Decision, applied: Applied, starts: readonly number[]): Decision {
-  const counts = applied.rules.map((rule) =>
-    rule.algorithm === "slidingLog" ? rule.limit - decision.rules[rule.name]!.remaining : 0,
-  );
-  COUNTED.set(decision, { applied, starts, counts });
-  return decision;
-}
-
-/** Where a decision the limiter script answered without a reservation counted: now's windows. */
-function startsAt(rules: readonly Rule[], now: number): number[] {
-  return rules.map((rule) => ("window" in rule ? now - (now % rule.window) : 0));
-}
-
-/** Where a one-rule script's decision counted: now's window, or the next (a sliding window's `newer`). */
-function oneRuleStart(rule: Rule, result: number, now: number): number {
-  if (!("window" in rule)) return 0;
-  const start = now - (now % rule.window);
-  if (rule.algorithm !== "slidingWindow") return start;
-  // n = counts * 4 + newer * 2 + slotted (slidingWindowOutcome)
-  const n = result >= 0 ? result : -result - 1;
-  return start + (Math.floor(n / 2) % 2) * rule.window;
 }
 
 /** How each call goes to Redis: its timeout, batching and breaker. */
@@ -335,12 +303,6 @@ export interface PlanEncoding {
   readonly one: OneRule | undefined;
   /** The number of rules, as the EVALSHA's key count. */
   readonly count: string;
-  /**
-   * Whether a rule's counted window or entries come only in the limiter script's reservation answer
-   * (a sliding window, whose lagging caller is counted in the next window; a sliding log's stamp):
-   * then its decisions ask for a reservation of 0, to settle them where they counted.
-   */
-  readonly located: boolean;
   /** With overrides on: the plan table limiterOverrides reads (lua/overrides.lua), for a call under this plan. */
   readonly table?: string;
   /** With overrides on: the other plans' window keys the table points at (KEYS after the override key). */
@@ -442,9 +404,7 @@ export class RuleScripts {
         only === undefined || (exact && only.algorithm === "fixedWindow")
           ? undefined
           : oneRuleOf(only, options);
-      const located = rules.some((r) => r.algorithm === "slidingWindow" || r.algorithm === "slidingLog");
-      const args = rules.flatMap(encodeRule);
-      return { name, rules, keys, args, one, count: String(rules.length), located };
+      return { name, rules, keys, args: rules.flatMap(encodeRule), one, count: String(rules.length) };
     };
     this.base = encode({ name: "default", rules, keys });
     const all = new Map<string, PlanEncoding>([["default", this.base]]);
@@ -473,8 +433,6 @@ export class RuleScripts {
     plan: PlanEncoding = this.base,
   ): Promise<T | Decision | Error> {
     const keys = plan.keys.of(identifier, now);
-    // a peek counts nothing: no window to learn
-    const located = plan.located && cost > 0;
     if (this.overridesCall !== undefined) {
       const rule = plan.rules[0] as WindowRule;
       if (plan.fixed && cost >= 1 && cost <= rule.limit) {
@@ -499,10 +457,10 @@ export class RuleScripts {
         );
       }
       return this.transport.callThen(
-        this.overridesCommand(plan, identifier, keys, cost, now, located ? 0 : undefined),
+        this.overridesCommand(plan, identifier, keys, cost, now, undefined),
         this.overridesCall,
         (reply) => {
-          const decision = reply.ok ? this.decodeStored(plan, reply.result, located, now) : reply.error;
+          const decision = reply.ok ? this.decodeStored(plan, reply.result, false, now) : reply.error;
           return then === undefined ? decision : then(decision);
         },
       );
@@ -517,10 +475,10 @@ export class RuleScripts {
       });
     }
     return this.transport.callThen(
-      this.command(plan, keys, cost, now, located ? 0 : undefined),
+      this.command(plan, keys, cost, now, undefined),
       this.limiterCall,
       (reply) => {
-        const decision = reply.ok ? decode(plan, reply.result, located, now) : reply.error;
+        const decision = reply.ok ? decode(plan, reply.result, false, now) : reply.error;
         return then === undefined ? decision : then(decision);
       },
     );
@@ -571,6 +529,40 @@ export class RuleScripts {
     }
     const reply = await this.transport.call(command, this.refundCall);
     return reply.ok;
+  }
+
+  /**
+   * Where an admitted Decision from Redis counted its units, read from the decision itself (nothing is
+   * kept per decision): the rules that applied (its plan's, or a custom override's), and per rule
+   *   gcra, token bucket  nothing (0);
+   *   fixed window        the window of `decidedAt` (the time it was decided at, and counted in);
+   *   sliding window      the window whose counter it took (a lagging caller's may be the next one):
+   *                       an admission's resetAt is that window's start plus two windows;
+   *   sliding log         its entries' stamp (an admission's resetAt is the stamp plus the window) and
+   *                       the count after it, limit - remaining (sliding logs are never leased, so
+   *                       remaining is Redis's own).
+   */
+  counted(decision: Decision): Counted {
+    const custom = decision.plan === "custom" ? rulesOfDecision(decision) : undefined;
+    const applied: Applied =
+      custom === undefined ? (this.plans.get(decision.plan) ?? this.base) : { name: "custom", rules: custom };
+    const now = decision.decidedAt;
+    const starts: number[] = [];
+    const counts: number[] = [];
+    for (const rule of applied.rules) {
+      const outcome = decision.rules[rule.name]!;
+      let start = 0;
+      let count = 0;
+      if (rule.algorithm === "fixedWindow") start = now - (now % rule.window);
+      else if (rule.algorithm === "slidingWindow") start = outcome.resetAt - 2 * rule.window;
+      else if (rule.algorithm === "slidingLog") {
+        start = outcome.resetAt - rule.window;
+        count = rule.limit - outcome.remaining;
+      }
+      starts.push(start);
+      counts.push(count);
+    }
+    return { applied, starts, counts };
   }
 
   /**
@@ -721,7 +713,7 @@ export class RuleScripts {
       rules,
     };
     if (applied.name === "custom") (decision as { [APPLIED]?: readonly Rule[] })[APPLIED] = applied.rules;
-    return outcome.allowed ? count(decision, applied, [oneRuleStart(rule, value, now)]) : decision;
+    return decision;
   }
 
   /**
@@ -890,22 +882,21 @@ function oneRuleDecision(
   const result = reply.result;
   if (typeof result !== "number" || !Number.isInteger(result)) return unexpected(result);
   const outcome = one.decode(result, cost, now);
-  const rule = plan.rules[0]!;
+  const name = plan.rules[0]!.name;
   const rules: Record<string, RuleResult> = {};
-  rules[rule.name] = outcome;
-  const decision: Decision = {
+  rules[name] = outcome;
+  return {
     allowed: outcome.allowed,
     limit: outcome.limit,
     remaining: outcome.remaining,
     resetAt: outcome.resetAt,
     retryAfter: outcome.retryAfter,
-    rule: rule.name,
+    rule: name,
     source: "redis",
     plan: plan.name,
     decidedAt: now,
     rules,
   };
-  return outcome.allowed ? count(decision, plan, [oneRuleStart(rule, result, now)]) : decision;
 }
 
 /** The limiter script's table: 4 integers per rule (then, reserving, 1 + one per rule). */
@@ -935,7 +926,7 @@ function decode(plan: Applied, result: unknown, reserving: boolean, now: number)
     }
   }
   const b = binding!;
-  const decision: Decision = {
+  return {
     allowed,
     limit: b.limit,
     remaining: b.remaining,
@@ -947,11 +938,6 @@ function decode(plan: Applied, result: unknown, reserving: boolean, now: number)
     decidedAt: now,
     rules,
   };
-  if (!allowed) return decision;
-  const starts = reserving
-    ? planRules.map((_, i) => Number(result[4 * n + 1 + i]))
-    : startsAt(planRules, now);
-  return count(decision, plan, starts);
 }
 
 function unexpected(result: unknown): RedisCallError {

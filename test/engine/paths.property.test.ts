@@ -21,7 +21,7 @@ import {
   tokenBucket,
 } from "../../src/engine/algorithms.js";
 import { RuleKeys } from "../../src/engine/keys.js";
-import { countedOf, RuleScripts } from "../../src/engine/script.js";
+import { RuleScripts } from "../../src/engine/script.js";
 import { transportFor } from "../../src/engine/transport.js";
 import type { Decision } from "../../src/engine/types.js";
 import { bridgeRedis, T0, uniquePrefix } from "../support.js";
@@ -277,9 +277,7 @@ describe("the one-rule, general and leased paths", () => {
             let d = await scripts.decide(settled, estimate, now);
             if (d instanceof Error) throw d;
             if (d.allowed && estimate !== step.cost) {
-              const counted = countedOf(d);
-              expect(counted).toBeDefined();
-              const reply = await scripts.settle(settled, counted!, estimate, step.cost, now);
+              const reply = await scripts.settle(settled, scripts.counted(d), estimate, step.cost, now);
               expect(reply.ok).toBe(true);
               if (estimate > step.cost) reached.settledBelow++;
               else reached.settledAbove++;

@@ -141,21 +141,25 @@ describe.each(Object.keys(single))("%s", (name) => {
     expect(await peek(limiter, "user:42")).toMatchObject({ remaining: 7 });
   });
 
-  it("a debt is capped at the limit's worth past the limit", async () => {
+  it("a debt is capped at three limits' worth past the limit", async () => {
     const { limiter, clock } = limiterOf(rules);
     clock.set(T0 + 1000);
     const d = await limiter.limit("a", { cost: 1 });
     await limiter.settle(d, 1_000_000);
     const caps: Record<string, number> = {
-      // 20 units owed at most: 11 earned back before one more fits
-      gcra: 66_000,
-      tokenBucket: 66_000,
+      // 40 units counted at most: 31 earned back before one more fits
+      gcra: 186_000,
+      tokenBucket: 186_000,
       fixedWindow: 59_000,
-      // 20 fading through the next window: 20 * (60 - e) / 60 <= 9, e = 33 s
-      slidingWindow: 59_000 + 33_000,
+      // 40 fading through the next window: 40 * (60 - e) / 60 <= 9, e = 46.5 s
+      slidingWindow: 59_000 + 46_500,
       slidingLog: 60_000,
     };
     expect(await peek(limiter, "a")).toEqual({ allowed: false, remaining: 0, retryAfter: caps[name] });
+    const key = limiter.keys("a")[0]!;
+    if (name === "fixedWindow") expect(await client().get(key)).toBe(40);
+    if (name === "slidingLog") expect(await client().zcard(key)).toBe(40);
+    if (name === "gcra") expect(await client().pttl(key)).toBeLessThanOrEqual(40 * 6000);
   });
 });
 
@@ -286,8 +290,17 @@ describe("what cannot be settled", () => {
     const denied = await limiter.limit("a", { cost: 11 });
     expect(denied.allowed).toBe(false);
     await expect(limiter.settle(denied, 0)).rejects.toThrow(
-      `settle: the decision for "a" (plan "default", decidedAt ${T0}) was denied: nothing was reserved, so there is nothing to settle`,
+      `settle: the decision (plan "default", decidedAt ${T0}) was denied: nothing was reserved, so there is nothing to settle`,
     );
+  });
+
+  it("units given back end the identifier's cached denial", async () => {
+    const { limiter } = limiterOf(rules, { denyCache: { maxEntries: 10 } });
+    const d = await limiter.limit("a", { cost: 10 });
+    expect((await limiter.limit("a")).source).toBe("redis");
+    expect((await limiter.limit("a")).source).toBe("cache");
+    await limiter.settle(d, 2);
+    expect(await limiter.limit("a")).toMatchObject({ allowed: true, source: "redis", remaining: 7 });
   });
 
   it("a cached denial rejects as denied, naming what it knows", async () => {
@@ -420,6 +433,40 @@ describe("through a hop that cuts the connection after forwarding", () => {
   );
 });
 
+describe("through a hop that holds the settle past its timeout", () => {
+  let hop: Hop;
+  beforeAll(async () => {
+    hop = await Hop.start(inject("bridgeUrl"));
+  });
+  afterAll(async () => {
+    await hop.close();
+  });
+
+  it("fails with a timeout, is not sent again, and cannot be repeated", async () => {
+    const rules = { r: fixedWindow({ limit: 10, window: "1h" }) };
+    const clock = manualClock(T0 + 1000);
+    const prefix = uniquePrefix("settle-stall");
+    const user = new Redis({ url: hop.url, token: inject("bridgeToken") });
+    const through = new Limiter({ redis: user, prefix, rules, clock, denyCache: false, timeout: 300 });
+    const direct = new Limiter({
+      redis: client(inject("bridgeUrl")),
+      prefix,
+      rules,
+      clock,
+      denyCache: false,
+    });
+    const d = await through.limit("victim", { cost: 8 });
+    hop.mode = "stall";
+    const settled = await through.settle(d, 3);
+    hop.mode = "pass";
+    expect(settled).toMatchObject({ difference: -5, via: "redis", error: { kind: "timeout" } });
+    await expect(through.settle(d, 3)).rejects.toThrow("was already settled");
+    // a decision through the hop afterwards goes through; the held settle was never sent again
+    expect((await through.limit("other")).source).toBe("redis");
+    expect((await direct.limit("victim", { cost: 0 })).remaining).toBe(2);
+  });
+});
+
 describe("plans and overrides", () => {
   const rules = {
     r: fixedWindow({ limit: 10, window: "1m" }),
@@ -459,6 +506,42 @@ describe("plans and overrides", () => {
     const after = await limiter.limit("a", { cost: 0 });
     expect([after.rules.r!.remaining, after.rules.g!.remaining]).toEqual([25, 25]);
   });
+
+  it("a custom override with a plan's window settles in that window's key", async () => {
+    const { limiter, clock } = limiterOf(rules, { plans, overrides: true });
+    clock.set(T0 + 30 * MINUTE);
+    // the pro plan's rules (its hour-long window), with limits of the identifier's own
+    await limiter.overrides.set("a", {
+      plan: "pro",
+      rules: { r: { limit: 40 }, g: { limit: 40, burst: 40 } },
+    });
+    const d = await limiter.limit("a", { cost: 30 });
+    expect(d.plan).toBe("custom");
+    // the hour's count is kept in the pro plan's key for that window
+    const key = limiter.keys("a", clock.now, "pro")[0]!;
+    expect(await client().get(key)).toBe(30);
+    await limiter.settle(d, 12);
+    expect(await client().get(key)).toBe(12);
+    const after = await limiter.limit("a", { cost: 0 });
+    expect([after.rules.r!.remaining, after.rules.g!.remaining]).toEqual([28, 28]);
+  });
+
+  it.each([
+    ["fixedWindow", fixedWindow({ limit: 10, window: "1m" }), { limit: 100 }],
+    ["gcra", gcra({ limit: 10, period: "1m", burst: 10 }), { limit: 100, burst: 100 }],
+    ["slidingWindow", slidingWindow({ limit: 10, window: "1m" }), { limit: 100 }],
+  ])(
+    "one %s rule with overrides on (its one-rule variant) settles under the plan stored",
+    async (_, rule, pro) => {
+      const { limiter, clock } = limiterOf({ r: rule }, { plans: { pro: { r: pro } }, overrides: true });
+      clock.set(T0 + 1000);
+      await limiter.overrides.set("a", { plan: "pro" });
+      const d = await limiter.limit("a", { cost: 50 });
+      expect(d).toMatchObject({ plan: "pro", remaining: 50 });
+      await limiter.settle(d, 20);
+      expect(await peek(limiter, "a")).toMatchObject({ remaining: 80 });
+    },
+  );
 });
 
 describe("decisions a lease answered", () => {
