@@ -73,11 +73,12 @@ if units >= math.max(cost, 1) and now < expires then
   units = units - cost
   local top_up = 0
   -- Low: about an eighth of a ttl's demand (at most a quarter of max). The top-up decision's own
-  -- unit skips the script's half rule, so only while home, as last seen, has plenty left.
+  -- unit skips the limiter script's half rule, so a top-up is asked for only while home, as of the
+  -- last deposit, had at least twice what it takes.
   local low = math.min(math.floor(max / 4), math.ceil(demand / 8))
-  if units <= low and not asking and (tonumber(f[5]) or 0) >= 2 * max then
+  if units <= low and not asking and cost > 0 then
     top_up = math.min(max, demand) - units - 1
-    if top_up < 1 then top_up = 0 end
+    if top_up < 1 or (tonumber(f[5]) or 0) < 2 * (top_up + 1) then top_up = 0 end
   end
   redis.call("HSET", key, "u", int(units), "ds", int(start), "dc", int(current), "dp", int(previous))
   if top_up > 0 then redis.call("HSET", key, "a", int(now)) end

@@ -237,6 +237,7 @@ export class Limiter {
         pool,
         this.scripts,
         regional,
+        () => this.now(),
         maxStale,
         timeout,
       );
@@ -308,8 +309,9 @@ export class Limiter {
     // A lease answers on the spot: it never waits on a request, this one's or another's.
     const leased = plan.leases?.answer(identifier, cost, now, waitUntil);
     if (leased) return Promise.resolve(leased);
-    if (this.region !== undefined)
-      return this.decideRegional(this.region, plan, identifier, cost, now, waitUntil);
+    const region = this.region;
+    if (region?.serves(plan.encoding))
+      return this.decideRegional(region, plan, identifier, cost, now, waitUntil);
     return this.decide(plan, identifier, cost, now, waitUntil);
   }
 
@@ -322,7 +324,7 @@ export class Limiter {
    */
   async dispose(): Promise<void> {
     await Promise.all([...this.plans.values()].map((plan) => plan.leases?.dispose()));
-    await this.region?.settled();
+    await this.region?.dispose();
   }
 
   /**

@@ -22,7 +22,10 @@ import { checkLease, type LeaseConfig, type LeaseOptions, type WaitUntil } from 
 import type { PlanEncoding, PoolScript, Reservation, RuleScripts } from "./script.js";
 import type { Transport } from "./transport.js";
 import type { Decision, RuleResult } from "./types.js";
-import { type Issue, issueText } from "./validate.js";
+import { type Issue, issueText, MAX_TIMER_MS } from "./validate.js";
+
+/** Pools whose deposits a Limiter remembers, to take back their leftovers (the oldest forgotten first). */
+const MAX_TRACKED = 10_000;
 
 /** What `region` takes: a database near this isolate, and the pool each identifier may have there. */
 export interface RegionOptions {
@@ -74,6 +77,14 @@ export function regionPool(value: unknown, field = "region"): PoolConfig {
  */
 export class Region {
   private readonly pending = new Set<Promise<unknown>>();
+  /** The pools this Limiter deposited into, by key, until their units stop being handed out. */
+  private readonly deposits = new Map<
+    string,
+    { identifier: string; plan: PlanEncoding; expiresAt: number }
+  >();
+  private nextExpiry = Number.POSITIVE_INFINITY;
+  private timer: ReturnType<typeof setTimeout> | undefined;
+  private disposed = false;
   /**
    * Counters for tests and reports: answers from the pool, misses, units deposited, units given back
    * to home, refunds that failed, and units reserved for a pool that never reached it (they stay
@@ -87,10 +98,20 @@ export class Region {
     private readonly scripts: RuleScripts,
     /** The region's database, for `reset`. */
     private readonly transport: Transport,
+    private readonly clock: () => number,
     /** With overrides on, the most a pool is trusted (`overrides.maxStale`): deposits live at most that. */
     private readonly maxStale = Number.POSITIVE_INFINITY,
     private readonly timeout = 1000,
   ) {}
+
+  /**
+   * Whether decisions under `plan` ask the region. Not with a sliding log rule: the log stamps each
+   * unit with the time it was admitted, and a unit handed out later from a pool would leave the log
+   * early, letting a later window hold more than the limit (leases never hold one either).
+   */
+  serves(plan: PlanEncoding): boolean {
+    return !plan.rules.some((rule) => rule.algorithm === "slidingLog");
+  }
 
   /**
    * Asks the identifier's pool in the region for `cost` units: the Decision when the pool answered
@@ -104,6 +125,7 @@ export class Region {
     plan: PlanEncoding,
     waitUntil: WaitUntil | undefined,
   ): Promise<Decision | number> {
+    if (now >= this.nextExpiry) this.sweep(now, waitUntil);
     const answer = await this.pool.take(this.key(plan, identifier), cost, now, plan.rules.length);
     if (answer instanceof Error) {
       this.stats.errors += 1;
@@ -153,9 +175,41 @@ export class Region {
     if (!reply.ok) throw reply.error;
   }
 
-  /** Resolves once every deposit, top-up and refund sent so far is done. */
-  async settled(): Promise<void> {
+  /**
+   * Takes back what is left in the expired pools this Limiter deposited into, stops its timer, and
+   * resolves once every deposit, top-up and refund sent so far is done.
+   */
+  async dispose(): Promise<void> {
+    this.disposed = true;
+    if (this.timer !== undefined) clearTimeout(this.timer);
+    this.timer = undefined;
+    this.sweep(this.clock(), undefined);
     while (this.pending.size > 0) await Promise.all([...this.pending]);
+  }
+
+  /**
+   * Every pool this Limiter deposited into whose units are no longer handed out at `now`: asks it for
+   * nothing (a take of 0), which takes out what is left for a refund at home, unless another isolate
+   * did, or deposited again since.
+   */
+  sweep(now: number, waitUntil: WaitUntil | undefined): void {
+    let next = Number.POSITIVE_INFINITY;
+    for (const [key, entry] of this.deposits) {
+      if (entry.expiresAt > now) {
+        next = Math.min(next, entry.expiresAt);
+        continue;
+      }
+      this.deposits.delete(key);
+      const { identifier, plan } = entry;
+      this.track(
+        this.pool.take(key, 0, now, plan.rules.length).then((answer) => {
+          if (answer instanceof Error || answer.hit || answer.leftover === 0) return;
+          return this.give(identifier, answer.leftover, answer.windowStarts, now, plan);
+        }),
+        waitUntil,
+      );
+    }
+    this.nextExpiry = next;
   }
 
   private key(plan: PlanEncoding, identifier: string): string {
@@ -177,7 +231,8 @@ export class Region {
           this.stats.lost += 1 + answer.reserved;
           return;
         }
-        return this.put(identifier, 1 + answer.reserved, answer.windowStarts, answer.decision, now, plan);
+        const units = 1 + answer.reserved;
+        return this.put(identifier, units, answer.windowStarts, answer.decision, now, plan, !waitUntil);
       }),
       waitUntil,
     );
@@ -192,7 +247,7 @@ export class Region {
     plan: PlanEncoding,
     waitUntil: WaitUntil | undefined,
   ): void {
-    this.track(this.put(identifier, units, windowStarts, decision, now, plan), waitUntil);
+    this.track(this.put(identifier, units, windowStarts, decision, now, plan, !waitUntil), waitUntil);
   }
 
   /** Deposits units home reserved; what the pool cannot keep goes back home. */
@@ -203,13 +258,16 @@ export class Region {
     decision: Decision,
     now: number,
     plan: PlanEncoding,
+    /** No waitUntil: a timer takes back the pool's leftovers once it expires. */
+    background: boolean,
   ): Promise<void> {
     const snapshot = plan.rules.map((rule) => {
       const outcome = decision.rules[rule.name]!;
       return { remaining: outcome.remaining, resetAt: outcome.resetAt };
     });
     const deposit = { units, expiresAt: this.expiry(now, plan.rules, windowStarts), windowStarts, snapshot };
-    const put = await this.pool.put(this.key(plan, identifier), deposit, now);
+    const key = this.key(plan, identifier);
+    const put = await this.pool.put(key, deposit, now);
     if (put instanceof Error) {
       // Refused before it was sent (the region's breaker is open): the units never left, give them back.
       // Any other failure may have reached the pool: giving them back too could admit them twice.
@@ -219,6 +277,7 @@ export class Region {
       return;
     }
     this.stats.deposited += units - put.excess;
+    this.remember(key, identifier, plan, deposit.expiresAt, background);
     const back: Promise<void>[] = [];
     if (put.leftover > 0) back.push(this.give(identifier, put.leftover, put.leftoverWindows, now, plan));
     if (put.excess > 0) back.push(this.give(identifier, put.excess, windowStarts, now, plan));
@@ -247,6 +306,35 @@ export class Region {
     const ok = await this.scripts.refund(identifier, units, windowStarts, now, plan);
     if (ok) this.stats.refunded += units;
     else this.stats.refundsFailed += 1;
+  }
+
+  /** Notes a pool deposited into, to take back what is left of it once it expires (see sweep). */
+  private remember(
+    key: string,
+    identifier: string,
+    plan: PlanEncoding,
+    expiresAt: number,
+    background: boolean,
+  ): void {
+    if (this.disposed) return;
+    this.deposits.delete(key);
+    this.deposits.set(key, { identifier, plan, expiresAt });
+    // the oldest is forgotten: whoever asks that pool next takes its leftovers out
+    if (this.deposits.size > MAX_TRACKED) this.deposits.delete(this.deposits.keys().next().value!);
+    if (expiresAt < this.nextExpiry) this.nextExpiry = expiresAt;
+    if (background) this.arm();
+  }
+
+  /** Node (no waitUntil): a timer that sweeps expired pools when no decision comes to do it. Unref'd. */
+  private arm(): void {
+    if (this.timer !== undefined || this.disposed || this.deposits.size === 0) return;
+    const wait = Math.max(1, Math.min(MAX_TIMER_MS, this.nextExpiry - this.clock()));
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      this.sweep(this.clock(), undefined);
+      this.arm();
+    }, wait);
+    (this.timer as { unref?: () => void }).unref?.();
   }
 
   private track(promise: Promise<unknown>, waitUntil: WaitUntil | undefined): void {

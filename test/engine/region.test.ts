@@ -13,6 +13,7 @@ import {
   gcra,
   Limiter,
   type RuleConfig,
+  slidingLog,
   slidingWindow,
   tokenBucket,
 } from "../../src/index.js";
@@ -163,6 +164,63 @@ describe("never over the limit: 3 regions × 4 instances, pools and leases", () 
   }
 });
 
+describe("what home holds once the pools expire", () => {
+  it("exactly what was admitted: every isolate takes back the expired pools it deposited into", async () => {
+    const clock = manualClock(T0 + 1000);
+    const prefix = uniquePrefix("home");
+    const { limiters } = fleet(fixedWindow({ limit: 5000, window: "1m" }), clock, prefix);
+    const work = background();
+    let admitted = 0;
+    for (let step = 0; step < 40; step++) {
+      const decisions = await Promise.all(
+        limiters.flat().map((limiter) => limiter.limit("warm", { waitUntil: work.waitUntil })),
+      );
+      admitted += decisions.filter((d) => d.allowed).length;
+      await work.drain();
+      clock.set(clock.now + 20);
+    }
+    expect(admitted).toBe(40 * 12);
+    const homeRedis = client(home.url);
+    const key = limiters[0]![0]!.keys("warm")[0]!;
+    const held = Number(await homeRedis.get(key)) - admitted;
+    expect(held).toBeGreaterThan(0);
+    // past every pool's and lease's expiry: the next decision of each isolate, whatever its
+    // identifier, gives back what it holds or deposited
+    clock.set(clock.now + 1000);
+    for (const limiter of limiters.flat()) await limiter.limit("other", { waitUntil: work.waitUntil });
+    await work.drain();
+    expect(Number(await homeRedis.get(key))).toBe(admitted);
+    const regional = limiters.flat().reduce((sum, l) => sum + l.region!.stats.refunded, 0);
+    expect(regional).toBeGreaterThan(0);
+  });
+
+  it("without waitUntil, a timer takes the leftovers back (Node)", async () => {
+    const prefix = uniquePrefix("timer");
+    let now = Date.now();
+    const rules = { r: gcra({ limit: 1000, period: "1h" }) };
+    const limiter = new Limiter({
+      redis: client(home.url),
+      region: { redis: client(regions[1]!.bridge.url), pool: { max: 50, ttl: "100ms" } },
+      rules,
+      prefix,
+      clock: () => now,
+    });
+    const ideal = new Limiter({ redis: client(home.url), rules, prefix, clock: () => now });
+    for (let i = 0; i < 10; i++) {
+      await limiter.limit("t");
+      await ideal.limit("ideal");
+      // the deposit is on its way in the background
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+    now += 200;
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const [a, b] = [await ideal.limit("t", { cost: 0 }), await ideal.limit("ideal", { cost: 0 })];
+    expect(limiter.region!.stats.refunded).toBeGreaterThan(0);
+    expect(a.remaining).toBe(b.remaining);
+    await limiter.dispose();
+  });
+});
+
 describe("a pool answers with one round trip to its region", () => {
   it("headers: home's remaining as of the last deposit plus the pool's units, exact in one isolate", async () => {
     const clock = manualClock();
@@ -194,6 +252,23 @@ describe("a pool answers with one round trip to its region", () => {
       { source: "redis", remaining: 92 },
     ]);
     expect(limiter.region!.stats).toMatchObject({ hits: 4, deposited: 1 + 3 + 7 });
+  });
+
+  it("a sliding log is never pooled: its decisions go home, and the region is not asked", async () => {
+    const regional = client(regions[0]!.bridge.url);
+    const prefix = uniquePrefix("log");
+    const limiter = new Limiter({
+      redis: client(home.url),
+      region: { redis: regional, pool: { max: 50, ttl: "1s" } },
+      rules: { r: slidingLog({ limit: 100, window: "1m" }) },
+      prefix,
+      clock: manualClock(),
+    });
+    const sources = new Set<string>();
+    for (let i = 0; i < 10; i++) sources.add((await limiter.limit("l")).source);
+    expect(sources).toEqual(new Set(["redis"]));
+    expect(await regional.keys(`${prefix}:*`)).toEqual([]);
+    expect(limiter.region!.stats).toMatchObject({ hits: 0, misses: 0 });
   });
 
   it("every pool key has a TTL, of at most 3 pool ttls", async () => {
@@ -295,6 +370,36 @@ describe("a pool answers with one round trip to its region", () => {
     expect(peek.remaining).toBe(peekIdeal.remaining);
     expect(peek.resetAt).toBe(peekIdeal.resetAt);
   });
+});
+
+describe("the region option", () => {
+  const base = {
+    redis: { url: "http://127.0.0.1:1", token: "t" },
+    rules: { r: gcra({ limit: 1, period: "1s" }) },
+  };
+  const cases: [unknown, string][] = [
+    [
+      { pool: { max: 10, ttl: "1s" } },
+      "region.redis: give the region's database: { url, token } or a client",
+    ],
+    [{ redis: { url: "nope", token: "t" }, pool: { max: 10, ttl: "1s" } }, "region.redis.url: "],
+    [
+      { redis: base.redis, pool: { max: 0, ttl: "1s" } },
+      "region.pool.max: must be a whole number of units from 1 to 100000, got 0",
+    ],
+    [{ redis: base.redis, pool: { max: 10, ttl: "soon" } }, "region.pool.ttl: "],
+    [{ redis: base.redis }, "region.pool: expected { max, ttl }"],
+    [
+      { redis: base.redis, pool: { max: 10, ttl: "1s" }, size: 3 },
+      "region.size: not a region option; it takes redis, pool",
+    ],
+    ["eu", "region: expected { redis, pool: { max, ttl } }"],
+  ];
+  for (const [region, message] of cases) {
+    it(`refuses ${JSON.stringify(region)} naming the field`, () => {
+      expect(() => new Limiter({ ...base, region: region as never })).toThrow(message);
+    });
+  }
 });
 
 describe("failures", () => {
