@@ -10,7 +10,7 @@
 --            a  when an isolate was told to reserve a top-up at home (one at a time per ttl)
 --            ds, dc, dp  the region's demand: start of the current bucket (ttl ms long), units asked in it and in the one before
 -- ARGV[1]  now, epoch ms, from the caller's clock, in hexadecimal
--- ARGV[2]  "take" or "put"
+-- ARGV[2]  "take", "put" or "free"
 -- ARGV[3]  ttl: ms a deposit may be handed out for; also the span over which demand is measured
 -- ARGV[4]  max: most units the pool holds
 --
@@ -24,6 +24,9 @@
 -- put, ARGV[5] units, ARGV[6] e, ARGV[7] w, ARGV[8] s, ARGV[9] h: deposits units home reserved. Units
 -- left from a pool past its `e` or counted in other windows are taken out for a refund; what would
 -- take the pool past max is too. Answers { units held, leftover, old w, excess } (excess: in the new w).
+--
+-- free, ARGV[5] the time a take told its caller to reserve: that reservation brought nothing (home
+-- denied, failed, or had no units to spare), so another isolate may ask now. Answers 0.
 --
 -- Every write sets the key's expiry to 3 ttl (the deposit's `e` is at most a ttl ahead): a pool nobody
 -- asks again disappears with its units, which stay consumed at home until home's state expires.
@@ -39,6 +42,11 @@ local windows = f[3] or ""
 local asked = tonumber(f[6])
 -- one top-up at a time: another isolate asked less than a ttl ago (a clock behind it counts as recent)
 local asking = asked ~= nil and now - asked < ttl
+
+if ARGV[2] == "free" then
+  if asked ~= nil and asked == tonumber(ARGV[5]) then redis.call("HDEL", key, "a") end
+  return 0
+end
 
 if ARGV[2] == "put" then
   local add = tonumber(ARGV[5])

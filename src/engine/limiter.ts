@@ -434,7 +434,10 @@ export class Limiter {
     if (taken === 0) return this.decide(plan, identifier, cost, now, waitUntil);
     const leaseWant = plan.leases?.want(identifier, cost, now) ?? 0;
     const reservation = await this.scripts.reserve(identifier, cost, now, taken + leaseWant, encoding);
-    if (reservation instanceof Error) return this.failure(reservation, now, encoding);
+    if (reservation instanceof Error) {
+      region.free(identifier, now, encoding, waitUntil);
+      return this.failure(reservation, now, encoding);
+    }
     const decision = reservation.decision;
     if (!decision.allowed) this.cache?.set(identifier, Math.max(cost, 1), now, decision, encoding.name);
     const rest = region.settle(identifier, reservation, taken, now, encoding, waitUntil);

@@ -157,15 +157,31 @@ export class Region {
   ): Reservation {
     const { decision, reserved, windowStarts } = reservation;
     const share = decision.allowed ? Math.min(want, reserved) : 0;
-    if (share === 0) return reservation;
+    if (share === 0) {
+      this.free(identifier, now, plan, waitUntil);
+      return reservation;
+    }
     // An override applied other rules at home: its units are not this plan's to pool (nor to refund
     // under this plan's keys); they stay consumed until home's state expires.
     if (decision.plan !== plan.name) {
       this.stats.lost += share;
+      this.free(identifier, now, plan, waitUntil);
       return { decision, reserved: reserved - share, windowStarts };
     }
     this.deposit(identifier, share, windowStarts, decision, now, plan, waitUntil);
     return { decision: withUnits(decision, share), reserved: reserved - share, windowStarts };
+  }
+
+  /**
+   * The reservation the pool asked this isolate for at `now` brought it nothing (home denied, failed,
+   * or had nothing to spare): lets another isolate of the region ask, off the request path.
+   */
+  free(identifier: string, now: number, plan: PlanEncoding, waitUntil: WaitUntil | undefined): void {
+    this.track(this.unmark(identifier, now, plan), waitUntil);
+  }
+
+  private async unmark(identifier: string, now: number, plan: PlanEncoding): Promise<void> {
+    await this.pool.free(this.key(plan, identifier), now);
   }
 
   /** Deletes the identifier's pools in the region (no refund: its state at home is gone too). */
@@ -226,10 +242,10 @@ export class Region {
   ): void {
     this.track(
       this.scripts.reserve(identifier, 1, now, want, plan).then((answer) => {
-        if (answer instanceof Error || !answer.decision.allowed) return;
+        if (answer instanceof Error || !answer.decision.allowed) return this.unmark(identifier, now, plan);
         if (answer.decision.plan !== plan.name) {
           this.stats.lost += 1 + answer.reserved;
-          return;
+          return this.unmark(identifier, now, plan);
         }
         const units = 1 + answer.reserved;
         return this.put(identifier, units, answer.windowStarts, answer.decision, now, plan, !waitUntil);

@@ -927,6 +927,16 @@ export class PoolScript {
     return { hit: false, want: a, leftover: b, windowStarts };
   }
 
+  /**
+   * Lets another isolate reserve for the pool at `key`: the reservation a take asked for at `asked`
+   * brought nothing. Resolves true when the pool ran it.
+   */
+  async free(key: string, asked: number): Promise<boolean> {
+    const command = ["EVALSHA", POOL.sha1, "1", key, asked.toString(16), "free", this.ttl, this.max];
+    command.push(String(asked));
+    return (await this.transport.call(command, this.call)).ok;
+  }
+
   /** Deposits units home reserved into the pool at `key`. */
   async put(key: string, deposit: Deposit, now: number): Promise<PoolPut | Error> {
     const snapshot = deposit.snapshot.flatMap((rule) => [String(rule.remaining), String(rule.resetAt)]);
