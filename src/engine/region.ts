@@ -107,10 +107,11 @@ export class Region {
   /**
    * Whether decisions under `plan` ask the region. Not with a sliding log rule: the log stamps each
    * unit with the time it was admitted, and a unit handed out later from a pool would leave the log
-   * early, letting a later window hold more than the limit (leases never hold one either).
+   * early, letting a later window hold more than the limit (leases never hold one either). Nor with
+   * `overrides: { maxStale: 0 }`: no answer may come from anywhere but home.
    */
   serves(plan: PlanEncoding): boolean {
-    return !plan.rules.some((rule) => rule.algorithm === "slidingLog");
+    return this.maxStale > 0 && !plan.rules.some((rule) => rule.algorithm === "slidingLog");
   }
 
   /**
@@ -135,7 +136,7 @@ export class Region {
       this.stats.misses += 1;
       if (answer.leftover > 0)
         this.refund(identifier, answer.leftover, answer.windowStarts, now, plan, waitUntil);
-      return this.maxStale > 0 ? answer.want : 0;
+      return answer.want;
     }
     this.stats.hits += 1;
     if (answer.topUp > 0) this.topUp(identifier, answer.topUp, now, plan, waitUntil);
