@@ -14,8 +14,9 @@
 -- ARGV[3]  ttl: ms a deposit may be handed out for; also the span over which demand is measured
 -- ARGV[4]  max: most units the pool holds
 --
--- take, ARGV[5] cost (0 peeks): counts the cost as demand. When the pool holds the cost (at least 1)
--- and is not past `e`, takes it and answers { 1, units left, top-up, s }: top-up > 0 asks the caller to
+-- take, ARGV[5] cost (0 peeks), ARGV[6] extra: units for the caller's own lease, beside the cost. When
+-- the pool holds the cost (at least 1) and is not past `e`, takes it and up to `extra` more (counted as
+-- demand with it) and answers { 1, units left, top-up, s, extra taken, w }: top-up > 0 asks the caller to
 -- reserve that many at home, plus the top-up decision's own unit (the pool is low). Else answers
 -- { 0, want, leftover, w }: want > 0 asks the caller to reserve that many at home beside its decision;
 -- leftover > 0 are units of a pool past `e`, taken out here (now nobody else's) for the caller to
@@ -66,6 +67,7 @@ end
 -- Demand over the last ttl, from two buckets of ttl ms (the older weighted by its overlap), as it
 -- stood before this decision.
 local cost = tonumber(ARGV[5])
+local extra = tonumber(ARGV[6]) or 0
 local start, current, previous = tonumber(f[7]) or now, tonumber(f[8]) or 0, tonumber(f[9]) or 0
 local elapsed = now - start
 if elapsed >= 2 * ttl then
@@ -75,10 +77,11 @@ elseif elapsed >= ttl then
 end
 local into = math.min(ttl, math.max(0, now - start))
 local demand = math.floor((previous * (ttl - into)) / ttl) + current
-current = current + cost
 
 if units >= math.max(cost, 1) and now < expires then
-  units = units - cost
+  extra = math.min(extra, units - cost)
+  units = units - cost - extra
+  current = current + cost + extra
   local top_up = 0
   -- Low: about an eighth of a ttl's demand (at most a quarter of max). The top-up decision's own
   -- unit skips the limiter script's half rule, so a top-up is asked for only while home, as of the
@@ -91,8 +94,10 @@ if units >= math.max(cost, 1) and now < expires then
   redis.call("HSET", key, "u", int(units), "ds", int(start), "dc", int(current), "dp", int(previous))
   if top_up > 0 then redis.call("HSET", key, "a", int(now)) end
   redis.call("PEXPIRE", key, int(3 * ttl))
-  return { 1, units, top_up, f[4] or "" }
+  return { 1, units, top_up, f[4] or "", extra, windows }
 end
+
+current = current + cost
 
 local leftover, old = 0, ""
 if units > 0 and now >= expires then

@@ -115,9 +115,10 @@ export class Region {
   }
 
   /**
-   * Asks the identifier's pool in the region for `cost` units: the Decision when the pool answered
-   * (`source: "region"`), else how many units to reserve for the pool at home beside the decision (0
-   * also when the region's database failed: the decision goes home as without a region).
+   * Asks the identifier's pool in the region for `cost` units, and up to `extra` more for this
+   * isolate's lease: when the pool answered, the Decision (`source: "region"`) with the units taken
+   * for the lease, as a Reservation; else how many units to reserve for the pool at home beside the
+   * decision (0 also when the region's database failed: the decision goes home as without a region).
    */
   async take(
     identifier: string,
@@ -125,9 +126,10 @@ export class Region {
     now: number,
     plan: PlanEncoding,
     waitUntil: WaitUntil | undefined,
-  ): Promise<Decision | number> {
+    extra = 0,
+  ): Promise<Reservation | number> {
     if (now >= this.nextExpiry) this.sweep(now, waitUntil);
-    const answer = await this.pool.take(this.key(plan, identifier), cost, now, plan.rules.length);
+    const answer = await this.pool.take(this.key(plan, identifier), cost, now, plan.rules.length, extra);
     if (answer instanceof Error) {
       this.stats.errors += 1;
       return 0;
@@ -140,7 +142,9 @@ export class Region {
     }
     this.stats.hits += 1;
     if (answer.topUp > 0) this.topUp(identifier, answer.topUp, now, plan, waitUntil);
-    return fromPool(answer.snapshot, answer.units, plan, now);
+    // the lease's units are this identifier's too: the caller is told them as remaining (Leases.settle)
+    const decision = fromPool(answer.snapshot, answer.units, plan, now);
+    return { decision, reserved: answer.extra, windowStarts: answer.windowStarts };
   }
 
   /**
