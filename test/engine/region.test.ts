@@ -6,6 +6,7 @@ import { Redis } from "@upstash/redis";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { type Bridge, type RedisServer, startBridge, startRedisServer } from "../../src/bridge/index.js";
 import type { RedisCallError } from "../../src/engine/errors.js";
+import { SCRIPTS } from "../../src/engine/generated/scripts.js";
 import { transportFor } from "../../src/engine/transport.js";
 import {
   type Decision,
@@ -173,6 +174,62 @@ describe("never over the limit: 3 regions × 4 instances, pools and leases", () 
       for (const limiter of limiters.flat()) await limiter.dispose();
     }, 120_000);
   }
+});
+
+describe("the pool script (lua/pool.lua): a table of calls at explicit times", () => {
+  it("deposits, takes, caps at max, expires, hands leftovers out once, and one reservation at a time", async () => {
+    const redis = new Redis({
+      url: regions[0]!.bridge.url,
+      token,
+      enableTelemetry: false,
+      automaticDeserialization: false,
+    });
+    const key = `${uniquePrefix("lua")}:{=id}:pool.default`;
+    // ttl 5000 ms, max 20; one rule; snapshot: home's remaining 90, resetAt T0 + 60 000
+    const s = `90 ${T0 + 60_000}`;
+    const call = (at: number, ...args: (string | number)[]) =>
+      redis.eval(
+        SCRIPTS.pool.text,
+        [key],
+        [(T0 + at).toString(16), args[0]!, "5000", "20", ...args.slice(1).map(String)],
+      );
+    const put = (at: number, units: number, ends: number, w: string, h = 90) =>
+      call(at, "put", units, T0 + ends, w, s, h);
+    const take = (at: number, cost: number, extra = 0) => call(at, "take", cost, extra);
+    const table: [string, () => Promise<unknown>, unknown][] = [
+      ["a first ask: no demand yet, nothing held", () => take(0, 1), [0, 0, 0, ""]],
+      ["a deposit of 10 (handed out until +5000)", () => put(50, 10, 5000, "0"), [10, 0, "", 0]],
+      ["a take of 3 and 2 for a lease", () => take(100, 3, 2), [1, 5, 0, s, 2, "0"]],
+      ["a deposit past max: 17 more, 2 back", () => put(200, 17, 5200, "0"), [20, 0, "", 2]],
+      ["a take the pool covers: 19 left", () => take(300, 1), [1, 19, 0, s, 0, "0"]],
+      [
+        "past its expiry: a miss, the 19 taken out for a refund; demand 6 over the last ttl",
+        () => take(5300, 1),
+        [0, 6, 19, "0"],
+      ],
+      [
+        "the 19 are out: a second asker gets none; one reservation at a time: want 0",
+        () => take(5300, 1),
+        [0, 0, 0, ""],
+      ],
+      ["a free for another reservation leaves the marker", () => call(5300, "free", T0 + 1), 0],
+      ["still one at a time", () => take(5301, 1), [0, 0, 0, ""]],
+      ["the reservation came back empty: free", () => call(5301, "free", T0 + 5300), 0],
+      ["another isolate may ask now", () => take(5302, 1), [0, 9, 0, ""]],
+      ["a deposit counted in another window", () => put(5400, 4, 9000, "5000"), [4, 0, "", 0]],
+      ["a deposit of a later window takes the 4 out", () => put(5500, 3, 9000, "6000"), [3, 4, "5000", 0]],
+      ["a peek: answered, nothing taken", () => take(5600, 0), [1, 3, 0, s, 0, "6000"]],
+    ];
+    for (const [what, run, expected] of table) expect([what, await run()]).toEqual([what, expected]);
+    // low (at most an eighth of the demand) and home had plenty at the last deposit: a take asks its
+    // caller for a top-up to a ttl's demand (at most max, less the units held and the top-up's own),
+    // and the next take does not (one at a time)
+    expect(await put(5700, 20, 9000, "6000", 1000)).toEqual([20, 0, "", 3]);
+    for (let i = 0; i < 16; i++) await take(5800, 1);
+    expect(await take(5800, 1)).toEqual([1, 3, 16, s, 0, "6000"]);
+    expect(await take(5800, 1)).toEqual([1, 2, 0, s, 0, "6000"]);
+    expect(await redis.pttl(key)).toBeGreaterThan(14_000);
+  });
 });
 
 describe("what home holds once the pools expire", () => {
