@@ -890,7 +890,7 @@ const splitWindows = (text: unknown, n: number): number[] | undefined => {
  *
  * @example
  * const pool = new PoolScript(transportFor(nearby), { max: 500, ttl: 5000 }, { timeout: 1000, batchWindow: 0, breaker: true });
- * const answer = await pool.take(limiter.keys.pool("user:42", "default"), 1, Date.now(), 1);
+ * const answer = await pool.take(new RuleKeys("edgelimit", rules).pool("user:42", "default"), 1, Date.now(), rules.length);
  */
 export class PoolScript {
   private readonly call: CallOptions;
