@@ -143,8 +143,17 @@ export class Limiter {
    * Limiter was built without `overrides`).
    */
   readonly overrides: Overrides;
-  /** The regional pools, with `region`: their counters are `limiter.region.stats`. */
-  readonly region: Region | undefined;
+  /** The regional pools, with `region`. */
+  private readonly pools: Region | undefined;
+
+  /**
+   * With `region`, its counters (for tests and reports): answers from the pool, misses, failed asks,
+   * units deposited, units given back to home, refunds that failed, units reserved that never reached
+   * a pool (they stay consumed at home until its state expires).
+   */
+  get region(): { readonly stats: Readonly<Region["stats"]> } | undefined {
+    return this.pools && { stats: this.pools.stats };
+  }
 
   constructor(options: LimiterOptions) {
     checkOptions(options, "Limiter", OPTIONS);
@@ -213,7 +222,7 @@ export class Limiter {
       } catch (error) {
         throw new Error(`region.${(error as Error).message}`);
       }
-      this.region = new Region(
+      this.pools = new Region(
         new PoolScript(regional, pool, { timeout, batchWindow, breaker: breaker !== false }),
         pool,
         this.scripts,
@@ -234,8 +243,8 @@ export class Limiter {
           {
             // with a region, a lease's top-up asks the region's pool first
             reserve: (id, cost, now, want, waitUntil) =>
-              this.region?.serves(encoding)
-                ? this.topUpRegional(this.region, encoding, id, cost, now, want, waitUntil)
+              this.pools?.serves(encoding)
+                ? this.topUpRegional(this.pools, encoding, id, cost, now, want, waitUntil)
                 : scripts.reserve(id, cost, now, want, encoding),
             refund: (id, units, windowStarts, now) => scripts.refund(id, units, windowStarts, now, encoding),
           },
@@ -313,7 +322,7 @@ export class Limiter {
     // A lease answers on the spot: it never waits on a request, this one's or another's.
     const leased = plan.leases?.answer(identifier, cost, now, waitUntil);
     if (leased) return Promise.resolve(leased);
-    const region = this.region;
+    const region = this.pools;
     if (region?.serves(plan.encoding))
       return this.decideRegional(region, plan, identifier, cost, now, waitUntil);
     return this.decide(plan, identifier, cost, now, waitUntil);
@@ -328,7 +337,7 @@ export class Limiter {
    */
   async dispose(): Promise<void> {
     await Promise.all([...this.plans.values()].map((plan) => plan.leases?.dispose()));
-    await this.region?.dispose();
+    await this.pools?.dispose();
   }
 
   /**
@@ -349,7 +358,7 @@ export class Limiter {
     }
     const reply = await this.transport.call(["DEL", ...keys], { timeout: this.timeout, breaker: false });
     if (!reply.ok) throw reply.error;
-    await this.region?.reset(
+    await this.pools?.reset(
       identifier,
       [...this.plans.values()].map((plan) => plan.encoding),
     );
