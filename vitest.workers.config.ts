@@ -17,6 +17,7 @@ export default defineProject({
       "test/global-setup.ts",
       "test/adapters/worker/global-setup.ts",
       "test/adapters/worker/proxy-origin.ts",
+      "test/adapters/worker/usage-origin.ts",
     ],
     testTimeout: 20_000,
     hookTimeout: 30_000,

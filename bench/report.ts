@@ -3,6 +3,7 @@ import { ACCURACY_POLICY } from "./accuracy.js";
 import { CPU_PAIRS, type CpuResult, cpuRatio, cpuRatioDefault, cpuTable } from "./cpu.js";
 import { type EdgeRow, LEASE } from "./edge.js";
 import type { Results } from "./run.js";
+import { renderTokens } from "./settle.js";
 import { fmt, ms, ratio, table } from "./util.js";
 
 const pct = (x: number) => (Number.isFinite(x) ? `${(x * 100).toFixed(1)} %` : "–");
@@ -21,7 +22,7 @@ ${table(["commit", "machine", "load average at start", "node", "redis", "@upstas
 
 ![decisions/s and p99 per contestant; latency and requests for one hot identifier behind the delay proxy](${chartFile})
 
-${[goals(r), throughput(r), lua(r), memory(r), accuracy(r), edge(r), worker(r), cpu(r), overrides(r), METHOD].join("\n")}`;
+${[goals(r), throughput(r), lua(r), memory(r), accuracy(r), renderTokens(r.tokens, r.settings.tokensMs), edge(r), worker(r), cpu(r), overrides(r), analytics(r), METHOD].join("\n")}`;
 }
 
 function goals(r: Results): string {
@@ -76,7 +77,8 @@ function goals(r: Results): string {
   }
   rows.push(...cpuGoals(r.cpu));
   rows.push(...overridesGoals(r.overrides));
-  return `## Goals\n\nAt the edge: 20 ms each way, \`lease: ${JSON.stringify(LEASE)}\` (part 5). Lean scripts: one rule, every algorithm and path (part 2). Client CPU: one rule, every path, against the peer's default client and its cheaper one (part 7). Overrides: one rule, every algorithm and path, none, a plan or a custom override stored (part 8).\n\n${table(["goal", "measured", ""], rows)}\n`;
+  rows.push(analyticsGoal(r.analytics));
+  return `## Goals\n\nAt the edge: 20 ms each way, \`lease: ${JSON.stringify(LEASE)}\` (part 5). Lean scripts: one rule, every algorithm and path (part 2). Client CPU: one rule, every path, against the peer's default client and its cheaper one (part 7). Overrides: one rule, every algorithm and path, none, a plan or a custom override stored (part 8). Analytics: 1,000 decisions with analytics on and off (part 9).\n\n${table(["goal", "measured", ""], rows)}\n`;
 }
 
 function throughput(r: Results): string {
@@ -349,6 +351,34 @@ The peer's dynamic limit, from its code (@upstash/ratelimit ${r.versions.ratelim
   \`\${prefix}:dynamic:global\` is answered with a CROSSSLOT error.
 
 ${r.overrides ?? "**Pending:** bench/overrides-cost.ts is not there or was not run."}
+`;
+}
+
+/** The analytics goal, from the summary line bench/analytics-cost.ts prints under its table. */
+function analyticsGoal(md: string | undefined): string[] {
+  const added =
+    /Analytics on add \+(\d+) Redis commands and \+(\d+) HTTP requests to the decisions' own requests/.exec(
+      md ?? "",
+    );
+  return [
+    "0 Redis commands and 0 HTTP requests added to the decisions' own requests by analytics (part 9)",
+    added ? `+${added[1]} commands, +${added[2]} requests per 1,000 decisions` : "–",
+    check(added ? added[1] === "0" && added[2] === "0" : undefined),
+  ];
+}
+
+function analytics(r: Results): string {
+  return `## 9. Analytics
+
+bench/analytics-cost.ts: 1,000 decisions through the REST bridge to one private redis-server, each library
+with its own @upstash/redis client; commands as INFO commandstats counts them (a script's inner commands
+included), requests as the bridge counts them. edgelimit: \`analytics\` off, and \`analytics: true\` with
+its flushes (\`limiter.analytics.flush()\`, what a \`flushEvery\` does) counted apart from the decisions:
+one for the 1,000, or one every 100. Its deny cache is off, so that every decision reaches Redis as the
+peer's do. The peer: \`analytics: false\` and \`analytics: true\` (@upstash/ratelimit ${r.versions.ratelimit}, which
+writes one ZINCRBY per decision, awaited here through the answer's \`pending\`).
+
+${r.analytics ?? "**Pending:** bench/analytics-cost.ts is not there or was not run."}
 `;
 }
 

@@ -1,6 +1,7 @@
 // `npm run bench`: every part against a private redis-server and bridge; writes BENCHMARKS.md and
 // BENCHMARKS.svg. `npm run bench:smoke`: a few iterations of each part, no wrangler, writes nothing
-// (unless given --out FILE). --only throughput,memory,accuracy,edge,worker,lua,cpu,overrides runs those parts.
+// (unless given --out FILE). --only throughput,memory,accuracy,edge,worker,lua,cpu,overrides,analytics runs those
+// parts (tokens: only part 4's tokens per minute).
 import { execFile } from "node:child_process";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import os from "node:os";
@@ -14,6 +15,7 @@ import { type BenchEnv, startEnv } from "./env.js";
 import { ROOT } from "./load.js";
 import { runMemory } from "./memory.js";
 import { renderReport } from "./report.js";
+import { runTokens } from "./settle.js";
 import { runThroughput } from "./throughput.js";
 import { log } from "./util.js";
 import { runWorker } from "./worker.js";
@@ -30,6 +32,7 @@ const settings = {
   throughput: smoke ? { rounds: 1, sampleMs: 150 } : { rounds: 3, sampleMs: 1000 },
   memoryBig: smoke ? 200 : 10_000,
   accuracyMs: smoke ? 20_000 : 60_000,
+  tokensMs: smoke ? 60_000 : 180_000,
   edge: {
     delays: smoke ? [0, 5] : [0, 5, 20],
     seconds: smoke
@@ -58,6 +61,8 @@ async function collect(env: BenchEnv) {
       ? await env.call("FLUSHALL").then(() => runMemory(env, tag, SIM_T0, settings.memoryBig))
       : [],
     accuracy: want("accuracy") ? await runAccuracy(env, tag, settings.accuracyMs) : [],
+    /** Part 4's tokens per minute (bench/settle.ts): a fixed cost per request, or reserve then settle. */
+    tokens: want("accuracy") || want("tokens") ? await runTokens(env, tag, settings.tokensMs) : [],
     edge: want("edge") ? await runEdge(env, settings.edge, tag) : [],
     worker: smoke || !want("worker") ? undefined : await runWorker(env, settings.worker),
     /** Markdown printed by bench/lua-cost.ts, when it exists. */
@@ -72,6 +77,8 @@ async function collect(env: BenchEnv) {
     overrides: want("overrides")
       ? await luaPart("overrides-cost.ts", ["--rounds", "1", "--ids", "200"])
       : undefined,
+    /** Markdown printed by bench/analytics-cost.ts: commands and requests with analytics on and off, beside the peer's. */
+    analytics: want("analytics") ? await luaPart("analytics-cost.ts", []) : undefined,
   };
 }
 export type Results = Awaited<ReturnType<typeof collect>> & { seconds: number };

@@ -6,6 +6,7 @@
 //   one-rule  (optional) the body of a script of its own for one rule, no reservation
 //   one-rule-overrides  (optional) the same that also reads the identifier's stored override
 //   refund    (optional) registers refund.<name>, for the refund script
+//   settle    registers settle.<name>, for the settle script
 // From them it builds:
 //   limiter          a head (`local A, K, n = ARGV, KEYS, #KEYS`), lua/prelude.lua, then each
 //                    algorithm's state and check inside `if several or A[3] == "<name>" then ... end`,
@@ -18,6 +19,8 @@
 //                    lua/one_rule_overrides.lua with the one-rule section in a function of its own;
 //   refund           lua/refund.lua with each algorithm's state and refund, in a `do ... end` of its
 //                    own, where its `-- #refunds` line stands;
+//   settle           lua/settle.lua with each algorithm's state, refund and settle, in a
+//                    `do ... end` of its own, where its `-- #settles` line stands;
 //   every other lua/*.lua (lock, concurrency) is a script as it stands.
 // The state sections' integer constants (`local NAME = 60000`, `local NAME = 2 ^ 25`) are handed to
 // the engine as ALGORITHM_CONSTANTS, so each is defined once.
@@ -30,7 +33,7 @@ import { fileURLToPath } from "node:url";
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const luaDir = join(root, "lua");
 const read = (file) => readFileSync(join(luaDir, file), "utf8");
-const SECTIONS = ["state", "check", "one-rule", "one-rule-overrides", "refund"];
+const SECTIONS = ["state", "check", "one-rule", "one-rule-overrides", "refund", "settle"];
 
 /** An algorithm file's sections, by name (the text before the first one is its header). */
 function sections(file) {
@@ -47,7 +50,7 @@ function sections(file) {
       out[current] += `${line}\n`;
     }
   }
-  for (const needed of ["state", "check"]) {
+  for (const needed of ["state", "check", "settle"]) {
     if (out[needed] === undefined) throw new Error(`lua/${file} has no -- #${needed} section`);
   }
   return out;
@@ -111,10 +114,15 @@ const refunds = algorithms
   .map((a) => `do\n${a.state}${a.refund}end\n`)
   .join("");
 
+const settleFile = read("settle.lua");
+if (!/^-- #settles$/m.test(settleFile)) throw new Error("lua/settle.lua has no -- #settles line");
+const settles = algorithms.map((a) => `do\n${a.state}${a.refund ?? ""}${a.settle}end\n`).join("");
+
 const scripts = {
   limiter: script(limiter),
   limiterOverrides: script(limiterOverrides),
   refund: script(refundFile.replace(/^-- #refunds$/m, refunds)),
+  settle: script(settleFile.replace(/^-- #settles$/m, () => settles)),
 };
 for (const file of readdirSync(luaDir).sort()) {
   if (
@@ -123,6 +131,7 @@ for (const file of readdirSync(luaDir).sort()) {
       "prelude.lua",
       "dispatcher.lua",
       "refund.lua",
+      "settle.lua",
       "overrides.lua",
       "override.lua",
       "one_rule_overrides.lua",

@@ -64,6 +64,14 @@ async function readConfig(file) {
   }
 }
 
+// " (flushEvery 5000 ms, top 20)": the fields given, in ms; nothing when all are the Limiter's defaults.
+function analyticsText(analytics) {
+  const fields = Object.entries(analytics).map(
+    ([name, value]) => `${name} ${value}${name === "top" ? "" : " ms"}`,
+  );
+  return fields.length ? ` (${fields.join(", ")})` : "";
+}
+
 async function main() {
   const args = process.argv.slice(2);
   if (args.length > 1 || args[0] === "-h" || args[0] === "--help") {
@@ -89,11 +97,12 @@ async function main() {
     for (const error of result.errors) console.error(`  ${error}`);
     return 1;
   }
-  const { routes, allow, deny } = result.config;
+  const { routes, allow, deny, analytics } = result.config;
   const names = routes.map((route) => `${route.name}${route.mode === "shadow" ? " (shadow)" : ""}`);
   console.log(
     `OK: ${config.source}: ${routes.length} route${routes.length === 1 ? "" : "s"}` +
-      `${names.length ? ` (${names.join(", ")})` : ""}, ${allow.size} allowed and ${deny.size} denied ranges`,
+      `${names.length ? ` (${names.join(", ")})` : ""}, ${allow.size} allowed and ${deny.size} denied ranges` +
+      `${analytics ? `, analytics on${analyticsText(analytics)}` : ""}`,
   );
   return 0;
 }

@@ -9,8 +9,9 @@
 // - Redis: UPSTASH_REDIS_REST_URL and UPSTASH_REDIS_REST_TOKEN when set, else a private redis-server (free
 //   port, no persistence) with the REST bridge in front of it. Either way a PING goes through the REST URL
 //   before the banner: a wrong URL or token exits 1 with the fix.
-// - The admin API is on, with a development token (EDGELIMIT_ADMIN_TOKEN=dev-<random>, or the one set in
-//   the environment); the banner prints a curl that upgrades a key of the first keyed route with plans.
+// - The admin API and the ops page are on, with a development token (EDGELIMIT_ADMIN_TOKEN=dev-<random>,
+//   or the one set in the environment); the banner prints the page's URL, the token, and a curl that
+//   upgrades a key of the first keyed route with plans.
 // - Stopping: SIGINT, SIGTERM or SIGHUP to this process or to npm (package.json runs it with `exec`, so npm
 //   forwards SIGINT and SIGTERM here; a parent that dies is noticed within half a second), the exit of any
 //   child (redis-server, wrangler), workerd no longer listening, or a crash here stops every process it
@@ -405,7 +406,10 @@ const shellQuote = (text) => `'${text.replaceAll("'", "'\\''")}'`;
 /** The admin API's address and token, and a curl that puts a key of the first keyed route with plans on a plan. */
 function adminLines(json, url, token) {
   const admin = `${url}${json.adminPath ?? "/_edgelimit"}`;
-  const lines = `Admin API: ${admin}/overrides/<route>?key=<value>  (Authorization: Bearer ${token})`;
+  const counts = json.analytics ? "" : ' (counts appear once the config has "analytics": true)';
+  const lines =
+    `Ops page: ${admin}/  (log in with the development token: ${token})${counts}\n` +
+    `Admin API: ${admin}/overrides/<route>?key=<value>  (Authorization: Bearer ${token})`;
   for (const route of json.routes) {
     const plan = Object.keys(route.plans ?? {})[0];
     if (plan === undefined || !route.overrides || route.key === "global") continue;

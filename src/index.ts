@@ -17,11 +17,18 @@ export {
   tokenBucket,
   type WindowOptions,
 } from "./engine/algorithms.js";
+export type {
+  Analytics,
+  AnalyticsOptions,
+  AnalyticsReport,
+  BreakerReport,
+  ReportRange,
+} from "./engine/analytics.js";
 export type { BreakerOptions } from "./engine/breaker.js";
 export type { Duration } from "./engine/duration.js";
 export { RedisCallError, type RedisErrorKind } from "./engine/errors.js";
 export type { LeaseOptions, WaitUntil } from "./engine/leases.js";
-export { Limiter, type LimiterOptions, type LimitOptions } from "./engine/limiter.js";
+export { Limiter, type LimiterOptions, type LimitOptions, type SettleOptions } from "./engine/limiter.js";
 export type {
   Override,
   OverrideEntry,
@@ -30,4 +37,4 @@ export type {
   OverridesPage,
 } from "./engine/overrides.js";
 export type { RegionOptions } from "./engine/region.js";
-export type { Decision, RuleResult } from "./engine/types.js";
+export type { Decision, RuleResult, Settlement } from "./engine/types.js";

@@ -230,6 +230,25 @@ describe("npm start", () => {
     for (const route of config.routes) expect(run.output()).toContain(`  ${route.name}: `);
     expect((await fetch(`${url}/not-limited`)).status).toBe(200);
 
+    // The demo config has analytics on: the banner names the ops page and the token that opens it.
+    expect(config.analytics).toBeTruthy();
+    const line = /^Ops page: (\S+) {2}\(log in with the development token: (dev-[0-9a-f-]{36})\)$/m.exec(
+      run.output(),
+    );
+    expect(line, run.output()).not.toBeNull();
+    const [, opsUrl, token] = line!;
+    expect(opsUrl).toBe(`${url}/_edgelimit/`);
+    expect(run.output()).toContain(
+      `Admin API: ${url}/_edgelimit/overrides/<route>?key=<value>  (Authorization: Bearer ${token})`,
+    );
+    expect((await fetch(opsUrl!)).status).toBe(401);
+    const page = await fetch(opsUrl!, { headers: { Authorization: `Basic ${btoa(`ops:${token}`)}` } });
+    const html = await page.text();
+    expect(page.status).toBe(200);
+    for (const route of config.routes)
+      expect(html).toContain(`<section class="route" data-route="${route.name}">`);
+    expect(html).toContain('data-allowed="0" data-denied="0"');
+
     process.kill(run.npm.pid as number, "SIGTERM");
     await run.ended;
     await expectAllGone(started);

@@ -34,8 +34,8 @@ local function read(key)
   return nil
 end
 
--- #check
--- Returns the window's end (the reset) and its start (the window counted in).
+-- Counts `units` more in the window starting at `start` (holding `count`): the check's commit, and a
+-- settle's debt. Returns the window's end (the reset) and its start (the window counted in).
 local function commit(key, now, units, _, window, _, start, count)
   local ends = start + window
   if count > 0 then
@@ -45,6 +45,8 @@ local function commit(key, now, units, _, window, _, start, count)
   end
   return ends, start
 end
+
+-- #check
 
 algorithms.fixedWindow = function(key, now, cost, limit, window)
   local start = now - now % window
@@ -146,5 +148,22 @@ refund.fixedWindow = function(key, _, units, limit)
   local count = read(key)
   if not count then return false end
   redis.call("SET", key, math.max(0, math.min(count, limit) - units), "KEEPTTL")
+  return true
+end
+
+-- #settle
+-- Below the reservation: the refund above, in the window the units were counted in (KEYS: its key),
+-- while that window lasts; nothing once it has ended. Above: the extra is counted in the window of the
+-- settle's own clock (KEYS: its key), past the limit if need be (a debt, waited out until that window
+-- ends), up to twice the limit.
+settle.fixedWindow = function(key, now, cost, actual, limit, window, _, start)
+  if actual < cost then
+    if now >= start + window then return false end
+    return refund.fixedWindow(key, now, cost - actual, limit)
+  end
+  local count = read(key) or 0
+  local units = math.min(actual - cost, 2 * limit - count)
+  if units <= 0 then return false end
+  commit(key, now, units, 0, window, 0, now - now % window, count)
   return true
 end

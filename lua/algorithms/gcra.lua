@@ -129,3 +129,17 @@ refund.gcra = function(key, now, units, limit, period, burst, _, limit_sent, per
   end
   return true
 end
+
+-- #settle
+-- Below the reservation: the refund above (TAT back by the difference, exactly). Above: TAT on by the
+-- extra, past the burst if need be (a debt: later decisions wait until it is earned back), with d at
+-- most twice burst*T, which bounds the wait and the key's expiry; a stored TAT never moves back.
+settle.gcra = function(key, now, cost, actual, limit, period, burst, _, _, limit_sent, period_sent)
+  if actual < cost then
+    return refund.gcra(key, now, cost - actual, limit, period, burst, 0, limit_sent, period_sent)
+  end
+  local rate = ":" .. limit_sent .. ":" .. period_sent
+  local d = read(key, now, limit, period, burst, rate) or 0
+  write(key, now, limit, math.max(d, math.min(d + (actual - cost) * period, 2 * burst * period)), rate)
+  return true
+end

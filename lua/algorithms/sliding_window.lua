@@ -142,3 +142,19 @@ refund.slidingWindow = function(key, _, units, limit, window, _, start)
   redis.call("SET", key, encode(limit, s, window, current, previous), "KEEPTTL")
   return true
 end
+
+-- #settle
+-- Below the reservation: the refund above, to the counter the units were counted in (the window
+-- starting at `start`, current or by now previous); nothing once that window has faded out. Above: the
+-- extra is counted in the window of the settle's own clock, past the limit if need be (a debt: it
+-- weighs on this window and fades through the next), up to twice the limit (and below PACK).
+settle.slidingWindow = function(key, now, cost, actual, limit, window, _, start)
+  if actual < cost then return refund.slidingWindow(key, now, cost - actual, limit, window, 0, start) end
+  local s, current, previous = counted(key, now, limit, window, true)
+  local cap = 2 * limit
+  if limit < PACK then cap = math.min(cap, PACK - 1) end
+  local units = math.min(actual - cost, cap - current)
+  if units <= 0 then return false end
+  commit(key, now, units, limit, window, 0, s, current, previous)
+  return true
+end

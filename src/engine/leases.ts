@@ -150,6 +150,8 @@ export class Leases {
   private readonly seen = new Map<string, Seen>();
   private readonly held = new Map<string, Held>();
   private readonly pending = new Set<Promise<void>>();
+  /** The lease each decision answered here came from, for a settle (settleAnswer). */
+  private readonly answered = new WeakMap<Decision, Held>();
   /** Whether this Limiter may reserve at all (not with a sliding log rule: see the constructor). */
   private readonly leasable: boolean;
   private nextExpiry = Number.POSITIVE_INFINITY;
@@ -209,6 +211,7 @@ export class Leases {
     lease.used += cost;
     this.stats.answered += 1;
     const decision = fromLease(lease, this.rules, this.plan, now);
+    this.answered.set(decision, lease);
     if (lease.units === 0) this.detach(identifier, seen);
     else this.refill(identifier, seen, lease, now, waitUntil);
     return decision;
@@ -282,6 +285,31 @@ export class Leases {
     // a lease topped up lives a ttl from then (what is left of the old units is at most a quarter of max)
     if (keep > 0) lease.expiresAt = this.expiry(now, windowStarts);
     if (units > keep) this.refund([{ identifier, units: units - keep, windowStarts }], now, waitUntil);
+  }
+
+  /**
+   * Settles a decision answered here by `difference` units (actual - cost, not 0) against its lease
+   * where it can: units given back rejoin the lease while it lives (it holds units counted in the
+   * same windows); extra units come out of it when it holds that many. Returns true when the lease
+   * took it, else the windows its units were counted in, for one settle call to Redis; undefined for
+   * a decision this did not answer.
+   */
+  settleAnswer(
+    identifier: string,
+    decision: Decision,
+    difference: number,
+    now: number,
+  ): true | readonly number[] | undefined {
+    const lease = this.answered.get(decision);
+    if (lease === undefined) return undefined;
+    const live = !this.disposed && this.held.get(identifier) === lease && now < lease.expiresAt;
+    if (live && (difference < 0 || lease.units >= difference)) {
+      lease.units -= difference;
+      lease.used += difference;
+      if (lease.units === 0) this.detach(identifier, this.seen.get(identifier)!);
+      return true;
+    }
+    return lease.windowStarts;
   }
 
   /** Units to reserve beside the `cost` of a decision going to Redis now. */

@@ -1,4 +1,14 @@
 import { checkPlans, compileRule, type PlanConfig, type Rule, type RuleConfig } from "./algorithms.js";
+import {
+  Analytics,
+  type AnalyticsOptions,
+  analyticsConfig,
+  Counter,
+  checkOnDecision,
+  Flusher,
+  type Observer,
+  observerOf,
+} from "./analytics.js";
 import type { BreakerOptions } from "./breaker.js";
 import { DenyCache } from "./deny-cache.js";
 import { describe } from "./duration.js";
@@ -6,9 +16,17 @@ import { checkIdentifier, checkPrefix, RuleKeys } from "./keys.js";
 import { type LeaseOptions, Leases, leaseConfig, type WaitUntil } from "./leases.js";
 import { Overrides, type OverridesOptions, overridesConfig } from "./overrides.js";
 import { Region, type RegionOptions, regionPool } from "./region.js";
-import { type PlanEncoding, PoolScript, type Reservation, RuleScripts, rulesOfDecision } from "./script.js";
+import {
+  type Counted,
+  countedOf,
+  type PlanEncoding,
+  PoolScript,
+  type Reservation,
+  RuleScripts,
+  rulesOfDecision,
+} from "./script.js";
 import { type Transport, transportFor } from "./transport.js";
-import type { Decision, RuleResult } from "./types.js";
+import type { Decision, RuleResult, Settlement } from "./types.js";
 import { checkClock, checkOptions, issueText, positiveMs, readClock } from "./validate.js";
 
 /** What `new Limiter()` takes. Only `redis` and `rules` are required. */
@@ -68,6 +86,17 @@ export interface LimiterOptions {
    * (`source: "region"`). See docs/regions.md.
    */
   region?: RegionOptions;
+  /**
+   * Decision analytics (default off): `true`, or `{ flushEvery: "10s", top: 20, retention: "7d", name }`.
+   * Counted in the isolate and written to Redis in the background, never on a decision's request; read
+   * with `limiter.analytics.report()`. See docs/analytics.md.
+   */
+  analytics?: boolean | AnalyticsOptions;
+  /**
+   * Called with every decision and its identifier, on every path (Redis, cache, lease, error): to send
+   * metrics elsewhere. Called synchronously, never awaited; what it throws is caught and logged once.
+   */
+  onDecision?: (decision: Decision, identifier: string) => void;
 }
 
 /** Options of one decision. */
@@ -84,6 +113,27 @@ export interface LimitOptions {
    * refunds due now are handed to it, to finish after the response. Without it they run from a timer.
    */
   waitUntil?: WaitUntil;
+}
+
+/** Options of one settle. */
+export interface SettleOptions {
+  /**
+   * The runtime's `waitUntil`: the settle call is handed to it and `settle()` resolves at once, so the
+   * response need not wait for Redis.
+   */
+  waitUntil?: WaitUntil;
+}
+
+/** What a decision of this Limiter must remember to be settled (kept in a WeakMap: no public field). */
+interface Ticket {
+  readonly identifier: string;
+  readonly cost: number;
+  readonly plan: Plan;
+  /** Where Redis counted its units; undefined for a decision that failed open or a lease's. */
+  readonly counted: Counted | undefined;
+  /** Set for a decision a lease answered: settled against that lease where it can be. */
+  readonly leases: Leases | undefined;
+  settled: boolean;
 }
 
 /** One plan of a Limiter ("default": the base rules): its encoding, and its leases when leasing. */
@@ -108,6 +158,8 @@ const OPTIONS = [
   "lease",
   "overrides",
   "region",
+  "analytics",
+  "onDecision",
 ];
 
 /**
@@ -155,6 +207,14 @@ export class Limiter {
     return this.pools && { stats: this.pools.stats };
   }
 
+  /** The decisions' counts: `report()` reads them, `flush()` writes this isolate's (see docs/analytics.md). */
+  readonly analytics: Analytics;
+  /** Counts each decision and calls `onDecision`; undefined when both are off. */
+  private readonly observe: Observer | undefined;
+  private readonly counter: Counter | undefined;
+  /** Every admitted decision of this Limiter that may still be settled. */
+  private readonly tickets = new WeakMap<Decision, Ticket>();
+
   constructor(options: LimiterOptions) {
     checkOptions(options, "Limiter", OPTIONS);
     // `{ url, token }` or an @upstash/redis client; checked first, naming the field (redis.url: ...)
@@ -182,6 +242,8 @@ export class Limiter {
     const maxStale = overrides?.maxStale ?? Number.POSITIVE_INFINITY;
 
     const timeout = positiveMs(options.timeout ?? 1000, "timeout", { infinite: true });
+    const analytics = analyticsConfig(options.analytics);
+    const onDecision = checkOnDecision(options.onDecision);
     const onError = options.onError ?? "allow";
     if (onError !== "allow" && onError !== "deny") {
       throw new Error(`onError: must be "allow" or "deny", got ${describe(onError)}`);
@@ -265,6 +327,18 @@ export class Limiter {
           Object.fromEntries(Object.entries(plan).map(([rule, fields]) => [rule, { ...fields }])),
         ]),
       );
+    // a flush or a report is off the request path: it waits 5 to 30 s (one in flight holds the next)
+    const background = Math.min(Math.max(timeout, 5000), 30_000);
+    this.counter = analytics && new Counter(analytics, this.prefix, Flusher.of(transport), background);
+    this.observe = observerOf(this.counter, onDecision);
+    this.analytics = new Analytics(
+      this.counter,
+      transport,
+      () => this.now(),
+      this.rules.map((rule) => rule.name),
+      background,
+      breaker !== false,
+    );
     this.overrides = new Overrides(
       overrides && {
         config: overrides,
@@ -306,6 +380,18 @@ export class Limiter {
    * const { allowed, remaining, retryAfter } = await limiter.limit("203.0.113.7", { cost: 1 });
    */
   limit(identifier: string, options?: LimitOptions): Promise<Decision> {
+    const decision = this.decideOne(identifier, options);
+    const observe = this.observe;
+    if (observe === undefined) return decision;
+    const waitUntil = options?.waitUntil;
+    return decision.then((d) => {
+      observe(d, identifier, waitUntil);
+      return d;
+    });
+  }
+
+  /** `limit()` before its observer: from the deny cache, a lease, or Redis. */
+  private decideOne(identifier: string, options: LimitOptions | undefined): Promise<Decision> {
     checkIdentifier(identifier);
     const cost = options?.cost ?? 1;
     if (typeof cost !== "number" || !Number.isInteger(cost) || cost < 0) {
@@ -321,7 +407,17 @@ export class Limiter {
     }
     // A lease answers on the spot: it never waits on a request, this one's or another's.
     const leased = plan.leases?.answer(identifier, cost, now, waitUntil);
-    if (leased) return Promise.resolve(leased);
+    if (leased) {
+      this.tickets.set(leased, {
+        identifier,
+        cost,
+        plan,
+        counted: undefined,
+        leases: plan.leases,
+        settled: false,
+      });
+      return Promise.resolve(leased);
+    }
     const region = this.pools;
     if (region?.serves(plan.encoding))
       return this.decideRegional(region, plan, identifier, cost, now, waitUntil);
@@ -330,14 +426,18 @@ export class Limiter {
 
   /**
    * Gives back the unused units of every lease (one request each, sent now) and stops leasing;
-   * resolves once they are done. `Symbol.asyncDispose` does the same (`await using`).
+   * writes this isolate's unflushed analytics; resolves once they are done. `Symbol.asyncDispose` does
+   * the same (`await using`).
    *
    * @example
    * process.on("SIGTERM", () => limiter.dispose());
    */
   async dispose(): Promise<void> {
-    await Promise.all([...this.plans.values()].map((plan) => plan.leases?.dispose()));
-    await this.pools?.dispose();
+    await Promise.all([
+      ...[...this.plans.values()].map((plan) => plan.leases?.dispose()),
+      this.counter?.dispose(),
+      this.pools?.dispose(),
+    ]);
   }
 
   /**
@@ -402,31 +502,131 @@ export class Limiter {
         cost,
         now,
         (decision) => {
-          if (decision instanceof Error) return this.failure(decision, now, encoding);
+          if (decision instanceof Error)
+            return this.ticket(this.failure(decision, now, encoding), identifier, cost, plan);
           if (!decision.allowed) this.cache?.set(identifier, Math.max(cost, 1), now, decision, encoding.name);
-          return decision;
+          return this.ticket(decision, identifier, cost, plan);
         },
         encoding,
       );
     }
-    return this.decideLeasing(plan.leases, encoding, identifier, cost, now, waitUntil);
+    return this.decideLeasing(plan, plan.leases, identifier, cost, now, waitUntil);
   }
 
   /** With leases on, the decision also reserves units for the identifier's lease (see Leases). */
   private async decideLeasing(
+    plan: Plan,
     leases: Leases,
-    encoding: PlanEncoding,
     identifier: string,
     cost: number,
     now: number,
     waitUntil: WaitUntil | undefined,
   ): Promise<Decision> {
+    const encoding = plan.encoding;
     const want = leases.want(identifier, cost, now);
     const reservation = await this.scripts.reserve(identifier, cost, now, want, encoding);
-    if (reservation instanceof Error) return this.failure(reservation, now, encoding);
+    if (reservation instanceof Error) {
+      return this.ticket(this.failure(reservation, now, encoding), identifier, cost, plan);
+    }
     const decision = reservation.decision;
     if (!decision.allowed) this.cache?.set(identifier, Math.max(cost, 1), now, decision, encoding.name);
-    return leases.settle(identifier, reservation, now, waitUntil);
+    return this.ticket(
+      leases.settle(identifier, reservation, now, waitUntil),
+      identifier,
+      cost,
+      plan,
+      decision,
+    );
+  }
+
+  /**
+   * Remembers what settling `decision` needs (`counted`: the one Redis answered); a denied one's, to
+   * name it when a settle is refused.
+   */
+  private ticket(
+    decision: Decision,
+    identifier: string,
+    cost: number,
+    plan: Plan,
+    counted = decision,
+  ): Decision {
+    const ticket = { identifier, cost, plan, counted: countedOf(counted), leases: undefined, settled: false };
+    this.tickets.set(decision, ticket);
+    return decision;
+  }
+
+  /**
+   * Charges an admitted decision of this Limiter what it really cost, `actual` units, instead of the
+   * `cost` it reserved: below it the difference goes back where it was counted, above it the extra is
+   * charged even past the limit (a debt later decisions wait out). Under every rule at once, in one
+   * Redis call (none when the decision's lease takes it), at most once per decision. Rejects for a
+   * second settle of one decision, a denied decision, one this Limiter did not make, or an `actual`
+   * that is not a whole number >= 0; never for Redis trouble (the Settlement's `error` says it). A
+   * decision that failed open (`source: "error"`) settles to nothing. See docs/settle.md.
+   *
+   * @example
+   * const d = await limiter.limit("user:42", { cost: 1_000 });
+   * if (d.allowed) await limiter.settle(d, 370, { waitUntil: ctx.waitUntil.bind(ctx) });
+   */
+  settle(decision: Decision, actual: number, options?: SettleOptions): Promise<Settlement> {
+    try {
+      return this.settleChecked(decision, actual, options?.waitUntil);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  private settleChecked(
+    decision: Decision,
+    actual: number,
+    waitUntil: WaitUntil | undefined,
+  ): Promise<Settlement> {
+    if (typeof actual !== "number" || !Number.isSafeInteger(actual) || actual < 0) {
+      throw new RangeError(`actual: must be a whole number of units, 0 or more, got ${describe(actual)}`);
+    }
+    if (waitUntil !== undefined && typeof waitUntil !== "function") {
+      throw new TypeError(`waitUntil: expected a function such as ctx.waitUntil, got ${describe(waitUntil)}`);
+    }
+    if (decision === null || typeof decision !== "object") {
+      throw new TypeError(`decision: expected the Decision limit() returned, got ${describe(decision)}`);
+    }
+    const ticket = this.tickets.get(decision);
+    const of = ticket === undefined ? "" : ` for ${JSON.stringify(ticket.identifier)}`;
+    const name = `the decision${of} (plan ${JSON.stringify(decision.plan)}, decidedAt ${decision.decidedAt})`;
+    if (!decision.allowed) {
+      throw new Error(`settle: ${name} was denied: nothing was reserved, so there is nothing to settle`);
+    }
+    if (ticket === undefined) {
+      throw new Error(
+        "decision: not one this Limiter made (settle the Decision object its limit() returned, not a copy)",
+      );
+    }
+    if (ticket.settled)
+      throw new Error(`settle: ${name} was already settled; a decision settles at most once`);
+    ticket.settled = true;
+    const { identifier, cost } = ticket;
+    const difference = actual - cost;
+    // failed open: nothing was charged as far as this isolate knows, and the call that timed out may
+    // still be charged late: settling it would risk charging it twice
+    if (difference === 0 || decision.source === "error") return Promise.resolve({ difference, via: "none" });
+    const now = this.now();
+    let counted = ticket.counted;
+    if (ticket.leases !== undefined) {
+      const taken = ticket.leases.settleAnswer(identifier, decision, difference, now);
+      if (taken === true) return Promise.resolve({ difference, via: "lease" });
+      const rules = ticket.plan.encoding.rules;
+      counted = { applied: ticket.plan.encoding, starts: taken ?? [], counts: rules.map(() => 0) };
+    }
+    if (counted === undefined) return Promise.resolve({ difference, via: "none" });
+    const sent = this.scripts
+      .settle(identifier, counted, cost, actual, now)
+      .then(
+        (reply): Settlement =>
+          reply.ok ? { difference, via: "redis" } : { difference, via: "redis", error: reply.error },
+      );
+    if (waitUntil === undefined) return sent;
+    waitUntil(sent);
+    return Promise.resolve({ difference, via: "redis", pending: true });
   }
 
   /**
@@ -445,23 +645,25 @@ export class Limiter {
     const { encoding, leases } = plan;
     const leaseWant = leases?.want(identifier, cost, now) ?? 0;
     const taken = await region.take(identifier, cost, now, encoding, waitUntil, leaseWant);
-    if (typeof taken !== "number")
-      return leases ? leases.settle(identifier, taken, now, waitUntil) : taken.decision;
+    if (typeof taken !== "number") {
+      const answer = leases ? leases.settle(identifier, taken, now, waitUntil) : taken.decision;
+      // counted at home, in the windows of the pool's units
+      const counted = { applied: encoding, starts: taken.windowStarts, counts: encoding.rules.map(() => 0) };
+      this.tickets.set(answer, { identifier, cost, plan, counted, leases: undefined, settled: false });
+      return answer;
+    }
     if (taken === 0 && leases === undefined) return this.decide(plan, identifier, cost, now, waitUntil);
-    const reservation = await this.reserveHome(
-      region,
-      encoding,
-      identifier,
-      cost,
-      now,
-      taken,
-      leaseWant,
-      waitUntil,
-    );
-    if (reservation instanceof Error) return this.failure(reservation, now, encoding);
+    const reservation = await this.scripts.reserve(identifier, cost, now, taken + leaseWant, encoding);
+    if (reservation instanceof Error) {
+      if (taken > 0) region.free(identifier, now, encoding, waitUntil);
+      return this.ticket(this.failure(reservation, now, encoding), identifier, cost, plan);
+    }
     const decision = reservation.decision;
     if (!decision.allowed) this.cache?.set(identifier, Math.max(cost, 1), now, decision, encoding.name);
-    return leases ? leases.settle(identifier, reservation, now, waitUntil) : decision;
+    const rest =
+      taken > 0 ? region.settle(identifier, reservation, taken, now, encoding, waitUntil) : reservation;
+    const answer = leases ? leases.settle(identifier, rest, now, waitUntil) : rest.decision;
+    return this.ticket(answer, identifier, cost, plan, decision);
   }
 
   /** A lease's top-up with a region: from the region's pool first, else from home (filling the pool too). */

@@ -7,7 +7,8 @@
 //    units reserved and the window each rule counted them in);
 //  - the refund script (lua/refund.lua): gives a lease's unused units back;
 //  - the pool script (lua/pool.lua), on a region's own database: takes from a regional pool, or
-//    deposits units home reserved for it (PoolScript).
+//    deposits units home reserved for it (PoolScript);
+//  - the settle script (lua/settle.lua): charges a decision what it really cost.
 // Every rule is encoded once, when the Limiter is built, under the base rules and under each plan (a
 // PlanEncoding each); a call looks its plan's up and adds its time and cost.
 // With overrides on, every decision also reads the identifier's stored override: one GET more, in the
@@ -26,6 +27,7 @@ import {
   LIMITER_OVERRIDES,
   POOL,
   REFUND,
+  SETTLE,
   SLIDING_WINDOW_ONE_RULE,
   SLIDING_WINDOW_ONE_RULE_OVERRIDES,
 } from "./generated/scripts.js";
@@ -43,8 +45,50 @@ export interface Reservation {
   readonly decision: Decision;
   /** Units taken beside the cost, for the lease. */
   readonly reserved: number;
-  /** Per rule, the start of the window the units were counted in (0 for an algorithm without windows). */
+  /** Per rule, the start of the window the units were counted in (0 for gcra; a sliding log's stamp). */
   readonly windowStarts: readonly number[];
+}
+
+/**
+ * Where a decision counted its units, as a settle needs it: the rules that applied (a plan's, or a
+ * stored override's), per rule the start of the window they were counted in (the sliding log's stamp;
+ * 0 for gcra), and per sliding log rule the count after the decision (limit - remaining; else 0).
+ */
+export interface Counted {
+  readonly applied: Applied;
+  readonly starts: readonly number[];
+  readonly counts: readonly number[];
+}
+
+/** What each decision decoded here counted (a WeakMap: a Decision carries no field for it). */
+const COUNTED = new WeakMap<Decision, Counted>();
+
+/** Where the Decision that came from Redis counted its units; undefined for any other. */
+export function countedOf(decision: Decision): Counted | undefined {
+  return COUNTED.get(decision);
+}
+
+/** Records where `decision` counted its units under `applied`, and returns it. */
+function count(decision: Decision, applied: Applied, starts: readonly number[]): Decision {
+  const counts = applied.rules.map((rule) =>
+    rule.algorithm === "slidingLog" ? rule.limit - decision.rules[rule.name]!.remaining : 0,
+  );
+  COUNTED.set(decision, { applied, starts, counts });
+  return decision;
+}
+
+/** Where a decision the limiter script answered without a reservation counted: now's windows. */
+function startsAt(rules: readonly Rule[], now: number): number[] {
+  return rules.map((rule) => ("window" in rule ? now - (now % rule.window) : 0));
+}
+
+/** Where a one-rule script's decision counted: now's window, or the next (a sliding window's `newer`). */
+function oneRuleStart(rule: Rule, result: number, now: number): number {
+  if (!("window" in rule)) return 0;
+  const start = now - (now % rule.window);
+  if (rule.algorithm !== "slidingWindow") return start;
+  const packed = result >= 0 ? result : -result - 1;
+  return start + (packed % 2) * rule.window;
 }
 
 /** How each call goes to Redis: its timeout, batching and breaker. */
@@ -265,6 +309,12 @@ export interface PlanEncoding {
   readonly one: OneRule | undefined;
   /** The number of rules, as the EVALSHA's key count. */
   readonly count: string;
+  /**
+   * Whether a rule's counted window or entries come only in the limiter script's reservation answer
+   * (a sliding window, whose lagging caller is counted in the next window; a sliding log's stamp):
+   * then its decisions ask for a reservation of 0, to settle them where they counted.
+   */
+  readonly located: boolean;
   /** With overrides on: the plan table limiterOverrides reads (lua/overrides.lua), for a call under this plan. */
   readonly table?: string;
   /** With overrides on: the other plans' window keys the table points at (KEYS after the override key). */
@@ -279,7 +329,7 @@ export interface PlanEncoding {
 }
 
 /** The rules a stored override applied: a plan's, the custom ones, or the base rules when it is stale. */
-interface Applied {
+export interface Applied {
   readonly name: string;
   readonly rules: readonly Rule[];
 }
@@ -327,6 +377,7 @@ export interface PlanRules {
 export class RuleScripts {
   private readonly limiterCall: CallOptions;
   private readonly refundCall: CallOptions;
+  private readonly settleCall: CallOptions;
   private readonly overridesCall: CallOptions | undefined;
   private readonly fixedCall: CallOptions;
   /** Decoded override lines (LRU), with overrides on. */
@@ -355,6 +406,7 @@ export class RuleScripts {
   ) {
     this.limiterCall = { ...options, script: LIMITER };
     this.refundCall = { ...options, script: REFUND };
+    this.settleCall = { ...options, script: SETTLE };
     this.overridesCall = overrides ? { ...options, script: LIMITER_OVERRIDES } : undefined;
     this.fixedCall = { ...options, script: FIXED_WINDOW_ONE_RULE_OVERRIDES };
     const exact = plans.length > 0 || overrides;
@@ -364,7 +416,9 @@ export class RuleScripts {
         only === undefined || (exact && only.algorithm === "fixedWindow")
           ? undefined
           : oneRuleOf(only, options);
-      return { name, rules, keys, args: rules.flatMap(encodeRule), one, count: String(rules.length) };
+      const located = rules.some((r) => r.algorithm === "slidingWindow" || r.algorithm === "slidingLog");
+      const args = rules.flatMap(encodeRule);
+      return { name, rules, keys, args, one, count: String(rules.length), located };
     };
     this.base = encode({ name: "default", rules, keys });
     const all = new Map<string, PlanEncoding>([["default", this.base]]);
@@ -393,6 +447,8 @@ export class RuleScripts {
     plan: PlanEncoding = this.base,
   ): Promise<T | Decision | Error> {
     const keys = plan.keys.of(identifier, now);
+    // a peek counts nothing: no window to learn
+    const located = plan.located && cost > 0;
     if (this.overridesCall !== undefined) {
       const rule = plan.rules[0] as WindowRule;
       if (plan.fixed && cost >= 1 && cost <= rule.limit) {
@@ -417,10 +473,10 @@ export class RuleScripts {
         );
       }
       return this.transport.callThen(
-        this.overridesCommand(plan, identifier, keys, cost, now, undefined),
+        this.overridesCommand(plan, identifier, keys, cost, now, located ? 0 : undefined),
         this.overridesCall,
         (reply) => {
-          const decision = reply.ok ? this.decodeStored(plan, reply.result, false, now) : reply.error;
+          const decision = reply.ok ? this.decodeStored(plan, reply.result, located, now) : reply.error;
           return then === undefined ? decision : then(decision);
         },
       );
@@ -435,10 +491,10 @@ export class RuleScripts {
       });
     }
     return this.transport.callThen(
-      this.command(plan, keys, cost, now, undefined),
+      this.command(plan, keys, cost, now, located ? 0 : undefined),
       this.limiterCall,
       (reply) => {
-        const decision = reply.ok ? decode(plan, reply.result, false, now) : reply.error;
+        const decision = reply.ok ? decode(plan, reply.result, located, now) : reply.error;
         return then === undefined ? decision : then(decision);
       },
     );
@@ -489,6 +545,52 @@ export class RuleScripts {
     }
     const reply = await this.transport.call(command, this.refundCall);
     return reply.ok;
+  }
+
+  /**
+   * Charges a decision of `identifier` that took `cost` units what it really cost, `actual` (whole,
+   * not `cost`), at `now`, under every rule it was counted under: one EVALSHA of the settle script
+   * (lua/settle.lua). Giving back, a fixed window's key is the window the units were counted in;
+   * charging more, the window of `now`. Resolves with the transport's result (never rejects).
+   */
+  settle(
+    identifier: string,
+    counted: Counted,
+    cost: number,
+    actual: number,
+    now: number,
+  ): Promise<CallResult> {
+    const { applied, starts, counts } = counted;
+    const keys = this.keysOf(applied, identifier, now, actual < cost ? starts : undefined);
+    const command = ["EVALSHA", SETTLE.sha1, String(keys.length), ...keys];
+    command.push(now.toString(16), String(cost), String(actual));
+    applied.rules.forEach((rule, i) => {
+      const mark = rule.algorithm === "slidingLog" ? counts[i]! - cost : 0;
+      command.push(...encodeRule(rule), String(starts[i] ?? 0), String(mark));
+    });
+    return this.transport.call(command, this.settleCall);
+  }
+
+  /**
+   * The keys of `identifier` under the rules `applied` (a plan's, or a custom override's: each rule's
+   * key is that of a plan with its window, as lua/overrides.lua reads it), at `now` or, per rule, at
+   * `starts`.
+   */
+  private keysOf(applied: Applied, identifier: string, now: number, starts?: readonly number[]): string[] {
+    const own = (applied as Partial<PlanEncoding>).keys;
+    if (own !== undefined) return own.of(identifier, now, starts);
+    return applied.rules.map((rule, i) => {
+      let plan = this.base;
+      if ("window" in rule) {
+        for (const candidate of this.plans.values()) {
+          if ((candidate.rules[i] as WindowRule).window === rule.window) {
+            plan = candidate;
+            break;
+          }
+        }
+      }
+      return plan.keys.of(identifier, now, starts)[i]!;
+    });
   }
 
   /**
@@ -593,7 +695,7 @@ export class RuleScripts {
       rules,
     };
     if (applied.name === "custom") (decision as { [APPLIED]?: readonly Rule[] })[APPLIED] = applied.rules;
-    return decision;
+    return outcome.allowed ? count(decision, applied, [oneRuleStart(rule, value, now)]) : decision;
   }
 
   /**
@@ -762,21 +864,22 @@ function oneRuleDecision(
   const result = reply.result;
   if (typeof result !== "number" || !Number.isInteger(result)) return unexpected(result);
   const outcome = one.decode(result, cost, now);
-  const name = plan.rules[0]!.name;
+  const rule = plan.rules[0]!;
   const rules: Record<string, RuleResult> = {};
-  rules[name] = outcome;
-  return {
+  rules[rule.name] = outcome;
+  const decision: Decision = {
     allowed: outcome.allowed,
     limit: outcome.limit,
     remaining: outcome.remaining,
     resetAt: outcome.resetAt,
     retryAfter: outcome.retryAfter,
-    rule: name,
+    rule: rule.name,
     source: "redis",
     plan: plan.name,
     decidedAt: now,
     rules,
   };
+  return outcome.allowed ? count(decision, plan, [oneRuleStart(rule, result, now)]) : decision;
 }
 
 /** The limiter script's table: 4 integers per rule (then, reserving, 1 + one per rule). */
@@ -806,7 +909,7 @@ function decode(plan: Applied, result: unknown, reserving: boolean, now: number)
     }
   }
   const b = binding!;
-  return {
+  const decision: Decision = {
     allowed,
     limit: b.limit,
     remaining: b.remaining,
@@ -818,6 +921,11 @@ function decode(plan: Applied, result: unknown, reserving: boolean, now: number)
     decidedAt: now,
     rules,
   };
+  if (!allowed) return decision;
+  const starts = reserving
+    ? planRules.map((_, i) => Number(result[4 * n + 1 + i]))
+    : startsAt(planRules, now);
+  return count(decision, plan, starts);
 }
 
 function unexpected(result: unknown): RedisCallError {

@@ -147,6 +147,41 @@ export class Transport {
   }
 
   /**
+   * Sends `commands` as one request of their own, never batched with calls (so never riding in, or
+   * delaying, a decision's request), at most once, within `timeout` ms. Neither consults nor feeds the
+   * breaker: the caller reads `breaker.state` itself. Resolves with one reply per command, or the
+   * failure; never rejects.
+   *
+   * @example
+   * const replies = await transport.pipeline([["HINCRBY", key, "allowed", "3"], ["EXPIRE", key, "60"]], { timeout: 5000 });
+   */
+  pipeline(commands: unknown[][], options: { timeout: number }): Promise<Reply[] | RedisCallError> {
+    const controller = new AbortController();
+    const timer =
+      options.timeout === Number.POSITIVE_INFINITY
+        ? undefined
+        : setTimeout(() => controller.abort(), options.timeout);
+    let sent: Promise<Reply[]>;
+    try {
+      sent = this.sender(commands, controller.signal);
+    } catch (error) {
+      sent = Promise.reject(error);
+    }
+    return sent.then(
+      (replies) => {
+        if (timer !== undefined) clearTimeout(timer);
+        return replies;
+      },
+      (error: unknown) => {
+        if (timer !== undefined) clearTimeout(timer);
+        return controller.signal.aborted
+          ? new RedisCallError("timeout", `edgelimit: Redis did not answer within ${options.timeout} ms`)
+          : asCallError(error);
+      },
+    );
+  }
+
+  /**
    * EVALSHA of `script` with its keys and arguments, loading the script once if Redis lacks it.
    *
    * @example

@@ -35,3 +35,21 @@ export interface Decision extends RuleResult {
    */
   error?: Error;
 }
+
+/** What `Limiter.settle()` did. */
+export interface Settlement {
+  /** The actual cost minus the units the decision took: below 0 given back, above 0 charged as a debt. */
+  difference: number;
+  /**
+   * "redis": one settle call to Redis; "lease": the lease held here took it, with no call; "none":
+   * nothing to do (the actual cost was the reservation, or the decision failed open: `source: "error"`).
+   */
+  via: "redis" | "lease" | "none";
+  /** True when the call was handed to `waitUntil` and is still on its way. */
+  pending?: boolean;
+  /**
+   * Set when the settle call failed (a `RedisCallError`): it may or may not have reached Redis, and
+   * is never sent again; the reservation stands where it did not.
+   */
+  error?: Error;
+}

@@ -24,13 +24,18 @@
 //       "plans": { "pro": { "perMinute": { "limit": 1000 } } },
 //                                              optional: what each plan changes in the rules; reached only
 //                                              through an override (a request never chooses its plan)
-//       "overrides": true }                    or { "maxStale": "1s" }: per-key overrides, stored in Redis
+//       "overrides": true,                     or { "maxStale": "1s" }: per-key overrides, stored in Redis
+//       "settle": { "header": "x-usage" } }    or { "usage": "openai" }: charge what the response says the
+//                                              request cost ("cost" is then the reservation); the header
+//                                              is removed unless "expose": true
 //   ],
 //   "adminPath": "/_edgelimit",                where the admin API answers (when EDGELIMIT_ADMIN_TOKEN is set)
 //   "allow": ["203.0.113.7", "2001:db8::/32"], never limited (IPs and CIDRs, v4 and v6)
 //   "deny": ["198.51.100.0/24"],               refused with 403 on every path; deny wins over allow
 //   "prefix": "edgelimit",                     Redis key namespace
-//   "legacyHeaders": false                     also send X-RateLimit-Limit / -Remaining / -Reset
+//   "legacyHeaders": false,                    also send X-RateLimit-Limit / -Remaining / -Reset
+//   "analytics": true                          or { "flushEvery": "5s", "top": 20, "retention": "7d" }:
+//                                              each route counts its decisions (the ops page shows them)
 // }
 import * as v from "valibot";
 import {
@@ -49,6 +54,7 @@ import { type Issue, MAX_TIMER_MS } from "../engine/validate.js";
 import { type KeySpec, parseKeySpec } from "./identity.js";
 import { IpSet, parseRange } from "./ip.js";
 import { parsePathPattern, type RouteMatch } from "./routes.js";
+import { checkUsageSource, type UsageSource } from "./usage.js";
 
 /** One route: the requests it matches, who they are counted by, and the rules they are held to. */
 export interface RouteConfig {
@@ -74,6 +80,8 @@ export interface RouteConfig {
   readonly plans?: Readonly<Record<string, PlanConfig>>;
   /** Per-key overrides stored in Redis (the Limiter's `overrides`, maxStale in ms); off when absent. */
   readonly overrides?: { readonly maxStale?: number };
+  /** Where the response states the request's real cost; `cost` is then the reservation. Off when absent. */
+  readonly settle?: UsageSource;
 }
 
 /** The whole configuration, validated. */
@@ -92,7 +100,26 @@ export interface EdgelimitConfig {
   readonly legacyHeaders: boolean;
   /** Where the admin API answers (default "/_edgelimit"): lowercase, starts with "/", no trailing "/". */
   readonly adminPath: string;
+  /** Decision analytics for every route (each Limiter's `analytics`, named by its route); off when absent. */
+  readonly analytics?: AnalyticsConfig;
 }
+
+/** The config's `analytics`, durations in ms; a field left out is the Limiter's default. */
+export interface AnalyticsConfig {
+  /** How often an isolate writes its counts to Redis. */
+  readonly flushEvery?: number;
+  /** How many identifiers, most denied first, are kept per minute. */
+  readonly top?: number;
+  /** How long the counts stay in Redis. */
+  readonly retention?: number;
+}
+
+/** The bounds of the config's analytics fields. */
+export const ANALYTICS_BOUNDS = {
+  flushEvery: { min: 1_000, max: 3_600_000 },
+  top: { min: 1, max: 100 },
+  retention: { min: 3_600_000, max: 90 * 86_400_000 },
+} as const;
 
 /** The outcome of `parseConfig`: the config, or every problem found, each as "path: message". */
 export type ConfigResult =
@@ -309,6 +336,59 @@ const overrides = v.pipe(
   }),
 );
 
+const ANALYTICS_FIELDS = ["flushEvery", "top", "retention"] as const;
+
+// true (the Limiter's defaults), false (off, as when left out) or { flushEvery, top, retention }.
+const analytics = v.pipe(
+  v.unknown(),
+  checked<unknown, AnalyticsConfig | false>((value) => {
+    if (value === true) return { value: {} };
+    if (value === false) return { value: false };
+    if (value === null || typeof value !== "object" || Array.isArray(value)) {
+      const message = `must be true, false or an object such as { "flushEvery": "5s", "top": 20, "retention": "7d" }, got ${describe(value)}`;
+      return { issues: [{ path: [], message }] };
+    }
+    const fields = value as Record<string, unknown>;
+    const issues: Issue[] = Object.keys(fields)
+      .filter((field) => !(ANALYTICS_FIELDS as readonly string[]).includes(field))
+      .map((field) => ({
+        path: [field],
+        message: `is not a known field; use ${ANALYTICS_FIELDS.join(", ")}`,
+      }));
+    const out: { flushEvery?: number; top?: number; retention?: number } = {};
+    for (const field of ["flushEvery", "retention"] as const) {
+      if (fields[field] === undefined) continue;
+      const { min, max } = ANALYTICS_BOUNDS[field];
+      const read = readDuration(fields[field]);
+      if (!("ms" in read)) issues.push({ path: [field], message: read.message });
+      else if (read.ms < min || read.ms > max) {
+        const message = `must be from ${min} ms (${field === "flushEvery" ? '"1s"' : '"1h"'}) to ${max} ms (${field === "flushEvery" ? '"1h"' : '"90d"'}), got ${describe(fields[field])}`;
+        issues.push({ path: [field], message });
+      } else out[field] = read.ms;
+    }
+    if (fields.top !== undefined) {
+      const { min, max } = ANALYTICS_BOUNDS.top;
+      const top = fields.top;
+      if (typeof top !== "number" || !Number.isInteger(top) || top < min || top > max) {
+        issues.push({
+          path: ["top"],
+          message: `must be a whole number from ${min} to ${max}, got ${describe(top)}`,
+        });
+      } else out.top = top;
+    }
+    return issues.length > 0 ? { issues } : { value: out };
+  }),
+);
+
+// The response's statement of what a request cost: a header or the OpenAI usage.
+const settle = v.pipe(
+  v.unknown(),
+  checked<unknown, UsageSource>((value) => {
+    const issues = checkUsageSource(value);
+    return issues.length > 0 ? { issues } : { value: value as UsageSource };
+  }),
+);
+
 // Lowercase (request paths are compared lowercased), segments of URL-safe characters, no "." or "..".
 const ADMIN_PATH = /^(\/(?!\.\.?(?:\/|$))[a-z0-9_.~-]+)+$/;
 
@@ -339,6 +419,7 @@ const route = strict("a route object such as { name, match, key, rules }", {
   ),
   plans: v.optional(plans),
   overrides: v.optional(overrides),
+  settle: v.optional(settle),
 });
 
 const schema = strict("a JSON object such as { origin, routes }", {
@@ -368,6 +449,7 @@ const schema = strict("a JSON object such as { origin, routes }", {
     ),
     "/_edgelimit",
   ),
+  analytics: v.optional(analytics),
 });
 
 /** Renders an issue path as `routes[1].rules.burst.capacity` (brackets for keys that are not names). */
@@ -410,11 +492,13 @@ export function parseConfig(input: unknown): ConfigResult {
       });
   errors.push(...duplicateNames(value), ...impossibleCosts(value), ...routePlans(value));
   if (!result.success || errors.length > 0) return { ok: false, errors };
-  const output = result.output;
+  const { analytics, ...output } = result.output;
   return {
     ok: true,
     config: {
       ...output,
+      // false is the same as leaving it out
+      ...(analytics === false || analytics === undefined ? {} : { analytics }),
       routes: output.routes.map(({ overrides, ...route }) => ({
         ...route,
         // false is the same as leaving it out; true is the Limiter's defaults

@@ -21,3 +21,11 @@ export {
   unauthorized,
 } from "./headers.js";
 export { hashed } from "./identity.js";
+export {
+  openaiUsage,
+  type UsageLog,
+  type UsageLogOptions,
+  type UsageSource,
+  usageFromHeader,
+  usageLog,
+} from "./usage.js";

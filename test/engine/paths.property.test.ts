@@ -3,6 +3,8 @@
 //   general   the limiter script (its check and commit), for the same rule alone
 //   leased    the limiter script reserving units beside the cost, which a refund then gives back,
 //             at once or at the next call's time
+//   settled   a decision of an estimate (a few units above or below the cost, or a peek), settled at
+//             once at the cost (lua/settle.lua): given back or charged as a debt where it was counted
 // Each path runs the same random history on its own identifier, against a real redis-server behind
 // the REST bridge; every decision must be the same (the leased one counting its reserved units as
 // remaining), and after every refund the stored states must say the same. A GCRA or token bucket rule
@@ -19,7 +21,7 @@ import {
   tokenBucket,
 } from "../../src/engine/algorithms.js";
 import { RuleKeys } from "../../src/engine/keys.js";
-import { RuleScripts } from "../../src/engine/script.js";
+import { countedOf, RuleScripts } from "../../src/engine/script.js";
 import { transportFor } from "../../src/engine/transport.js";
 import type { Decision } from "../../src/engine/types.js";
 import { bridgeRedis, T0, uniquePrefix } from "../support.js";
@@ -70,6 +72,8 @@ interface Step {
   refundAtOnce: boolean;
   /** Whether a GCRA or token bucket rule switches rate before this step (to the other one, or back). */
   switchRate: boolean;
+  /** How far the settled path's estimate is from the cost (an estimate of 0 peeks). */
+  estimateOff: number;
 }
 
 const steps: fc.Arbitrary<Step[]> = fc.array(
@@ -88,6 +92,7 @@ const steps: fc.Arbitrary<Step[]> = fc.array(
     reserve: fc.integer({ min: 0, max: 6 }),
     refundAtOnce: fc.boolean(),
     switchRate: fc.integer({ min: 0, max: 5 }).map((n) => n === 0),
+    estimateOff: fc.integer({ min: -3, max: 3 }),
   }),
   { minLength: 1, maxLength: 24 },
 );
@@ -150,7 +155,14 @@ describe("the one-rule, general and leased paths", () => {
     const options = { timeout: 15_000, batchWindow: 0, breaker: false };
     let runs = 0;
     // what the histories reached, so that a generator gone tame fails the test
-    const reached = { denied: 0, countedInNewerWindow: 0, refunds: 0, rateChanges: 0 };
+    const reached = {
+      denied: 0,
+      countedInNewerWindow: 0,
+      refunds: 0,
+      rateChanges: 0,
+      settledBelow: 0,
+      settledAbove: 0,
+    };
     await fc.assert(
       fc.asyncProperty(
         rules,
@@ -167,11 +179,9 @@ describe("the one-rule, general and leased paths", () => {
           const secondScripts = switches ? new RuleScripts([second], keys, transport, options) : firstScripts;
           let rule = first;
           let scripts = firstScripts;
-          const [one, general, leased] = ["one", "general", "leased"].map((path) => `${path}-${runs}`) as [
-            string,
-            string,
-            string,
-          ];
+          const [one, general, leased, settled] = ["one", "general", "leased", "settled"].map(
+            (path) => `${path}-${runs}`,
+          ) as [string, string, string, string];
           runs++;
           const unit = scale(rule);
           let now = T0 + Math.floor((unit * offset) / 1000);
@@ -215,6 +225,23 @@ describe("the one-rule, general and leased paths", () => {
             const expected: Partial<Decision> = { ...a.rules.r };
             if (c.reserved > 0) delete expected.resetAt;
             expect({ ...context, ...asIfUnreserved }).toEqual({ ...context, ...expected });
+            // the settled path: an estimate that the cost fits under, settled at once at the cost
+            const estimate = a.allowed ? Math.max(0, step.cost + step.estimateOff) : step.cost;
+            let d = await scripts.decide(settled, estimate, now);
+            if (d instanceof Error) throw d;
+            if (d.allowed && estimate !== step.cost) {
+              const counted = countedOf(d);
+              expect(counted).toBeDefined();
+              const reply = await scripts.settle(settled, counted!, estimate, step.cost, now);
+              expect(reply.ok).toBe(true);
+              if (estimate > step.cost) reached.settledBelow++;
+              else reached.settledAbove++;
+            } else if (!d.allowed && a.allowed) {
+              // an estimate above what is left: the cost itself
+              d = await scripts.decide(settled, step.cost, now);
+              if (d instanceof Error) throw d;
+            }
+            expect({ ...context, allowed: d.allowed }).toEqual({ ...context, allowed: a.allowed });
             if (!a.allowed) reached.denied++;
             if (c.windowStarts[0]! > now) reached.countedInNewerWindow++;
             if (c.reserved > 0) reached.refunds++;
@@ -251,15 +278,16 @@ describe("the one-rule, general and leased paths", () => {
           }
 
           async function expectSameState(at: number) {
-            const [a, b, c] = await Promise.all(
-              [one, general, leased].map((id) => redis.get(keys.of(id, at)[0]!)),
+            const [a, b, c, d] = await Promise.all(
+              [one, general, leased, settled].map((id) => redis.get(keys.of(id, at)[0]!)),
             );
-            const said = [a, b, c].map((stored) => meaning(rule, stored, at));
-            expect({ at, rule: config, one: said[0], leased: said[2] }).toEqual({
+            const said = [a, b, c, d].map((stored) => meaning(rule, stored, at));
+            expect({ at, rule: config, one: said[0], leased: said[2], settled: said[3] }).toEqual({
               at,
               rule: config,
               one: said[1],
               leased: said[1],
+              settled: said[1],
             });
           }
         },
@@ -270,5 +298,7 @@ describe("the one-rule, general and leased paths", () => {
     expect(reached.countedInNewerWindow).toBeGreaterThan(0);
     expect(reached.refunds).toBeGreaterThan(40);
     expect(reached.rateChanges).toBeGreaterThan(10);
+    expect(reached.settledBelow).toBeGreaterThan(40);
+    expect(reached.settledAbove).toBeGreaterThan(40);
   }, 60_000);
 });

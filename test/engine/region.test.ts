@@ -349,6 +349,32 @@ describe("a pool answers with one round trip to its region", () => {
     expect(sources.get("region")).toBeGreaterThan(0);
   });
 
+  it("settles a decision the pool answered at home, in the window its units were counted in", async () => {
+    const clock = manualClock();
+    const homeRedis = client(home.url);
+    const limiter = new Limiter({
+      redis: client(home.url),
+      region: { redis: client(regions[2]!.bridge.url), pool: { max: 100, ttl: "5s" } },
+      rules: { r: fixedWindow({ limit: 1000, window: "1m" }) },
+      prefix: uniquePrefix("settle"),
+      clock,
+    });
+    const work = background();
+    let last: Decision | undefined;
+    for (let i = 0; i < 6; i++) {
+      last = await limiter.limit("s", { cost: 2, waitUntil: work.waitUntil });
+      await work.drain();
+      clock.set(clock.now + 10);
+    }
+    expect(last!.source).toBe("region");
+    const key = limiter.keys("s")[0]!;
+    const before = Number(await homeRedis.get(key));
+    expect(await limiter.settle(last!, 0)).toEqual({ difference: -2, via: "redis" });
+    expect(Number(await homeRedis.get(key))).toBe(before - 2);
+    // a second settle of the same decision is refused
+    await expect(limiter.settle(last!, 0)).rejects.toThrow(/already settled/);
+  });
+
   it("a sliding log is never pooled: its decisions go home, and the region is not asked", async () => {
     const regional = client(regions[0]!.bridge.url);
     const prefix = uniquePrefix("log");

@@ -63,6 +63,24 @@ describe("check-config", () => {
     ]);
   });
 
+  it("says when analytics are on, with the fields given", () => {
+    const on = check("on.json", JSON.stringify({ ...good, analytics: true }));
+    expect([on.code, on.out.trim()]).toEqual([
+      0,
+      `OK: ${join(dir, "on.json")}: 1 route (login), 0 allowed and 0 denied ranges, analytics on`,
+    ]);
+    const tuned = check("tuned.json", JSON.stringify({ ...good, analytics: { flushEvery: "5s", top: 20 } }));
+    expect([tuned.code, tuned.out.trim()]).toEqual([
+      0,
+      `OK: ${join(dir, "tuned.json")}: 1 route (login), 0 allowed and 0 denied ranges, analytics on (flushEvery 5000 ms, top 20)`,
+    ]);
+    const bad = check("bad-analytics.json", JSON.stringify({ ...good, analytics: { top: 0 } }));
+    expect([bad.code, bad.err.trim()]).toEqual([
+      1,
+      `${join(dir, "bad-analytics.json")}: 1 problem\n  analytics.top: must be a whole number from 1 to 100, got 0`,
+    ]);
+  });
+
   it("reads .jsonc (comments, trailing commas) and reports every error of a rule, and an impossible cost", () => {
     const run = check("bad.jsonc", BAD_JSONC);
     expect(run.code).toBe(1);

@@ -120,7 +120,9 @@ describe("every error names the path of the field at fault", () => {
     ],
     [
       { ...base, routez: [] },
-      ["routez: is not a known field; use origin, routes, allow, deny, prefix, legacyHeaders, adminPath"],
+      [
+        "routez: is not a known field; use origin, routes, allow, deny, prefix, legacyHeaders, adminPath, analytics",
+      ],
     ],
     [{ ...base, routes: [{ ...login, name: undefined }] }, ["routes[0].name: is required"]],
     [
@@ -523,6 +525,63 @@ describe("plans, overrides and adminPath", () => {
     const broken = { perMinute: { algorithm: "gcra", limit: 0, period: "1m" } };
     expect(errorsOf(withApi({ rules: broken, plans: { pro: { perMinute: { limit: 5 } } } }))).toEqual([
       "routes[0].rules.perMinute.limit: must be a positive whole number, got 0",
+    ]);
+  });
+});
+
+describe("analytics", () => {
+  const configOf = (analytics: unknown) => {
+    const result = parseConfig({ ...base, analytics });
+    if (!result.ok) throw new Error(result.errors.join("\n"));
+    return result.config;
+  };
+
+  test("true is the Limiter's defaults; an object's durations come back in ms; false is off", () => {
+    expect(configOf(true).analytics).toEqual({});
+    expect(configOf({ flushEvery: "5s", top: 20, retention: "7d" }).analytics).toEqual({
+      flushEvery: 5000,
+      top: 20,
+      retention: 7 * 86_400_000,
+    });
+    expect(configOf({ top: 1 }).analytics).toEqual({ top: 1 });
+    expect("analytics" in configOf(false)).toBe(false);
+    expect("analytics" in configOf(undefined)).toBe(false);
+  });
+
+  test.each([
+    [
+      "yes",
+      'analytics: must be true, false or an object such as { "flushEvery": "5s", "top": 20, "retention": "7d" }, got "yes"',
+    ],
+    [
+      [],
+      'analytics: must be true, false or an object such as { "flushEvery": "5s", "top": 20, "retention": "7d" }, got an array',
+    ],
+    [{ flush: "5s" }, "analytics.flush: is not a known field; use flushEvery, top, retention"],
+    [
+      { flushEvery: "soon" },
+      'analytics.flushEvery: "soon" is not a duration; use milliseconds or a string like "500ms", "10s", "1m", "1h", "1d"',
+    ],
+    [
+      { flushEvery: "500ms" },
+      'analytics.flushEvery: must be from 1000 ms ("1s") to 3600000 ms ("1h"), got "500ms"',
+    ],
+    [
+      { retention: "1m" },
+      'analytics.retention: must be from 3600000 ms ("1h") to 7776000000 ms ("90d"), got "1m"',
+    ],
+    [{ top: 0 }, "analytics.top: must be a whole number from 1 to 100, got 0"],
+    [{ top: 2.5 }, "analytics.top: must be a whole number from 1 to 100, got 2.5"],
+    [{ top: "20" }, 'analytics.top: must be a whole number from 1 to 100, got "20"'],
+  ])("%j is refused, naming the field", (analytics, expected) => {
+    expect(errorsOf({ ...base, analytics })).toEqual([expected]);
+  });
+
+  test("every problem of the object at once", () => {
+    expect(errorsOf({ ...base, analytics: { top: 101, retention: 0, extra: 1 } })).toEqual([
+      "analytics.extra: is not a known field; use flushEvery, top, retention",
+      "analytics.retention: must be a positive whole number of milliseconds, got 0",
+      "analytics.top: must be a whole number from 1 to 100, got 101",
     ]);
   });
 });

@@ -1,8 +1,16 @@
 import type { Context, Env, MiddlewareHandler } from "hono";
 import type { Limiter } from "../../engine/limiter.js";
-import type { Decision } from "../../engine/types.js";
+import type { Decision, Settlement } from "../../engine/types.js";
 import { type FailureLog, failureLog } from "../../http/error-log.js";
 import { enforce, SHADOW_HEADER, unauthorized } from "../../http/headers.js";
+import {
+  checkUsageSource,
+  usageLog as defaultUsageLog,
+  openaiUsage,
+  type UsageLog,
+  type UsageSource,
+  usageFromHeader,
+} from "../../http/usage.js";
 
 export {
   type ConcurrencyEvent,
@@ -31,7 +39,25 @@ export type RateLimitEvent =
       method: string;
       path: string;
     }
-  | { kind: "shadow-no-key"; message: string; method: string; path: string };
+  | { kind: "shadow-no-key"; message: string; method: string; path: string }
+  | {
+      /** A response without a usable cost (its reservation stays charged), or a settle that failed. */
+      kind: "usage";
+      message: string;
+      key: string;
+      decision: Decision;
+      method: string;
+      path: string;
+    };
+
+/**
+ * Where the response states what the request really cost (see {@link RateLimitOptions.settle}): a
+ * header holding a whole number ≥ 0 (removed from the response unless `expose`), `usage.total_tokens`
+ * of an OpenAI-style JSON body or SSE stream, or a function of the context after the handler ran.
+ */
+export type SettleOption<E extends Env = Env> =
+  | UsageSource
+  | ((c: Context<E>, decision: Decision) => number | undefined | Promise<number | undefined>);
 
 /** Options of {@link rateLimit}. Only `limiter` and `key` are required. */
 export interface RateLimitOptions<E extends Env = Env> {
@@ -61,6 +87,20 @@ export interface RateLimitOptions<E extends Env = Env> {
    * most one summary line per 60 s. Pass one `failureLog()` to several middlewares to summarise them together.
    */
   failures?: FailureLog;
+  /**
+   * Charge what the request really cost, read from the response: `cost` is then the reservation, and
+   * `limiter.settle` gives back what it did not use (or charges the extra as a debt), off the request
+   * path. `{ header: "x-usage" }`, `{ usage: "openai" }` (settled when the body has streamed through;
+   * a client that goes away mid-body keeps the reservation), or a function answering the cost
+   * (`undefined` keeps the reservation). Only allowed decisions are settled: a denied one (shadow mode)
+   * or one that failed open (`source: "error"`, nothing was charged) is not.
+   */
+  settle?: SettleOption<E>;
+  /**
+   * What becomes of responses without a usable cost and of failed settles (default: one per
+   * middleware): the first is logged, then at most one summary line per 60 s.
+   */
+  usageLog?: UsageLog;
 }
 
 /**
@@ -86,9 +126,15 @@ export const rateLimit = <E extends Env = Env>({
   log = (event) => console.warn(event.message),
   onMissingKey,
   failures = failureLog(),
+  settle,
+  usageLog = defaultUsageLog(),
 }: RateLimitOptions<E>): MiddlewareHandler<E & { Variables: RateLimitVariables }> => {
   if (mode !== "enforce" && mode !== "shadow") {
     throw new Error(`mode: must be "enforce" or "shadow", got ${JSON.stringify(mode)}`);
+  }
+  if (settle !== undefined && typeof settle !== "function") {
+    const [issue] = checkUsageSource(settle);
+    if (issue) throw new Error(`${["settle", ...issue.path].join(".")}: ${issue.message}`);
   }
   return async function rateLimit(c, next) {
     const ctx = c as unknown as Context<E>;
@@ -127,6 +173,65 @@ export const rateLimit = <E extends Env = Env>({
     await next();
     // Set after the handler: a handler's own `new Response()` replaces c.res and would drop them.
     for (const [name, value] of Object.entries(headers)) c.header(name, value);
+    if (settle === undefined) return;
+    // What a request that is not settled costs stays its reservation; every case says why in the log.
+    const unsettled = (why: string) => {
+      const line = usageLog.record(`${where.method} ${where.path}: ${why}`);
+      if (line) log({ kind: "usage", message: line, ...where });
+    };
+    const settled = decision.allowed && decision.source !== "error";
+    const charge = (actual: number) => {
+      // refused: a bad actual or a decision already settled (a function's answer, say)
+      const failed = (error: Error) => unsettled(`the settle of ${actual} was refused: ${error.message}`);
+      // Redis trouble: the settle is never sent again, so it may or may not have been counted
+      const report = (settlement: Settlement) => {
+        if (settlement.error) unsettled(`the settle of ${actual} got no answer: ${settlement.error.message}`);
+      };
+      // Handed to the runtime's waitUntil, settle() answers at once ("pending") and the promise the
+      // runtime is given ends with the Settlement: its Redis trouble is reported from there.
+      const runtime = waitUntilOf(c);
+      const waitUntil =
+        runtime &&
+        ((promise: Promise<unknown>) => runtime((promise as Promise<Settlement>).then(report, failed)));
+      try {
+        limiter.settle(decision, actual, { waitUntil }).then(report, failed);
+      } catch (error) {
+        failed(error as Error);
+      }
+    };
+    if (typeof settle === "function") {
+      if (!settled) return;
+      const actual = await settle(ctx, decision);
+      if (actual !== undefined) charge(actual);
+      return;
+    }
+    if ("header" in settle) {
+      const value = c.res.headers.get(settle.header);
+      // The origin's accounting is not the client's business unless the route says so.
+      if (!settle.expose && value !== null) c.header(settle.header, undefined);
+      if (!settled) return;
+      const actual = usageFromHeader(value);
+      if (actual !== undefined) charge(actual);
+      else {
+        unsettled(
+          value === null
+            ? `no ${settle.header} header; kept the reservation`
+            : `${settle.header} is ${JSON.stringify(value.slice(0, 40))}, not a whole number ≥ 0; kept the reservation`,
+        );
+      }
+      return;
+    }
+    if (!settled) return;
+    const body = c.res.body;
+    if (body === null) {
+      unsettled("no body to read usage.total_tokens from; kept the reservation");
+      return;
+    }
+    const reading = openaiUsage(c.res.headers.get("content-type"), (tokens) => {
+      if (tokens !== undefined) charge(tokens);
+      else unsettled("no usage.total_tokens in the body; kept the reservation");
+    });
+    c.res = new Response(body.pipeThrough(reading), c.res);
   };
 };
 

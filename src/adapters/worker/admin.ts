@@ -9,6 +9,20 @@
 //   DELETE {admin}/overrides/<route>?key=<value>   204
 //   GET    {admin}/overrides/<route>[?after=&limit=]  200 { items: [{ identifier, override }], next }
 //
+// The ops page and its JSON (analytics on in the config) take the token three ways, so a browser can
+// reach them: the bearer header, HTTP Basic (any user, the token as password; the page's 401 asks for
+// it) and a session cookie set by the login form (HttpOnly, Secure, SameSite=Strict, Path={admin}; its
+// value an HMAC of a fixed text under the token, never the token). The overrides stay bearer only.
+//
+//   GET    {admin}/                                 the ops page (HTML); without the token a 401 that asks
+//                                                  for Basic, the login form as its body
+//   GET    {admin}/analytics?minutes=60             200 { routes: { <route>: report + shadowDenied }, breaker }
+//   GET    {admin}/login                            the login form (no Basic challenge)
+//   POST   {admin}/login                            form field token: 303 to {admin}/ with the cookie set
+//   POST   {admin}/logout                           303 to {admin}/login with the cookie cleared
+//
+// A token is never taken from a URL: any request under the admin path with ?token= is a 400.
+//
 // `<value>` is what the route's key reads from a request (the API key, the cookie's value, the client
 // address, the path): it becomes the identifier exactly as a request's does (identifierOf), so an
 // operator never handles hashes. Every refusal is a problem+json whose detail starts with the field at
@@ -16,15 +30,22 @@
 import { RedisCallError } from "../../engine/errors.js";
 import type { Limiter } from "../../engine/limiter.js";
 import type { Override, Overrides } from "../../engine/overrides.js";
-import type { RouteConfig } from "../../http/config.js";
+import type { AnalyticsConfig, RouteConfig } from "../../http/config.js";
 import { PROBLEM_JSON } from "../../http/headers.js";
-import { identifierOf } from "../../http/identity.js";
+import { cookie, identifierOf } from "../../http/identity.js";
+import { loginPage, type OpsRoute, opsPage, type RouteReport, STYLE } from "./ops-page.js";
 
 /** The largest override body accepted, in bytes: a plan name, or a few rules' fields, fit many times over. */
 export const MAX_BODY = 4096;
 /** The most overrides one list page holds, and how many it holds when `limit` is not given. */
 const MAX_PAGE = 1000;
 const DEFAULT_PAGE = 100;
+
+/** The most minutes `{admin}/analytics?minutes=` reads back (a day), and how many when not given. */
+export const MAX_MINUTES = 1440;
+const DEFAULT_MINUTES = 60;
+/** The ops page's session cookie. */
+export const SESSION_COOKIE = "edgelimit_session";
 
 /** A route as the admin API sees it: its config and its Limiter. */
 export interface AdminRoute extends RouteConfig {
@@ -52,7 +73,11 @@ function problem(status: number, detail: string, headers: Record<string, string>
 
 function json(body: unknown): Response {
   return new Response(JSON.stringify(body), {
-    headers: { "Content-Type": "application/json", "Cache-Control": "no-store" },
+    headers: {
+      "Content-Type": "application/json",
+      "Cache-Control": "no-store",
+      "X-Content-Type-Options": "nosniff",
+    },
   });
 }
 
@@ -69,17 +94,67 @@ const quoted = (value: string) => JSON.stringify(value.length > 100 ? `${value.s
  */
 export async function authorized(header: string | null, secret: string): Promise<boolean> {
   const match = /^bearer[ \t]+([^ \t].*)$/i.exec(header ?? "");
-  const given = match?.[1]?.trim() ?? "";
+  return same(match?.[1]?.trim(), secret);
+}
+
+/** Whether `given` is `secret`, compared by SHA-256 digests in constant time; undefined is never. */
+async function same(given: string | undefined, secret: string): Promise<boolean> {
   const encoder = new TextEncoder();
   const [a, b] = await Promise.all([
-    crypto.subtle.digest("SHA-256", encoder.encode(given)),
+    crypto.subtle.digest("SHA-256", encoder.encode(given ?? "")),
     crypto.subtle.digest("SHA-256", encoder.encode(secret)),
   ]);
   const x = new Uint8Array(a);
   const y = new Uint8Array(b);
-  let diff = match ? 0 : 1;
+  let diff = given === undefined ? 1 : 0;
   for (let i = 0; i < x.length; i++) diff |= x[i]! ^ y[i]!;
   return diff === 0;
+}
+
+/** The password of `Authorization: Basic <base64(user:password)>` (UTF-8), or undefined. */
+function basicPassword(header: string | null): string | undefined {
+  const match = /^basic[ \t]+([A-Za-z0-9+/]+=*)[ \t]*$/i.exec(header ?? "");
+  if (!match) return undefined;
+  try {
+    const bytes = Uint8Array.from(atob(match[1]!), (char) => char.charCodeAt(0));
+    const text = new TextDecoder("utf-8", { fatal: true }).decode(bytes);
+    const colon = text.indexOf(":");
+    return colon === -1 ? undefined : text.slice(colon + 1);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The session cookie's value for `token`: HMAC-SHA256 of "edgelimit-session" under the token, in hex.
+ * It proves the token was given without being it; a new token ends every session.
+ *
+ * @example
+ * await sessionValue(env.EDGELIMIT_ADMIN_TOKEN) // "5f0c…" (64 hex digits)
+ */
+export async function sessionValue(token: string): Promise<string> {
+  const encoder = new TextEncoder();
+  const key = await crypto.subtle.importKey(
+    "raw",
+    encoder.encode(token),
+    { name: "HMAC", hash: "SHA-256" },
+    false,
+    ["sign"],
+  );
+  const mac = new Uint8Array(await crypto.subtle.sign("HMAC", key, encoder.encode("edgelimit-session")));
+  return Array.from(mac, (byte) => byte.toString(16).padStart(2, "0")).join("");
+}
+
+/** Whether a request to the ops page or its JSON carries the token: bearer, Basic or the session cookie. */
+async function pageAuthorized(request: Request, token: string): Promise<boolean> {
+  const header = request.headers.get("authorization");
+  const session = cookie(request.headers.get("cookie"), SESSION_COOKIE);
+  const [bearer, basic, cookieOk] = await Promise.all([
+    authorized(header, token),
+    same(basicPassword(header), token),
+    session === undefined ? false : sessionValue(token).then((value) => same(session, value)),
+  ]);
+  return bearer || basic || cookieOk;
 }
 
 /** The request's body as text, or the refusal: over MAX_BODY bytes (declared or streamed), or not UTF-8. */
@@ -144,14 +219,16 @@ export async function admin(
   token: string | undefined,
   adminPath: string,
   routes: readonly AdminRoute[],
+  analytics?: AnalyticsConfig,
 ): Promise<Response> {
   if (!token) return problem(404, "path: nothing is served here");
-  if (!(await authorized(request.headers.get("authorization"), token))) {
-    return problem(401, 'authorization: send "Authorization: Bearer <EDGELIMIT_ADMIN_TOKEN>"', {
-      "WWW-Authenticate": 'Bearer realm="edgelimit"',
-    });
-  }
   const url = new URL(request.url);
+  if (url.searchParams.has("token")) {
+    return problem(
+      400,
+      `token: never put the token in a URL (URLs are logged and kept in history); send "Authorization: Bearer <token>", use HTTP Basic, or log in at ${adminPath}/`,
+    );
+  }
   // The route name as sent (the admin path itself is matched lowercased, as every request path is).
   const segments = url.pathname.split("/").filter((segment) => segment !== "");
   const rest = segments.slice(adminPath.split("/").length - 1).map((segment) => {
@@ -161,6 +238,15 @@ export async function admin(
       return segment;
     }
   });
+  if (rest.length === 0) return page(request, token, adminPath, routes);
+  if (rest.length === 1 && rest[0] === "analytics") return analyticsJson(request, token, routes, analytics);
+  if (rest.length === 1 && rest[0] === "login") return login(request, token, adminPath);
+  if (rest.length === 1 && rest[0] === "logout") return logout(request, adminPath);
+  if (!(await authorized(request.headers.get("authorization"), token))) {
+    return problem(401, 'authorization: send "Authorization: Bearer <EDGELIMIT_ADMIN_TOKEN>"', {
+      "WWW-Authenticate": 'Bearer realm="edgelimit"',
+    });
+  }
   if (rest[0] !== "overrides" || rest.length > 2) {
     return problem(404, `path: not found; use ${adminPath}/overrides/<route>?key=<value>`);
   }
@@ -244,4 +330,162 @@ async function list(store: Overrides, route: AdminRoute, params: URLSearchParams
   } catch (error) {
     return failure(error);
   }
+}
+
+// ------------------------------------------------------------------------------------------ ops page
+
+const STYLE_HASH = crypto.subtle
+  .digest("SHA-256", new TextEncoder().encode(STYLE))
+  .then((digest) => btoa(String.fromCharCode(...new Uint8Array(digest))));
+
+/** An HTML answer: nothing runs (no script is allowed at all), nothing loads, nothing frames it. */
+async function html(body: string, status = 200, headers: Record<string, string> = {}): Promise<Response> {
+  const policy = [
+    "default-src 'none'",
+    `style-src 'sha256-${await STYLE_HASH}'`,
+    "img-src data:",
+    "form-action 'self'",
+    "frame-ancestors 'none'",
+    "base-uri 'none'",
+  ].join("; ");
+  return new Response(body, {
+    status,
+    headers: {
+      "Content-Type": "text/html; charset=utf-8",
+      "Content-Security-Policy": policy,
+      "X-Content-Type-Options": "nosniff",
+      "X-Frame-Options": "DENY",
+      "Referrer-Policy": "no-referrer",
+      "Cache-Control": "no-store",
+      ...headers,
+    },
+  });
+}
+
+const BASIC_CHALLENGE = { "WWW-Authenticate": 'Basic realm="edgelimit"' };
+
+/**
+ * The routes' reports of the `minutes` whole minutes up to now (the current one included), each with
+ * this isolate's counts flushed first (report() does), or why there is none.
+ */
+async function reports(
+  routes: readonly AdminRoute[],
+  minutes: number,
+): Promise<{ shown: OpsRoute[]; from: number; to: number }> {
+  const to = Date.now();
+  const from = (Math.floor(to / 60_000) - (minutes - 1)) * 60_000;
+  const shown = await Promise.all(
+    routes.map(async (route): Promise<OpsRoute> => {
+      if (!route.limiter.analytics.enabled) {
+        return { route, report: { error: 'analytics are off: add "analytics": true to the config' } };
+      }
+      try {
+        const report = await route.limiter.analytics.report({ from, to });
+        const shadowDenied = route.mode === "shadow" ? report.decisions.denied : 0;
+        return { route, report: { ...report, shadowDenied } };
+      } catch (error) {
+        console.error(`edgelimit: ops page: route "${route.name}": no report: ${(error as Error).message}`);
+        // the kind (timeout, unreachable, breaker-open, ...) says why, and never holds a secret
+        const kind = error instanceof RedisCallError ? error.kind : "error";
+        return {
+          route,
+          report: { error: `Redis did not answer for this route's report (${kind}); reload to try again` },
+        };
+      }
+    }),
+  );
+  return { shown, from, to };
+}
+
+// The breaker as a report gave it (every route shares the Worker's one Redis, so one breaker); unknown
+// when no report came back.
+function breakerOf(routes: readonly OpsRoute[]): { readonly state: string } | undefined {
+  for (const { report } of routes) if (!("error" in report) && report.breaker) return report.breaker;
+  return undefined;
+}
+
+async function page(
+  request: Request,
+  token: string,
+  adminPath: string,
+  routes: readonly AdminRoute[],
+): Promise<Response> {
+  const method = request.method.toUpperCase();
+  if (method !== "GET" && method !== "HEAD") {
+    return problem(405, `method: ${quoted(request.method)} is not served here; use GET`, {
+      Allow: "GET, HEAD",
+    });
+  }
+  if (!(await pageAuthorized(request, token))) return html(loginPage(adminPath), 401, BASIC_CHALLENGE);
+  const { shown, from, to } = await reports(routes, DEFAULT_MINUTES);
+  return html(opsPage({ adminPath, routes: shown, breaker: breakerOf(shown), from, to }));
+}
+
+async function analyticsJson(
+  request: Request,
+  token: string,
+  routes: readonly AdminRoute[],
+  analytics: AnalyticsConfig | undefined,
+): Promise<Response> {
+  if (request.method.toUpperCase() !== "GET") {
+    return problem(405, `method: ${quoted(request.method)} is not served here; use GET`, { Allow: "GET" });
+  }
+  if (!(await pageAuthorized(request, token))) {
+    return problem(401, 'authorization: send "Authorization: Bearer <EDGELIMIT_ADMIN_TOKEN>" or HTTP Basic', {
+      "WWW-Authenticate": 'Bearer realm="edgelimit", Basic realm="edgelimit"',
+    });
+  }
+  const text = new URL(request.url).searchParams.get("minutes");
+  let minutes = DEFAULT_MINUTES;
+  // A report reaches back at most the counts' retention (when the config sets one shorter than a day).
+  const most = Math.min(MAX_MINUTES, Math.floor((analytics?.retention ?? Number.POSITIVE_INFINITY) / 60_000));
+  if (text !== null) {
+    minutes = /^\d{1,5}$/.test(text) ? Number(text) : 0;
+    if (minutes < 1 || minutes > most) {
+      const why = most < MAX_MINUTES ? " (the analytics retention)" : "";
+      return problem(400, `minutes: must be a whole number from 1 to ${most}${why}, got ${quoted(text)}`);
+    }
+  }
+  const { shown } = await reports(routes, minutes);
+  const out: Record<string, RouteReport | { error: string }> = {};
+  for (const { route, report } of shown) out[route.name] = report;
+  return json({ routes: out, breaker: breakerOf(shown) ?? null });
+}
+
+/** The form's POST: the right token sets the session cookie and goes to the page; a wrong one, the form again. */
+async function login(request: Request, token: string, adminPath: string): Promise<Response> {
+  const method = request.method.toUpperCase();
+  // The form itself, without the page's Basic challenge (which a browser answers with its own prompt).
+  if (method === "GET" || method === "HEAD") return html(loginPage(adminPath));
+  if (method !== "POST") {
+    return problem(405, `method: ${quoted(request.method)} is not served here; use GET or POST`, {
+      Allow: "GET, HEAD, POST",
+    });
+  }
+  const text = await readBody(request);
+  if (text instanceof Response) return text;
+  const given = new URLSearchParams(text).get("token") ?? undefined;
+  if (!(await same(given, token))) return html(loginPage(adminPath, "That is not the admin token."), 401);
+  return new Response(null, {
+    status: 303,
+    headers: {
+      Location: `${adminPath}/`,
+      "Set-Cookie": `${SESSION_COOKIE}=${await sessionValue(token)}; HttpOnly; Secure; SameSite=Strict; Path=${adminPath}`,
+      "Cache-Control": "no-store",
+    },
+  });
+}
+
+async function logout(request: Request, adminPath: string): Promise<Response> {
+  if (request.method.toUpperCase() !== "POST") {
+    return problem(405, `method: ${quoted(request.method)} is not served here; use POST`, { Allow: "POST" });
+  }
+  return new Response(null, {
+    status: 303,
+    headers: {
+      Location: `${adminPath}/login`,
+      "Set-Cookie": `${SESSION_COOKIE}=; HttpOnly; Secure; SameSite=Strict; Path=${adminPath}; Max-Age=0`,
+      "Cache-Control": "no-store",
+    },
+  });
 }

@@ -17,6 +17,7 @@ import { clientIp, identify } from "../../http/identity.js";
 import type { IpAddress } from "../../http/ip.js";
 import { forward } from "../../http/proxy.js";
 import { findRoute, normalizePath } from "../../http/routes.js";
+import { usageLog } from "../../http/usage.js";
 import { type ConcurrencyVariables, concurrencyLimit } from "../hono/concurrency.js";
 import { type RateLimitVariables, rateLimit } from "../hono/index.js";
 import { type AdminRoute, admin } from "./admin.js";
@@ -58,6 +59,8 @@ type AppEnv = {
 const setups = new Map<string, Setup>();
 /** Redis failures of every route in this isolate: the first logged in full, then one summary per 60 s. */
 const failures = failureLog({ interval: 60_000 });
+/** Responses of settle routes without a usable cost, and failed settles: one line, then one per 60 s. */
+const unsettled = usageLog({ interval: 60_000 });
 const MAX_SETUPS = 8;
 
 function setupFor(env: Env): Setup {
@@ -114,6 +117,8 @@ function limitedRoute(route: RouteConfig, config: EdgelimitConfig, redis: RestCo
     ...(route.lease === undefined ? {} : { lease: route.lease }),
     ...(route.plans === undefined ? {} : { plans: route.plans }),
     ...(route.overrides === undefined ? {} : { overrides: route.overrides }),
+    // Each route's counts under its own name; flushed through the decision's waitUntil (rateLimit passes it).
+    ...(config.analytics === undefined ? {} : { analytics: { ...config.analytics, name: route.name } }),
   };
   const limiter = new Limiter(options);
   // Counters are namespaced by route (route names hold no ":"), so two routes never share a count.
@@ -129,6 +134,8 @@ function limitedRoute(route: RouteConfig, config: EdgelimitConfig, redis: RestCo
     legacyHeaders: config.legacyHeaders,
     log: (event) => console.warn(`${event.message} [route "${route.name}"]`),
     failures,
+    // the origin's response states the real cost: the route's cost is the reservation
+    ...(route.settle === undefined ? {} : { settle: route.settle, usageLog: unsettled }),
   });
   if (route.concurrency === undefined) return { ...route, limiter, limit: rateLimited };
   // Rate rules first (a request refused by them takes no slot), then a slot held until the response
@@ -191,7 +198,7 @@ app.use(async (c, next) => {
   const path = normalizePath(new URL(c.req.url).pathname);
   const adminPath = config.adminPath;
   if (path === adminPath || path.startsWith(`${adminPath}/`)) {
-    return admin(c.req.raw, c.env?.EDGELIMIT_ADMIN_TOKEN, adminPath, routes);
+    return admin(c.req.raw, c.env?.EDGELIMIT_ADMIN_TOKEN, adminPath, routes, config.analytics);
   }
   c.set("config", config);
   c.set("ip", ip);

@@ -1,0 +1,723 @@
+// Decision analytics against a real redis-server of this file's own (INFO commandstats counts only
+// this file's commands) through the REST bridge: exact counts across Limiters, nothing added to the
+// request path, one request per flush, failed flushes that never fail a decision nor count twice.
+import { execFile } from "node:child_process";
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+import { Redis } from "@upstash/redis";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import {
+  type Bridge,
+  connectRedis,
+  type RedisConnection,
+  type RedisServer,
+  startBridge,
+  startRedisServer,
+} from "../../src/bridge/index.js";
+import { analyticsConfig } from "../../src/engine/analytics.js";
+import {
+  type Decision,
+  fixedWindow,
+  gcra,
+  Limiter,
+  type LimiterOptions,
+  type RedisCallError,
+} from "../../src/index.js";
+import { type Cluster, type ClusterNode, startCluster } from "../cluster.js";
+import { failOnUnhandledRejections } from "../own-bridge.js";
+import { manualClock, T0, uniquePrefix } from "../support.js";
+
+failOnUnhandledRejections();
+
+const TOKEN = "analytics";
+let server: RedisServer;
+let bridge: Bridge;
+let conn: RedisConnection;
+let hop: FailingHop;
+beforeAll(async () => {
+  server = await startRedisServer();
+  bridge = await startBridge({ redisUrl: server.url, port: 0, token: TOKEN });
+  conn = await connectRedis(server.url);
+  hop = await startFailingHop(bridge.url);
+});
+afterAll(async () => {
+  await hop?.close();
+  await conn?.close();
+  await bridge?.close();
+  await server?.stop();
+});
+
+/**
+ * An HTTP hop in front of the bridge: forwards every request, and answers 502 instead of the
+ * bridge's answer to those `fail` picks (the commands ran in Redis; the answer is lost).
+ */
+interface FailingHop {
+  url: string;
+  fail: (body: string) => boolean;
+  /** Requests answered 502 so far. */
+  failed: number;
+  /** Requests that carried a flush (an HINCRBY). */
+  flushes: number;
+  close(): Promise<void>;
+}
+
+async function startFailingHop(target: string): Promise<FailingHop> {
+  const hop: FailingHop = { url: "", fail: () => false, failed: 0, flushes: 0, close: async () => {} };
+  const http: Server = createServer(async (request, response) => {
+    const chunks: Buffer[] = [];
+    for await (const chunk of request) chunks.push(chunk as Buffer);
+    const body = Buffer.concat(chunks).toString("utf8");
+    if (body.includes("HINCRBY")) hop.flushes += 1;
+    const answer = await fetch(`${target}${request.url}`, {
+      method: request.method,
+      headers: { authorization: String(request.headers.authorization) },
+      body,
+    });
+    const text = await answer.text();
+    if (hop.fail(body)) {
+      hop.failed += 1;
+      response.writeHead(502, { "content-type": "application/json" });
+      response.end(JSON.stringify({ error: "bad gateway" }));
+      return;
+    }
+    response.writeHead(answer.status, { "content-type": "application/json" });
+    response.end(text);
+  });
+  await new Promise<void>((resolve) => http.listen(0, "127.0.0.1", resolve));
+  hop.url = `http://127.0.0.1:${(http.address() as AddressInfo).port}`;
+  hop.close = async () => {
+    http.closeAllConnections();
+    await new Promise((resolve) => http.close(resolve));
+  };
+  return hop;
+}
+
+const redis = () => ({ url: bridge.url, token: TOKEN });
+/** A client of its own through the hop: a transport (and a flusher) of its own. */
+const throughHop = () => new Redis({ url: hop.url, token: TOKEN, enableTelemetry: false });
+const perMinute = fixedWindow({ limit: 5, window: "1m" });
+
+function limiter(options: Partial<LimiterOptions> & { prefix: string }): Limiter {
+  return new Limiter({ redis: redis(), rules: { perMinute }, analytics: true, ...options });
+}
+
+async function commandStats(): Promise<Record<string, number>> {
+  const info = String(await conn.call("INFO", "commandstats"));
+  const out: Record<string, number> = {};
+  for (const [, name, calls] of info.matchAll(/^cmdstat_([a-z|]+):calls=(\d+)/gm)) {
+    if (name === "info" || name!.startsWith("config")) continue;
+    out[name!.toUpperCase()] = Number(calls);
+  }
+  return out;
+}
+
+describe("counts", () => {
+  it("adds up two Limiters' decisions exactly after flush()", async () => {
+    const prefix = uniquePrefix("an");
+    const clock = manualClock();
+    const a = limiter({ prefix, clock, denyCache: false });
+    // b as a user hands one in: an @upstash/redis client
+    const b = limiter({
+      prefix,
+      clock,
+      redis: new Redis({ url: bridge.url, token: TOKEN, enableTelemetry: false }),
+    });
+    // a: alice ×7 at T0: 5 allowed (remaining 4 3 2 1 0: the last two near the limit), 2 denied
+    for (let i = 0; i < 7; i++) await a.limit("alice");
+    // b: alice ×2 a second later: denied by Redis, then by b's deny cache
+    clock.set(T0 + 1000);
+    expect((await b.limit("alice")).source).toBe("redis");
+    expect((await b.limit("alice")).source).toBe("cache");
+    // b: bob ×3 in the next minute: allowed (remaining 4 3 2: none near)
+    clock.set(T0 + 60_000);
+    for (let i = 0; i < 3; i++) expect((await b.limit("bob")).allowed).toBe(true);
+    await Promise.all([a.analytics.flush(), b.analytics.flush()]);
+
+    const r = await a.analytics.report({ from: T0, to: T0 + 60_000 });
+    expect(r.from).toBe(T0);
+    expect(r.to).toBe(T0 + 60_000);
+    expect(r.decisions).toEqual({
+      allowed: 8,
+      denied: 4,
+      bySource: { redis: 11, cache: 1, lease: 0, region: 0, error: 0 },
+    });
+    expect(r.denials).toEqual({ perMinute: 4 });
+    expect(r.nearLimit).toBe(2);
+    expect(r.errors).toEqual({
+      timeout: 0,
+      unreachable: 0,
+      unauthorized: 0,
+      http: 0,
+      redis: 0,
+      "breaker-open": 0,
+    });
+    expect(r.minutes).toEqual([
+      { at: T0, allowed: 5, denied: 4 },
+      { at: T0 + 60_000, allowed: 3, denied: 0 },
+    ]);
+    expect(r.top).toEqual([{ identifier: "alice", denied: 4, allowed: 5 }]);
+    expect(r.breaker).toEqual({ enabled: true, state: "closed", opened: 0 });
+    // b reads the same counts; a second flush with nothing new adds nothing
+    await b.analytics.flush();
+    expect(await b.analytics.report({ from: T0, to: T0 + 60_000 })).toEqual(r);
+
+    // the default range: the 60 minutes up to the limiter's clock's, one entry each, zeros included
+    clock.set(T0 + 60_000 + 30_000);
+    const hour = await a.analytics.report();
+    expect(hour.to).toBe(T0 + 90_000);
+    expect(hour.from).toBe(T0 + 120_000 - 3_600_000);
+    expect(hour.minutes).toHaveLength(60);
+    expect(hour.minutes[0]!.at).toBe(hour.from);
+    expect(hour.minutes.slice(-2)).toEqual(r.minutes);
+    expect(hour.minutes.slice(0, -2).every((m) => m.allowed === 0 && m.denied === 0)).toBe(true);
+    expect(hour.decisions).toEqual(r.decisions);
+    await Promise.all([a.dispose(), b.dispose()]);
+  });
+
+  it("keeps Limiters of another name apart under the same prefix", async () => {
+    const prefix = uniquePrefix("an");
+    const clock = manualClock();
+    const api = limiter({ prefix, clock, analytics: { name: "api" } });
+    const web = limiter({ prefix, clock, analytics: { name: "web" } });
+    await api.limit("x");
+    await api.limit("x");
+    await web.limit("x");
+    await api.dispose();
+    await web.dispose();
+    expect((await api.analytics.report({ from: T0, to: T0 })).decisions.allowed).toBe(2);
+    expect((await web.analytics.report({ from: T0, to: T0 })).decisions.allowed).toBe(1);
+  });
+
+  it("ranks the most denied identifiers, at most `top`", async () => {
+    const prefix = uniquePrefix("an");
+    const clock = manualClock();
+    const l = limiter({ prefix, clock, denyCache: false, analytics: { top: 2 } });
+    // u1 denied 1, u2 denied 3, u3 denied 2, u4 never denied
+    const plan: [string, number][] = [
+      ["u1", 6],
+      ["u2", 8],
+      ["u3", 7],
+      ["u4", 4],
+    ];
+    for (const [id, n] of plan) for (let i = 0; i < n; i++) await l.limit(id);
+    const r = await l.analytics.report({ from: T0, to: T0 });
+    expect(r.top).toEqual([
+      { identifier: "u2", denied: 3, allowed: 5 },
+      { identifier: "u3", denied: 2, allowed: 5 },
+    ]);
+    expect(r.decisions.denied).toBe(6);
+    await l.dispose();
+  });
+
+  it("counts errors by kind and source error", async () => {
+    const prefix = uniquePrefix("an");
+    const clock = manualClock();
+    const l = new Limiter({
+      redis: throughHop(),
+      prefix,
+      rules: { perMinute },
+      analytics: true,
+      breaker: false,
+      clock,
+    });
+    hop.fail = (body) => body.includes("EVALSHA");
+    try {
+      for (let i = 0; i < 3; i++) expect((await l.limit("e")).source).toBe("error");
+    } finally {
+      hop.fail = () => false;
+    }
+    const r = await l.analytics.report({ from: T0, to: T0 });
+    expect(r.decisions).toEqual({
+      allowed: 3,
+      denied: 0,
+      bySource: { redis: 0, cache: 0, lease: 0, region: 0, error: 3 },
+    });
+    expect(r.errors.unreachable).toBe(3);
+    expect(r.breaker.enabled).toBe(false);
+    await l.dispose();
+  });
+});
+
+describe("the request path", () => {
+  it("is unchanged with analytics on: the same commands and requests; a flush is one request", async () => {
+    const clock = manualClock();
+    const off = new Limiter({ redis: redis(), prefix: uniquePrefix("off"), rules: { perMinute }, clock });
+    const on = limiter({ prefix: uniquePrefix("on"), clock });
+    await off.limit("warm-up");
+    await on.limit("warm-up");
+    const run = async (l: Limiter) => {
+      await conn.call("CONFIG", "RESETSTAT");
+      const requests = bridge.stats.requests;
+      for (let i = 0; i < 8; i++) await l.limit(`id${i % 2}`);
+      await Promise.all(Array.from({ length: 10 }, (_, i) => l.limit(`c${i}`)));
+      return { commands: await commandStats(), requests: bridge.stats.requests - requests };
+    };
+    const without = await run(off);
+    const withAnalytics = await run(on);
+    expect(withAnalytics).toEqual(without);
+    // 8 one by one, 10 in one tick: 9 requests
+    expect(without.requests).toBe(9);
+    // a fixed window: EVALSHA, its INCR, and PEXPIRE on a window's first unit
+    expect(without.commands).toEqual({ EVALSHA: 18, INCR: 18, PEXPIRE: 12 });
+
+    await conn.call("CONFIG", "RESETSTAT");
+    const requests = bridge.stats.requests;
+    await on.analytics.flush();
+    expect(bridge.stats.requests - requests).toBe(1);
+    // one minute: its hash (a field each: allowed, near, source:redis) and its top set (13
+    // identifiers, warm-up included), each with its EXPIRE
+    expect(await commandStats()).toEqual({ HINCRBY: 3, EXPIRE: 2, ZINCRBY: 13, ZREMRANGEBYRANK: 1 });
+    await off.dispose();
+    await on.dispose();
+  });
+
+  it("hands a flush to waitUntil once flushEvery has passed by the limiter's clock, one at a time", async () => {
+    const clock = manualClock();
+    const l = limiter({
+      redis: throughHop(),
+      prefix: uniquePrefix("wu"),
+      clock,
+      analytics: { flushEvery: "5s" },
+    });
+    const flushes = hop.flushes;
+    const handed: Promise<unknown>[] = [];
+    const waitUntil = (p: Promise<unknown>) => {
+      handed.push(p);
+    };
+    for (let i = 0; i < 3; i++) await l.limit("w", { waitUntil });
+    clock.set(T0 + 4999);
+    await l.limit("w", { waitUntil });
+    expect(handed).toHaveLength(0);
+    clock.set(T0 + 5000);
+    await l.limit("w", { waitUntil });
+    expect(handed).toHaveLength(1);
+    // while it is in flight, and until 5 s after it started, no other
+    await l.limit("w", { waitUntil });
+    await handed[0];
+    expect(hop.flushes - flushes).toBe(1);
+    clock.set(T0 + 9999);
+    await l.limit("w", { waitUntil });
+    expect(handed).toHaveLength(1);
+    clock.set(T0 + 10_000);
+    await l.limit("w", { waitUntil });
+    expect(handed).toHaveLength(2);
+    await handed[1];
+    expect(hop.flushes - flushes).toBe(2);
+    const r = await l.analytics.report({ from: T0, to: T0 });
+    expect(r.decisions.allowed + r.decisions.denied).toBe(8);
+    await l.dispose();
+  });
+});
+
+describe("in Node, without waitUntil", () => {
+  it("flushes from a timer flushEvery after the first unwritten count", async () => {
+    vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"] });
+    const clock = manualClock();
+    const l = limiter({
+      redis: throughHop(),
+      prefix: uniquePrefix("timer"),
+      clock,
+      analytics: { flushEvery: "2s" },
+    });
+    try {
+      const flushes = hop.flushes;
+      for (let i = 0; i < 3; i++) await l.limit("t");
+      vi.advanceTimersByTime(1999);
+      expect(hop.flushes).toBe(flushes);
+      vi.advanceTimersByTime(1);
+      await l.analytics.flush(); // after the timer's flush, which wrote all three
+      expect(hop.flushes - flushes).toBe(1);
+      expect((await l.analytics.report({ from: T0, to: T0 })).decisions.allowed).toBe(3);
+      // nothing new: the timer is not armed again
+      vi.advanceTimersByTime(10_000);
+      await l.analytics.flush();
+      expect(hop.flushes - flushes).toBe(1);
+    } finally {
+      vi.useRealTimers();
+      await l.dispose();
+    }
+  });
+
+  it("never keeps the process alive: the timer is unref'd", async () => {
+    const script = `
+      import { Limiter, fixedWindow } from "./src/index.ts";
+      const l = new Limiter({ redis: { url: ${JSON.stringify(bridge.url)}, token: ${JSON.stringify(TOKEN)} },
+        prefix: ${JSON.stringify(uniquePrefix("exit"))}, rules: { r: fixedWindow({ limit: 5, window: "1m" }) },
+        analytics: { flushEvery: "1h" } });
+      console.log((await l.limit("x")).source);
+    `;
+    const started = Date.now();
+    const { stdout } = await promisify(execFile)(
+      process.execPath,
+      ["--import", "tsx", "--input-type=module", "-e", script],
+      {
+        cwd: fileURLToPath(new URL("../..", import.meta.url)),
+        timeout: 20_000,
+      },
+    );
+    expect(stdout.trim()).toBe("redis");
+    expect(Date.now() - started).toBeLessThan(15_000);
+  }, 25_000);
+});
+
+describe("several Limiters on one Redis", () => {
+  it("share one flush: one request per flushEvery for all of them", async () => {
+    const client = throughHop();
+    const clock = manualClock();
+    const prefix = uniquePrefix("share");
+    const api = limiter({ redis: client, prefix, clock, analytics: { name: "api", flushEvery: "5s" } });
+    const web = limiter({ redis: client, prefix, clock, analytics: { name: "web", flushEvery: "2s" } });
+    const handed: Promise<unknown>[] = [];
+    const waitUntil = (p: Promise<unknown>) => {
+      handed.push(p);
+    };
+    const flushes = hop.flushes;
+    await api.limit("a", { waitUntil });
+    await web.limit("w", { waitUntil });
+    // the shortest flushEvery of the two, counted from the first decision of either
+    clock.set(T0 + 1999);
+    await api.limit("a", { waitUntil });
+    expect(handed).toHaveLength(0);
+    clock.set(T0 + 2000);
+    await api.limit("a", { waitUntil });
+    expect(handed).toHaveLength(1);
+    await handed[0];
+    expect(hop.flushes - flushes).toBe(1);
+    expect((await api.analytics.report({ from: T0, to: T0 })).decisions.allowed).toBe(3);
+    expect((await web.analytics.report({ from: T0, to: T0 })).decisions.allowed).toBe(1);
+    expect(hop.flushes - flushes).toBe(1); // nothing left to write for the reports
+    await api.dispose();
+    await web.dispose();
+  });
+});
+
+describe("a failing flush", () => {
+  it("fails no decision, and its counts are dropped, never sent twice", async () => {
+    const clock = manualClock();
+    const prefix = uniquePrefix("fail");
+    const l = new Limiter({
+      redis: throughHop(),
+      prefix,
+      rules: { perMinute: fixedWindow({ limit: 100, window: "1m" }) },
+      analytics: { flushEvery: "1s" },
+      clock,
+    });
+    const warn = vi.spyOn(console, "warn").mockImplementation(() => {});
+    const handed: Promise<unknown>[] = [];
+    const waitUntil = (p: Promise<unknown>) => {
+      handed.push(p);
+    };
+    try {
+      for (let i = 0; i < 4; i++) await l.limit("f", { waitUntil });
+      hop.fail = (body) => body.includes("HINCRBY");
+      clock.set(T0 + 1000);
+      // the flush and 6 decisions at once: the flush answered 502, every decision Redis's
+      const decisions = await Promise.all(Array.from({ length: 6 }, () => l.limit("f", { waitUntil })));
+      expect(handed).toHaveLength(1);
+      await handed[0];
+      expect(hop.failed).toBeGreaterThanOrEqual(1);
+      expect(decisions.map((d) => [d.source, d.allowed])).toEqual(Array(6).fill(["redis", true]));
+      expect(decisions.map((d) => d.remaining).sort((x, y) => y - x)).toEqual([95, 94, 93, 92, 91, 90]);
+      hop.fail = () => false;
+      // the 502's batch ran in Redis (the hop forwarded it): counted once, not resent with the rest
+      const r = await l.analytics.report({ from: T0, to: T0 });
+      expect(r.decisions.allowed).toBe(10);
+      expect(r.breaker.state).toBe("closed");
+      expect(warn).toHaveBeenCalledTimes(1);
+      expect(String(warn.mock.calls[0]![0])).toMatch(/analytics flush failed/);
+    } finally {
+      hop.fail = () => false;
+      warn.mockRestore();
+      await l.dispose();
+    }
+  });
+});
+
+describe("while the breaker is open", () => {
+  it("keeps the counts for a later flush; dispose() writes them anyway", async () => {
+    const clock = manualClock();
+    const l = limiter({
+      redis: throughHop(),
+      prefix: uniquePrefix("open"),
+      clock,
+      breaker: { failures: 2, cooldown: 60_000 },
+    });
+    const flushes = hop.flushes;
+    hop.fail = (body) => body.includes("EVALSHA");
+    try {
+      const kinds = [];
+      for (let i = 0; i < 3; i++) kinds.push(((await l.limit("o")).error as RedisCallError).kind);
+      expect(kinds).toEqual(["unreachable", "unreachable", "breaker-open"]);
+    } finally {
+      hop.fail = () => false;
+    }
+    await l.analytics.flush();
+    expect(hop.flushes).toBe(flushes); // not sent: Redis is failing
+    await l.dispose();
+    expect(hop.flushes - flushes).toBe(1);
+    const r = await l.analytics.report({ from: T0, to: T0 });
+    expect(r.decisions).toEqual({
+      allowed: 3,
+      denied: 0,
+      bySource: { redis: 0, cache: 0, lease: 0, region: 0, error: 3 },
+    });
+    expect(r.errors).toMatchObject({ unreachable: 2, "breaker-open": 1, timeout: 0 });
+    expect(r.breaker).toEqual({ enabled: true, state: "open", opened: 1 });
+  });
+});
+
+describe("keys", () => {
+  it("every analytics key has the retention as TTL, under one hash tag", async () => {
+    const prefix = uniquePrefix("ttl");
+    const clock = manualClock();
+    const l = limiter({ prefix, clock, denyCache: false, analytics: { retention: "2h", name: "ops" } });
+    for (let i = 0; i < 7; i++) await l.limit(`k${i % 2}`);
+    clock.set(T0 + 60_000);
+    await l.limit("k0");
+    await l.analytics.flush();
+    const keys = ((await conn.call("KEYS", `${prefix}:analytics:*`)) as unknown[]).map(String);
+    expect(keys.sort()).toEqual([
+      `${prefix}:analytics:{ops}:${T0 / 60_000}`,
+      `${prefix}:analytics:{ops}:${T0 / 60_000}:top`,
+      `${prefix}:analytics:{ops}:${T0 / 60_000 + 1}`,
+      `${prefix}:analytics:{ops}:${T0 / 60_000 + 1}:top`,
+    ]);
+    for (const key of keys) {
+      const ttl = Number(await conn.call("TTL", key));
+      expect(ttl).toBeGreaterThan(7100);
+      expect(ttl).toBeLessThanOrEqual(7200);
+    }
+    await l.dispose();
+  });
+});
+
+describe("bounds", () => {
+  it("keeps top × 5 identifiers a minute in Redis, scored denied × 2^26 + allowed", async () => {
+    const prefix = uniquePrefix("trim");
+    const clock = manualClock();
+    const one = fixedWindow({ limit: 1, window: "1m" });
+    const l = limiter({ prefix, clock, denyCache: false, rules: { one }, analytics: { top: 2 } });
+    // 12 identifiers: 1 allowed each, and id<k> denied k + 1 times
+    for (let k = 0; k < 12; k++) for (let i = 0; i < k + 2; i++) await l.limit(`id${k}`);
+    await l.analytics.flush();
+    const top = `${prefix}:analytics:{default}:${T0 / 60_000}:top`;
+    expect(Number(await conn.call("ZCARD", top))).toBe(10);
+    expect(Number(await conn.call("ZSCORE", top, "id11"))).toBe(12 * 2 ** 26 + 1);
+    expect(await conn.call("ZSCORE", top, "id1")).toBeNull();
+    const r = await l.analytics.report({ from: T0, to: T0 });
+    expect(r.top).toEqual([
+      { identifier: "id11", denied: 12, allowed: 1 },
+      { identifier: "id10", denied: 11, allowed: 1 },
+    ]);
+    expect(r.denials).toEqual({ one: 78 });
+    await l.dispose();
+  });
+
+  it("stores an identifier longer than 200 characters shortened, with a hash of the whole", async () => {
+    const clock = manualClock();
+    const l = limiter({ prefix: uniquePrefix("long"), clock, denyCache: false });
+    const long = `${"x".repeat(300)}<img src=x onerror=alert(1)>`;
+    for (let i = 0; i < 6; i++) await l.limit(long);
+    const [entry] = (await l.analytics.report({ from: T0, to: T0 })).top;
+    expect(entry).toMatchObject({ denied: 1, allowed: 5 });
+    expect(entry!.identifier).toMatch(/^x{128}…#[0-9a-f]{16}$/);
+    await l.dispose();
+  });
+});
+
+describe("onDecision", () => {
+  it("is called with (decision, identifier) on every path", async () => {
+    const seen: [Decision["source"], string][] = [];
+    const clock = manualClock();
+    const l = new Limiter({
+      redis: redis(),
+      prefix: uniquePrefix("od"),
+      rules: { burst: gcra({ limit: 100, period: "1m", burst: 100 }), tight: perMinute },
+      lease: { max: 10, ttl: "1s" },
+      clock,
+      onDecision(decision, identifier) {
+        seen.push([decision.source, identifier]);
+      },
+    });
+    for (let i = 0; i < 8; i++) await l.limit("hot");
+    expect(seen).toHaveLength(8);
+    expect(seen.every(([, id]) => id === "hot")).toBe(true);
+    const sources = new Set(seen.map(([source]) => source));
+    expect(sources.has("redis")).toBe(true);
+    expect(sources.has("cache") || sources.has("lease")).toBe(true);
+    await l.dispose();
+
+    const broken = new Limiter({
+      redis: { url: "http://127.0.0.1:1", token: "x" },
+      rules: { perMinute },
+      timeout: 200,
+      onDecision: (decision, identifier) => seen.push([decision.source, identifier]),
+    });
+    expect((await broken.limit("down")).source).toBe("error");
+    expect(seen.at(-1)).toEqual(["error", "down"]);
+  });
+
+  it("is never awaited, and what it throws is caught and logged once", async () => {
+    const error = vi.spyOn(console, "error").mockImplementation(() => {});
+    let calls = 0;
+    const l = new Limiter({
+      redis: redis(),
+      prefix: uniquePrefix("od"),
+      rules: { perMinute },
+      clock: manualClock(),
+      onDecision() {
+        calls += 1;
+        throw new Error("metrics down");
+      },
+    });
+    const rejecting = new Limiter({
+      redis: redis(),
+      prefix: uniquePrefix("od"),
+      rules: { perMinute },
+      clock: manualClock(),
+      onDecision: (() => Promise.reject(new Error("async metrics down"))) as () => void,
+    });
+    try {
+      for (let i = 0; i < 3; i++) expect((await l.limit("t")).allowed).toBe(true);
+      expect(calls).toBe(3);
+      expect(error).toHaveBeenCalledTimes(1);
+      expect(String(error.mock.calls[0]![1])).toMatch(/metrics down/);
+      for (let i = 0; i < 3; i++) expect((await rejecting.limit("t")).allowed).toBe(true);
+      await new Promise((resolve) => setTimeout(resolve, 0));
+      expect(error).toHaveBeenCalledTimes(2);
+    } finally {
+      error.mockRestore();
+    }
+  });
+});
+
+describe("options", () => {
+  const bad: [unknown, RegExp][] = [
+    [{ flushEvery: "x" }, /^analytics\.flushEvery: "x" is not a duration/],
+    [{ flushEvery: "100ms" }, /^analytics\.flushEvery: must be from 1s to 1h/],
+    [{ top: -1 }, /^analytics\.top: must be a whole number from 1 to 100, got -1/],
+    [{ top: 2.5 }, /^analytics\.top:/],
+    [{ retention: "1m" }, /^analytics\.retention: must be from 1h to 90d/],
+    [{ retention: 0 }, /^analytics\.retention:/],
+    [{ name: "a b" }, /^analytics\.name:/],
+    [{ name: "" }, /^analytics\.name:/],
+    [
+      { flush: "1s" },
+      /^analytics\.flush: not an analytics option; it takes flushEvery, top, retention, name/,
+    ],
+    ["yes", /^analytics: expected true, false or/],
+  ];
+  it("defaults to a flush every 10 s, the top 20, 7 days of retention, the name default", () => {
+    expect(analyticsConfig(true)).toEqual({
+      flushEvery: 10_000,
+      top: 20,
+      retention: 604_800_000,
+      name: "default",
+    });
+    expect(analyticsConfig(false)).toBeUndefined();
+    expect(analyticsConfig({ flushEvery: "1s", top: 100, retention: "90d", name: "a.b:c-1" })).toEqual({
+      flushEvery: 1000,
+      top: 100,
+      retention: 90 * 86_400_000,
+      name: "a.b:c-1",
+    });
+  });
+
+  it.each(bad)("analytics %j is refused, naming the field", (analytics, message) => {
+    expect(
+      () =>
+        new Limiter({
+          redis: redis(),
+          rules: { perMinute },
+          analytics: analytics as LimiterOptions["analytics"],
+        }),
+    ).toThrow(message);
+  });
+
+  it("refuses an onDecision that is not a function, and a report of a bad range", async () => {
+    expect(
+      () => new Limiter({ redis: redis(), rules: { perMinute }, onDecision: 5 as unknown as () => void }),
+    ).toThrow(/^onDecision: must be a function/);
+    const l = limiter({ prefix: uniquePrefix("opt"), clock: manualClock() });
+    await expect(l.analytics.report({ from: Number.NaN })).rejects.toThrow(
+      /^from: expected epoch milliseconds/,
+    );
+    await expect(l.analytics.report({ from: T0 + 1, to: T0 })).rejects.toThrow(/^from: must be at most to/);
+    await expect(l.analytics.report({ from: T0 - 8 * 86_400_000, to: T0 })).rejects.toThrow(
+      /^from: a report spans at most the retention/,
+    );
+    const none = new Limiter({ redis: redis(), rules: { perMinute } });
+    expect([l.analytics.enabled, none.analytics.enabled]).toEqual([true, false]);
+    await expect(none.analytics.report()).rejects.toThrow(
+      /^analytics: this Limiter was built without analytics/,
+    );
+    await none.analytics.flush(); // nothing to write: resolves
+    await l.dispose();
+  });
+});
+
+describe("on a 3-node Redis Cluster", () => {
+  let cluster: Cluster;
+  beforeAll(async () => {
+    cluster = await startCluster();
+  }, 30_000);
+  afterAll(async () => {
+    await cluster?.stop();
+  });
+
+  it("writes and reads one name's keys in one slot, so one node takes the whole flush", async () => {
+    const prefix = uniquePrefix("cl");
+    const slotOf = async (key: string) => Number(await cluster.call(["CLUSTER", "KEYSLOT", key]));
+    const slot = await slotOf(`${prefix}:analytics:{default}:0`);
+    /** Whether `node` owns `key`'s slot (another node answers MOVED). */
+    const owns = async (node: ClusterNode, key: string) =>
+      !((await node.conn.send([["GET", key]]))[0] instanceof Error);
+    // a bridge in front of the node that owns that slot, as a REST endpoint in front of its shard
+    let node: ClusterNode | undefined;
+    for (const candidate of cluster.nodes)
+      if (await owns(candidate, `${prefix}:analytics:{default}:0`)) node = candidate;
+    if (node === undefined) throw new Error("no node owns the analytics slot");
+    const shard = await startBridge({ redisUrl: node.server.url, port: 0, token: TOKEN });
+    const clock = manualClock();
+    const l = new Limiter({
+      redis: { url: shard.url, token: TOKEN },
+      prefix,
+      rules: { perMinute },
+      analytics: true,
+      clock,
+      denyCache: false,
+    });
+    try {
+      // identifiers whose keys live on that node too, so that their decisions are Redis's
+      const ids: string[] = [];
+      for (let i = 0; ids.length < 2; i++) if (await owns(node, l.keys(`id${i}`)[0]!)) ids.push(`id${i}`);
+      for (let i = 0; i < 7; i++) await l.limit(ids[0]!);
+      for (let i = 0; i < 6; i++) await l.limit(ids[1]!);
+      clock.set(T0 + 60_000);
+      await l.limit(ids[0]!);
+      await l.analytics.flush();
+      const r = await l.analytics.report({ from: T0, to: T0 + 60_000 });
+      expect(r.decisions).toEqual({
+        allowed: 11,
+        denied: 3,
+        bySource: { redis: 14, cache: 0, lease: 0, region: 0, error: 0 },
+      });
+      expect(r.minutes).toEqual([
+        { at: T0, allowed: 10, denied: 3 },
+        { at: T0 + 60_000, allowed: 1, denied: 0 },
+      ]);
+      expect(r.top).toEqual([
+        { identifier: ids[0], denied: 2, allowed: 6 },
+        { identifier: ids[1], denied: 1, allowed: 5 },
+      ]);
+      const keys = ((await node.conn.call("KEYS", `${prefix}:analytics:*`)) as unknown[]).map(String);
+      expect(keys).toHaveLength(4);
+      for (const key of keys) expect(await slotOf(key)).toBe(slot);
+    } finally {
+      await l.dispose();
+      await shard.close();
+    }
+  });
+});

@@ -1,0 +1,278 @@
+import { describe, expect, test } from "vitest";
+import {
+  checkUsageSource,
+  openaiUsage,
+  SseTotalTokens,
+  TotalTokens,
+  usageFromHeader,
+  usageLog,
+} from "../../src/http/usage.js";
+
+const utf8 = (text: string) => new TextEncoder().encode(text);
+
+/** Feeds `bytes` to a fresh reader cut at `cuts` (sorted byte offsets), and ends it. */
+function readIn<R extends { write(bytes: Uint8Array): void; end(): number | undefined }>(
+  make: () => R,
+  bytes: Uint8Array,
+  cuts: number[],
+): number | undefined {
+  const reader = make();
+  let from = 0;
+  for (const cut of [...cuts, bytes.length]) {
+    reader.write(bytes.subarray(from, cut));
+    from = cut;
+  }
+  return reader.end();
+}
+
+/** Every way of reading `text` this test tries: whole, a byte at a time, and cut in two at every offset. */
+function everyCut(make: () => { write(bytes: Uint8Array): void; end(): number | undefined }, text: string) {
+  const bytes = utf8(text);
+  const found = new Set<number | undefined>();
+  found.add(readIn(make, bytes, []));
+  found.add(
+    readIn(
+      make,
+      bytes,
+      Array.from({ length: bytes.length - 1 }, (_, i) => i + 1),
+    ),
+  );
+  for (let cut = 1; cut < bytes.length; cut++) found.add(readIn(make, bytes, [cut]));
+  return [...found];
+}
+
+describe("usageFromHeader", () => {
+  test.each([
+    ["370", 370],
+    ["0", 0],
+    [" 42 ", 42],
+    ["007", 7],
+    ["9007199254740991", 9007199254740991],
+  ])("%j is %d", (value, expected) => {
+    expect(usageFromHeader(value)).toBe(expected);
+  });
+
+  test.each([null, "", "-1", "3.7", "1e3", "abc", "12abc", "0x10", "+5", "9007199254740992", "1 2"])(
+    "%j is no cost",
+    (value) => {
+      expect(usageFromHeader(value)).toBeUndefined();
+    },
+  );
+});
+
+describe("checkUsageSource", () => {
+  test("a header or the openai usage", () => {
+    expect(checkUsageSource({ header: "x-usage" })).toEqual([]);
+    expect(checkUsageSource({ header: "X-Usage", expose: true })).toEqual([]);
+    expect(checkUsageSource({ usage: "openai" })).toEqual([]);
+  });
+
+  test("each problem at its field", () => {
+    expect(checkUsageSource("x-usage")).toEqual([
+      {
+        path: [],
+        message: 'must be an object such as { "header": "x-usage" } or { "usage": "openai" }, got "x-usage"',
+      },
+    ]);
+    expect(checkUsageSource({})).toEqual([
+      {
+        path: [],
+        message:
+          'must give exactly one of header and usage: an object such as { "header": "x-usage" } or { "usage": "openai" }',
+      },
+    ]);
+    expect(checkUsageSource({ header: "x-usage", usage: "openai" }).map((i) => i.path)).toEqual([[]]);
+    expect(checkUsageSource({ header: "x usage" })).toEqual([
+      {
+        path: ["header"],
+        message: `must be a header name such as "x-usage" (letters, digits and !#$%&'*+.^_\`|~-), got "x usage"`,
+      },
+    ]);
+    expect(checkUsageSource({ header: "" }).map((i) => i.path)).toEqual([["header"]]);
+    expect(checkUsageSource({ usage: "anthropic" })).toEqual([
+      { path: ["usage"], message: 'must be "openai", got "anthropic"' },
+    ]);
+    expect(checkUsageSource({ header: "x-usage", expose: "yes" })).toEqual([
+      { path: ["expose"], message: 'must be true or false, got "yes"' },
+    ]);
+    expect(checkUsageSource({ usage: "openai", expose: true })).toEqual([
+      { path: ["expose"], message: "applies only with header" },
+    ]);
+    expect(checkUsageSource({ header: "x-usage", exposed: true })).toEqual([
+      { path: ["exposed"], message: "is not a known field; use header (and expose) or usage" },
+    ]);
+  });
+});
+
+describe("TotalTokens: usage.total_tokens of a JSON body", () => {
+  const json = () => new TotalTokens();
+
+  test("a chat completion with usage in the middle, multi-byte text around it, cut anywhere", () => {
+    const body = JSON.stringify(
+      {
+        id: "chatcmpl-1",
+        object: "chat.completion",
+        choices: [{ index: 0, message: { role: "assistant", content: 'héllo → 世界 😀 "usage"' } }],
+        usage: {
+          prompt_tokens: 120,
+          completion_tokens: 250,
+          total_tokens: 370,
+          details: { total_tokens: 9 },
+        },
+        system_fingerprint: "fp_ü",
+      },
+      null,
+      2,
+    ).replace(/\n/g, "\r\n");
+    expect(everyCut(json, body)).toEqual([370]);
+  });
+
+  test("only the top-level usage object counts", () => {
+    expect(
+      everyCut(json, '{"choices":[{"usage":{"total_tokens":5}}],"x":{"usage":{"total_tokens":6}}}'),
+    ).toEqual([undefined]);
+    expect(everyCut(json, '[{"usage":{"total_tokens":5}}]')).toEqual([undefined]);
+    expect(everyCut(json, '{"usage":[{"total_tokens":5}]}')).toEqual([undefined]);
+    // a string that looks like the field is only a string
+    expect(
+      everyCut(json, '{"note":"{\\"usage\\":{\\"total_tokens\\":5}}","usage":{"total_tokens":7}}'),
+    ).toEqual([7]);
+  });
+
+  test("no usage, null usage, or a total that is not a whole number: none found", () => {
+    expect(everyCut(json, '{"id":"x","choices":[]}')).toEqual([undefined]);
+    expect(everyCut(json, '{"usage":null}')).toEqual([undefined]);
+    expect(everyCut(json, '{"usage":{"total_tokens":-3}}')).toEqual([undefined]);
+    expect(everyCut(json, '{"usage":{"total_tokens":3.5}}')).toEqual([undefined]);
+    expect(everyCut(json, '{"usage":{"total_tokens":"12"}}')).toEqual([undefined]);
+    expect(everyCut(json, "not json at all")).toEqual([undefined]);
+  });
+
+  test("a number at the very end of the input ends with it", () => {
+    expect(everyCut(json, '{"usage":{"total_tokens":12')).toEqual([12]);
+  });
+});
+
+/** An OpenAI chat stream: content deltas, then the usage event, then [DONE], with line ends `eol`. */
+function chatStream(eol: string, usage: string | undefined) {
+  const events = [
+    { id: "c", choices: [{ delta: { content: "héllo " } }], usage: null },
+    { id: "c", choices: [{ delta: { content: "世界 😀" } }], usage: null },
+    { id: "c", choices: [{ delta: {}, finish_reason: "stop" }], usage: null },
+  ].map((event) => `data: ${JSON.stringify(event)}${eol}${eol}`);
+  if (usage) events.push(`data: {"id":"c","choices":[],"usage":${usage}}${eol}${eol}`);
+  return `: keep-alive${eol}${eol}event: message${eol}${events.join("")}data: [DONE]${eol}${eol}`;
+}
+
+describe("SseTotalTokens: the usage event of a Server-Sent Events stream", () => {
+  const sse = () => new SseTotalTokens();
+  const usage = '{"prompt_tokens":9,"completion_tokens":361,"total_tokens":370}';
+
+  test.each([
+    ["LF", "\n"],
+    ["CRLF", "\r\n"],
+    ["CR", "\r"],
+  ])("lines ending in %s, cut anywhere", (_, eol) => {
+    expect(everyCut(sse, chatStream(eol, usage))).toEqual([370]);
+  });
+
+  test("a stream without a usage event: none found", () => {
+    expect(everyCut(sse, chatStream("\n", undefined))).toEqual([undefined]);
+  });
+
+  test("data split over lines is one event; data without a space; the last event with usage wins", () => {
+    const text =
+      'data: {"usage":\ndata: {"total_tokens":5}}\n\n' +
+      'data:{"usage":{"total_tokens":6}}\n\n' +
+      'id: 7\ndata: {"usage":null}\n\n' +
+      "data: [DONE]\n\n";
+    expect(everyCut(sse, text)).toEqual([6]);
+  });
+
+  test("one event's data never runs into the next's", () => {
+    expect(everyCut(sse, 'data: {"usage":{"total_tokens":1\n\ndata: 2}}\n\n')).toEqual([1]);
+  });
+
+  test("a last event without the closing blank line still counts", () => {
+    expect(everyCut(sse, 'data: {"usage":{"total_tokens":44}}')).toEqual([44]);
+  });
+
+  test("other fields named like data are not data", () => {
+    expect(everyCut(sse, 'database: {"usage":{"total_tokens":5}}\n\n')).toEqual([undefined]);
+  });
+});
+
+/** A body of `chunks`, read through `openaiUsage`; what the reader got, and what onEnd was told. */
+function through(contentType: string, chunks: Uint8Array[]) {
+  const calls: (number | undefined)[] = [];
+  const source = new ReadableStream<Uint8Array>({
+    start(controller) {
+      for (const chunk of chunks) controller.enqueue(chunk);
+      controller.close();
+    },
+  });
+  return { body: source.pipeThrough(openaiUsage(contentType, (tokens) => calls.push(tokens))), calls };
+}
+
+describe("openaiUsage: the body passes through as it is", () => {
+  test("every chunk unchanged and in order; onEnd once, after the last", async () => {
+    const bytes = utf8(chatStream("\r\n", '{"total_tokens":370}'));
+    const chunks = Array.from({ length: bytes.length }, (_, i) => bytes.subarray(i, i + 1));
+    const { body, calls } = through("text/event-stream; charset=utf-8", chunks);
+    const reader = body.getReader();
+    const got: Uint8Array[] = [];
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      if (got.length === chunks.length - 1) expect(calls).toEqual([]);
+      got.push(value);
+    }
+    expect(got).toEqual(chunks);
+    expect(got.every((chunk, i) => chunk === chunks[i])).toBe(true);
+    expect(calls).toEqual([370]);
+  });
+
+  test("a JSON body when the content type is not an event stream", async () => {
+    const { body, calls } = through("application/json", [utf8('{"usage":{"total_'), utf8('tokens":81}}')]);
+    expect(await new Response(body).text()).toBe('{"usage":{"total_tokens":81}}');
+    expect(calls).toEqual([81]);
+  });
+
+  test("a reader that cancels mid-body: onEnd is never called", async () => {
+    const bytes = utf8(chatStream("\n", '{"total_tokens":370}'));
+    const { body, calls } = through("text/event-stream", [bytes.subarray(0, 10), bytes.subarray(10)]);
+    const reader = body.getReader();
+    expect((await reader.read()).value).toEqual(bytes.subarray(0, 10));
+    await reader.cancel("client went away");
+    await new Promise((resolve) => setTimeout(resolve, 10));
+    expect(calls).toEqual([]);
+  });
+});
+
+describe("usageLog", () => {
+  test("the first in full, then one summary per interval, then in full after a quiet interval", () => {
+    let now = 1_000_000;
+    const log = usageLog({ interval: 60_000, now: () => now });
+    expect(log.record("GET /a: no x-usage header")).toBe(
+      "edgelimit: GET /a: no x-usage header (further ones: one summary line per 60 s)",
+    );
+    now += 1_000;
+    expect(log.record("GET /b: x-usage is not a whole number")).toBeUndefined();
+    now += 1_000;
+    expect(log.record("GET /c: no x-usage header")).toBeUndefined();
+    now += 58_000;
+    expect(log.record("GET /d: no x-usage header")).toBe(
+      "edgelimit: 3 more costs not read or not settled in the last 60 s; last: GET /d: no x-usage header",
+    );
+    now += 61_000;
+    expect(log.record("GET /e: no x-usage header")).toBe(
+      "edgelimit: GET /e: no x-usage header (further ones: one summary line per 60 s)",
+    );
+  });
+
+  test("a bad interval names the field", () => {
+    expect(() => usageLog({ interval: 0 })).toThrow(
+      "interval: must be a positive number of milliseconds, got 0",
+    );
+  });
+});
