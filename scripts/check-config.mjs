@@ -104,7 +104,7 @@ async function main() {
         databases
           .map(
             ([name, { tokenSecret }]) =>
-              `${name}${name === regions.default ? " (default)" : ""} (token in ${tokenSecret})`,
+              `${name} (${name === regions.default ? "default; " : ""}token in ${tokenSecret})`,
           )
           .join(", ") +
         `; requests no region claims go to ${regions.default === undefined ? "home alone" : regions.default}`,

@@ -115,7 +115,7 @@ describe("check-config", () => {
       JSON.stringify({ ...good, regions: { ...regions, default: "ap" } }),
     );
     expect(withDefault.out.trim().split("\n")[1]).toBe(
-      "  2 regions: eu (token in EDGELIMIT_REGION_EU_TOKEN), ap (default) (token in EDGELIMIT_REGION_AP_TOKEN); requests no region claims go to ap",
+      "  2 regions: eu (token in EDGELIMIT_REGION_EU_TOKEN), ap (default; token in EDGELIMIT_REGION_AP_TOKEN); requests no region claims go to ap",
     );
     const bad = {
       ...regions,
