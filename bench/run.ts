@@ -1,6 +1,7 @@
 // `npm run bench`: every part against a private redis-server and bridge; writes BENCHMARKS.md and
 // BENCHMARKS.svg. `npm run bench:smoke`: a few iterations of each part, no wrangler, writes nothing
-// (unless given --out FILE). --only throughput,memory,accuracy,edge,worker,lua,cpu,overrides runs those parts.
+// (unless given --out FILE). --only throughput,memory,accuracy,edge,worker,lua,cpu,overrides,regions runs
+// those parts.
 import { execFile } from "node:child_process";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import os from "node:os";
@@ -13,6 +14,7 @@ import { type EdgeSettings, runEdge } from "./edge.js";
 import { type BenchEnv, startEnv } from "./env.js";
 import { ROOT } from "./load.js";
 import { runMemory } from "./memory.js";
+import { type RegionSettings, runRegions } from "./regions.js";
 import { renderReport } from "./report.js";
 import { runThroughput } from "./throughput.js";
 import { log } from "./util.js";
@@ -40,6 +42,13 @@ const settings = {
     isolatesDelay: smoke ? 5 : 20,
   } satisfies EdgeSettings,
   worker: { ms: 4000 },
+  regions: {
+    seconds: smoke ? 2 : 12,
+    rate: smoke ? 120 : 240,
+    ids: 200,
+    zipf: 1.1,
+    hotShare: 0.25,
+  } satisfies RegionSettings,
 };
 
 const t0 = performance.now();
@@ -72,6 +81,8 @@ async function collect(env: BenchEnv) {
     overrides: want("overrides")
       ? await luaPart("overrides-cost.ts", ["--rounds", "1", "--ids", "200"])
       : undefined,
+    /** Three regions, each its own database, with delay proxies (bench/regions.ts). */
+    regions: want("regions") ? await runRegions(settings.regions, tag) : [],
   };
 }
 export type Results = Awaited<ReturnType<typeof collect>> & { seconds: number };
