@@ -29,4 +29,5 @@ export type {
   OverridesOptions,
   OverridesPage,
 } from "./engine/overrides.js";
+export type { RegionOptions } from "./engine/region.js";
 export type { Decision, RuleResult } from "./engine/types.js";

@@ -58,6 +58,7 @@ const ENTRIES: Record<string, Entry> = {
       "OverridesPage",
       "PlanConfig",
       "RedisErrorKind",
+      "RegionOptions",
       "RuleConfig",
       "RulePlan",
       "RuleResult",

@@ -5,7 +5,8 @@ import { describe } from "./duration.js";
 import { checkIdentifier, checkPrefix, RuleKeys } from "./keys.js";
 import { type LeaseOptions, Leases, leaseConfig, type WaitUntil } from "./leases.js";
 import { Overrides, type OverridesOptions, overridesConfig } from "./overrides.js";
-import { type PlanEncoding, RuleScripts, rulesOfDecision } from "./script.js";
+import { Region, type RegionOptions, regionPool } from "./region.js";
+import { type PlanEncoding, PoolScript, RuleScripts, rulesOfDecision } from "./script.js";
 import { type Transport, transportFor } from "./transport.js";
 import type { Decision, RuleResult } from "./types.js";
 import { checkClock, checkOptions, issueText, positiveMs, readClock } from "./validate.js";
@@ -60,6 +61,13 @@ export interface LimiterOptions {
    * { plan: "pro" })` applies to the identifier's next decision that reaches Redis. See docs/overrides.md.
    */
   overrides?: boolean | OverridesOptions;
+  /**
+   * A database near this isolate (default none): `{ redis: nearby, pool: { max: 500, ttl: "5s" } }`.
+   * Units consumed at home (`redis`) are pooled there per identifier, at most `max`, each deposit for
+   * at most `ttl`, and decisions are answered from the pool with one round trip to `nearby` only
+   * (`source: "region"`). See docs/regions.md.
+   */
+  region?: RegionOptions;
 }
 
 /** Options of one decision. */
@@ -99,6 +107,7 @@ const OPTIONS = [
   "breaker",
   "lease",
   "overrides",
+  "region",
 ];
 
 /**
@@ -134,6 +143,8 @@ export class Limiter {
    * Limiter was built without `overrides`).
    */
   readonly overrides: Overrides;
+  /** The regional pools, with `region`: their counters are `limiter.region.stats`. */
+  readonly region: Region | undefined;
 
   constructor(options: LimiterOptions) {
     checkOptions(options, "Limiter", OPTIONS);
@@ -212,6 +223,25 @@ export class Limiter {
       plans.set(name, { encoding, leases });
     }
     this.plans = plans;
+    if (options.region !== undefined) {
+      const pool = regionPool(options.region);
+      const nearby = options.region.redis;
+      let regional: Transport;
+      try {
+        regional = transportFor(nearby, { breaker: breaker === false ? undefined : breaker });
+      } catch (error) {
+        throw new Error(`region.${(error as Error).message}`);
+      }
+      this.region = new Region(
+        new PoolScript(regional, pool, { timeout, batchWindow, breaker: breaker !== false }),
+        pool,
+        this.scripts,
+        regional,
+        () => this.now(),
+        maxStale,
+        timeout,
+      );
+    }
     // the configs as given, copied: set() resolves an override's fields over them
     const configs = Object.fromEntries(Object.entries(rules).map(([name, config]) => [name, { ...config }]));
     const planConfigs =
@@ -279,6 +309,9 @@ export class Limiter {
     // A lease answers on the spot: it never waits on a request, this one's or another's.
     const leased = plan.leases?.answer(identifier, cost, now, waitUntil);
     if (leased) return Promise.resolve(leased);
+    const region = this.region;
+    if (region?.serves(plan.encoding))
+      return this.decideRegional(region, plan, identifier, cost, now, waitUntil);
     return this.decide(plan, identifier, cost, now, waitUntil);
   }
 
@@ -291,6 +324,7 @@ export class Limiter {
    */
   async dispose(): Promise<void> {
     await Promise.all([...this.plans.values()].map((plan) => plan.leases?.dispose()));
+    await this.region?.dispose();
   }
 
   /**
@@ -311,6 +345,10 @@ export class Limiter {
     }
     const reply = await this.transport.call(["DEL", ...keys], { timeout: this.timeout, breaker: false });
     if (!reply.ok) throw reply.error;
+    await this.region?.reset(
+      identifier,
+      [...this.plans.values()].map((plan) => plan.encoding),
+    );
   }
 
   /**
@@ -376,6 +414,31 @@ export class Limiter {
     const decision = reservation.decision;
     if (!decision.allowed) this.cache?.set(identifier, Math.max(cost, 1), now, decision, encoding.name);
     return leases.settle(identifier, reservation, now, waitUntil);
+  }
+
+  /**
+   * With a region: the region's pool first (one round trip to its database); on a miss, home decides
+   * as without a region, reserving in the same EVALSHA what the pool asked for (and the lease's share).
+   */
+  private async decideRegional(
+    region: Region,
+    plan: Plan,
+    identifier: string,
+    cost: number,
+    now: number,
+    waitUntil: WaitUntil | undefined,
+  ): Promise<Decision> {
+    const encoding = plan.encoding;
+    const taken = await region.take(identifier, cost, now, encoding, waitUntil);
+    if (typeof taken !== "number") return taken;
+    if (taken === 0) return this.decide(plan, identifier, cost, now, waitUntil);
+    const leaseWant = plan.leases?.want(identifier, cost, now) ?? 0;
+    const reservation = await this.scripts.reserve(identifier, cost, now, taken + leaseWant, encoding);
+    if (reservation instanceof Error) return this.failure(reservation, now, encoding);
+    const decision = reservation.decision;
+    if (!decision.allowed) this.cache?.set(identifier, Math.max(cost, 1), now, decision, encoding.name);
+    const rest = region.settle(identifier, reservation, taken, now, encoding, waitUntil);
+    return plan.leases ? plan.leases.settle(identifier, rest, now, waitUntil) : rest.decision;
   }
 
   private failure(error: unknown, now: number, plan: PlanEncoding): Decision {
