@@ -30,8 +30,8 @@ export function delayOf(region: number, db: number): number {
   return db === 0 ? 0 : OWN_DELAY;
 }
 export const ISOLATES = 4;
-/** The one rule: a fixed window of 300 per 10 s, for one identifier across every region. */
-export const REGION_POLICY = { limit: 300, window: 10_000 };
+/** The one rule: a fixed window of 50 per 10 s, for one identifier across every region. */
+export const REGION_POLICY = { limit: 50, window: 10_000 };
 export const POOL = { max: 500, ttl: "5s" };
 export const POOL_TTL_MS = 5000;
 export const REGION_LEASE = { max: 50, ttl: "1s" };
@@ -67,6 +67,14 @@ export interface RegionMeasured {
   decisions: number;
   p50: number;
   p99: number;
+  /**
+   * The round trip to this region's own database as measured during the run (p50 of a PING every
+   * 100 ms through the same proxy and bridge, in the same process): what "the regional round trip" is
+   * on this machine, beside its nominal 2 × the one-way delay.
+   */
+  rtt: number;
+  /** Share of the warm identifiers' decisions answered without waiting on home. */
+  warmWithoutHome: number;
   /** p50 of the decisions of identifiers warm in this region, and of the others (cold). */
   warmP50: number;
   warmDecisions: number;
@@ -149,6 +157,8 @@ interface World {
   url(db: number, region: number): string;
   /** HTTP requests sent by each region's isolates since the last reset. */
   sent: number[];
+  /** The fetch the counter wraps: for the round-trip probe, which is not counted. */
+  realFetch: typeof fetch;
   restore(): void;
 }
 
@@ -176,7 +186,7 @@ async function startWorld(): Promise<World> {
   const restore = () => {
     globalThis.fetch = real;
   };
-  return { dbs, url, sent, restore };
+  return { dbs, url, sent, realFetch: real, restore };
 }
 
 interface Isolate {
@@ -236,7 +246,7 @@ function isolateOf(
     };
   }
   const home = { url: world.url(0, region), token: token(0) };
-  const options = {
+  const options: LimiterOptions = {
     redis: home,
     prefix,
     rules: { window: fixedWindow(REGION_POLICY) },
@@ -246,7 +256,7 @@ function isolateOf(
     ...(kind.startsWith("regions") && region !== 0
       ? { region: { redis: { url: world.url(region, region), token: token(region) }, pool: POOL } }
       : {}),
-  } as LimiterOptions;
+  };
   const limiter = new Limiter(options);
   return {
     limit: async (id) => {
@@ -293,14 +303,20 @@ async function run(
   world.sent.fill(0);
   // from here the clocks read t0 at the first decision: the run starts at a window's start
   time.shift = t0 - Date.now();
+  const probe = probeRoundTrips(world);
   const { results, seconds } = await openLoop(plan, async (a) => ({
     ...(await isolates[a.region]![a.isolate]!.limit(a.id)),
     a,
   }));
+  const rtts = await probe.stop();
   await Promise.all(isolates.flat().map((isolate) => isolate.close()));
   // refunds and the peer's writes, still on their way through the 60 ms proxies
   await sleep(4 * HOME_DELAY + 200);
-  const counts = await Promise.all(world.dbs.map((db) => db.counts()));
+  // the probe's PINGs reached the bridges too (INFO commandstats leaves PING out)
+  const counts = (await Promise.all(world.dbs.map((db) => db.counts()))).map((c, db) => ({
+    ...c,
+    http: c.http - rtts[db]!.length,
+  }));
   const sent = [...world.sent];
 
   // The ideal: one fixed window per identifier over the whole world, the first `limit` by the time read.
@@ -339,6 +355,8 @@ async function run(
       decisions: mine.length,
       p50: percentile(latencies(mine), 50),
       p99: percentile(latencies(mine), 99),
+      rtt: percentile(rtts[region]!, 50),
+      warmWithoutHome: warmOnes.filter((r) => r.outcome.withoutHome).length / Math.max(1, warmOnes.length),
       warmP50: percentile(latencies(warmOnes), 50),
       warmDecisions: warmOnes.length,
       coldP50: percentile(latencies(coldOnes), 50),
@@ -364,6 +382,43 @@ async function run(
       errors: results.filter((r) => r.outcome.error).length,
     },
     issuedPerSec: results.length / seconds,
+  };
+}
+
+/**
+ * A PING every 100 ms from each region to its own database, sent as edgelimit's transport sends a
+ * command (a /pipeline POST of JSON, the reply read as text), the regions a third of the period
+ * apart; until stopped: the round trips measured, under the same load as the decisions.
+ */
+function probeRoundTrips(world: World): { stop(): Promise<number[][]> } {
+  const rtts: number[][] = REGIONS.map(() => []);
+  const pending: Promise<unknown>[] = [];
+  const ping = (region: number) => {
+    const t0 = performance.now();
+    const sent = world
+      .realFetch(`${world.url(region, region)}/pipeline`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${world.dbs[region]!.token}`, "content-type": "application/json" },
+        body: JSON.stringify([["PING"]]),
+      })
+      .then(async (response) => {
+        await response.text();
+        rtts[region]!.push(performance.now() - t0);
+      });
+    pending.push(sent);
+  };
+  const timers = REGIONS.map((_, region) =>
+    setTimeout(() => {
+      ping(region);
+      timers[region] = setInterval(() => ping(region), 100);
+    }, region * 33),
+  );
+  return {
+    stop: async () => {
+      for (const timer of timers) clearInterval(timer);
+      await Promise.all(pending);
+      return rtts;
+    },
   };
 }
 

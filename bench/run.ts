@@ -43,8 +43,8 @@ const settings = {
   } satisfies EdgeSettings,
   worker: { ms: 4000 },
   regions: {
-    seconds: smoke ? 2 : 12,
-    rate: smoke ? 120 : 240,
+    seconds: smoke ? 2 : 15,
+    rate: smoke ? 60 : 60,
     ids: 200,
     zipf: 1.1,
     hotShare: 0.25,

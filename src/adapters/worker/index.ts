@@ -177,10 +177,7 @@ function limitedRoute(
   const byRegion = new Map<string, MiddlewareHandler<AppEnv>>();
   if (pool !== undefined && pool !== false) {
     for (const [name, nearby] of regional) {
-      byRegion.set(
-        name,
-        middleware(new Limiter({ ...options, region: { redis: nearby, pool } } as LimiterOptions)),
-      );
+      byRegion.set(name, middleware(new Limiter({ ...options, region: { redis: nearby, pool } })));
     }
   }
   const rateLimited = (region: string | undefined) =>
