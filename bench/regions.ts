@@ -37,6 +37,13 @@ export const POOL_TTL_MS = 5000;
 export const REGION_LEASE = { max: 50, ttl: "1s" };
 /** An identifier is warm in a region at this many of its decisions there per pool ttl. */
 export const WARM = 10;
+/**
+ * docs/regions.md's bound on one identifier's under-admission: the units pools and leases may hold,
+ * pools in B and C (A's isolates keep none), leases in every isolate.
+ */
+export const underBound = (kind: RegionKind) =>
+  (kind.startsWith("regions") ? (REGIONS.length - 1) * POOL.max : 0) +
+  (kind.endsWith("lease") ? REGIONS.length * ISOLATES * REGION_LEASE.max : 0);
 
 export interface RegionSettings {
   /** Seconds of traffic per contestant. */
@@ -99,7 +106,16 @@ export interface RegionRow {
   /** Absent when the contestant could not run (pending). */
   regions?: RegionMeasured[];
   /** The whole world: admitted, the ideal, and over / under summed per identifier and window. */
-  total?: { decisions: number; allowed: number; ideal: number; over: number; under: number; errors: number };
+  total?: {
+    decisions: number;
+    allowed: number;
+    ideal: number;
+    over: number;
+    under: number;
+    /** The most one identifier was under-admitted in one window. */
+    maxUnder: number;
+    errors: number;
+  };
   issuedPerSec?: number;
   pending?: string;
 }
@@ -330,6 +346,7 @@ async function run(
   const idealAdmits = new Set<(typeof results)[number]>();
   let over = 0;
   let under = 0;
+  let maxUnder = 0;
   for (const list of byWindow.values()) {
     list.sort((x, y) => x.outcome.now - y.outcome.now);
     for (const r of list.slice(0, limit)) idealAdmits.add(r);
@@ -337,6 +354,7 @@ async function run(
     const best = Math.min(limit, list.length);
     over += Math.max(0, allowed - best);
     under += Math.max(0, best - allowed);
+    maxUnder = Math.max(maxUnder, best - allowed);
   }
   // warm: an identifier with at least WARM decisions per pool ttl in this region
   const perRegionId = new Map<string, number>();
@@ -379,6 +397,7 @@ async function run(
       ideal: idealAdmits.size,
       over,
       under,
+      maxUnder,
       errors: results.filter((r) => r.outcome.error).length,
     },
     issuedPerSec: results.length / seconds,

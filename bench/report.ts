@@ -10,6 +10,7 @@ import {
   REGION_POLICY,
   REGIONS,
   type RegionRow,
+  underBound,
   WARM,
 } from "./regions.js";
 import type { Results } from "./run.js";
@@ -385,11 +386,40 @@ function regionGoals(rows: RegionRow[]): string[][] {
       check(warm ? warm.every((m) => m.warmP50 <= m.rtt + 1) : undefined),
     ],
     [
+      "under-admission within the documented bound (regions × pool.max + isolates × lease.max), per identifier and window (part 9)",
+      measured.map((row) => `${row.total!.maxUnder} ≤ ${underBound(row.kind)} (${row.kind})`).join(", ") ||
+        "–",
+      check(
+        measured.length === ours.length
+          ? measured.every((row) => row.total!.maxUnder <= underBound(row.kind))
+          : undefined,
+      ),
+    ],
+    [
+      "cold identifiers in B and C pay the round trip to home: p50 with regions + lease, beside home only (part 9)",
+      cold(
+        regional,
+        rows.find((row) => row.kind === "home"),
+      ),
+      regional?.regions ? "shown" : "pending",
+    ],
+    [
       "MultiRegionRatelimit's over-admission, measured in the same run (part 9)",
       peer?.total ? `${peer.total.over} over, ${peer.total.under} under` : "–",
       peer?.total ? "shown" : "pending",
     ],
   ];
+}
+
+/** "B 128.0 ms (home only 122.3 ms), C ..." */
+function cold(regional: RegionRow | undefined, home: RegionRow | undefined): string {
+  if (!regional?.regions) return "–";
+  return [1, 2]
+    .map((i) => {
+      const beside = home?.regions ? ` (home only ${ms(home.regions[i]!.coldP50)} ms)` : "";
+      return `${REGIONS[i]} ${ms(regional.regions![i]!.coldP50)} ms${beside}`;
+    })
+    .join(", ");
 }
 
 function regions(r: Results): string {
