@@ -100,7 +100,11 @@ export interface RegionMeasured {
   errors: number;
 }
 
+/** (a) the steady Zipf traffic; (b) one identifier's burst in every region at once. */
+export type RegionScenario = "steady" | "burst";
+
 export interface RegionRow {
+  scenario: RegionScenario;
   kind: RegionKind;
   label: string;
   /** Absent when the contestant could not run (pending). */
@@ -163,6 +167,18 @@ export function regionPlan(s: RegionSettings): Arrival[] {
     t: (k * 1000) / s.rate,
     id: random() < s.hotShare ? "hot" : `id${zipf()}`,
     region: Math.floor(random() * REGIONS.length),
+    isolate: Math.floor(random() * ISOLATES),
+  }));
+}
+
+/** (b): BURST.count decisions of one identifier over BURST.ms from the window's start, regions in turn. */
+export const BURST = { count: 90, ms: 150 };
+function burstPlan(): Arrival[] {
+  const random = rng(1818);
+  return Array.from({ length: BURST.count }, (_, k) => ({
+    t: (k * BURST.ms) / BURST.count,
+    id: "burst",
+    region: k % REGIONS.length,
     isolate: Math.floor(random() * ISOLATES),
   }));
 }
@@ -294,13 +310,14 @@ async function run(
   world: World,
   kind: RegionKind,
   label: string,
+  scenario: RegionScenario,
   plan: Arrival[],
   tag: string,
 ): Promise<RegionRow> {
   const { limit, window } = REGION_POLICY;
   // real time, shifted so that the run starts at the beginning of a window
   const t0 = (Math.ceil(Date.now() / window) + 1) * window;
-  const prefix = `regions-${tag}-${kind.replace("+", "-")}`;
+  const prefix = `regions-${tag}-${scenario}-${kind.replace("+", "-")}`;
   const time = { shift: 0 };
   let isolates: Isolate[][];
   try {
@@ -310,7 +327,7 @@ async function run(
   } catch (error) {
     const message = (error as Error).message.split("\n")[0]!;
     if (!message.startsWith("region")) throw error;
-    return { kind, label, pending: `pending: ${message}` };
+    return { scenario, kind, label, pending: `pending: ${message}` };
   }
   log(`regions: ${label}`);
   // one decision each first, so script loading and connection setup stay out of the counts
@@ -361,7 +378,9 @@ async function run(
   for (const a of plan)
     perRegionId.set(`${a.region} ${a.id}`, (perRegionId.get(`${a.region} ${a.id}`) ?? 0) + 1);
   const planSeconds = plan.length > 0 ? (plan[plan.length - 1]!.t + 1) / 1000 : 1;
+  // (b)'s identifier was never seen before its burst: cold everywhere, however fast it arrives
   const isWarm = (a: Arrival) =>
+    scenario === "steady" &&
     ((perRegionId.get(`${a.region} ${a.id}`) ?? 0) / planSeconds) * (POOL_TTL_MS / 1000) >= WARM;
   const per1000 = (n: number, of: number) => (n * 1000) / Math.max(1, of);
   const regions = REGIONS.map((_, region): RegionMeasured => {
@@ -388,6 +407,7 @@ async function run(
     };
   });
   return {
+    scenario,
     kind,
     label,
     regions,
@@ -446,7 +466,12 @@ export async function runRegions(s: RegionSettings, tag: string): Promise<Region
   const plan = regionPlan(s);
   const rows: RegionRow[] = [];
   try {
-    for (const { kind, label } of REGION_CONTESTANTS) rows.push(await run(world, kind, label, plan, tag));
+    for (const { kind, label } of REGION_CONTESTANTS) {
+      rows.push(await run(world, kind, label, "steady", plan, tag));
+    }
+    for (const { kind, label } of REGION_CONTESTANTS) {
+      rows.push(await run(world, kind, label, "burst", burstPlan(), tag));
+    }
   } finally {
     world.restore();
     await Promise.all(world.dbs.map((db) => db.close()));
