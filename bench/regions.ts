@@ -393,7 +393,10 @@ async function run(
       p50: percentile(latencies(mine), 50),
       p99: percentile(latencies(mine), 99),
       rtt: percentile(rtts[region]!, 50),
-      warmWithoutHome: warmOnes.filter((r) => r.outcome.withoutHome).length / Math.max(1, warmOnes.length),
+      warmWithoutHome:
+        warmOnes.length === 0
+          ? Number.NaN
+          : warmOnes.filter((r) => r.outcome.withoutHome).length / warmOnes.length,
       warmP50: percentile(latencies(warmOnes), 50),
       warmDecisions: warmOnes.length,
       coldP50: percentile(latencies(coldOnes), 50),
