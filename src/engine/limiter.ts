@@ -6,7 +6,7 @@ import { checkIdentifier, checkPrefix, RuleKeys } from "./keys.js";
 import { type LeaseOptions, Leases, leaseConfig, type WaitUntil } from "./leases.js";
 import { Overrides, type OverridesOptions, overridesConfig } from "./overrides.js";
 import { Region, type RegionOptions, regionPool } from "./region.js";
-import { type PlanEncoding, PoolScript, RuleScripts, rulesOfDecision } from "./script.js";
+import { type PlanEncoding, PoolScript, type Reservation, RuleScripts, rulesOfDecision } from "./script.js";
 import { type Transport, transportFor } from "./transport.js";
 import type { Decision, RuleResult } from "./types.js";
 import { checkClock, checkOptions, issueText, positiveMs, readClock } from "./validate.js";
@@ -204,25 +204,6 @@ export class Limiter {
     }
     const lease =
       options.lease === undefined || options.lease === false ? undefined : leaseConfig(options.lease);
-    const plans = new Map<string, Plan>();
-    for (const [name, encoding] of this.scripts.plans) {
-      const scripts = this.scripts;
-      const leases =
-        lease &&
-        new Leases(
-          lease,
-          encoding.rules,
-          {
-            reserve: (id, cost, now, want) => scripts.reserve(id, cost, now, want, encoding),
-            refund: (id, units, windowStarts, now) => scripts.refund(id, units, windowStarts, now, encoding),
-          },
-          () => this.now(),
-          name,
-          maxStale,
-        );
-      plans.set(name, { encoding, leases });
-    }
-    this.plans = plans;
     if (options.region !== undefined) {
       const pool = regionPool(options.region);
       const nearby = options.region.redis;
@@ -242,6 +223,29 @@ export class Limiter {
         timeout,
       );
     }
+    const plans = new Map<string, Plan>();
+    for (const [name, encoding] of this.scripts.plans) {
+      const scripts = this.scripts;
+      const leases =
+        lease &&
+        new Leases(
+          lease,
+          encoding.rules,
+          {
+            // with a region, a lease's top-up asks the region's pool first
+            reserve: (id, cost, now, want, waitUntil) =>
+              this.region?.serves(encoding)
+                ? this.topUpRegional(this.region, encoding, id, cost, now, want, waitUntil)
+                : scripts.reserve(id, cost, now, want, encoding),
+            refund: (id, units, windowStarts, now) => scripts.refund(id, units, windowStarts, now, encoding),
+          },
+          () => this.now(),
+          name,
+          maxStale,
+        );
+      plans.set(name, { encoding, leases });
+    }
+    this.plans = plans;
     // the configs as given, copied: set() resolves an override's fields over them
     const configs = Object.fromEntries(Object.entries(rules).map(([name, config]) => [name, { ...config }]));
     const planConfigs =
@@ -417,8 +421,9 @@ export class Limiter {
   }
 
   /**
-   * With a region: the region's pool first (one round trip to its database); on a miss, home decides
-   * as without a region, reserving in the same EVALSHA what the pool asked for (and the lease's share).
+   * With a region: the region's pool first (one round trip to its database), which may also fill this
+   * isolate's lease; on a miss, home decides as without a region, reserving in the same EVALSHA what
+   * the pool asked for and the lease's share.
    */
   private async decideRegional(
     region: Region,
@@ -428,17 +433,64 @@ export class Limiter {
     now: number,
     waitUntil: WaitUntil | undefined,
   ): Promise<Decision> {
-    const encoding = plan.encoding;
-    const taken = await region.take(identifier, cost, now, encoding, waitUntil);
-    if (typeof taken !== "number") return taken;
-    if (taken === 0) return this.decide(plan, identifier, cost, now, waitUntil);
-    const leaseWant = plan.leases?.want(identifier, cost, now) ?? 0;
-    const reservation = await this.scripts.reserve(identifier, cost, now, taken + leaseWant, encoding);
+    const { encoding, leases } = plan;
+    const leaseWant = leases?.want(identifier, cost, now) ?? 0;
+    const taken = await region.take(identifier, cost, now, encoding, waitUntil, leaseWant);
+    if (typeof taken !== "number")
+      return leases ? leases.settle(identifier, taken, now, waitUntil) : taken.decision;
+    if (taken === 0 && leases === undefined) return this.decide(plan, identifier, cost, now, waitUntil);
+    const reservation = await this.reserveHome(
+      region,
+      encoding,
+      identifier,
+      cost,
+      now,
+      taken,
+      leaseWant,
+      waitUntil,
+    );
     if (reservation instanceof Error) return this.failure(reservation, now, encoding);
     const decision = reservation.decision;
     if (!decision.allowed) this.cache?.set(identifier, Math.max(cost, 1), now, decision, encoding.name);
-    const rest = region.settle(identifier, reservation, taken, now, encoding, waitUntil);
-    return plan.leases ? plan.leases.settle(identifier, rest, now, waitUntil) : rest.decision;
+    return leases ? leases.settle(identifier, reservation, now, waitUntil) : decision;
+  }
+
+  /** A lease's top-up with a region: from the region's pool first, else from home (filling the pool too). */
+  private async topUpRegional(
+    region: Region,
+    encoding: PlanEncoding,
+    identifier: string,
+    cost: number,
+    now: number,
+    want: number,
+    waitUntil: WaitUntil | undefined,
+  ): Promise<Reservation | Error> {
+    const taken = await region.take(identifier, cost, now, encoding, waitUntil, want);
+    if (typeof taken !== "number") return taken;
+    return this.reserveHome(region, encoding, identifier, cost, now, taken, want, waitUntil);
+  }
+
+  /**
+   * `cost` units from home, reserving `forPool` more for the region's pool (deposited off the request
+   * path) and `forLease` for this isolate's lease: what comes back as `reserved` is the lease's.
+   */
+  private async reserveHome(
+    region: Region,
+    encoding: PlanEncoding,
+    identifier: string,
+    cost: number,
+    now: number,
+    forPool: number,
+    forLease: number,
+    waitUntil: WaitUntil | undefined,
+  ): Promise<Reservation | Error> {
+    const reservation = await this.scripts.reserve(identifier, cost, now, forPool + forLease, encoding);
+    if (forPool === 0) return reservation;
+    if (reservation instanceof Error) {
+      region.free(identifier, now, encoding, waitUntil);
+      return reservation;
+    }
+    return region.settle(identifier, reservation, forPool, now, encoding, waitUntil);
   }
 
   private failure(error: unknown, now: number, plan: PlanEncoding): Decision {

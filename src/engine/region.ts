@@ -107,16 +107,18 @@ export class Region {
   /**
    * Whether decisions under `plan` ask the region. Not with a sliding log rule: the log stamps each
    * unit with the time it was admitted, and a unit handed out later from a pool would leave the log
-   * early, letting a later window hold more than the limit (leases never hold one either).
+   * early, letting a later window hold more than the limit (leases never hold one either). Nor with
+   * `overrides: { maxStale: 0 }`: no answer may come from anywhere but home.
    */
   serves(plan: PlanEncoding): boolean {
-    return !plan.rules.some((rule) => rule.algorithm === "slidingLog");
+    return this.maxStale > 0 && !plan.rules.some((rule) => rule.algorithm === "slidingLog");
   }
 
   /**
-   * Asks the identifier's pool in the region for `cost` units: the Decision when the pool answered
-   * (`source: "region"`), else how many units to reserve for the pool at home beside the decision (0
-   * also when the region's database failed: the decision goes home as without a region).
+   * Asks the identifier's pool in the region for `cost` units, and up to `extra` more for this
+   * isolate's lease: when the pool answered, the Decision (`source: "region"`) with the units taken
+   * for the lease, as a Reservation; else how many units to reserve for the pool at home beside the
+   * decision (0 also when the region's database failed: the decision goes home as without a region).
    */
   async take(
     identifier: string,
@@ -124,9 +126,10 @@ export class Region {
     now: number,
     plan: PlanEncoding,
     waitUntil: WaitUntil | undefined,
-  ): Promise<Decision | number> {
+    extra = 0,
+  ): Promise<Reservation | number> {
     if (now >= this.nextExpiry) this.sweep(now, waitUntil);
-    const answer = await this.pool.take(this.key(plan, identifier), cost, now, plan.rules.length);
+    const answer = await this.pool.take(this.key(plan, identifier), cost, now, plan.rules.length, extra);
     if (answer instanceof Error) {
       this.stats.errors += 1;
       return 0;
@@ -135,11 +138,13 @@ export class Region {
       this.stats.misses += 1;
       if (answer.leftover > 0)
         this.refund(identifier, answer.leftover, answer.windowStarts, now, plan, waitUntil);
-      return this.maxStale > 0 ? answer.want : 0;
+      return answer.want;
     }
     this.stats.hits += 1;
     if (answer.topUp > 0) this.topUp(identifier, answer.topUp, now, plan, waitUntil);
-    return fromPool(answer.snapshot, answer.units, plan, now);
+    // the lease's units are this identifier's too: the caller is told them as remaining (Leases.settle)
+    const decision = fromPool(answer.snapshot, answer.units, plan, now);
+    return { decision, reserved: answer.extra, windowStarts: answer.windowStarts };
   }
 
   /**
@@ -157,15 +162,31 @@ export class Region {
   ): Reservation {
     const { decision, reserved, windowStarts } = reservation;
     const share = decision.allowed ? Math.min(want, reserved) : 0;
-    if (share === 0) return reservation;
+    if (share === 0) {
+      this.free(identifier, now, plan, waitUntil);
+      return reservation;
+    }
     // An override applied other rules at home: its units are not this plan's to pool (nor to refund
     // under this plan's keys); they stay consumed until home's state expires.
     if (decision.plan !== plan.name) {
       this.stats.lost += share;
+      this.free(identifier, now, plan, waitUntil);
       return { decision, reserved: reserved - share, windowStarts };
     }
     this.deposit(identifier, share, windowStarts, decision, now, plan, waitUntil);
     return { decision: withUnits(decision, share), reserved: reserved - share, windowStarts };
+  }
+
+  /**
+   * The reservation the pool asked this isolate for at `now` brought it nothing (home denied, failed,
+   * or had nothing to spare): lets another isolate of the region ask, off the request path.
+   */
+  free(identifier: string, now: number, plan: PlanEncoding, waitUntil: WaitUntil | undefined): void {
+    this.track(this.unmark(identifier, now, plan), waitUntil);
+  }
+
+  private async unmark(identifier: string, now: number, plan: PlanEncoding): Promise<void> {
+    await this.pool.free(this.key(plan, identifier), now);
   }
 
   /** Deletes the identifier's pools in the region (no refund: its state at home is gone too). */
@@ -226,10 +247,10 @@ export class Region {
   ): void {
     this.track(
       this.scripts.reserve(identifier, 1, now, want, plan).then((answer) => {
-        if (answer instanceof Error || !answer.decision.allowed) return;
+        if (answer instanceof Error || !answer.decision.allowed) return this.unmark(identifier, now, plan);
         if (answer.decision.plan !== plan.name) {
           this.stats.lost += 1 + answer.reserved;
-          return;
+          return this.unmark(identifier, now, plan);
         }
         const units = 1 + answer.reserved;
         return this.put(identifier, units, answer.windowStarts, answer.decision, now, plan, !waitUntil);

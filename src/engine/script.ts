@@ -842,6 +842,9 @@ export type PoolTake =
       readonly topUp: number;
       /** Home's last answer, per rule in rule order: remaining (the pool's units left out) and resetAt. */
       readonly snapshot: readonly { readonly remaining: number; readonly resetAt: number }[];
+      /** Units taken beside the cost for the caller's lease, counted in `windowStarts`. */
+      readonly extra: number;
+      readonly windowStarts: readonly number[];
     }
   | {
       readonly hit: false;
@@ -904,27 +907,43 @@ export class PoolScript {
     this.max = String(config.max);
   }
 
-  /** Takes `cost` units (0 peeks) from the pool at `key` for a decision over `rules` rules. */
-  async take(key: string, cost: number, now: number, rules: number): Promise<PoolTake | Error> {
+  /**
+   * Takes `cost` units (0 peeks) from the pool at `key` for a decision over `rules` rules, and up to
+   * `extra` more for the caller's lease.
+   */
+  async take(key: string, cost: number, now: number, rules: number, extra = 0): Promise<PoolTake | Error> {
     const command = ["EVALSHA", POOL.sha1, "1", key, now.toString(16), "take", this.ttl, this.max];
-    command.push(String(cost));
+    command.push(String(cost), String(extra));
     const reply = await this.transport.call(command, this.call);
     if (!reply.ok) return reply.error;
     const result = reply.result;
-    if (!Array.isArray(result) || result.length !== 4) return unexpected(result);
+    if (!Array.isArray(result) || (result.length !== 4 && result.length !== 6)) return unexpected(result);
     const [hit, a, b, text] = result as [unknown, unknown, unknown, unknown];
     if (typeof a !== "number" || typeof b !== "number") return unexpected(result);
-    if (hit === 1) {
+    if (hit === 1 && result.length === 6) {
       const numbers = typeof text === "string" && text !== "" ? text.split(" ").map(Number) : [];
+      const taken = result[4];
+      const windowStarts = splitWindows(result[5], rules);
       if (numbers.length !== 2 * rules || !numbers.every(Number.isSafeInteger)) return unexpected(result);
+      if (typeof taken !== "number" || windowStarts === undefined) return unexpected(result);
       const snapshot = [];
       for (let i = 0; i < rules; i++)
         snapshot.push({ remaining: numbers[2 * i]!, resetAt: numbers[2 * i + 1]! });
-      return { hit: true, units: a, topUp: b, snapshot };
+      return { hit: true, units: a, topUp: b, snapshot, extra: taken, windowStarts };
     }
     const windowStarts = b > 0 ? splitWindows(text, rules) : new Array<number>(rules).fill(0);
-    if (hit !== 0 || windowStarts === undefined) return unexpected(result);
+    if (hit !== 0 || result.length !== 4 || windowStarts === undefined) return unexpected(result);
     return { hit: false, want: a, leftover: b, windowStarts };
+  }
+
+  /**
+   * Lets another isolate reserve for the pool at `key`: the reservation a take asked for at `asked`
+   * brought nothing. Resolves true when the pool ran it.
+   */
+  async free(key: string, asked: number): Promise<boolean> {
+    const command = ["EVALSHA", POOL.sha1, "1", key, asked.toString(16), "free", this.ttl, this.max];
+    command.push(String(asked));
+    return (await this.transport.call(command, this.call)).ok;
   }
 
   /** Deposits units home reserved into the pool at `key`. */
