@@ -44,7 +44,7 @@ const settings = {
   worker: { ms: 4000 },
   regions: {
     seconds: smoke ? 2 : 15,
-    rate: smoke ? 60 : 60,
+    rate: 60,
     ids: 200,
     zipf: 1.1,
     hotShare: 0.25,
