@@ -3,8 +3,10 @@
 // - Filling: a decision that goes home may reserve units for the region's pool in the same EVALSHA
 //   (as a lease reservation: under every rule or none, never more than half of what the tightest rule
 //   has left). The pool script says how many: about the region's demand for the identifier over the
-//   last ttl, at most `max`, and only to one isolate of the region per ttl. The units are deposited
-//   into the region's database off the request path (waitUntil, else in the background).
+//   last ttl, at most `max`, and only to one isolate of the region at a time (until its deposit or a
+//   ttl). The units are deposited into the region's database off the request path (waitUntil, else
+//   in the background).
+// - Leases: a take may also take this isolate's lease share, and a lease's top-up asks the pool first.
 // - Answering: a decision asks the pool first (one EVALSHA on the region's database): it takes the
 //   cost when the pool holds it and has not expired (`source: "region"`), else answers "miss" and the
 //   decision goes home, whose answer is the truth.
@@ -12,7 +14,7 @@
 //   background, so that a warm identifier keeps being answered in the region.
 // - Refunds: the first isolate that finds a pool past its expiry with units left takes them out (the
 //   pool script does it atomically, so only one does) and gives them back at home through the refund
-//   script. A pool nobody asks again expires with its units, which stay consumed at home until home's
+//   script; an isolate that deposited into a pool asks it once it expires (sweep). A pool nobody asks again expires with its units, which stay consumed at home until home's
 //   state expires: fewer admissions, never more. A unit is only ever created at home.
 import type { Rule } from "./algorithms.js";
 import { describe } from "./duration.js";
@@ -73,7 +75,7 @@ export function regionPool(value: unknown, field = "region"): PoolConfig {
  *
  * @example
  * const region = new Region(pool, { max: 500, ttl: 5000 }, scripts, regionTransport, clock);
- * const answer = await region.take("user:42", 1, now, encoding); // a Decision, or units to reserve
+ * const answer = await region.take("user:42", 1, now, encoding); // a Reservation (the pool answered), or units to reserve at home
  */
 export class Region {
   private readonly pending = new Set<Promise<unknown>>();
@@ -125,7 +127,7 @@ export class Region {
     cost: number,
     now: number,
     plan: PlanEncoding,
-    waitUntil: WaitUntil | undefined,
+    waitUntil?: WaitUntil,
     extra = 0,
   ): Promise<Reservation | number> {
     if (now >= this.nextExpiry) this.sweep(now, waitUntil);

@@ -81,7 +81,7 @@ describe("on a 3-node Redis Cluster", () => {
       expect(
         await pool(key, "put", "5000", "500", "7", String(T0 + 5000), "0 0 0 0 0", snapshot, "1"),
       ).toEqual([7, 0, "", 0]);
-      expect(await pool(key, "take", "5000", "500", "3")).toEqual([1, 4, 0, snapshot]);
+      expect(await pool(key, "take", "5000", "500", "3", "0")).toEqual([1, 4, 0, snapshot, 0, "0 0 0 0 0"]);
     }
   });
 
