@@ -71,7 +71,11 @@ export interface BreakerReport {
   opened: number;
 }
 
-/** The range of a report, epoch ms (default: the last hour, the 60 minutes up to the Limiter's clock). */
+/**
+ * The range of a report, epoch ms: every minute from the one `from` is in to the one `to` is in, both
+ * included. Default: `to` the Limiter's clock, `from` the start of the minute 59 minutes before `to`'s
+ * (60 minutes, the current one last).
+ */
 export interface ReportRange {
   from?: number;
   to?: number;
@@ -530,15 +534,36 @@ export class Analytics {
     this.enabled = counter !== undefined;
   }
 
+  /**
+   * This isolate's circuit breaker for the Limiter's Redis, read now, without a request: it answers
+   * while Redis is down and with analytics off alike. `state` is what the breaker last decided: "open"
+   * stays "open" after its cooldown until a call goes out as the probe ("half-open").
+   *
+   * @example
+   * if (limiter.analytics.breaker().state !== "closed") console.warn("Redis is failing");
+   */
+  breaker(): BreakerReport {
+    // read each time: the breaker belongs to the Redis and is replaced when its options are set
+    const breaker = this.breakerOn ? this.transport.breaker : undefined;
+    return {
+      enabled: breaker !== undefined,
+      state: breaker?.state ?? "closed",
+      opened: breaker?.opened ?? 0,
+    };
+  }
+
   /** Writes this isolate's counts to Redis now (one request); what `dispose()` also does. Never rejects. */
   flush(): Promise<void> {
     return this.counter?.flush() ?? Promise.resolve();
   }
 
   /**
-   * The counts over [from, to] (epoch ms; `to` defaults to the Limiter's clock, `from` to the start of
-   * the minute 59 minutes before: the last hour, 60 minutes), this isolate's flushed first. Rejects when the Limiter has no analytics, the range is wrong (a RangeError naming
-   * the field), or Redis fails (the RedisCallError).
+   * The counts of every minute from the one `from` is in to the one `to` is in, both included
+   * (`floor(to / 60000) - floor(from / 60000) + 1` entries in `minutes`, oldest first), this
+   * isolate's flushed first. `to` defaults to the Limiter's clock and `from` to the start of the
+   * minute 59 minutes before `to`'s: the last hour is the 60 minutes ending with the current one. The
+   * totals are the sums of `minutes`. Rejects when the Limiter has no analytics, the range is wrong (a
+   * RangeError naming the field), or Redis fails (the RedisCallError).
    */
   async report(range: ReportRange = {}): Promise<AnalyticsReport> {
     const counter = this.counter;
@@ -620,7 +645,6 @@ export class Analytics {
       .filter((t) => t.denied > 0)
       .sort((a, b) => b.denied - a.denied || b.allowed - a.allowed || (a.identifier < b.identifier ? -1 : 1))
       .slice(0, counter.config.top);
-    const breaker = this.breakerOn ? this.transport.breaker : undefined;
     return {
       from,
       to,
@@ -630,11 +654,7 @@ export class Analytics {
       errors: errors as Record<RedisErrorKind, number>,
       minutes,
       top,
-      breaker: {
-        enabled: breaker !== undefined,
-        state: breaker?.state ?? "closed",
-        opened: breaker?.opened ?? 0,
-      },
+      breaker: this.breaker(),
     };
   }
 }
