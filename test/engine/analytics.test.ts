@@ -176,6 +176,51 @@ describe("counts", () => {
     await Promise.all([a.dispose(), b.dispose()]);
   });
 
+  it("two Limiters on clients with default options and the real clock: report() is exact", async () => {
+    const prefix = uniquePrefix("real");
+    // GCRA: no window edge the real clock could cross mid-test, and no refill within it
+    const rules = { hourly: gcra({ limit: 5, period: "1h" }) };
+    const a = new Limiter({
+      redis: new Redis({ url: bridge.url, token: TOKEN }),
+      prefix,
+      rules,
+      analytics: true,
+    });
+    const b = new Limiter({
+      redis: new Redis({ url: bridge.url, token: TOKEN }),
+      prefix,
+      rules,
+      analytics: true,
+    });
+    const sources: string[] = [];
+    for (let i = 0; i < 7; i++) sources.push((await a.limit("alice")).source);
+    for (let i = 0; i < 2; i++) sources.push((await b.limit("alice")).source);
+    for (let i = 0; i < 3; i++) sources.push((await b.limit("bob")).source);
+    expect(sources).toEqual([
+      ...Array(6).fill("redis"),
+      "cache",
+      "redis",
+      "cache",
+      ...Array(3).fill("redis"),
+    ]);
+    await a.analytics.flush();
+    await b.analytics.flush();
+    for (const r of [await a.analytics.report(), await b.analytics.report()]) {
+      expect(r.decisions).toEqual({
+        allowed: 8,
+        denied: 4,
+        bySource: { redis: 10, cache: 2, lease: 0, error: 0 },
+      });
+      expect(r.denials).toEqual({ hourly: 4 });
+      expect(r.nearLimit).toBe(2);
+      expect(r.top).toEqual([{ identifier: "alice", denied: 4, allowed: 5 }]);
+      expect(r.minutes).toHaveLength(60);
+      expect(r.minutes.reduce((n, m) => n + m.allowed, 0)).toBe(8);
+      expect(r.minutes.reduce((n, m) => n + m.denied, 0)).toBe(4);
+    }
+    await Promise.all([a.dispose(), b.dispose()]);
+  });
+
   it("keeps Limiters of another name apart under the same prefix", async () => {
     const prefix = uniquePrefix("an");
     const clock = manualClock();
@@ -882,7 +927,8 @@ describe("every source, counted once", () => {
     expect(seen).toHaveLength(32);
     const tally = { redis: 0, cache: 0, lease: 0, error: 0 };
     for (const d of seen) tally[d.source] += 1;
-    for (const source of ["redis", "cache", "lease", "error"] as const) expect(tally[source]).toBeGreaterThan(0);
+    for (const source of ["redis", "cache", "lease", "error"] as const)
+      expect(tally[source]).toBeGreaterThan(0);
 
     const flushes = hop.flushes;
     await l.dispose(); // writes what the isolate holds: one request
