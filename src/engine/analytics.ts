@@ -8,15 +8,16 @@
 // `flush()` and `dispose()`.
 //
 // A flush is sent once. If it fails, what it carried is dropped: it may have reached Redis, and sending
-// it again could count it twice. A flush not sent (the breaker is open) keeps its counts for the next;
-// dispose() sends them anyway.
+// it again could count it twice. A flush not sent (the breaker is open and cooling down) keeps its
+// counts for the next; once the cooldown is over a flush goes as the breaker's probe; dispose() sends
+// them anyway.
 //
 // Keys, all under one hash tag per name (one Cluster slot), each with the retention as TTL:
 //   <prefix>:analytics:{<name>}:<minute>       hash: allowed, denied, near, source:<s>, rule:<r>, error:<kind>
 //   <prefix>:analytics:{<name>}:<minute>:top   sorted set: identifier → denied × 2^26 + allowed, trimmed
 //                                              to the `top` × 5 highest after every flush
 // (<minute>: epoch minutes, decidedAt / 60000 floored.)
-import type { BreakerState } from "./breaker.js";
+import type { Admission, BreakerState } from "./breaker.js";
 import { type Duration, describe, readDuration } from "./duration.js";
 import { RedisCallError, type RedisErrorKind } from "./errors.js";
 import type { WaitUntil } from "./leases.js";
@@ -478,9 +479,16 @@ export class Flusher {
     const counters = [...this.counters];
     if (counters.length === 0) return;
     const breaker = this.transport.breaker;
+    // Breaker open: kept for later while it cools down. Once it has, this flush may go as the probe
+    // (no decision need come first to close it): its outcome closes or reopens the breaker.
+    let probe: Admission | undefined;
     if (!last && breaker !== undefined && breaker.state !== "closed") {
-      this.stats.deferred += 1;
-      return;
+      const admission = breaker.admit();
+      if (admission instanceof RedisCallError) {
+        this.stats.deferred += 1;
+        return;
+      }
+      probe = admission;
     }
     this.lastFlush = this.latest;
     this.counters.clear();
@@ -493,6 +501,11 @@ export class Flusher {
       replies = await this.transport.pipeline(commands, { timeout });
     } finally {
       this.sending = false;
+    }
+    if (probe !== undefined) {
+      // Redis answered (even with an error reply to a command): that closes it, as a decision's would
+      if (replies instanceof RedisCallError) breaker!.failure(replies, probe);
+      else breaker!.success();
     }
     const failure =
       replies instanceof RedisCallError

@@ -513,6 +513,57 @@ describe("while the breaker is open", () => {
   });
 });
 
+describe("once the breaker has cooled down", () => {
+  it("a flush goes as its probe: Redis answering closes it, so flush() and report() need no decision first", async () => {
+    vi.useFakeTimers({ toFake: ["performance"] });
+    const clock = manualClock();
+    const l = limiter({
+      redis: throughHop(),
+      prefix: uniquePrefix("cool"),
+      clock,
+      breaker: { failures: 2, cooldown: 1000 },
+    });
+    const warn = vi.spyOn(console, "warn").mockImplementation(() => {});
+    const flushes = hop.flushes;
+    try {
+      hop.fail = (body) => body.includes("EVALSHA");
+      for (let i = 0; i < 2; i++) expect((await l.limit("c")).source).toBe("error");
+      hop.fail = () => false;
+      await l.analytics.flush();
+      expect(hop.flushes).toBe(flushes); // cooling down: kept
+      vi.advanceTimersByTime(1000);
+      expect(l.analytics.breaker().state).toBe("open");
+      const r = await l.analytics.report(); // its flush is the probe, and Redis answers it
+      expect(hop.flushes - flushes).toBe(1);
+      expect(l.analytics.breaker()).toEqual({ enabled: true, state: "closed", opened: 1 });
+      expect(r.decisions.bySource.error).toBe(2);
+      expect(r.errors.unreachable).toBe(2);
+
+      // a probe that fails reopens it, with the cooldown doubled; its counts are dropped, never resent
+      hop.fail = (body) => body.includes("EVALSHA");
+      for (let i = 0; i < 2; i++) await l.limit("c");
+      hop.fail = () => true;
+      vi.advanceTimersByTime(1000);
+      await l.analytics.flush();
+      expect(hop.flushes - flushes).toBe(2);
+      // opened by the two failed decisions, then again by the failed probe
+      expect(l.analytics.breaker()).toEqual({ enabled: true, state: "open", opened: 3 });
+      hop.fail = () => false;
+      vi.advanceTimersByTime(1999);
+      await l.analytics.flush();
+      expect(hop.flushes - flushes).toBe(2); // nothing left to send, and still cooling down
+      expect(warn).toHaveBeenCalledTimes(1);
+      // the failed probe's batch reached Redis (the hop forwards, then answers 502): counted once
+      expect((await l.analytics.report()).decisions.bySource.error).toBe(4);
+    } finally {
+      hop.fail = () => false;
+      warn.mockRestore();
+      vi.useRealTimers();
+      await l.dispose();
+    }
+  });
+});
+
 describe("keys", () => {
   it("every analytics key has the retention as TTL, under one hash tag", async () => {
     const prefix = uniquePrefix("ttl");
