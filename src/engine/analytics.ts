@@ -1,11 +1,11 @@
 // Decision analytics: counted in the isolate, written to Redis in the background, read back as a report.
 //
 // Every decision increments counters of the minute of its `decidedAt`, here, in memory: nothing is
-// added to the decision's own request. A flush writes what every Limiter on one Redis counted as ONE
-// request of its own (a pipeline of HINCRBY, ZINCRBY, ZREMRANGEBYRANK and EXPIRE), at most one in
-// flight, at most one per `flushEvery`: handed to the decision's `waitUntil` once `flushEvery` has
+// added to the decision's own request. A flush writes what every Limiter on one Redis client counted
+// as ONE request of its own (a pipeline of HINCRBY, ZINCRBY, ZREMRANGEBYRANK and EXPIRE), at most one
+// in flight, at most one per `flushEvery`: handed to the decision's `waitUntil` once `flushEvery` has
 // passed since the last flush (by the Limiter's clock), else from an unref'd timer (Node), and by
-// `flush()` and `dispose()`.
+// `flush()` (every client of that Redis holding counts) and `dispose()`.
 //
 // A flush is sent once. If it fails, what it carried is dropped: it may have reached Redis, and sending
 // it again could count it twice. A flush not sent (the breaker is open and cooling down) keeps its
@@ -21,6 +21,7 @@ import type { Admission, BreakerState } from "./breaker.js";
 import { type Duration, describe, readDuration } from "./duration.js";
 import { RedisCallError, type RedisErrorKind } from "./errors.js";
 import type { WaitUntil } from "./leases.js";
+import { endpointOf } from "./rest.js";
 import { sha256Hex } from "./sha256.js";
 import type { Transport } from "./transport.js";
 import type { Decision } from "./types.js";
@@ -353,9 +354,19 @@ export class Counter {
     if (!this.disposed) this.flusher.due(at, waitUntil);
   }
 
-  /** Writes what every Limiter on this Redis counted so far; resolves when written (or dropped). */
+  /**
+   * Writes what every Limiter on this Redis counted so far, through whichever client (the same URL and
+   * token): one request per client holding counts; resolves when written (or dropped).
+   */
   flush(): Promise<void> {
-    return this.flusher.flush();
+    const flusher = this.flusher;
+    const others: Flusher[] = [];
+    for (const ref of holding.get(flusher.endpoint) ?? []) {
+      const other = ref.deref();
+      if (other !== undefined && other !== flusher) others.push(other);
+    }
+    if (others.length === 0) return flusher.flush();
+    return Promise.all([flusher.flush(), ...others.map((other) => other.flush())]).then(() => {});
   }
 
   /** Writes what is left; later decisions are counted but wait for an explicit flush. */
@@ -385,6 +396,12 @@ export class Counter {
 }
 
 const flushers = new WeakMap<Transport, Flusher>();
+/**
+ * The Flushers holding counts, by the Redis they write to (URL and token): an explicit flush, or a
+ * report, writes them all, so two Limiters on two clients of one Redis need not both flush first.
+ * A Flusher is here only while it holds counts, and weakly: this keeps no client alive.
+ */
+const holding = new Map<string, Set<WeakRef<Flusher>>>();
 
 /**
  * Writes the counts of every Limiter on one Redis in this isolate, in ONE request per flush: at most
@@ -404,20 +421,37 @@ export class Flusher {
   /** Whether this runtime's timers can be unref'd (Node): only then does a timer flush. */
   private timers: boolean | undefined;
   private loggedFailure = false;
+  /** This Flusher, weakly: its entry in `holding`. */
+  private readonly ref = new WeakRef(this);
 
-  private constructor(private readonly transport: Transport) {}
+  private constructor(
+    private readonly transport: Transport,
+    /** The Redis written to: its URL and token. */
+    readonly endpoint: string,
+  ) {}
 
-  /** The Flusher of `transport`'s Redis, shared by every Limiter on it. */
-  static of(transport: Transport): Flusher {
+  /** The Flusher of `transport`'s Redis (`redis`: what the transport was built from), shared by every Limiter on it. */
+  static of(transport: Transport, redis: unknown): Flusher {
     let flusher = flushers.get(transport);
     if (flusher === undefined) {
-      flusher = new Flusher(transport);
+      const { url, token } = endpointOf(redis);
+      flusher = new Flusher(transport, `${url} ${token}`);
       flushers.set(transport, flusher);
     }
     return flusher;
   }
 
   add(counter: Counter): void {
+    if (this.counters.size === 0) {
+      let set = holding.get(this.endpoint);
+      if (set === undefined) {
+        set = new Set();
+        holding.set(this.endpoint, set);
+      }
+      // the Flushers of clients since dropped: their counts went with them
+      if (set.size >= 16) for (const ref of set) if (ref.deref() === undefined) set.delete(ref);
+      set.add(this.ref);
+    }
     this.counters.add(counter);
   }
 
@@ -492,6 +526,9 @@ export class Flusher {
     }
     this.lastFlush = this.latest;
     this.counters.clear();
+    const set = holding.get(this.endpoint);
+    set?.delete(this.ref);
+    if (set?.size === 0) holding.delete(this.endpoint);
     const commands = counters.flatMap((counter) => counter.take());
     const timeout = Math.max(...counters.map((counter) => counter.timeout));
     this.sending = true;
@@ -565,7 +602,10 @@ export class Analytics {
     };
   }
 
-  /** Writes this isolate's counts to Redis now (one request); what `dispose()` also does. Never rejects. */
+  /**
+   * Writes this isolate's counts for this Redis now: one request per client of it holding counts (one
+   * when every Limiter shares the client, or `{ url, token }`); what `dispose()` also does. Never rejects.
+   */
   flush(): Promise<void> {
     return this.counter?.flush() ?? Promise.resolve();
   }

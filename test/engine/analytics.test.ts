@@ -203,8 +203,15 @@ describe("counts", () => {
       "cache",
       ...Array(3).fill("redis"),
     ]);
+    // a Limiter of another Redis (through the hop) holding counts is not written by a's flush
+    const other = limiter({ redis: throughHop(), prefix, analytics: true });
+    await other.limit("carol");
+    const flushes = hop.flushes;
+    const requests = bridge.stats.requests;
+    // one flush writes both clients' counts (one request each): b need not flush first
     await a.analytics.flush();
-    await b.analytics.flush();
+    expect(bridge.stats.requests - requests).toBe(2);
+    expect(hop.flushes).toBe(flushes);
     for (const r of [await a.analytics.report(), await b.analytics.report()]) {
       expect(r.decisions).toEqual({
         allowed: 8,
@@ -218,6 +225,12 @@ describe("counts", () => {
       expect(r.minutes.reduce((n, m) => n + m.allowed, 0)).toBe(8);
       expect(r.minutes.reduce((n, m) => n + m.denied, 0)).toBe(4);
     }
+    // without a flush: b's next decisions are written by a's report
+    await b.limit("dave");
+    expect((await a.analytics.report()).decisions.allowed).toBe(9);
+    await other.dispose();
+    expect(hop.flushes - flushes).toBe(1);
+    expect((await a.analytics.report()).decisions.allowed).toBe(10);
     await Promise.all([a.dispose(), b.dispose()]);
   });
 
