@@ -3,7 +3,7 @@
 // requests do (open loop, each in a macrotask of its own), in real time. Every run starts at the
 // beginning of a window: each contestant's clock is real time shifted to a window boundary.
 import { ideal } from "./accuracy.js";
-import { contestant, type Entry, labelOf, type Outcome, type Policy } from "./contestants.js";
+import { contestant, type Entry, labelOf, type Policy } from "./contestants.js";
 import type { BenchEnv } from "./env.js";
 import { log, percentile, sleep } from "./util.js";
 
@@ -71,14 +71,13 @@ const arrivals = (rate: number, seconds: number, ids: number, isolates = 1): Arr
   }));
 
 /** Fires each arrival at its time, in a macrotask of its own; resolves when every decision is answered. */
-async function openLoop(plan: Arrival[], decide: (a: Arrival) => Promise<Outcome>) {
-  const results: { at: number; latency: number; outcome: Outcome }[] = [];
+export async function openLoop<A extends { t: number }, O>(plan: A[], decide: (a: A) => Promise<O>) {
+  const results: { at: number; latency: number; outcome: O }[] = [];
   const pending: Promise<unknown>[] = [];
   const start = performance.now();
-  const fire = (a: Arrival) => {
+  const fire = (a: A) => {
     const t0 = performance.now();
-    const done = (outcome: Outcome) =>
-      results.push({ at: t0 - start, latency: performance.now() - t0, outcome });
+    const done = (outcome: O) => results.push({ at: t0 - start, latency: performance.now() - t0, outcome });
     pending.push(decide(a).then(done));
   };
   for (let i = 0; i < plan.length; ) {

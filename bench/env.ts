@@ -11,8 +11,8 @@ import { bridge, COMPILED, ROOT } from "./load.js";
 export interface BenchEnv {
   bridgeUrl: string;
   token: string;
-  /** The bridge behind a proxy adding `delay` ms each way. */
-  proxyUrl(delay: number): string;
+  /** The bridge behind a proxy adding `delay` ms each way (or the proxy started as "DELAY:LABEL"). */
+  proxyUrl(delay: number | string): string;
   /** A new @upstash/redis client as a user writes it (telemetry off), on the bridge or on `url`. */
   client(url?: string): Redis;
   /** Zeroes the bridge's request counter and INFO commandstats. */
@@ -26,7 +26,7 @@ export interface BenchEnv {
 /** The harness's own commands (admin connection): left out of every count. */
 const ADMIN = /^(info|config|memory|scan|ping|script|flushall|exists|hello|client|command)/;
 
-export async function startEnv(delays: number[]): Promise<BenchEnv> {
+export async function startEnv(delays: (number | string)[]): Promise<BenchEnv> {
   const redis = await bridge.startRedisServer();
   const token = `bench-${randomUUID()}`;
   const admin = await bridge.connectRedis(redis.url);
@@ -52,7 +52,7 @@ export async function startEnv(delays: number[]): Promise<BenchEnv> {
   return {
     bridgeUrl: ready.url,
     token,
-    proxyUrl: (delay) => `http://127.0.0.1:${ready.ports[delay]}`,
+    proxyUrl: (delay) => `http://127.0.0.1:${ready.ports[String(delay)]}`,
     client: (url = ready.url) => new Redis({ url, token, enableTelemetry: false }),
     resetCounts: async () => {
       await ask("reset");

@@ -2,6 +2,18 @@
 import { ACCURACY_POLICY } from "./accuracy.js";
 import { CPU_PAIRS, type CpuResult, cpuRatio, cpuRatioDefault, cpuTable } from "./cpu.js";
 import { type EdgeRow, LEASE } from "./edge.js";
+import {
+  BURST,
+  delayOf,
+  ISOLATES,
+  POOL,
+  REGION_LEASE,
+  REGION_POLICY,
+  REGIONS,
+  type RegionRow,
+  underBound,
+  WARM,
+} from "./regions.js";
 import type { Results } from "./run.js";
 import { renderTokens } from "./settle.js";
 import { fmt, ms, ratio, table } from "./util.js";
@@ -22,7 +34,7 @@ ${table(["commit", "machine", "load average at start", "node", "redis", "@upstas
 
 ![decisions/s and p99 per contestant; latency and requests for one hot identifier behind the delay proxy](${chartFile})
 
-${[goals(r), throughput(r), lua(r), memory(r), accuracy(r), renderTokens(r.tokens, r.settings.tokensMs), edge(r), worker(r), cpu(r), overrides(r), analytics(r), METHOD].join("\n")}`;
+${[goals(r), throughput(r), lua(r), memory(r), accuracy(r), renderTokens(r.tokens, r.settings.tokensMs), edge(r), worker(r), cpu(r), overrides(r), analytics(r), regions(r), METHOD].join("\n")}`;
 }
 
 function goals(r: Results): string {
@@ -79,7 +91,8 @@ function goals(r: Results): string {
   rows.push(...cpuGoals(r.cpu));
   rows.push(...overridesGoals(r.overrides));
   rows.push(analyticsGoal(r.analytics));
-  return `## Goals\n\nAt the edge: 20 ms each way, \`lease: ${JSON.stringify(LEASE)}\` (part 5). Lean scripts: one rule, every algorithm and path (part 2). Client CPU: one rule, every path, against the peer's default client and its cheaper one (part 7). Overrides: one rule, every algorithm and path, none, a plan or a custom override stored (part 8). Analytics: 1,000 decisions with analytics on and off (part 9).\n\n${table(["goal", "measured", ""], rows)}\n`;
+  rows.push(...regionGoals(r.regions));
+  return `## Goals\n\nAt the edge: 20 ms each way, \`lease: ${JSON.stringify(LEASE)}\` (part 5). Lean scripts: one rule, every algorithm and path (part 2). Client CPU: one rule, every path, against the peer's default client and its cheaper one (part 7). Overrides: one rule, every algorithm and path, none, a plan or a custom override stored (part 8). Analytics: 1,000 decisions with analytics on and off (part 9). Regions: three regions, home 60 ms one way from B and C (part 10).\n\n${table(["goal", "measured", ""], rows)}\n`;
 }
 
 function throughput(r: Results): string {
@@ -406,6 +419,164 @@ peer's do. The peer: \`analytics: false\` and \`analytics: true\` (@upstash/rate
 writes one ZINCRBY per decision, awaited here through the answer's \`pending\`).
 
 ${r.analytics ?? "**Pending:** bench/analytics-cost.ts is not there or was not run."}
+`;
+}
+
+/** Part 9's goals: 0 over-admission for edgelimit; warm p50 in B and C within the regional round trip + 1 ms. */
+function regionGoals(all: RegionRow[]): string[][] {
+  if (all.length === 0) return [];
+  const rows = all.filter((row) => row.scenario === "steady");
+  const burst = all.filter((row) => row.scenario === "burst");
+  const ours = rows.filter((row) => row.kind !== "peer");
+  const measured = ours.filter((row) => row.total);
+  const regional = rows.find((row) => row.kind === "regions+lease");
+  const peer = rows.find((row) => row.kind === "peer");
+  const warm = regional?.regions?.slice(1);
+  return [
+    ...[rows, burst].map((set, i) => {
+      const ours = set.filter((row) => row.kind !== "peer");
+      const measured = ours.filter((row) => row.total);
+      return [
+        `0 over-admission across three regions, every edgelimit contestant, ${i === 0 ? "(a) steady" : "(b) burst"} (part 10)`,
+        measured.map((row) => `${row.total!.over} (${row.kind})`).join(", ") || "–",
+        check(measured.length === ours.length ? measured.every((row) => row.total!.over === 0) : undefined),
+      ];
+    }),
+    [
+      "p50 added latency of warm identifiers ≤ the regional round trip (as measured) + 1 ms in B and C, regions + lease (part 10)",
+      warm
+        ? warm.map((m, i) => `${REGIONS[i + 1]} ${ms(m.warmP50)} ms ≤ ${ms(m.rtt)} + 1 ms`).join(", ")
+        : (regional?.pending ?? "–"),
+      check(warm ? warm.every((m) => m.warmP50 <= m.rtt + 1) : undefined),
+    ],
+    [
+      "under-admission within the documented bound (regions × pool.max + isolates × lease.max), per identifier and window (part 10)",
+      measured.map((row) => `${row.total!.maxUnder} ≤ ${underBound(row.kind)} (${row.kind})`).join(", ") ||
+        "–",
+      check(
+        measured.length === ours.length
+          ? measured.every((row) => row.total!.maxUnder <= underBound(row.kind))
+          : undefined,
+      ),
+    ],
+    [
+      "cold identifiers in B and C pay the round trip to home: p50 with regions + lease, beside home only (part 10)",
+      cold(
+        regional,
+        rows.find((row) => row.kind === "home"),
+      ),
+      regional?.regions ? "shown" : "pending",
+    ],
+    [
+      "MultiRegionRatelimit's over-admission, measured in the same run, (a) steady and (b) burst (part 10)",
+      [peer, burst.find((row) => row.kind === "peer")]
+        .map((row, i) =>
+          row?.total ? `${i === 0 ? "(a)" : "(b)"} ${row.total.over} over, ${row.total.under} under` : "–",
+        )
+        .join("; "),
+      peer?.total ? "shown" : "pending",
+    ],
+  ];
+}
+
+/** "B 128.0 ms (home only 122.3 ms), C ..." */
+function cold(regional: RegionRow | undefined, home: RegionRow | undefined): string {
+  if (!regional?.regions) return "–";
+  return [1, 2]
+    .map((i) => {
+      const beside = home?.regions ? ` (home only ${ms(home.regions[i]!.coldP50)} ms)` : "";
+      return `${REGIONS[i]} ${ms(regional.regions![i]!.coldP50)} ms${beside}`;
+    })
+    .join(", ");
+}
+
+function regions(r: Results): string {
+  if (r.regions.length === 0) return "## 10. Three regions\n\nNot run (left out by `--only`).\n";
+  const s = r.settings.regions;
+  const head = [
+    "contestant",
+    "region",
+    "decisions",
+    "p50 / p99 ms",
+    "p50 warm / cold ms",
+    "own database's round trip ms",
+    "without waiting on home: all / warm",
+    "admitted / ideal",
+    "HTTP per 1,000 (its isolates)",
+    "commands / HTTP per 1,000 (its database)",
+    "Redis errors",
+  ];
+  const lines = (scenario: string) =>
+    r.regions
+      .filter((row) => row.scenario === scenario)
+      .flatMap((row): (string | number)[][] => {
+        if (!row.regions || !row.total)
+          return [[row.label, "", row.pending ?? "", "", "", "", "", "", "", "", ""]];
+        const t = row.total;
+        return [
+          ...row.regions.map((m, i) => [
+            i === 0 ? row.label : "",
+            REGIONS[i]!,
+            m.decisions,
+            `${ms(m.p50)} / ${ms(m.p99)}`,
+            `${ms(m.warmP50)} / ${ms(m.coldP50)}`,
+            ms(m.rtt),
+            `${pct(m.withoutHome)} / ${pct(m.warmWithoutHome)}`,
+            `${m.allowed} / ${m.ideal}`,
+            fmt(m.httpPer1000),
+            `${fmt(m.commandsPer1000)} / ${fmt(m.dbHttpPer1000)}`,
+            m.errors,
+          ]),
+          [
+            "",
+            "all",
+            t.decisions,
+            "",
+            "",
+            "",
+            "",
+            `${t.allowed} / ${t.ideal} (over ${t.over}, under ${t.under})`,
+            "",
+            "",
+            t.errors,
+          ],
+        ];
+      });
+  return `## 10. Three regions
+
+bench/regions.ts. Three regions on loopback, each with its own redis-server behind the REST bridge; region A's
+database is home. One-way delays (a TCP proxy per database and region, in processes apart from the clients):
+home ${delayOf(0, 0)} ms from A's isolates and ${delayOf(1, 0)} ms from B's and C's; B's and C's own databases ${delayOf(1, 1)} ms from their
+isolates; any database ${delayOf(1, 2)} ms from another region's isolates. ${ISOLATES} isolates per region (Limiter or peer instances, each
+with its own connections). Traffic: ${s.rate} decisions/s for ${s.seconds} s, open-loop in real time: ${s.ids} identifiers with Zipf
+popularity (exponent ${s.zipf}, seeded) and one identifier hot in every region (${(s.hotShare * 100).toFixed(0)} % of the traffic), each
+request from a region and an isolate drawn at random. One rule for all: a fixed window of ${REGION_POLICY.limit} per ${REGION_POLICY.window / 1000} s per
+identifier across every region; every run starts at a window boundary. The ideal is the exact fixed window over the
+whole world, from the times the limiters read; over / under are summed per identifier and window.
+edgelimit's regions: \`region: { redis: <the region's database>, pool: ${JSON.stringify(POOL)} }\` in B and C (A's
+database is home, so A's isolates keep no pool); leases \`${JSON.stringify(REGION_LEASE)}\`. The peer:
+\`MultiRegionRatelimit\` over the same three databases (each instance reaches them through its region's proxies),
+\`fixedWindow\`, options at their defaults, analytics off; it sends each decision to all three databases, answers
+from the first reply, then writes each request id a database lacks into it, one HSET each (counted here, and awaited
+before the counts are read). ${s.rate} decisions/s, not more: at 240/s those writes (about 45 HTTP requests per decision)
+saturated this shared 2-core machine, and its latencies measured the queue.
+"Own database's round trip": p50 of a PING every 100 ms from the region to its own database through the same proxy and
+bridge during the run (nominally ${2 * delayOf(1, 1)} ms in B and C: the rest is this machine's loopback, proxy and bridge).
+"Without waiting on home": edgelimit's \`source\` is "cache", "lease" or "region"; the peer in B and C answered in
+less than home's round trip (${2 * delayOf(1, 0)} ms), in A never. Warm: an identifier with at least ${WARM} decisions per pool ttl in that
+region (cold ones pay the round trip to home). HTTP per 1,000: requests that region's isolates sent, to any
+database, per 1,000 of its decisions; commands and HTTP of its database: what that database ran and received, per
+1,000 decisions of every region.
+
+### (a) Zipf traffic, ${s.rate} decisions/s for ${s.seconds} s
+
+${table(head, lines("steady"))}
+
+### (b) a burst: one identifier, ${BURST.count} decisions in ${BURST.ms} ms from a window's start, the regions in turn
+
+Every decision of (b) is of an identifier cold in every region: none was seen there before.
+
+${table(head, lines("burst"))}
 `;
 }
 

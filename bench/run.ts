@@ -1,7 +1,7 @@
 // `npm run bench`: every part against a private redis-server and bridge; writes BENCHMARKS.md and
 // BENCHMARKS.svg. `npm run bench:smoke`: a few iterations of each part, no wrangler, writes nothing
-// (unless given --out FILE). --only throughput,memory,accuracy,edge,worker,lua,cpu,overrides,analytics runs those
-// parts (tokens: only part 4's tokens per minute).
+// (unless given --out FILE). --only throughput,memory,accuracy,edge,worker,lua,cpu,overrides,analytics,regions
+// runs those parts (tokens: only part 4's tokens per minute).
 import { execFile } from "node:child_process";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import os from "node:os";
@@ -14,6 +14,7 @@ import { type EdgeSettings, runEdge } from "./edge.js";
 import { type BenchEnv, startEnv } from "./env.js";
 import { ROOT } from "./load.js";
 import { runMemory } from "./memory.js";
+import { type RegionSettings, runRegions } from "./regions.js";
 import { renderReport } from "./report.js";
 import { runTokens } from "./settle.js";
 import { runThroughput } from "./throughput.js";
@@ -43,6 +44,13 @@ const settings = {
     isolatesDelay: smoke ? 5 : 20,
   } satisfies EdgeSettings,
   worker: { ms: 4000 },
+  regions: {
+    seconds: smoke ? 2 : 15,
+    rate: 60,
+    ids: 200,
+    zipf: 1.1,
+    hotShare: 0.25,
+  } satisfies RegionSettings,
 };
 
 const t0 = performance.now();
@@ -79,6 +87,8 @@ async function collect(env: BenchEnv) {
       : undefined,
     /** Markdown printed by bench/analytics-cost.ts: commands and requests with analytics on and off, beside the peer's. */
     analytics: want("analytics") ? await luaPart("analytics-cost.ts", []) : undefined,
+    /** Three regions, each its own database, with delay proxies (bench/regions.ts). */
+    regions: want("regions") ? await runRegions(settings.regions, tag) : [],
   };
 }
 export type Results = Awaited<ReturnType<typeof collect>> & { seconds: number };

@@ -3,8 +3,9 @@
 // loopback in front of the bridge that hold every chunk DELAY ms in each direction (a one-way delay, no
 // bandwidth limit; chunks keep their order, since Node fires timers of one duration in the order set).
 // Spawned by bench/env.ts with an IPC channel: sends { url, ports: { <delay>: port } }, then answers
-// "stats" and "reset" with the bridge's request count.
-//   node bench/server.mjs COMPILED_DIR REDIS_URL TOKEN DELAY_MS...
+// "stats" and "reset" with the bridge's request count. A delay may carry a label ("60:b"), so that
+// several proxies of one delay (one per region reaching this database) each have a port of their own.
+//   node bench/server.mjs COMPILED_DIR REDIS_URL TOKEN DELAY_MS[:LABEL]...
 import net from "node:net";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
@@ -21,7 +22,8 @@ function forward(from, to, delay) {
 }
 
 const ports = {};
-for (const delay of delays.map(Number)) {
+for (const spec of delays) {
+  const delay = Number(spec.split(":")[0]);
   const server = net.createServer((client) => {
     const upstream = net.connect({ host: "127.0.0.1", port: new URL(bridge.url).port, noDelay: true });
     client.setNoDelay(true);
@@ -29,7 +31,7 @@ for (const delay of delays.map(Number)) {
     forward(upstream, client, delay);
   });
   await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
-  ports[delay] = server.address().port;
+  ports[spec] = server.address().port;
 }
 
 process.on("message", ({ id, op }) => {

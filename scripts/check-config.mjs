@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // npm run check-config [FILE]: validates an edgelimit Worker config offline, with the same parser the
-// Worker runs (src/http/config.ts). Prints OK, or every problem with the path of the field at fault
+// Worker runs (src/http/config.ts). Prints OK (and, with regions, the secret each database's token is
+// read from), or every problem with the path of the field at fault
 // (every problem of every rule, not only the first); exits 1 on problems, 2 on usage errors.
 //
 //   (no FILE)        wrangler.toml's [vars] EDGELIMIT_CONFIG, as the Worker will receive it
@@ -97,13 +98,27 @@ async function main() {
     for (const error of result.errors) console.error(`  ${error}`);
     return 1;
   }
-  const { routes, allow, deny, analytics } = result.config;
+  const { routes, allow, deny, analytics, regions } = result.config;
   const names = routes.map((route) => `${route.name}${route.mode === "shadow" ? " (shadow)" : ""}`);
   console.log(
     `OK: ${config.source}: ${routes.length} route${routes.length === 1 ? "" : "s"}` +
       `${names.length ? ` (${names.join(", ")})` : ""}, ${allow.size} allowed and ${deny.size} denied ranges` +
       `${analytics ? `, analytics on${analyticsText(analytics)}` : ""}`,
   );
+  if (regions !== undefined) {
+    // the secrets live in Cloudflare, not in the file: name each one the deploy needs
+    const databases = Object.entries(regions.databases);
+    console.log(
+      `  ${databases.length} region${databases.length === 1 ? "" : "s"}: ` +
+        databases
+          .map(
+            ([name, { tokenSecret }]) =>
+              `${name} (${name === regions.default ? "default; " : ""}token in ${tokenSecret})`,
+          )
+          .join(", ") +
+        `; requests no region claims go to ${regions.default === undefined ? "home alone" : regions.default}`,
+    );
+  }
   return 0;
 }
 

@@ -36,4 +36,5 @@ export type {
   OverridesOptions,
   OverridesPage,
 } from "./engine/overrides.js";
+export type { RegionOptions } from "./engine/region.js";
 export type { Decision, RuleResult, Settlement } from "./engine/types.js";

@@ -62,6 +62,7 @@ const ENTRIES: Record<string, Entry> = {
       "OverridesPage",
       "PlanConfig",
       "RedisErrorKind",
+      "RegionOptions",
       "ReportRange",
       "RuleConfig",
       "RulePlan",

@@ -225,7 +225,7 @@ describe("the ops page in headless Chromium", () => {
     expect(api!.decisions).toEqual({
       allowed: 6,
       denied: 3,
-      bySource: { redis: 8, cache: 1, lease: 0, error: 0 },
+      bySource: { redis: 8, cache: 1, lease: 0, region: 0, error: 0 },
     });
     expect(api!.denials).toEqual({ hourly: 3 });
     expect(api!.shadowDenied).toBe(0);
@@ -238,7 +238,7 @@ describe("the ops page in headless Chromium", () => {
     expect(pages!.decisions).toEqual({
       allowed: 3,
       denied: 1,
-      bySource: { redis: 4, cache: 0, lease: 0, error: 0 },
+      bySource: { redis: 4, cache: 0, lease: 0, region: 0, error: 0 },
     });
     expect(pages!.shadowDenied).toBe(1);
     expect(pages!.nearLimit).toBe(1);

@@ -5,7 +5,8 @@
 // point but "edgelimit/bridge" must typecheck without it, its .d.ts included (skipLibCheck off). Only
 // blocks that use Node (process, node:*, edgelimit/bridge) get @types/node. Code that does not import
 // @upstash/redis also compiles in a consumer that has none installed. Every ```jsonc block is a Worker
-// config (or one route) that the Worker's own parser must accept. The README's two library examples
+// config (or one route) that the Worker's own parser must accept, and every ```toml block a wrangler file
+// that `npm run check-config` accepts (its [vars] EDGELIMIT_CONFIG). The README's two library examples
 // run against the test bridge; the Worker's bundle is measured as docs/worker.md states it.
 
 import { execFile } from "node:child_process";
@@ -292,6 +293,38 @@ describe("the docs' Worker config examples", () => {
       expect(result.ok ? [] : result.errors, JSON.stringify(block)).toEqual([]);
     }
   });
+});
+
+describe("the docs' wrangler files", () => {
+  // wrangler reads each file as `wrangler deploy` will: a few seconds each on a busy machine.
+  it("every ```toml block is a wrangler file whose EDGELIMIT_CONFIG check-config accepts", async () => {
+    const blocks = pages.flatMap((page) =>
+      [...text(page).matchAll(/^```toml\n([\s\S]*?)^```$/gm)].map((match) => ({
+        page,
+        toml: match[1] ?? "",
+      })),
+    );
+    expect(blocks.length).toBeGreaterThanOrEqual(1);
+    const dir = mkdtempSync(join(tmpdir(), "edgelimit-toml-"));
+    try {
+      for (const [i, { page, toml }] of blocks.entries()) {
+        const file = join(dir, `wrangler-${i}.toml`);
+        writeFileSync(file, toml);
+        const { stdout } = await promisify(execFile)(
+          process.execPath,
+          [join(root, "scripts/check-config.mjs"), file],
+          {
+            cwd: root,
+          },
+        ).catch((error: { stderr?: string; message: string }) => {
+          throw new Error(`${page}: ${error.stderr ?? error.message}`);
+        });
+        expect(stdout, page).toMatch(/^OK: /);
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 120_000);
 });
 
 describe("the Worker's bundle size, as docs/worker.md states it", () => {

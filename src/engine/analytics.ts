@@ -109,7 +109,7 @@ const REPORT_CHUNK = 500;
 const MAX_MEMBER = 200;
 
 // Every value of a type, zero: a source or kind added to the type fails to compile here until listed.
-const NO_SOURCES: Record<DecisionSource, 0> = { redis: 0, cache: 0, lease: 0, error: 0 };
+const NO_SOURCES: Record<DecisionSource, 0> = { redis: 0, cache: 0, lease: 0, region: 0, error: 0 };
 const NO_ERRORS: Record<RedisErrorKind, 0> = {
   timeout: 0,
   unreachable: 0,

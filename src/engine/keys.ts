@@ -135,6 +135,18 @@ export class RuleKeys {
     return `${this.base(identifier)}:override`;
   }
 
+  /**
+   * The key of `identifier`'s regional pool under `plan`, in a region's own database:
+   * `<prefix>:{<tag>}:pool.<plan>`, in the slot of its rule keys (one segment after the tag, as the
+   * override key: never a rule's key, even where a region shares home's database).
+   *
+   * @example
+   * new RuleKeys("edgelimit", rules).pool("user:42", "default") // "edgelimit:{=user:42}:pool.default"
+   */
+  pool(identifier: string, plan: string): string {
+    return `${this.base(identifier)}:pool.${plan}`;
+  }
+
   /** What every key of `identifier` starts with: the prefix and its hash tag. */
   private base(identifier: string): string {
     return `${this.prefix}:${keyTag(identifier)}`;

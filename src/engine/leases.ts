@@ -37,7 +37,14 @@ export type WaitUntil = (promise: Promise<unknown>) => void;
 
 /** What a Leases sends to Redis: the top-ups and refunds of one plan's rules (RuleScripts, bound to it). */
 export interface LeaseScripts {
-  reserve(identifier: string, cost: number, now: number, want: number): Promise<Reservation | Error>;
+  /** A top-up: `cost` units and up to `want` more (with a region, from its pool first). */
+  reserve(
+    identifier: string,
+    cost: number,
+    now: number,
+    want: number,
+    waitUntil?: WaitUntil,
+  ): Promise<Reservation | Error>;
   refund(identifier: string, units: number, windowStarts: readonly number[], now: number): Promise<boolean>;
 }
 
@@ -244,7 +251,7 @@ export class Leases {
     if (seen.asking !== undefined && now - seen.asking < this.config.ttl) return;
     seen.asking = now;
     // a decision of cost 1 reserving `want` more, all for the lease
-    const sent = this.scripts.reserve(identifier, 1, now, want).then((answer) => {
+    const sent = this.scripts.reserve(identifier, 1, now, want, waitUntil).then((answer) => {
       seen.asking = undefined;
       if (!(answer instanceof Error)) this.settleTopUp(identifier, answer, now, waitUntil);
     });

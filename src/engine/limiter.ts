@@ -15,7 +15,15 @@ import { describe } from "./duration.js";
 import { checkIdentifier, checkPrefix, RuleKeys } from "./keys.js";
 import { type LeaseOptions, Leases, leaseConfig, type WaitUntil } from "./leases.js";
 import { Overrides, type OverridesOptions, overridesConfig } from "./overrides.js";
-import { type Counted, type PlanEncoding, RuleScripts, rulesOfDecision } from "./script.js";
+import { Region, type RegionOptions, regionPool } from "./region.js";
+import {
+  type Counted,
+  type PlanEncoding,
+  PoolScript,
+  type Reservation,
+  RuleScripts,
+  rulesOfDecision,
+} from "./script.js";
 import { type Transport, transportFor } from "./transport.js";
 import type { Decision, RuleResult, Settlement } from "./types.js";
 import { checkClock, checkOptions, issueText, positiveMs, readClock } from "./validate.js";
@@ -71,6 +79,13 @@ export interface LimiterOptions {
    */
   overrides?: boolean | OverridesOptions;
   /**
+   * A database near this isolate (default none): `{ redis: nearby, pool: { max: 500, ttl: "5s" } }`.
+   * Units consumed at home (`redis`) are pooled there per identifier, at most `max`, each deposit for
+   * at most `ttl`, and decisions are answered from the pool with one round trip to `nearby` only
+   * (`source: "region"`). See docs/regions.md.
+   */
+  region?: RegionOptions;
+  /**
    * Decision analytics (default off): `true`, or `{ flushEvery: "10s", top: 20, retention: "7d", name }`.
    * Counted in the isolate and written to Redis in the background, never on a decision's request; read
    * with `limiter.analytics.report()`. See docs/analytics.md.
@@ -120,6 +135,8 @@ interface Ticket {
   readonly cost: number;
   /** Set for a decision a lease answered: settled against that lease where it can be. */
   readonly leases: Leases | undefined;
+  /** Set for a decision a regional pool answered: where home counted the pool's units. */
+  readonly counted?: Counted;
   settled: boolean;
 }
 
@@ -148,6 +165,7 @@ const OPTIONS = [
   "breaker",
   "lease",
   "overrides",
+  "region",
   "analytics",
   "onDecision",
 ];
@@ -185,6 +203,18 @@ export class Limiter {
    * Limiter was built without `overrides`).
    */
   readonly overrides: Overrides;
+  /** The regional pools, with `region`. */
+  private readonly pools: Region | undefined;
+
+  /**
+   * With `region`, its counters (for tests and reports): answers from the pool, misses, failed asks,
+   * units deposited, units given back to home, refunds that failed, units reserved that never reached
+   * a pool (they stay consumed at home until its state expires).
+   */
+  get region(): { readonly stats: Readonly<Region["stats"]> } | undefined {
+    return this.pools && { stats: this.pools.stats };
+  }
+
   /** The decisions' counts: `report()` reads them, `flush()` writes this isolate's (see docs/analytics.md). */
   readonly analytics: Analytics;
   /** Counts each decision and calls `onDecision`; undefined when both are off. */
@@ -251,6 +281,25 @@ export class Limiter {
     }
     const lease =
       options.lease === undefined || options.lease === false ? undefined : leaseConfig(options.lease);
+    if (options.region !== undefined) {
+      const pool = regionPool(options.region);
+      const nearby = options.region.redis;
+      let regional: Transport;
+      try {
+        regional = transportFor(nearby, { breaker: breaker === false ? undefined : breaker });
+      } catch (error) {
+        throw new Error(`region.${(error as Error).message}`);
+      }
+      this.pools = new Region(
+        new PoolScript(regional, pool, { timeout, batchWindow, breaker: breaker !== false }),
+        pool,
+        this.scripts,
+        regional,
+        () => this.now(),
+        maxStale,
+        timeout,
+      );
+    }
     const plans = new Map<string, Plan>();
     for (const [name, encoding] of this.scripts.plans) {
       const scripts = this.scripts;
@@ -260,7 +309,11 @@ export class Limiter {
           lease,
           encoding.rules,
           {
-            reserve: (id, cost, now, want) => scripts.reserve(id, cost, now, want, encoding),
+            // with a region, a lease's top-up asks the region's pool first
+            reserve: (id, cost, now, want, waitUntil) =>
+              this.pools?.serves(encoding)
+                ? this.topUpRegional(this.pools, encoding, id, cost, now, want, waitUntil)
+                : scripts.reserve(id, cost, now, want, encoding),
             refund: (id, units, windowStarts, now) => scripts.refund(id, units, windowStarts, now, encoding),
           },
           () => this.now(),
@@ -365,6 +418,9 @@ export class Limiter {
       Object.defineProperty(leased, TICKET, ticketProperty);
       return Promise.resolve(leased);
     }
+    const region = this.pools;
+    if (region?.serves(plan.encoding))
+      return this.decideRegional(region, plan, identifier, cost, now, waitUntil);
     return this.decide(plan, identifier, cost, now, waitUntil);
   }
 
@@ -380,6 +436,7 @@ export class Limiter {
     await Promise.all([
       ...[...this.plans.values()].map((plan) => plan.leases?.dispose()),
       this.counter?.dispose(),
+      this.pools?.dispose(),
     ]);
   }
 
@@ -401,6 +458,10 @@ export class Limiter {
     }
     const reply = await this.transport.call(["DEL", ...keys], { timeout: this.timeout, breaker: false });
     if (!reply.ok) throw reply.error;
+    await this.pools?.reset(
+      identifier,
+      [...this.plans.values()].map((plan) => plan.encoding),
+    );
   }
 
   /**
@@ -541,7 +602,7 @@ export class Limiter {
       const encoding = this.planOf(decision.plan).encoding;
       counted = { applied: encoding, starts: taken ?? [], counts: encoding.rules.map(() => 0) };
     } else {
-      counted = this.scripts.counted(decision);
+      counted = ticket.counted ?? this.scripts.counted(decision);
     }
     const sent = this.scripts
       .settle(identifier, counted, cost, actual, now)
@@ -552,6 +613,81 @@ export class Limiter {
     if (waitUntil === undefined) return sent;
     waitUntil(sent);
     return Promise.resolve({ difference, via: "redis", pending: true });
+  }
+
+  /**
+   * With a region: the region's pool first (one round trip to its database), which may also fill this
+   * isolate's lease; on a miss, home decides as without a region, reserving in the same EVALSHA what
+   * the pool asked for and the lease's share.
+   */
+  private async decideRegional(
+    region: Region,
+    plan: Plan,
+    identifier: string,
+    cost: number,
+    now: number,
+    waitUntil: WaitUntil | undefined,
+  ): Promise<Decision> {
+    const { encoding, leases } = plan;
+    const leaseWant = leases?.want(identifier, cost, now) ?? 0;
+    const taken = await region.take(identifier, cost, now, encoding, waitUntil, leaseWant);
+    if (typeof taken !== "number") {
+      const answer = leases ? leases.settle(identifier, taken, now, waitUntil) : taken.decision;
+      // counted at home, in the windows of the pool's units
+      const counted = { applied: encoding, starts: taken.windowStarts, counts: encoding.rules.map(() => 0) };
+      ticketProperty.value = { owner: this, identifier, cost, leases: undefined, counted, settled: false };
+      return Object.defineProperty(answer, TICKET, ticketProperty);
+    }
+    if (taken === 0 && leases === undefined) return this.decide(plan, identifier, cost, now, waitUntil);
+    const reservation = await this.scripts.reserve(identifier, cost, now, taken + leaseWant, encoding);
+    if (reservation instanceof Error) {
+      if (taken > 0) region.free(identifier, now, encoding, waitUntil);
+      return this.ticket(this.failure(reservation, now, encoding), identifier, cost);
+    }
+    const decision = reservation.decision;
+    if (!decision.allowed) this.cache?.set(identifier, Math.max(cost, 1), now, decision, encoding.name);
+    const rest =
+      taken > 0 ? region.settle(identifier, reservation, taken, now, encoding, waitUntil) : reservation;
+    const answer = leases ? leases.settle(identifier, rest, now, waitUntil) : rest.decision;
+    return this.ticket(answer, identifier, cost);
+  }
+
+  /** A lease's top-up with a region: from the region's pool first, else from home (filling the pool too). */
+  private async topUpRegional(
+    region: Region,
+    encoding: PlanEncoding,
+    identifier: string,
+    cost: number,
+    now: number,
+    want: number,
+    waitUntil: WaitUntil | undefined,
+  ): Promise<Reservation | Error> {
+    const taken = await region.take(identifier, cost, now, encoding, waitUntil, want);
+    if (typeof taken !== "number") return taken;
+    return this.reserveHome(region, encoding, identifier, cost, now, taken, want, waitUntil);
+  }
+
+  /**
+   * `cost` units from home, reserving `forPool` more for the region's pool (deposited off the request
+   * path) and `forLease` for this isolate's lease: what comes back as `reserved` is the lease's.
+   */
+  private async reserveHome(
+    region: Region,
+    encoding: PlanEncoding,
+    identifier: string,
+    cost: number,
+    now: number,
+    forPool: number,
+    forLease: number,
+    waitUntil: WaitUntil | undefined,
+  ): Promise<Reservation | Error> {
+    const reservation = await this.scripts.reserve(identifier, cost, now, forPool + forLease, encoding);
+    if (forPool === 0) return reservation;
+    if (reservation instanceof Error) {
+      region.free(identifier, now, encoding, waitUntil);
+      return reservation;
+    }
+    return region.settle(identifier, reservation, forPool, now, encoding, waitUntil);
   }
 
   private failure(error: unknown, now: number, plan: PlanEncoding): Decision {

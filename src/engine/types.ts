@@ -15,8 +15,11 @@ export interface RuleResult {
 export interface Decision extends RuleResult {
   /** The binding rule: the one that denied (latest retry), else the one with least remaining. */
   rule: string;
-  /** Where the answer came from: Redis, the in-isolate deny cache, a lease held here, or `onError`. */
-  source: "redis" | "cache" | "lease" | "error";
+  /**
+   * Where the answer came from: Redis (home), the in-isolate deny cache, a lease held here, the
+   * region's pool (one round trip to the region's database only), or `onError`.
+   */
+  source: "redis" | "cache" | "lease" | "region" | "error";
   /** The rules that applied: "default" (the Limiter's own rules), or the name of the plan the call gave. */
   plan: string;
   /**

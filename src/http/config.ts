@@ -28,7 +28,10 @@
 //       "settle": { "header": "x-usage" } }    or { "usage": "openai" }: charge what the response says the
 //                                              request cost ("cost" is then the reservation); the header
 //                                              is removed unless "expose": true
+//       "pool": { "max": 100, "ttl": "2s" } }  optional: this route's regional pool instead of regions.pool;
+//                                              false keeps the route on home alone
 //   ],
+//   "regions": { "pool": ..., "databases": ... },  optional: databases near some locations (regions.ts)
 //   "adminPath": "/_edgelimit",                where the admin API answers (when EDGELIMIT_ADMIN_TOKEN is set)
 //   "allow": ["203.0.113.7", "2001:db8::/32"], never limited (IPs and CIDRs, v4 and v6)
 //   "deny": ["198.51.100.0/24"],               refused with 403 on every path; deny wins over allow
@@ -53,6 +56,7 @@ import { checkLease, type LeaseConfig } from "../engine/leases.js";
 import { type Issue, MAX_TIMER_MS } from "../engine/validate.js";
 import { type KeySpec, parseKeySpec } from "./identity.js";
 import { IpSet, parseRange } from "./ip.js";
+import { checkPool, checkRegions, type PoolConfig, type RegionsConfig } from "./regions.js";
 import { parsePathPattern, type RouteMatch } from "./routes.js";
 import { checkUsageSource, type UsageSource } from "./usage.js";
 
@@ -82,6 +86,8 @@ export interface RouteConfig {
   readonly overrides?: { readonly maxStale?: number };
   /** Where the response states the request's real cost; `cost` is then the reservation. Off when absent. */
   readonly settle?: UsageSource;
+  /** This route's regional pool (regions.pool when absent), or false: home alone in every region. */
+  readonly pool?: PoolConfig | false;
 }
 
 /** The whole configuration, validated. */
@@ -102,6 +108,8 @@ export interface EdgelimitConfig {
   readonly adminPath: string;
   /** Decision analytics for every route (each Limiter's `analytics`, named by its route); off when absent. */
   readonly analytics?: AnalyticsConfig;
+  /** Regional databases and the pool each route keeps in them; absent: every decision goes to home. */
+  readonly regions?: RegionsConfig;
 }
 
 /** The config's `analytics`, durations in ms; a field left out is the Limiter's default. */
@@ -389,6 +397,23 @@ const settle = v.pipe(
   }),
 );
 
+// The regions block and a route's own pool: checked in regions.ts, reported at their paths here.
+const regions = v.pipe(
+  v.unknown(),
+  checked<unknown, RegionsConfig>((value) => {
+    const result = checkRegions(value);
+    return result.issues === undefined ? { value: result.regions } : { issues: result.issues };
+  }),
+);
+const routePool = v.pipe(
+  v.unknown(),
+  checked<unknown, PoolConfig | false>((value) => {
+    if (value === false) return { value };
+    const result = checkPool(value);
+    return result.issues === undefined ? { value: result.pool } : { issues: result.issues };
+  }),
+);
+
 // Lowercase (request paths are compared lowercased), segments of URL-safe characters, no "." or "..".
 const ADMIN_PATH = /^(\/(?!\.\.?(?:\/|$))[a-z0-9_.~-]+)+$/;
 
@@ -420,6 +445,7 @@ const route = strict("a route object such as { name, match, key, rules }", {
   plans: v.optional(plans),
   overrides: v.optional(overrides),
   settle: v.optional(settle),
+  pool: v.optional(routePool),
 });
 
 const schema = strict("a JSON object such as { origin, routes }", {
@@ -450,6 +476,7 @@ const schema = strict("a JSON object such as { origin, routes }", {
     "/_edgelimit",
   ),
   analytics: v.optional(analytics),
+  regions: v.optional(regions),
 });
 
 /** Renders an issue path as `routes[1].rules.burst.capacity` (brackets for keys that are not names). */
@@ -490,7 +517,12 @@ export function parseConfig(input: unknown): ConfigResult {
         const message = issue.kind === "schema" && issue.input === undefined ? "is required" : issue.message;
         return `${at || "EDGELIMIT_CONFIG"}: ${message}`;
       });
-  errors.push(...duplicateNames(value), ...impossibleCosts(value), ...routePlans(value));
+  errors.push(
+    ...duplicateNames(value),
+    ...impossibleCosts(value),
+    ...routePlans(value),
+    ...poolsWithoutRegions(value),
+  );
   if (!result.success || errors.length > 0) return { ok: false, errors };
   const { analytics, ...output } = result.output;
   return {
@@ -579,6 +611,19 @@ function routePlans(value: unknown): string[] {
     }
   });
   return errors;
+}
+
+// A route's own pool means nothing without regional databases to keep it in.
+function poolsWithoutRegions(value: unknown): string[] {
+  const { routes, regions } = (value ?? {}) as { routes?: unknown; regions?: unknown };
+  if (!Array.isArray(routes) || regions !== undefined) return [];
+  return routes.flatMap((route, i) =>
+    (route as { pool?: unknown } | null)?.pool === undefined
+      ? []
+      : [
+          `routes[${i}].pool: there are no regions to keep it in; add a top-level "regions" block or leave pool out`,
+        ],
+  );
 }
 
 // `routes[1].plans.pro.perMinute.limit` for a path inside routes[i].

@@ -75,7 +75,7 @@ describe("analytics in workerd", () => {
     });
     const r = await reader.analytics.report({ from: T0, to: T0 });
     expect(r.top).toEqual([{ identifier: "a", denied: 2, allowed: 3 }]);
-    expect(r.decisions.bySource).toEqual({ redis: 6, cache: 0, lease: 0, error: 0 });
+    expect(r.decisions.bySource).toEqual({ redis: 6, cache: 0, lease: 0, region: 0, error: 0 });
     expect(
       logged.filter((line) => /different request|Cannot perform I\/O|hung|flush failed/i.test(line)),
     ).toEqual([]);

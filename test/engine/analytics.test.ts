@@ -141,7 +141,7 @@ describe("counts", () => {
     expect(r.decisions).toEqual({
       allowed: 8,
       denied: 4,
-      bySource: { redis: 11, cache: 1, lease: 0, error: 0 },
+      bySource: { redis: 11, cache: 1, lease: 0, region: 0, error: 0 },
     });
     expect(r.denials).toEqual({ perMinute: 4 });
     expect(r.nearLimit).toBe(2);
@@ -290,7 +290,7 @@ describe("counts", () => {
     expect(r.decisions).toEqual({
       allowed: 3,
       denied: 0,
-      bySource: { redis: 0, cache: 0, lease: 0, error: 3 },
+      bySource: { redis: 0, cache: 0, lease: 0, region: 0, error: 3 },
     });
     expect(r.errors.unreachable).toBe(3);
     expect(r.breaker.enabled).toBe(false);
@@ -519,7 +519,7 @@ describe("while the breaker is open", () => {
     expect(r.decisions).toEqual({
       allowed: 3,
       denied: 0,
-      bySource: { redis: 0, cache: 0, lease: 0, error: 3 },
+      bySource: { redis: 0, cache: 0, lease: 0, region: 0, error: 3 },
     });
     expect(r.errors).toMatchObject({ unreachable: 2, "breaker-open": 1, timeout: 0 });
     expect(r.breaker).toEqual({ enabled: true, state: "open", opened: 1 });
@@ -811,7 +811,7 @@ describe("on a 3-node Redis Cluster", () => {
       expect(r.decisions).toEqual({
         allowed: 11,
         denied: 3,
-        bySource: { redis: 14, cache: 0, lease: 0, error: 0 },
+        bySource: { redis: 14, cache: 0, lease: 0, region: 0, error: 0 },
       });
       expect(r.minutes).toEqual([
         { at: T0, allowed: 10, denied: 3 },

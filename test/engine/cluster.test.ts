@@ -4,6 +4,7 @@ import { Redis } from "@upstash/redis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RedisError } from "../../src/bridge/index.js";
 import { SCRIPTS } from "../../src/engine/generated/scripts.js";
+import { RuleKeys } from "../../src/engine/keys.js";
 import { limiterArgs } from "../../src/engine/script.js";
 import { fixedWindow, gcra, Limiter, slidingLog, slidingWindow, tokenBucket } from "../../src/index.js";
 import { type Cluster, startCluster } from "../cluster.js";
@@ -61,6 +62,26 @@ describe("on a 3-node Redis Cluster", () => {
       const denied = (await decide(limiter.keys(id), 3)) as number[];
       expect(denied.filter((_, i) => i % 4 === 0)).toEqual([0, 0, 1, 1, 1]);
       expect(denied.filter((_, i) => i % 4 === 1)).toEqual([2, 2, 97, 97, 97]);
+    }
+  });
+
+  it("runs the regional pool script for any identifier, its key in the slot of the rule keys", async () => {
+    const keys = new RuleKeys("cluster", limiter.rules);
+    const snapshot = "1 2 3 4 5 6 7 8 9 10";
+    // bulk strings come back as bytes from a raw connection
+    const pool = async (key: string, ...args: string[]) =>
+      ((await cluster.call(["EVAL", SCRIPTS.pool.text, 1, key, T0.toString(16), ...args])) as unknown[]).map(
+        (item) => (Buffer.isBuffer(item) ? item.toString() : item),
+      );
+    for (const id of ["pool:42", "{b}", "}{{", "\u{1F601}", "y".repeat(10_000)]) {
+      const key = keys.pool(id, "default");
+      const slot = (k: string) => cluster.nodes[0]!.conn.call("CLUSTER", "KEYSLOT", k);
+      expect(await slot(key)).toEqual(await slot(limiter.keys(id)[0]!));
+      // a deposit of 7 units (ttl 5 s, max 500), then a take of 3
+      expect(
+        await pool(key, "put", "5000", "500", "7", String(T0 + 5000), "0 0 0 0 0", snapshot, "1"),
+      ).toEqual([7, 0, "", 0]);
+      expect(await pool(key, "take", "5000", "500", "3", "0")).toEqual([1, 4, 0, snapshot, 0, "0 0 0 0 0"]);
     }
   });
 

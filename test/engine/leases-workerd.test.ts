@@ -171,3 +171,37 @@ describe("leases across the requests of one isolate", () => {
     expect(logged.filter((line) => /different request|Cannot perform I\/O|hung/i.test(line))).toEqual([]);
   });
 });
+
+describe("a regional pool across the requests of one isolate", () => {
+  it("answers from the pool, deposits and takes back through waitUntil, no cross-request I/O", async () => {
+    const prefix = uniquePrefix("wr");
+    const plain = new Limiter({
+      redis: new Redis({ url: bridge.url, token: inject("bridgeToken"), enableTelemetry: false }),
+      prefix,
+      rules: { r: fixedWindow({ limit: 1000, window: "1h" }) },
+      clock: () => T0,
+    });
+    const sources: Record<string, number> = {};
+    let allowed = 0;
+    for (let round = 0; round < 20; round++) {
+      const answers = await Promise.all(
+        Array.from({ length: 5 }, () => ask({ limiter: "region", prefix, id: "hot", now: T0 + round })),
+      );
+      for (const answer of answers) {
+        const source = sourceOf(answer);
+        sources[source] = (sources[source] ?? 0) + 1;
+        if (typeof answer !== "string" && answer.allowed) allowed += 1;
+      }
+    }
+    expect(allowed).toBe(100);
+    expect(Object.keys(sources).sort()).toEqual(["redis", "region"]);
+    expect(sources.region).toBeGreaterThan(50);
+    // home counted the 100 used and what the pool still holds; past the pool's ttl, the next request
+    // of the isolate that deposited takes the leftovers back (its waitUntil): home holds the 100 used
+    expect((await plain.limit("hot", { cost: 0 })).remaining).toBeLessThan(1000 - 100);
+    await ask({ limiter: "region", prefix, id: "other", now: T0 + 2000 });
+    // (the refund may still be on its way in waitUntil when the response arrives)
+    await expect.poll(async () => (await plain.limit("hot", { cost: 0 })).remaining).toBe(1000 - 100);
+    expect(logged.filter((line) => /different request|Cannot perform I\/O|hung/i.test(line))).toEqual([]);
+  });
+});

@@ -106,6 +106,47 @@ describe("check-config", () => {
     expect(check("plans-ok.json", JSON.stringify({ ...good, routes: [fixed] })).code).toBe(0);
   });
 
+  it("checks regions, naming each field at fault, and lists the secret each database's token is read from", () => {
+    const databases = {
+      eu: {
+        url: "https://eu.example.com",
+        tokenSecret: "EDGELIMIT_REGION_EU_TOKEN",
+        match: { continent: ["EU"] },
+      },
+      ap: {
+        url: "https://ap.example.com",
+        tokenSecret: "EDGELIMIT_REGION_AP_TOKEN",
+        match: { colo: ["SIN"] },
+      },
+    };
+    const regions = { pool: { max: 500, ttl: "5s" }, databases };
+    const ok = check("regions.json", JSON.stringify({ ...good, regions }));
+    expect([ok.code, ok.out.trim().split("\n")]).toEqual([
+      0,
+      [
+        `OK: ${join(dir, "regions.json")}: 1 route (login), 0 allowed and 0 denied ranges`,
+        "  2 regions: eu (token in EDGELIMIT_REGION_EU_TOKEN), ap (token in EDGELIMIT_REGION_AP_TOKEN); requests no region claims go to home alone",
+      ],
+    ]);
+    const withDefault = check(
+      "regions-default.json",
+      JSON.stringify({ ...good, regions: { ...regions, default: "ap" } }),
+    );
+    expect(withDefault.out.trim().split("\n")[1]).toBe(
+      "  2 regions: eu (token in EDGELIMIT_REGION_EU_TOKEN), ap (default; token in EDGELIMIT_REGION_AP_TOKEN); requests no region claims go to ap",
+    );
+    const bad = {
+      ...regions,
+      databases: { ...databases, ap: { ...databases.ap, match: { colo: ["SIN", "sin"] } } },
+    };
+    const run = check("regions-bad.json", JSON.stringify({ ...good, regions: bad }));
+    expect(run.code).toBe(1);
+    expect(run.err.trimEnd().split("\n")).toEqual([
+      `${join(dir, "regions-bad.json")}: 1 problem`,
+      '  regions.databases.ap.match.colo[1]: "SIN" is already claimed earlier in this list',
+    ]);
+  });
+
   it("keeps a // or /* inside a string, and reads a comment-free .jsonc as JSON", () => {
     const text = JSON.stringify({ ...good, routes: [{ ...good.routes[0], name: "a//b" }] });
     const run = check("strings.jsonc", `${text.slice(0, -1)}, /* end */ }`);

@@ -1,6 +1,7 @@
 import { describe, expect, test } from "vitest";
 import { parseConfig } from "../../src/http/config.js";
 import { parseIp } from "../../src/http/ip.js";
+import { regionOf } from "../../src/http/regions.js";
 
 const login = {
   name: "login",
@@ -121,7 +122,7 @@ describe("every error names the path of the field at fault", () => {
     [
       { ...base, routez: [] },
       [
-        "routez: is not a known field; use origin, routes, allow, deny, prefix, legacyHeaders, adminPath, analytics",
+        "routez: is not a known field; use origin, routes, allow, deny, prefix, legacyHeaders, adminPath, analytics, regions",
       ],
     ],
     [{ ...base, routes: [{ ...login, name: undefined }] }, ["routes[0].name: is required"]],
@@ -582,6 +583,150 @@ describe("analytics", () => {
       "analytics.extra: is not a known field; use flushEvery, top, retention",
       "analytics.retention: must be a positive whole number of milliseconds, got 0",
       "analytics.top: must be a whole number from 1 to 100, got 101",
+    ]);
+  });
+});
+
+describe("regions", () => {
+  const databases = {
+    eu: {
+      url: "https://eu.example.com",
+      tokenSecret: "EDGELIMIT_REGION_EU_TOKEN",
+      match: { continent: ["EU", "AF"] },
+    },
+    ap: {
+      url: "https://ap.example.com",
+      tokenSecret: "EDGELIMIT_REGION_AP_TOKEN",
+      match: { colo: ["sin", "NRT"] },
+    },
+    us: { url: "http://127.0.0.1:8079", tokenSecret: "US_TOKEN" },
+  };
+  const regions = { pool: { max: 500, ttl: "5s" }, default: "us", databases };
+
+  test("databases, their matches and the pool compile; codes are uppercased; a route's pool replaces it", () => {
+    const result = parseConfig({
+      ...base,
+      routes: [
+        login,
+        { ...login, name: "api", pool: { max: 20, ttl: 250 } },
+        { ...login, name: "far", pool: false },
+      ],
+      regions,
+    });
+    if (!result.ok) throw new Error(result.errors.join("\n"));
+    const { config } = result;
+    expect(config.regions).toEqual({
+      pool: { max: 500, ttl: 5000 },
+      default: "us",
+      databases: {
+        eu: {
+          url: "https://eu.example.com",
+          tokenSecret: "EDGELIMIT_REGION_EU_TOKEN",
+          match: { continent: ["EU", "AF"] },
+        },
+        ap: {
+          url: "https://ap.example.com",
+          tokenSecret: "EDGELIMIT_REGION_AP_TOKEN",
+          match: { colo: ["SIN", "NRT"] },
+        },
+        us: { url: "http://127.0.0.1:8079", tokenSecret: "US_TOKEN", match: {} },
+      },
+      colos: new Map([
+        ["SIN", "ap"],
+        ["NRT", "ap"],
+      ]),
+      continents: new Map([
+        ["EU", "eu"],
+        ["AF", "eu"],
+      ]),
+    });
+    expect(config.routes.map((route) => route.pool)).toEqual([undefined, { max: 20, ttl: 250 }, false]);
+  });
+
+  test("a request's region: its colo first, then its continent, then the default (or home alone)", () => {
+    const result = parseConfig({ ...base, regions });
+    if (!result.ok) throw new Error(result.errors.join("\n"));
+    const table = result.config.regions!;
+    expect(regionOf(table, { continent: "EU", colo: "FRA" })).toBe("eu");
+    expect(regionOf(table, { continent: "AS", colo: "SIN" })).toBe("ap");
+    // a colo claimed by one region wins over its continent claimed by another
+    expect(regionOf(table, { continent: "EU", colo: "NRT" })).toBe("ap");
+    expect(regionOf(table, { continent: "NA", colo: "IAD" })).toBe("us");
+    expect(regionOf(table, { continent: "eu", colo: "sin" })).toBe("ap");
+    expect(regionOf(table, undefined)).toBe("us");
+    expect(regionOf(table, { continent: 7, colo: null })).toBe("us");
+    const noDefault = parseConfig({
+      ...base,
+      regions: { pool: regions.pool, databases: { eu: databases.eu } },
+    });
+    if (!noDefault.ok) throw new Error(noDefault.errors.join("\n"));
+    expect(regionOf(noDefault.config.regions!, { continent: "NA", colo: "IAD" })).toBeUndefined();
+    expect(regionOf(noDefault.config.regions!, { continent: "EU", colo: "AMS" })).toBe("eu");
+  });
+
+  test("every mistake is reported at once, at its field", () => {
+    expect(
+      errorsOf({
+        ...base,
+        routes: [{ ...login, pool: { max: 0, ttl: "5 weeks", size: 3 } }],
+        regions: {
+          pool: { max: 100_001 },
+          default: "mars",
+          extra: true,
+          databases: {
+            eu: { url: "ftp://eu.example.com", tokenSecret: "EU-TOKEN", match: { continent: ["EU", "XX"] } },
+            de: {
+              url: "https://user:pw@de.example.com",
+              tokenSecret: "DE",
+              match: { colo: ["FRA", "FR", "FRA"] },
+            },
+            nl: { tokenSecret: "NL", match: { continent: ["eu"], colo: [] } },
+            us: { url: "https://us.example.com", tokenSecret: 42 },
+            "bad name": { url: "https://x.example.com", tokenSecret: "X", match: { colo: ["X"] } },
+            fr: { url: "not a url", tokenSecret: "FR", match: { city: ["Paris"] }, token: "secret" },
+          },
+        },
+      }),
+    ).toEqual([
+      "routes[0].pool.size: is not a known field; use max, ttl",
+      "routes[0].pool.max: must be a whole number of units from 1 to 100000, got 0",
+      'routes[0].pool.ttl: "5 weeks" is not a duration; use milliseconds or a string like "500ms", "10s", "1m", "1h", "1d"',
+      "regions.extra: is not a known field; use pool, default, databases",
+      "regions.pool.max: must be a whole number of units from 1 to 100000, got 100001",
+      "regions.pool.ttl: is required",
+      'regions.databases.eu.url: must use http or https, got "ftp:"',
+      'regions.databases.eu.tokenSecret: must be the name of the secret that holds the token, such as "EDGELIMIT_REGION_EU_TOKEN", got "EU-TOKEN"',
+      'regions.databases.eu.match.continent[1]: must be one of AF, AN, AS, EU, NA, OC, SA, T1 (request.cf.continent), got "XX"',
+      "regions.databases.de.url: must not carry credentials: put the token in the tokenSecret's secret",
+      'regions.databases.de.match.colo[1]: must be a data center\'s three-letter code such as "FRA" (request.cf.colo), got "FR"',
+      'regions.databases.de.match.colo[2]: "FRA" is already claimed earlier in this list',
+      "regions.databases.nl.url: is required",
+      'regions.databases.nl.match.continent[0]: "EU" is already claimed by databases.eu',
+      'regions.databases.nl.match.colo: must be a non-empty list such as ["FRA", "AMS"], got an array',
+      'regions.databases.us.tokenSecret: must be the name of the secret that holds the token, such as "EDGELIMIT_REGION_EU_TOKEN", got 42',
+      `regions.databases.us.match: is required (unless this database is the regions' "default"), e.g. { "continent": ["EU"] } or { "colo": ["FRA", "AMS"] }`,
+      'regions.databases["bad name"]: a region\'s name must be 1-64 characters of A-Z a-z 0-9 _ . -',
+      "regions.databases.fr.token: is not a known field; use url, tokenSecret, match",
+      'regions.databases.fr.url: "not a url" is not a URL; use the database\'s REST URL such as "https://eu1-example.upstash.io"',
+      "regions.databases.fr.match.city: is not a known field; use continent, colo",
+      'regions.databases.fr.match: must list "continent", "colo" or both',
+      'regions.default: must name one of the databases ("eu", "de", "nl", "us", "bad name", "fr"), got "mars"',
+    ]);
+  });
+
+  test("a block of the wrong shape, no databases, and a route's pool without regions", () => {
+    expect(errorsOf({ ...base, regions: [] })).toEqual([
+      'regions: must be an object such as { "pool": { ... }, "databases": { ... } }, got an array',
+    ]);
+    expect(errorsOf({ ...base, regions: { pool: { max: 1, ttl: "25d" }, databases: {} } })).toEqual([
+      'regions.pool.ttl: must be from 1 ms to 2147483647 ms (about 24.8 days), got "25d"',
+      'regions.databases: must name at least one regional database, e.g. { "eu": { "url": ..., "tokenSecret": ..., "match": { "continent": ["EU"] } } }',
+    ]);
+    expect(errorsOf({ ...base, routes: [{ ...login, pool: { max: 5, ttl: "1s" } }] })).toEqual([
+      'routes[0].pool: there are no regions to keep it in; add a top-level "regions" block or leave pool out',
+    ]);
+    expect(errorsOf({ ...base, routes: [{ ...login, pool: true }], regions })).toEqual([
+      'routes[0].pool: must be an object such as { "max": 500, "ttl": "5s" }, got true',
     ]);
   });
 });

@@ -1,10 +1,12 @@
 // The Cloudflare Worker: a reverse proxy in front of one origin that rate limits the routes its config
 // names. Configured by one JSON document (the EDGELIMIT_CONFIG var) and two secrets
-// (UPSTASH_REDIS_REST_URL, UPSTASH_REDIS_REST_TOKEN). The config's fields are documented in config.ts.
+// (UPSTASH_REDIS_REST_URL, UPSTASH_REDIS_REST_TOKEN), plus one secret per regional database (its
+// tokenSecret). The config's fields are documented in config.ts and regions.ts.
 //
 // request ─▶ config (parsed once per isolate) ─▶ deny list (403) ─▶ first matching route
 //         ─▶ allow list / no route: straight to the origin
-//         ─▶ route: identity ─▶ rateLimit middleware (429 / 401 / headers) ─▶ origin
+//         ─▶ route: identity ─▶ region (request.cf) ─▶ the route's rateLimit middleware for that
+//            region (429 / 401 / headers) ─▶ origin
 import type { Context, MiddlewareHandler } from "hono";
 import { Hono } from "hono/tiny";
 import { Concurrency } from "../../engine/concurrency.js";
@@ -16,6 +18,7 @@ import { PROBLEM_JSON } from "../../http/headers.js";
 import { clientIp, identify } from "../../http/identity.js";
 import type { IpAddress } from "../../http/ip.js";
 import { forward } from "../../http/proxy.js";
+import { type RegionsConfig, type RequestLocation, regionOf } from "../../http/regions.js";
 import { findRoute, normalizePath } from "../../http/routes.js";
 import { usageLog } from "../../http/usage.js";
 import { type ConcurrencyVariables, concurrencyLimit } from "../hono/concurrency.js";
@@ -30,11 +33,16 @@ export interface Env {
   UPSTASH_REDIS_REST_TOKEN?: string;
   /** Turns the admin API on (under the config's adminPath): the bearer token it asks for. */
   EDGELIMIT_ADMIN_TOKEN?: string;
+  /** The regional databases' tokens, each under the name its `tokenSecret` gives. */
+  readonly [secret: string]: unknown;
 }
 
 interface LimitedRoute extends AdminRoute {
-  /** The route's rateLimit middleware, over a Limiter built once per isolate. */
-  readonly limit: MiddlewareHandler<AppEnv>;
+  /**
+   * The route's rateLimit middleware for a region (`undefined`: home alone), each over a Limiter built
+   * once per isolate.
+   */
+  readonly limit: (region: string | undefined) => MiddlewareHandler<AppEnv>;
 }
 
 type Setup =
@@ -68,17 +76,21 @@ function setupFor(env: Env): Setup {
   const url = env.UPSTASH_REDIS_REST_URL;
   const token = env.UPSTASH_REDIS_REST_TOKEN;
   const rawText = typeof raw === "string" ? raw : JSON.stringify(raw ?? null);
-  const cacheKey = JSON.stringify([rawText, url ?? null, token ?? null]);
+  // every string binding: the regional tokens' names are only known once the config is parsed
+  const strings = Object.entries(env)
+    .filter(([, value]) => typeof value === "string")
+    .sort(([a], [b]) => (a < b ? -1 : 1));
+  const cacheKey = JSON.stringify([rawText, url ?? null, token ?? null, strings]);
   let setup = setups.get(cacheKey);
   if (setup === undefined) {
-    setup = buildSetup(raw, url, token);
+    setup = buildSetup(raw, url, token, env);
     if (setups.size >= MAX_SETUPS) setups.delete(setups.keys().next().value as string);
     setups.set(cacheKey, setup);
   }
   return setup;
 }
 
-function buildSetup(raw: unknown, url: string | undefined, token: string | undefined): Setup {
+function buildSetup(raw: unknown, url: string | undefined, token: string | undefined, env: Env): Setup {
   const errors: string[] = [];
   if (raw === undefined || raw === "") {
     errors.push("EDGELIMIT_CONFIG is not set: put the JSON config under [vars] in wrangler.toml");
@@ -94,19 +106,46 @@ function buildSetup(raw: unknown, url: string | undefined, token: string | undef
   }
   const parsed = raw === undefined || raw === "" ? undefined : parseConfig(raw);
   if (parsed && !parsed.ok) errors.push(...parsed.errors);
+  const regional = parsed?.ok ? regionalConnections(parsed.config.regions, env, errors) : new Map();
   if (errors.length > 0 || !parsed?.ok) return { ok: false, errors };
   const { config } = parsed;
   try {
     // the Upstash REST protocol, spoken by the engine itself: no Redis client library in the bundle
     const redis: RestConnection = { url: url!, token: token! };
-    const routes = config.routes.map((route) => limitedRoute(route, config, redis));
+    const routes = config.routes.map((route) => limitedRoute(route, config, redis, regional));
     return { ok: true, config, routes };
   } catch (error) {
     return { ok: false, errors: [`edgelimit could not start: ${(error as Error).message}`] };
   }
 }
 
-function limitedRoute(route: RouteConfig, config: EdgelimitConfig, redis: RestConnection): LimitedRoute {
+/**
+ * One connection per regional database (one transport and breaker each, shared by every route), its
+ * token read from the secret its tokenSecret names; a missing secret is reported by name.
+ */
+function regionalConnections(
+  regions: RegionsConfig | undefined,
+  env: Env,
+  errors: string[],
+): Map<string, RestConnection> {
+  const connections = new Map<string, RestConnection>();
+  for (const [name, { url, tokenSecret }] of Object.entries(regions?.databases ?? {})) {
+    const token = env[tokenSecret];
+    if (typeof token !== "string" || token === "") {
+      errors.push(
+        `${tokenSecret} is not set (regions.databases.${name}.tokenSecret): npx wrangler secret put ${tokenSecret}`,
+      );
+    } else connections.set(name, { url, token });
+  }
+  return connections;
+}
+
+function limitedRoute(
+  route: RouteConfig,
+  config: EdgelimitConfig,
+  redis: RestConnection,
+  regional: ReadonlyMap<string, RestConnection>,
+): LimitedRoute {
   // In the Worker a plan is reached only through an override: a request never chooses its plan.
   const options: LimiterOptions = {
     redis,
@@ -126,17 +165,30 @@ function limitedRoute(route: RouteConfig, config: EdgelimitConfig, redis: RestCo
     const id = identify(route.key, c.req.raw, c.get("ip"), c.get("path"));
     return id === undefined ? undefined : `${route.name}:${id}`;
   };
-  const rateLimited = rateLimit<AppEnv>({
-    limiter,
-    key,
-    cost: () => route.cost,
-    mode: route.mode,
-    legacyHeaders: config.legacyHeaders,
-    log: (event) => console.warn(`${event.message} [route "${route.name}"]`),
-    failures,
-    // the origin's response states the real cost: the route's cost is the reservation
-    ...(route.settle === undefined ? {} : { settle: route.settle, usageLog: unsettled }),
-  });
+  const middleware = (limiter: Limiter) =>
+    rateLimit<AppEnv>({
+      limiter,
+      key,
+      cost: () => route.cost,
+      mode: route.mode,
+      legacyHeaders: config.legacyHeaders,
+      log: (event) => console.warn(`${event.message} [route "${route.name}"]`),
+      failures,
+      // the origin's response states the real cost: the route's cost is the reservation
+      ...(route.settle === undefined ? {} : { settle: route.settle, usageLog: unsettled }),
+    });
+  const home = middleware(limiter);
+  // One Limiter per region, built with the setup (once per isolate): home holds the truth, the
+  // region's database the pool. The admin API reads and writes overrides at home (`limiter`).
+  const pool = route.pool ?? config.regions?.pool;
+  const byRegion = new Map<string, MiddlewareHandler<AppEnv>>();
+  if (pool !== undefined && pool !== false) {
+    for (const [name, nearby] of regional) {
+      byRegion.set(name, middleware(new Limiter({ ...options, region: { redis: nearby, pool } })));
+    }
+  }
+  const rateLimited = (region: string | undefined) =>
+    (region === undefined ? undefined : byRegion.get(region)) ?? home;
   if (route.concurrency === undefined) return { ...route, limiter, limit: rateLimited };
   // Rate rules first (a request refused by them takes no slot), then a slot held until the response
   // body has been streamed to the client or the client went away.
@@ -153,11 +205,14 @@ function limitedRoute(route: RouteConfig, config: EdgelimitConfig, redis: RestCo
     mode: route.mode,
     log: (event) => console.warn(`${event.message} [route "${route.name}"]`),
   });
-  const limit: MiddlewareHandler<AppEnv> = (c, next) =>
-    rateLimited(c, async () => {
-      const refusal = await inFlight(c, next);
-      if (refusal) c.res = refusal;
-    });
+  const limit = (region: string | undefined): MiddlewareHandler<AppEnv> => {
+    const limited = rateLimited(region);
+    return (c, next) =>
+      limited(c, async () => {
+        const refusal = await inFlight(c, next);
+        if (refusal) c.res = refusal;
+      });
+  };
   return { ...route, limiter, limit };
 }
 
@@ -211,7 +266,8 @@ app.use(async (c, next) => {
     upstream.catch(() => {}); // awaited by the handler; this only stops an "unhandled rejection" report
     c.set("upstream", upstream);
   }
-  return route.limit(c, next);
+  const region = config.regions && regionOf(config.regions, (c.req.raw as { cf?: RequestLocation }).cf);
+  return route.limit(region)(c, next);
 });
 
 app.all("*", (c) => origin(c));
