@@ -216,7 +216,7 @@ describe("counts", () => {
       expect(r.decisions).toEqual({
         allowed: 8,
         denied: 4,
-        bySource: { redis: 10, cache: 2, lease: 0, error: 0 },
+        bySource: { redis: 10, cache: 2, lease: 0, region: 0, error: 0 },
       });
       expect(r.denials).toEqual({ hourly: 4 });
       expect(r.nearLimit).toBe(2);
@@ -989,7 +989,7 @@ describe("every source, counted once", () => {
       hop.fail = () => false;
     }
     expect(seen).toHaveLength(32);
-    const tally = { redis: 0, cache: 0, lease: 0, error: 0 };
+    const tally = { redis: 0, cache: 0, lease: 0, region: 0, error: 0 };
     for (const d of seen) tally[d.source] += 1;
     for (const source of ["redis", "cache", "lease", "error"] as const)
       expect(tally[source]).toBeGreaterThan(0);
