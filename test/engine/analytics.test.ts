@@ -958,6 +958,44 @@ describe("the breaker, read without a request", () => {
 });
 
 describe("every source, counted once", () => {
+  it("a regional pool's decisions: source region, seen by onDecision and counted exactly", async () => {
+    const clock = manualClock();
+    const prefix = uniquePrefix("reg");
+    const seen: Decision["source"][] = [];
+    const work: Promise<unknown>[] = [];
+    const waitUntil = (promise: Promise<unknown>) => {
+      work.push(promise);
+    };
+    const l = new Limiter({
+      redis: redis(),
+      // the region's database: a client of its own (the pool's keys are apart from home's)
+      region: {
+        redis: new Redis({ url: bridge.url, token: TOKEN, enableTelemetry: false }),
+        pool: { max: 500, ttl: "5s" },
+      },
+      prefix,
+      rules: { r: fixedWindow({ limit: 100, window: "1m" }) },
+      analytics: { flushEvery: "1h" },
+      clock,
+      onDecision: (decision) => seen.push(decision.source),
+    });
+    for (let i = 0; i < 8; i++) {
+      await l.limit("id", { waitUntil });
+      while (work.length > 0) await Promise.all(work.splice(0));
+      clock.set(clock.now + 10);
+    }
+    // cold, then reserving for the pool, then the pool (as test/engine/region.test.ts shows)
+    expect(seen).toEqual(["redis", "redis", ...Array(6).fill("region")]);
+    const r = await l.analytics.report();
+    expect(r.decisions).toEqual({
+      allowed: 8,
+      denied: 0,
+      bySource: { redis: 2, cache: 0, lease: 0, region: 6, error: 0 },
+    });
+    expect(r.top).toEqual([]);
+    await l.dispose();
+  });
+
   it("onDecision sees redis, lease, cache and error decisions; the report counts exactly those; dispose() flushes", async () => {
     const clock = manualClock();
     const prefix = uniquePrefix("src");
