@@ -1,25 +1,27 @@
 // Decision analytics: counted in the isolate, written to Redis in the background, read back as a report.
 //
 // Every decision increments counters of the minute of its `decidedAt`, here, in memory: nothing is
-// added to the decision's own request. A flush writes what every Limiter on one Redis counted as ONE
-// request of its own (a pipeline of HINCRBY, ZINCRBY, ZREMRANGEBYRANK and EXPIRE), at most one in
-// flight, at most one per `flushEvery`: handed to the decision's `waitUntil` once `flushEvery` has
+// added to the decision's own request. A flush writes what every Limiter on one Redis client counted
+// as ONE request of its own (a pipeline of HINCRBY, ZINCRBY, ZREMRANGEBYRANK and EXPIRE), at most one
+// in flight, at most one per `flushEvery`: handed to the decision's `waitUntil` once `flushEvery` has
 // passed since the last flush (by the Limiter's clock), else from an unref'd timer (Node), and by
-// `flush()` and `dispose()`.
+// `flush()` (every client of that Redis holding counts) and `dispose()`.
 //
 // A flush is sent once. If it fails, what it carried is dropped: it may have reached Redis, and sending
-// it again could count it twice. A flush not sent (the breaker is open) keeps its counts for the next;
-// dispose() sends them anyway.
+// it again could count it twice. A flush not sent (the breaker is open and cooling down) keeps its
+// counts for the next; once the cooldown is over a flush goes as the breaker's probe; dispose() sends
+// them anyway.
 //
 // Keys, all under one hash tag per name (one Cluster slot), each with the retention as TTL:
 //   <prefix>:analytics:{<name>}:<minute>       hash: allowed, denied, near, source:<s>, rule:<r>, error:<kind>
 //   <prefix>:analytics:{<name>}:<minute>:top   sorted set: identifier → denied × 2^26 + allowed, trimmed
 //                                              to the `top` × 5 highest after every flush
 // (<minute>: epoch minutes, decidedAt / 60000 floored.)
-import type { BreakerState } from "./breaker.js";
+import type { Admission, BreakerState } from "./breaker.js";
 import { type Duration, describe, readDuration } from "./duration.js";
 import { RedisCallError, type RedisErrorKind } from "./errors.js";
 import type { WaitUntil } from "./leases.js";
+import { endpointOf } from "./rest.js";
 import { sha256Hex } from "./sha256.js";
 import type { Transport } from "./transport.js";
 import type { Decision } from "./types.js";
@@ -71,7 +73,11 @@ export interface BreakerReport {
   opened: number;
 }
 
-/** The range of a report, epoch ms (default: the last hour, the 60 minutes up to the Limiter's clock). */
+/**
+ * The range of a report, epoch ms: every minute from the one `from` is in to the one `to` is in, both
+ * included. Default: `to` the Limiter's clock, `from` the start of the minute 59 minutes before `to`'s
+ * (60 minutes, the current one last).
+ */
 export interface ReportRange {
   from?: number;
   to?: number;
@@ -348,9 +354,19 @@ export class Counter {
     if (!this.disposed) this.flusher.due(at, waitUntil);
   }
 
-  /** Writes what every Limiter on this Redis counted so far; resolves when written (or dropped). */
+  /**
+   * Writes what every Limiter on this Redis counted so far, through whichever client (the same URL and
+   * token): one request per client holding counts; resolves when written (or dropped).
+   */
   flush(): Promise<void> {
-    return this.flusher.flush();
+    const flusher = this.flusher;
+    const others: Flusher[] = [];
+    for (const ref of holding.get(flusher.endpoint) ?? []) {
+      const other = ref.deref();
+      if (other !== undefined && other !== flusher) others.push(other);
+    }
+    if (others.length === 0) return flusher.flush();
+    return Promise.all([flusher.flush(), ...others.map((other) => other.flush())]).then(() => {});
   }
 
   /** Writes what is left; later decisions are counted but wait for an explicit flush. */
@@ -380,6 +396,12 @@ export class Counter {
 }
 
 const flushers = new WeakMap<Transport, Flusher>();
+/**
+ * The Flushers holding counts, by the Redis they write to (URL and token): an explicit flush, or a
+ * report, writes them all, so two Limiters on two clients of one Redis need not both flush first.
+ * A Flusher is here only while it holds counts, and weakly: this keeps no client alive.
+ */
+const holding = new Map<string, Set<WeakRef<Flusher>>>();
 
 /**
  * Writes the counts of every Limiter on one Redis in this isolate, in ONE request per flush: at most
@@ -399,20 +421,37 @@ export class Flusher {
   /** Whether this runtime's timers can be unref'd (Node): only then does a timer flush. */
   private timers: boolean | undefined;
   private loggedFailure = false;
+  /** This Flusher, weakly: its entry in `holding`. */
+  private readonly ref = new WeakRef(this);
 
-  private constructor(private readonly transport: Transport) {}
+  private constructor(
+    private readonly transport: Transport,
+    /** The Redis written to: its URL and token. */
+    readonly endpoint: string,
+  ) {}
 
-  /** The Flusher of `transport`'s Redis, shared by every Limiter on it. */
-  static of(transport: Transport): Flusher {
+  /** The Flusher of `transport`'s Redis (`redis`: what the transport was built from), shared by every Limiter on it. */
+  static of(transport: Transport, redis: unknown): Flusher {
     let flusher = flushers.get(transport);
     if (flusher === undefined) {
-      flusher = new Flusher(transport);
+      const { url, token } = endpointOf(redis);
+      flusher = new Flusher(transport, `${url} ${token}`);
       flushers.set(transport, flusher);
     }
     return flusher;
   }
 
   add(counter: Counter): void {
+    if (this.counters.size === 0) {
+      let set = holding.get(this.endpoint);
+      if (set === undefined) {
+        set = new Set();
+        holding.set(this.endpoint, set);
+      }
+      // the Flushers of clients since dropped: their counts went with them
+      if (set.size >= 16) for (const ref of set) if (ref.deref() === undefined) set.delete(ref);
+      set.add(this.ref);
+    }
     this.counters.add(counter);
   }
 
@@ -474,12 +513,22 @@ export class Flusher {
     const counters = [...this.counters];
     if (counters.length === 0) return;
     const breaker = this.transport.breaker;
+    // Breaker open: kept for later while it cools down. Once it has, this flush may go as the probe
+    // (no decision need come first to close it): its outcome closes or reopens the breaker.
+    let probe: Admission | undefined;
     if (!last && breaker !== undefined && breaker.state !== "closed") {
-      this.stats.deferred += 1;
-      return;
+      const admission = breaker.admit();
+      if (admission instanceof RedisCallError) {
+        this.stats.deferred += 1;
+        return;
+      }
+      probe = admission;
     }
     this.lastFlush = this.latest;
     this.counters.clear();
+    const set = holding.get(this.endpoint);
+    set?.delete(this.ref);
+    if (set?.size === 0) holding.delete(this.endpoint);
     const commands = counters.flatMap((counter) => counter.take());
     const timeout = Math.max(...counters.map((counter) => counter.timeout));
     this.sending = true;
@@ -489,6 +538,11 @@ export class Flusher {
       replies = await this.transport.pipeline(commands, { timeout });
     } finally {
       this.sending = false;
+    }
+    if (probe !== undefined) {
+      // Redis answered (even with an error reply to a command): that closes it, as a decision's would
+      if (replies instanceof RedisCallError) breaker!.failure(replies, probe);
+      else breaker!.success();
     }
     const failure =
       replies instanceof RedisCallError
@@ -530,15 +584,39 @@ export class Analytics {
     this.enabled = counter !== undefined;
   }
 
-  /** Writes this isolate's counts to Redis now (one request); what `dispose()` also does. Never rejects. */
+  /**
+   * This isolate's circuit breaker for the Limiter's Redis, read now, without a request: it answers
+   * while Redis is down and with analytics off alike. `state` is what the breaker last decided: "open"
+   * stays "open" after its cooldown until a call goes out as the probe ("half-open").
+   *
+   * @example
+   * if (limiter.analytics.breaker().state !== "closed") console.warn("Redis is failing");
+   */
+  breaker(): BreakerReport {
+    // read each time: the breaker belongs to the Redis and is replaced when its options are set
+    const breaker = this.breakerOn ? this.transport.breaker : undefined;
+    return {
+      enabled: breaker !== undefined,
+      state: breaker?.state ?? "closed",
+      opened: breaker?.opened ?? 0,
+    };
+  }
+
+  /**
+   * Writes this isolate's counts for this Redis now: one request per client of it holding counts (one
+   * when every Limiter shares the client, or `{ url, token }`); what `dispose()` also does. Never rejects.
+   */
   flush(): Promise<void> {
     return this.counter?.flush() ?? Promise.resolve();
   }
 
   /**
-   * The counts over [from, to] (epoch ms; `to` defaults to the Limiter's clock, `from` to the start of
-   * the minute 59 minutes before: the last hour, 60 minutes), this isolate's flushed first. Rejects when the Limiter has no analytics, the range is wrong (a RangeError naming
-   * the field), or Redis fails (the RedisCallError).
+   * The counts of every minute from the one `from` is in to the one `to` is in, both included
+   * (`floor(to / 60000) - floor(from / 60000) + 1` entries in `minutes`, oldest first), this
+   * isolate's flushed first. `to` defaults to the Limiter's clock and `from` to the start of the
+   * minute 59 minutes before `to`'s: the last hour is the 60 minutes ending with the current one. The
+   * totals are the sums of `minutes`. Rejects when the Limiter has no analytics, the range is wrong (a
+   * RangeError naming the field), or Redis fails (the RedisCallError).
    */
   async report(range: ReportRange = {}): Promise<AnalyticsReport> {
     const counter = this.counter;
@@ -620,7 +698,6 @@ export class Analytics {
       .filter((t) => t.denied > 0)
       .sort((a, b) => b.denied - a.denied || b.allowed - a.allowed || (a.identifier < b.identifier ? -1 : 1))
       .slice(0, counter.config.top);
-    const breaker = this.breakerOn ? this.transport.breaker : undefined;
     return {
       from,
       to,
@@ -630,11 +707,7 @@ export class Analytics {
       errors: errors as Record<RedisErrorKind, number>,
       minutes,
       top,
-      breaker: {
-        enabled: breaker !== undefined,
-        state: breaker?.state ?? "closed",
-        opened: breaker?.opened ?? 0,
-      },
+      breaker: this.breaker(),
     };
   }
 }

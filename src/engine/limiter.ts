@@ -335,7 +335,7 @@ export class Limiter {
       );
     // a flush or a report is off the request path: it waits 5 to 30 s (one in flight holds the next)
     const background = Math.min(Math.max(timeout, 5000), 30_000);
-    this.counter = analytics && new Counter(analytics, this.prefix, Flusher.of(transport), background);
+    this.counter = analytics && new Counter(analytics, this.prefix, Flusher.of(transport, redis), background);
     this.observe = observerOf(this.counter, onDecision);
     this.analytics = new Analytics(
       this.counter,

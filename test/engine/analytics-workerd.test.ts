@@ -80,4 +80,35 @@ describe("analytics in workerd", () => {
       logged.filter((line) => /different request|Cannot perform I\/O|hung|flush failed/i.test(line)),
     ).toEqual([]);
   }, 20_000);
+
+  it("sends at most one flush request per flushEvery (1 s) however many decisions, counted at the bridge", async () => {
+    const reader = new Limiter({
+      redis: { url: bridge.url, token: inject("bridgeToken") },
+      prefix,
+      rules: { perMinute: fixedWindow({ limit: 3, window: "1m" }) },
+      analytics: true,
+      clock: () => T0,
+    });
+    const T1 = T0 + 10 * 60_000;
+    // each read is one bridge request of the reader's (it has nothing of its own to flush)
+    let reads = 0;
+    const counted = async () => {
+      reads += 1;
+      return (await reader.analytics.report({ from: T1, to: T1 })).decisions;
+    };
+    const before = bridge.stats.requests;
+    // 16 decisions over 3.75 s of the Limiter's clock: one request each, and flushes at T1, +1 s, +2 s, +3 s
+    for (let i = 0; i < 16; i++) await ask({ now: T1 + i * 250, id: "c" });
+    await vi.waitFor(async () => expect(await counted()).toMatchObject({ allowed: 3, denied: 10 }), {
+      timeout: 5000,
+    });
+    expect(bridge.stats.requests - before - reads - 16).toBe(4);
+    // the three decisions after the last flush are held in the isolate, and go with the next one
+    await ask({ now: T1 + 4000, id: "c" });
+    await vi.waitFor(async () => expect(await counted()).toMatchObject({ allowed: 3, denied: 14 }), {
+      timeout: 5000,
+    });
+    expect(bridge.stats.requests - before - reads - 17).toBe(5);
+    await reader.dispose();
+  }, 20_000);
 });

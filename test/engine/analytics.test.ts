@@ -176,6 +176,64 @@ describe("counts", () => {
     await Promise.all([a.dispose(), b.dispose()]);
   });
 
+  it("two Limiters on clients with default options and the real clock: report() is exact", async () => {
+    const prefix = uniquePrefix("real");
+    // GCRA: no window edge the real clock could cross mid-test, and no refill within it
+    const rules = { hourly: gcra({ limit: 5, period: "1h" }) };
+    const a = new Limiter({
+      redis: new Redis({ url: bridge.url, token: TOKEN }),
+      prefix,
+      rules,
+      analytics: true,
+    });
+    const b = new Limiter({
+      redis: new Redis({ url: bridge.url, token: TOKEN }),
+      prefix,
+      rules,
+      analytics: true,
+    });
+    const sources: string[] = [];
+    for (let i = 0; i < 7; i++) sources.push((await a.limit("alice")).source);
+    for (let i = 0; i < 2; i++) sources.push((await b.limit("alice")).source);
+    for (let i = 0; i < 3; i++) sources.push((await b.limit("bob")).source);
+    expect(sources).toEqual([
+      ...Array(6).fill("redis"),
+      "cache",
+      "redis",
+      "cache",
+      ...Array(3).fill("redis"),
+    ]);
+    // a Limiter of another Redis (through the hop) holding counts is not written by a's flush
+    const other = limiter({ redis: throughHop(), prefix, analytics: true });
+    await other.limit("carol");
+    const flushes = hop.flushes;
+    const requests = bridge.stats.requests;
+    // one flush writes both clients' counts (one request each): b need not flush first
+    await a.analytics.flush();
+    expect(bridge.stats.requests - requests).toBe(2);
+    expect(hop.flushes).toBe(flushes);
+    for (const r of [await a.analytics.report(), await b.analytics.report()]) {
+      expect(r.decisions).toEqual({
+        allowed: 8,
+        denied: 4,
+        bySource: { redis: 10, cache: 2, lease: 0, region: 0, error: 0 },
+      });
+      expect(r.denials).toEqual({ hourly: 4 });
+      expect(r.nearLimit).toBe(2);
+      expect(r.top).toEqual([{ identifier: "alice", denied: 4, allowed: 5 }]);
+      expect(r.minutes).toHaveLength(60);
+      expect(r.minutes.reduce((n, m) => n + m.allowed, 0)).toBe(8);
+      expect(r.minutes.reduce((n, m) => n + m.denied, 0)).toBe(4);
+    }
+    // without a flush: b's next decisions are written by a's report
+    await b.limit("dave");
+    expect((await a.analytics.report()).decisions.allowed).toBe(9);
+    await other.dispose();
+    expect(hop.flushes - flushes).toBe(1);
+    expect((await a.analytics.report()).decisions.allowed).toBe(10);
+    await Promise.all([a.dispose(), b.dispose()]);
+  });
+
   it("keeps Limiters of another name apart under the same prefix", async () => {
     const prefix = uniquePrefix("an");
     const clock = manualClock();
@@ -468,6 +526,57 @@ describe("while the breaker is open", () => {
   });
 });
 
+describe("once the breaker has cooled down", () => {
+  it("a flush goes as its probe: Redis answering closes it, so flush() and report() need no decision first", async () => {
+    vi.useFakeTimers({ toFake: ["performance"] });
+    const clock = manualClock();
+    const l = limiter({
+      redis: throughHop(),
+      prefix: uniquePrefix("cool"),
+      clock,
+      breaker: { failures: 2, cooldown: 1000 },
+    });
+    const warn = vi.spyOn(console, "warn").mockImplementation(() => {});
+    const flushes = hop.flushes;
+    try {
+      hop.fail = (body) => body.includes("EVALSHA");
+      for (let i = 0; i < 2; i++) expect((await l.limit("c")).source).toBe("error");
+      hop.fail = () => false;
+      await l.analytics.flush();
+      expect(hop.flushes).toBe(flushes); // cooling down: kept
+      vi.advanceTimersByTime(1000);
+      expect(l.analytics.breaker().state).toBe("open");
+      const r = await l.analytics.report(); // its flush is the probe, and Redis answers it
+      expect(hop.flushes - flushes).toBe(1);
+      expect(l.analytics.breaker()).toEqual({ enabled: true, state: "closed", opened: 1 });
+      expect(r.decisions.bySource.error).toBe(2);
+      expect(r.errors.unreachable).toBe(2);
+
+      // a probe that fails reopens it, with the cooldown doubled; its counts are dropped, never resent
+      hop.fail = (body) => body.includes("EVALSHA");
+      for (let i = 0; i < 2; i++) await l.limit("c");
+      hop.fail = () => true;
+      vi.advanceTimersByTime(1000);
+      await l.analytics.flush();
+      expect(hop.flushes - flushes).toBe(2);
+      // opened by the two failed decisions, then again by the failed probe
+      expect(l.analytics.breaker()).toEqual({ enabled: true, state: "open", opened: 3 });
+      hop.fail = () => false;
+      vi.advanceTimersByTime(1999);
+      await l.analytics.flush();
+      expect(hop.flushes - flushes).toBe(2); // nothing left to send, and still cooling down
+      expect(warn).toHaveBeenCalledTimes(1);
+      // the failed probe's batch reached Redis (the hop forwards, then answers 502): counted once
+      expect((await l.analytics.report()).decisions.bySource.error).toBe(4);
+    } finally {
+      hop.fail = () => false;
+      warn.mockRestore();
+      vi.useRealTimers();
+      await l.dispose();
+    }
+  });
+});
+
 describe("keys", () => {
   it("every analytics key has the retention as TTL, under one hash tag", async () => {
     const prefix = uniquePrefix("ttl");
@@ -719,5 +828,222 @@ describe("on a 3-node Redis Cluster", () => {
       await l.dispose();
       await shard.close();
     }
+  });
+});
+
+describe("the report's range", () => {
+  /** Every report's totals are the sums of its minutes, and its sources add up to them. */
+  function expectConsistent(r: Awaited<ReturnType<Limiter["analytics"]["report"]>>) {
+    const sum = (pick: (m: { allowed: number; denied: number }) => number) =>
+      r.minutes.reduce((total, m) => total + pick(m), 0);
+    expect(sum((m) => m.allowed)).toBe(r.decisions.allowed);
+    expect(sum((m) => m.denied)).toBe(r.decisions.denied);
+    const { redis, cache, lease, error } = r.decisions.bySource;
+    expect(redis + cache + lease + error).toBe(r.decisions.allowed + r.decisions.denied);
+    expect(r.minutes.map((m) => m.at)).toEqual(
+      r.minutes.map((_, i) => (Math.floor(r.from / 60_000) + i) * 60_000),
+    );
+  }
+
+  it("is every minute from the one `from` is in to the one `to` is in; the default, the 60 ending now", async () => {
+    const clock = manualClock();
+    const l = limiter({ prefix: uniquePrefix("range"), clock, denyCache: false });
+    // one allowed in the minute a 60-minute span from T0 + 30 s starts in, before `from`
+    clock.set(T0 - 3_590_000);
+    await l.limit("old");
+    // two in the first minute of the last hour, seven (5 allowed, 2 denied) in the current one
+    clock.set(T0 - 59 * 60_000 + 10_000);
+    for (let i = 0; i < 2; i++) await l.limit("first");
+    clock.set(T0 + 30_000);
+    for (let i = 0; i < 7; i++) await l.limit("now");
+
+    const hour = await l.analytics.report();
+    expect([hour.from, hour.to]).toEqual([T0 - 59 * 60_000, T0 + 30_000]);
+    expect(hour.minutes).toHaveLength(60);
+    expect(hour.minutes[0]).toEqual({ at: T0 - 59 * 60_000, allowed: 2, denied: 0 });
+    expect(hour.minutes.at(-1)).toEqual({ at: T0, allowed: 5, denied: 2 });
+    expect(hour.decisions).toMatchObject({ allowed: 7, denied: 2 });
+    expectConsistent(hour);
+    // the same span given explicitly is the same report
+    expect(await l.analytics.report({ from: hour.from, to: hour.to })).toEqual(hour);
+
+    // to - from of exactly 60 minutes: the minute `from` falls in as well, 61 entries
+    const span = await l.analytics.report({ from: T0 + 30_000 - 3_600_000, to: T0 + 30_000 });
+    expect(span.minutes).toHaveLength(61);
+    expect(span.minutes[0]).toEqual({ at: T0 - 3_600_000, allowed: 1, denied: 0 });
+    expect(span.decisions).toMatchObject({ allowed: 8, denied: 2 });
+    expectConsistent(span);
+
+    // on a minute's first millisecond: the same rules
+    clock.set(T0);
+    const aligned = await l.analytics.report();
+    expect([aligned.from, aligned.to, aligned.minutes.length]).toEqual([T0 - 59 * 60_000, T0, 60]);
+    expect(aligned.decisions).toMatchObject({ allowed: 7, denied: 2 });
+    expectConsistent(aligned);
+    const alignedSpan = await l.analytics.report({ from: T0 - 3_600_000, to: T0 });
+    expect(alignedSpan.minutes).toHaveLength(61);
+    expectConsistent(alignedSpan);
+    // one instant: its minute
+    const instant = await l.analytics.report({ from: T0 + 1, to: T0 + 1 });
+    expect(instant.minutes).toEqual([{ at: T0, allowed: 5, denied: 2 }]);
+    expectConsistent(instant);
+    await l.dispose();
+  });
+});
+
+describe("the breaker, read without a request", () => {
+  it("says closed, open or half-open while Redis is down, with analytics on or off", async () => {
+    const clock = manualClock();
+    const down = { url: "http://127.0.0.1:1", token: "breaker-read" };
+    const l = new Limiter({
+      redis: down,
+      rules: { perMinute },
+      analytics: true,
+      timeout: 200,
+      breaker: { failures: 2, cooldown: 60_000 },
+      clock,
+    });
+    const off = new Limiter({ redis: down, rules: { perMinute }, clock });
+    expect(l.analytics.breaker()).toEqual({ enabled: true, state: "closed", opened: 0 });
+    for (let i = 0; i < 2; i++) expect((await l.limit("x")).source).toBe("error");
+    expect(l.analytics.breaker()).toEqual({ enabled: true, state: "open", opened: 1 });
+    // a report cannot be had, the breaker's state can; every Limiter on that Redis shares it
+    const failed = await l.analytics.report().catch((error: RedisCallError) => error);
+    expect((failed as RedisCallError).kind).toBe("unreachable");
+    expect(l.analytics.breaker()).toEqual({ enabled: true, state: "open", opened: 1 });
+    expect(off.analytics.breaker()).toEqual({ enabled: true, state: "open", opened: 1 });
+    const without = new Limiter({ redis: down, rules: { perMinute }, breaker: false, clock });
+    expect(without.analytics.breaker()).toEqual({ enabled: false, state: "closed", opened: 0 });
+    const warn = vi.spyOn(console, "warn").mockImplementation(() => {});
+    try {
+      await l.dispose(); // its last flush fails too: logged once, nothing thrown
+      expect(warn).toHaveBeenCalledTimes(1);
+    } finally {
+      warn.mockRestore();
+    }
+  });
+
+  it("says half-open while the probe is out, then closed once Redis answers it", async () => {
+    vi.useFakeTimers({ toFake: ["performance"] });
+    const clock = manualClock();
+    const l = new Limiter({
+      redis: throughHop(),
+      prefix: uniquePrefix("half"),
+      rules: { perMinute },
+      breaker: { failures: 1, cooldown: 1000 },
+      clock,
+    });
+    try {
+      hop.fail = (body) => body.includes("EVALSHA");
+      expect((await l.limit("h")).source).toBe("error");
+      expect(l.analytics.breaker().state).toBe("open");
+      vi.advanceTimersByTime(1000);
+      expect(l.analytics.breaker().state).toBe("open"); // until a call goes out as the probe
+      const probe = l.limit("h");
+      expect(l.analytics.breaker().state).toBe("half-open");
+      expect((await probe).source).toBe("error");
+      expect(l.analytics.breaker()).toEqual({ enabled: true, state: "open", opened: 2 });
+      hop.fail = () => false;
+      vi.advanceTimersByTime(2000); // the cooldown doubled
+      const second = l.limit("h");
+      expect(l.analytics.breaker().state).toBe("half-open");
+      expect((await second).source).toBe("redis");
+      expect(l.analytics.breaker()).toEqual({ enabled: true, state: "closed", opened: 2 });
+    } finally {
+      hop.fail = () => false;
+      vi.useRealTimers();
+      await l.dispose();
+    }
+  });
+});
+
+describe("every source, counted once", () => {
+  it("a regional pool's decisions: source region, seen by onDecision and counted exactly", async () => {
+    const clock = manualClock();
+    const prefix = uniquePrefix("reg");
+    const seen: Decision["source"][] = [];
+    const work: Promise<unknown>[] = [];
+    const waitUntil = (promise: Promise<unknown>) => {
+      work.push(promise);
+    };
+    const l = new Limiter({
+      redis: redis(),
+      // the region's database: a client of its own (the pool's keys are apart from home's)
+      region: {
+        redis: new Redis({ url: bridge.url, token: TOKEN, enableTelemetry: false }),
+        pool: { max: 500, ttl: "5s" },
+      },
+      prefix,
+      rules: { r: fixedWindow({ limit: 100, window: "1m" }) },
+      analytics: { flushEvery: "1h" },
+      clock,
+      onDecision: (decision) => seen.push(decision.source),
+    });
+    for (let i = 0; i < 8; i++) {
+      await l.limit("id", { waitUntil });
+      while (work.length > 0) await Promise.all(work.splice(0));
+      clock.set(clock.now + 10);
+    }
+    // cold, then reserving for the pool, then the pool (as test/engine/region.test.ts shows)
+    expect(seen).toEqual(["redis", "redis", ...Array(6).fill("region")]);
+    const r = await l.analytics.report();
+    expect(r.decisions).toEqual({
+      allowed: 8,
+      denied: 0,
+      bySource: { redis: 2, cache: 0, lease: 0, region: 6, error: 0 },
+    });
+    expect(r.top).toEqual([]);
+    await l.dispose();
+  });
+
+  it("onDecision sees redis, lease, cache and error decisions; the report counts exactly those; dispose() flushes", async () => {
+    const clock = manualClock();
+    const prefix = uniquePrefix("src");
+    const seen: Decision[] = [];
+    const l = new Limiter({
+      redis: throughHop(),
+      prefix,
+      rules: { perMinute: fixedWindow({ limit: 20, window: "1m" }) },
+      lease: { max: 5, ttl: "1s" },
+      analytics: { flushEvery: "1h" },
+      breaker: false,
+      clock,
+      onDecision: (decision, identifier) => {
+        expect(identifier).toBe(decision.allowed ? identifier : "hot");
+        seen.push(decision);
+      },
+    });
+    // hot: leased once it is hot, denied by Redis at the limit, then by the deny cache
+    const hot: Decision[] = [];
+    for (let i = 0; i < 30; i++) hot.push(await l.limit("hot"));
+    // settling an admitted decision is not another decision
+    const settled = hot.find((d) => d.allowed && d.source === "redis")!;
+    await l.settle(settled, 1);
+    // cold: Redis unreachable (the hop's 502): decided by onError
+    hop.fail = (body) => body.includes("EVALSHA");
+    try {
+      for (let i = 0; i < 2; i++) await l.limit("cold");
+    } finally {
+      hop.fail = () => false;
+    }
+    expect(seen).toHaveLength(32);
+    const tally = { redis: 0, cache: 0, lease: 0, region: 0, error: 0 };
+    for (const d of seen) tally[d.source] += 1;
+    for (const source of ["redis", "cache", "lease", "error"] as const)
+      expect(tally[source]).toBeGreaterThan(0);
+
+    const flushes = hop.flushes;
+    await l.dispose(); // writes what the isolate holds: one request
+    expect(hop.flushes - flushes).toBe(1);
+    const reader = limiter({ prefix, clock });
+    const r = await reader.analytics.report();
+    const allowed = seen.filter((d) => d.allowed).length;
+    expect(r.decisions).toEqual({ allowed, denied: 32 - allowed, bySource: tally });
+    expect(r.denials).toEqual({ perMinute: 32 - allowed });
+    expect(r.top).toEqual([
+      { identifier: "hot", denied: 32 - allowed, allowed: hot.filter((d) => d.allowed).length },
+    ]);
+    expect(r.errors.unreachable).toBe(2);
+    await reader.dispose();
   });
 });

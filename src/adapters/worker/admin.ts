@@ -27,6 +27,7 @@
 // address, the path): it becomes the identifier exactly as a request's does (identifierOf), so an
 // operator never handles hashes. Every refusal is a problem+json whose detail starts with the field at
 // fault; nothing is stored on any refusal. Every answer is `Cache-Control: no-store`.
+import type { BreakerReport } from "../../engine/analytics.js";
 import { RedisCallError } from "../../engine/errors.js";
 import type { Limiter } from "../../engine/limiter.js";
 import type { Override, Overrides } from "../../engine/overrides.js";
@@ -397,11 +398,10 @@ async function reports(
   return { shown, from, to };
 }
 
-// The breaker as a report gave it (every route shares the Worker's one Redis, so one breaker); unknown
-// when no report came back.
-function breakerOf(routes: readonly OpsRoute[]): { readonly state: string } | undefined {
-  for (const { report } of routes) if (!("error" in report) && report.breaker) return report.breaker;
-  return undefined;
+// This isolate's breaker, read without a request, so it shows while Redis is down: every route shares
+// the Worker's one Redis, so one breaker. Undefined only when no route is configured.
+function breakerOf(routes: readonly AdminRoute[]): BreakerReport | undefined {
+  return routes[0]?.limiter.analytics.breaker();
 }
 
 async function page(
@@ -418,7 +418,7 @@ async function page(
   }
   if (!(await pageAuthorized(request, token))) return html(loginPage(adminPath), 401, BASIC_CHALLENGE);
   const { shown, from, to } = await reports(routes, DEFAULT_MINUTES);
-  return html(opsPage({ adminPath, routes: shown, breaker: breakerOf(shown), from, to }));
+  return html(opsPage({ adminPath, routes: shown, breaker: breakerOf(routes), from, to }));
 }
 
 async function analyticsJson(
@@ -449,7 +449,7 @@ async function analyticsJson(
   const { shown } = await reports(routes, minutes);
   const out: Record<string, RouteReport | { error: string }> = {};
   for (const { route, report } of shown) out[route.name] = report;
-  return json({ routes: out, breaker: breakerOf(shown) ?? null });
+  return json({ routes: out, breaker: breakerOf(routes) ?? null });
 }
 
 /** The form's POST: the right token sets the session cookie and goes to the page; a wrong one, the form again. */

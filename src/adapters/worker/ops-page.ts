@@ -33,8 +33,11 @@ export interface OpsRoute {
 export interface OpsPage {
   readonly adminPath: string;
   readonly routes: readonly OpsRoute[];
-  /** The circuit breaker of the routes' Redis, as a report gave it; undefined when none answered. */
-  readonly breaker: { readonly state: string } | undefined;
+  /**
+   * This isolate's circuit breaker for the routes' Redis (`limiter.analytics.breaker()`), read without
+   * a request, so it shows while Redis is down; undefined only when there is no route.
+   */
+  readonly breaker: { readonly state: string; readonly opened?: number } | undefined;
   /** The window shown, epoch ms. */
   readonly from: number;
   readonly to: number;
@@ -218,7 +221,11 @@ export function opsPage(page: OpsPage): string {
   const head =
     `<h1>edgelimit</h1><p class="muted">${new Date(page.from).toISOString().slice(0, 16)} to ${new Date(page.to).toISOString().slice(0, 16)} UTC, ` +
     `<a href="${escapeHtml(page.adminPath)}/analytics?minutes=${Math.max(1, Math.round((page.to - page.from) / 60_000))}">as JSON</a> ${logout}</p>` +
-    `<p class="breaker" data-breaker="${escapeHtml(state)}">Redis circuit breaker: <b class="state-${escapeHtml(state)}">${escapeHtml(state)}</b></p>`;
+    `<p class="breaker" data-breaker="${escapeHtml(state)}">Redis circuit breaker: <b class="state-${escapeHtml(state)}">${escapeHtml(state)}</b>` +
+    (page.breaker?.opened === undefined
+      ? ""
+      : ` <span class="muted" data-opened="${page.breaker.opened}">(opened ${page.breaker.opened} ${page.breaker.opened === 1 ? "time" : "times"} in this isolate)</span>`) +
+    "</p>";
   const routes = page.routes.map(section).join("") || '<p class="muted">No routes are configured.</p>';
   return document("edgelimit", head + routes);
 }

@@ -2,7 +2,7 @@
 // cookie), the ways refused (a wrong token, a token in a URL, the overrides API by Basic or cookie), the
 // headers that keep the page inert (CSP with no script, nosniff, no-store), and `minutes` checked.
 import { describe, expect, inject, test, vi } from "vitest";
-import { escapeHtml } from "../../../src/adapters/worker/ops-page.js";
+import { escapeHtml, opsPage } from "../../../src/adapters/worker/ops-page.js";
 import { call, config, envFor } from "./support.js";
 
 const TOKEN = "ops-test-token-0123456789";
@@ -242,7 +242,7 @@ describe("the JSON", () => {
     }
   });
 
-  test("with analytics off each route says how to turn them on", async () => {
+  test("with analytics off each route says how to turn them on; the breaker is still read", async () => {
     const response = await call(env(), "/_edgelimit/analytics", {
       headers: { Authorization: `Bearer ${TOKEN}` },
     });
@@ -251,7 +251,7 @@ describe("the JSON", () => {
         api: { error: 'analytics are off: add "analytics": true to the config' },
         pages: { error: 'analytics are off: add "analytics": true to the config' },
       },
-      breaker: null,
+      breaker: { enabled: true, state: "closed", opened: 0 },
     });
   });
 });
@@ -260,6 +260,23 @@ describe("escaping", () => {
   test("escapeHtml leaves no markup and no way out of a quoted attribute", () => {
     expect(escapeHtml(`<img src=x onerror=alert(1)>"'&`)).toBe(
       "&lt;img src=x onerror=alert(1)&gt;&quot;&#39;&amp;",
+    );
+  });
+});
+
+describe("the breaker's line", () => {
+  test("shows each state the breaker reads, and an unknown one only with no route", () => {
+    const line = (breaker: { state: string; opened?: number } | undefined) =>
+      /<p class="breaker".*?<\/p>/.exec(
+        opsPage({ adminPath: "/_edgelimit", routes: [], breaker, from: 0, to: 60_000 }),
+      )![0];
+    expect(line({ state: "half-open", opened: 2 })).toBe(
+      '<p class="breaker" data-breaker="half-open">Redis circuit breaker: <b class="state-half-open">half-open</b> <span class="muted" data-opened="2">(opened 2 times in this isolate)</span></p>',
+    );
+    expect(line({ state: "closed", opened: 0 })).toContain('data-breaker="closed"');
+    expect(line({ state: "open", opened: 1 })).toContain("(opened 1 time in this isolate)");
+    expect(line(undefined)).toBe(
+      '<p class="breaker" data-breaker="unknown">Redis circuit breaker: <b class="state-unknown">unknown</b></p>',
     );
   });
 });
@@ -358,14 +375,22 @@ describe("with analytics on", () => {
     expect(detail).toBe('minutes: must be a whole number from 1 to 120 (the analytics retention), got "121"');
   });
 
-  test("Redis down: the page is still served, each route saying why it has no report", async () => {
+  test("Redis down: the page is still served, each route saying why it has no report, and the breaker's state", async () => {
+    // a token of its own: a Redis (and so a breaker) no other test of this isolate uses
     const e = envFor(
       config(
         routes.map((route) => ({ ...route, timeout: "200ms" })),
         on,
       ),
-      { EDGELIMIT_ADMIN_TOKEN: TOKEN, UPSTASH_REDIS_REST_URL: "http://127.0.0.1:9" },
+      {
+        EDGELIMIT_ADMIN_TOKEN: TOKEN,
+        UPSTASH_REDIS_REST_URL: "http://127.0.0.1:9",
+        UPSTASH_REDIS_REST_TOKEN: "ops-redis-down",
+      },
     );
+    const noReport = "Redis did not answer for this route's report (unreachable); reload to try again";
+    const json = async () =>
+      (await (await call(e, "/_edgelimit/analytics", { headers: auth })).json()) as Record<string, unknown>;
     const page = await call(e, "/_edgelimit/", { headers: auth });
     expect(page.status).toBe(200);
     const html = await page.text();
@@ -374,17 +399,27 @@ describe("with analytics on", () => {
         /data-error>Redis did not answer for this route&#39;s report \(unreachable\); reload to try again</g,
       ),
     ).toHaveLength(2);
-    expect(html).toContain('data-breaker="unknown"');
-    const data = (await (await call(e, "/_edgelimit/analytics", { headers: auth })).json()) as Record<
-      string,
-      unknown
-    >;
-    expect(data).toEqual({
-      routes: {
-        api: { error: "Redis did not answer for this route's report (unreachable); reload to try again" },
-        pages: { error: "Redis did not answer for this route's report (unreachable); reload to try again" },
-      },
-      breaker: null,
+    // no decision has failed yet: the breaker is closed, and says so though no report came back
+    expect(html).toContain('data-breaker="closed"');
+    expect(await json()).toEqual({
+      routes: { api: { error: noReport }, pages: { error: noReport } },
+      breaker: { enabled: true, state: "closed", opened: 0 },
+    });
+    // five decisions fail open (the default breaker's failures), the sixth is refused by the open breaker
+    const statuses: number[] = [];
+    for (let i = 0; i < 6; i++) {
+      const response = await call(e, "/api/x", { headers: { "X-API-Key": "k" } });
+      await response.arrayBuffer();
+      statuses.push(response.status);
+    }
+    expect(statuses).toEqual(Array(6).fill(200));
+    const open = await (await call(e, "/_edgelimit/", { headers: auth })).text();
+    expect(open).toContain(
+      '<p class="breaker" data-breaker="open">Redis circuit breaker: <b class="state-open">open</b> <span class="muted" data-opened="1">(opened 1 time in this isolate)</span></p>',
+    );
+    expect(await json()).toEqual({
+      routes: { api: { error: noReport }, pages: { error: noReport } },
+      breaker: { enabled: true, state: "open", opened: 1 },
     });
   });
 });
