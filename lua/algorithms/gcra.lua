@@ -10,7 +10,8 @@
 -- T is a fraction (1000/3 ms, ...), so TAT is kept exactly as two integers: TAT = A + B/limit ms,
 -- with 0 <= B < limit. In units of 1/limit ms, T is `period` and burst*T is `burst*period`, so every
 -- comparison below is integer arithmetic, exact for any realistic limit.
--- State: "<A>:<B>:<L>:<P>", kept until TAT (when it equals "no key"), with L and P the limit and period
+-- State: "<A>:<B>:<L>:<P>", kept until TAT (when it equals "no key"; a refund back to idle leaves a TAT
+-- at or before now, read as no key by every caller but a lagging one), with L and P the limit and period
 -- it was written under (the decimal strings the caller sends). Commands: GET, then SET PX on commit
 -- (and once, on the first read under a new rate, a SET of the converted state).
 --
@@ -41,7 +42,8 @@ local function write(key, now, limit, d, rate)
 end
 
 -- The state at `now`: d, how far TAT lies ahead of now, in 1/limit ms (0 when the stream is idle; false
--- when there is no state), and the whole units the rule could take, the room left under burst*T. A
+-- when there is no state), the whole units the rule could take, the room left under burst*T, and
+-- (a state written under this rate) d as stored, below 0 when TAT lies before now. A
 -- caller whose clock lags sees a larger d and is only held back more. `rate` is ":<limit>:<period>" as
 -- the caller sent them: the common case (the same rate) is one string comparison, no parsing. A state
 -- written under another rate is converted (see the header) and stored so, once.
@@ -50,12 +52,13 @@ end
 -- lagging clock's lag, and the new d is at most burst*period: all exact in a Lua double (< 2^53).
 local function read(key, now, limit, period, burst, rate)
   local stored = redis.call("GET", key)
-  local d = 0
+  local d, raw = 0, nil
   if stored then
     local a, b, written = string.match(stored, "^(%-?%d+):(%d+)(.*)$")
     a = tonumber(a)
     if written == rate or written == "" then
       d = (a - now) * limit + tonumber(b)
+      raw = d
       if d < 0 then d = 0 end
     else
       local l, p = string.match(written, "^:(%d+):(%d+)$")
@@ -69,7 +72,7 @@ local function read(key, now, limit, period, burst, rate)
       end
     end
   end
-  return stored and d, math.floor((burst * period - d) / period)
+  return stored and d, math.floor((burst * period - d) / period), raw
 end
 
 -- #check
@@ -115,17 +118,22 @@ write(key, now, limit, d, rate)
 return d
 
 -- #refund
--- TAT moves back by units*T; back at idle, the key goes (the same as no state at all). A state
--- written under another rate is first read as the units it counted (#state), so units go back as units.
+-- TAT moves back by units*T, exactly: as if those units had never been taken. Back at idle (TAT at or
+-- before now) the state stays, with its expiry: a lagging caller still reads the units taken before
+-- its own clock (deleting it would let that caller in as if none were), and every caller at now or
+-- later reads it as no state. A state written under another rate is first read as the units it
+-- counted (#state), so units go back as units, to idle at now at most.
 refund.gcra = function(key, now, units, limit, period, burst, _, limit_sent, period_sent)
   local rate = ":" .. limit_sent .. ":" .. period_sent
-  local d = read(key, now, limit, period, burst, rate)
+  local d, _, raw = read(key, now, limit, period, burst, rate)
   if not d then return false end
-  d = d - units * period
-  if d <= 0 then
-    redis.call("DEL", key)
-  else
+  d = (raw or d) - units * period
+  if d > 0 then
     write(key, now, limit, d, rate)
+  else
+    if not raw then d = 0 end
+    local whole = math.floor(d / limit)
+    redis.call("SET", key, string.format("%d:%d%s", now + whole, d - whole * limit, rate), "KEEPTTL")
   end
   return true
 end

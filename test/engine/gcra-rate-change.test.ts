@@ -180,9 +180,10 @@ describe("a lease's refund after a change of rate", () => {
     // and back under 100/min: the 2 units used stay 2 (1,200 ms owed); 1 given back leaves 600 ms
     expect(await base.refund("id", 1, T0)).toBe(true);
     expect(await base.stored("id")).toBe(`${T0 + 600}:0:100:60000`);
-    // a refund that empties the state deletes the key, as before
+    // a refund that empties the state leaves it idle at now (kept for a caller whose clock lags)
     expect(await base.refund("id", 1, T0)).toBe(true);
-    expect(await base.stored("id")).toBeNull();
+    expect(await base.stored("id")).toBe(`${T0}:0:100:60000`);
+    expect(await base.take("id", 1, T0)).toEqual({ allowed: true, remaining: 99, retryAfter: 0 });
   });
 
   it("reads a state of two fields", async () => {

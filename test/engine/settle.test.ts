@@ -223,6 +223,29 @@ describe("where a unit goes back", () => {
     expect(await peek(limiter, "a")).toMatchObject({ remaining: 7 });
   });
 
+  it.each([
+    ["gcra", gcra({ limit: 10, period: "1m", burst: 1 })],
+    ["tokenBucket", tokenBucket({ capacity: 1, refillRate: 1, interval: "6s" })],
+  ] as const)(
+    "%s: given back to idle, the TAT stays at the settle's time for a caller lagging behind it",
+    async (_, rule) => {
+      const { limiter, clock, prefix } = limiterOf({ r: rule });
+      clock.set(T0);
+      await limiter.limit("a"); // one unit: busy until T0 + 6 s
+      clock.set(T0 + 6001);
+      const d = await limiter.limit("a", { cost: 1 }); // idle again: busy until T0 + 12.001 s
+      expect(d.allowed).toBe(true);
+      expect(await limiter.settle(d, 0)).toEqual({ difference: -1, via: "redis" });
+      // idle at the settle's time, as before the decision
+      expect(await peek(limiter, "a")).toEqual({ allowed: true, remaining: 1, retryAfter: 0 });
+      // the state is kept (not deleted), its TAT at the settle's own time: a caller 3 s behind still
+      // waits for the unit taken at T0 (it would be let in were the state gone)
+      expect(await client().keys(`${prefix}:*`)).toHaveLength(1);
+      clock.set(T0 + 3001);
+      expect(await peek(limiter, "a")).toEqual({ allowed: false, remaining: 0, retryAfter: 3000 });
+    },
+  );
+
   it("a sliding log removes the decision's own entries, and later admissions at that stamp still count", async () => {
     const { limiter, clock } = limiterOf({ r: slidingLog({ limit: 10, window: "1m" }) });
     clock.set(T0);
