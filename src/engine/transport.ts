@@ -141,6 +141,7 @@ export class Transport {
       // A timer per call, set in the caller's own task: on Workers a timer belongs to the request that
       // set it, and keeps that request alive while it waits on a fetch another request sent.
       if (options.timeout !== Number.POSITIVE_INFINITY) {
+        call.deadline = performance.now() + options.timeout;
         call.timer = setTimeout(timeOut, options.timeout, call);
       }
     });
@@ -205,6 +206,12 @@ export class Transport {
 }
 
 const NO_BREAKER: Admission = Object.freeze({ probe: false });
+/**
+ * A timeout timer firing more than LATE_MS after it was due gives the reply once more up to GRACE_MS
+ * (at most the timeout): the request may not even have left while the event loop was held up.
+ */
+const LATE_MS = 20;
+const GRACE_MS = 100;
 
 /** One call on its way: what the batcher answers, the timeout ends, and the breaker learns. */
 class Call implements Waiter {
@@ -214,6 +221,9 @@ class Call implements Waiter {
   /** NOSCRIPT answers so far (see `receive`). */
   private attempt = 0;
   timer: ReturnType<typeof setTimeout> | undefined = undefined;
+  /** When the timeout was due (performance.now()), and whether a late timer has given the reply more time. */
+  deadline = 0;
+  private graced = false;
 
   constructor(
     public command: unknown[],
@@ -257,6 +267,13 @@ class Call implements Waiter {
 
   /** The timeout ran out: stop waiting (aborting the request if nobody else waits on it). */
   timeOut(): void {
+    // A timer this late was held up by a busy event loop (say a caller awaiting, in a loop, answers that
+    // need no I/O): the reply may have arrived and be waiting unread. Let I/O run a few turns first.
+    if (!this.graced && performance.now() - this.deadline > LATE_MS) {
+      this.graced = true;
+      this.timer = setTimeout(timeOut, Math.min(this.options.timeout, GRACE_MS), this);
+      return;
+    }
     Batcher.abandon(this);
     this.fail(
       new RedisCallError("timeout", `edgelimit: Redis did not answer within ${this.options.timeout} ms`),

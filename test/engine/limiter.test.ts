@@ -764,3 +764,31 @@ describe("decidedAt", () => {
     expect([failed.source, failed.decidedAt]).toEqual(["error", T0 + 42]);
   });
 });
+
+describe("a caller that keeps the event loop busy", () => {
+  it("does not turn another decision's reply, arrived meanwhile, into a timeout", async () => {
+    // One caller awaits cached denials in a loop (no I/O: it never yields to the event loop) for longer
+    // than the timeout, while another decision is on its way. The timer fires late, with the reply
+    // waiting unread: the decision is Redis's answer, not onError's.
+    const limiter = new Limiter({
+      redis: bridgeRedis(bridge.url),
+      prefix: uniquePrefix("busy"),
+      rules: { r: fixedWindow({ limit: 1, window: "1m" }) },
+      timeout: 200,
+    });
+    await limiter.limit("spinner");
+    expect((await limiter.limit("spinner")).allowed).toBe(false);
+    for (let round = 0; round < 3; round++) {
+      const other = limiter.limit(`other-${round}`);
+      const end = performance.now() + 400;
+      let spins = 0;
+      while (performance.now() < end) {
+        const cached = await limiter.limit("spinner");
+        expect(cached.source).toBe("cache");
+        spins++;
+      }
+      const decision = await other;
+      expect([decision.source, decision.allowed, spins > 0]).toEqual(["redis", true, true]);
+    }
+  });
+});
