@@ -10,7 +10,7 @@
 --            a  when an isolate was told to reserve a top-up at home (one at a time per ttl)
 --            ds, dc, dp  the region's demand: start of the current bucket (ttl ms long), units asked in it and in the one before
 -- ARGV[1]  now, epoch ms, from the caller's clock, in hexadecimal
--- ARGV[2]  "take", "put" or "free"
+-- ARGV[2]  "take", "put", "drain" or "free"
 -- ARGV[3]  ttl: ms a deposit may be handed out for; also the span over which demand is measured
 -- ARGV[4]  max: most units the pool holds
 --
@@ -25,6 +25,9 @@
 -- put, ARGV[5] units, ARGV[6] e, ARGV[7] w, ARGV[8] s, ARGV[9] h: deposits units home reserved. Units
 -- left from a pool past its `e` or counted in other windows are taken out for a refund; what would
 -- take the pool past max is too. Answers { units held, leftover, old w, excess } (excess: in the new w).
+--
+-- drain: takes out every unit held, expired or not (an isolate going away gives back the pools it
+-- filled). Answers { 0, 0, units taken out, w } for the caller to refund at home, in the windows w.
 --
 -- free, ARGV[5] the time a take told its caller to reserve: that reservation brought nothing (home
 -- denied, failed, or had no units to spare), so another isolate may ask now. Answers 0.
@@ -47,6 +50,11 @@ local asking = asked ~= nil and now - asked < ttl
 if ARGV[2] == "free" then
   if asked ~= nil and asked == tonumber(ARGV[5]) then redis.call("HDEL", key, "a") end
   return 0
+end
+
+if ARGV[2] == "drain" then
+  if units > 0 then redis.call("HSET", key, "u", "0") end
+  return { 0, 0, units, windows }
 end
 
 if ARGV[2] == "put" then

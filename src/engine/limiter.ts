@@ -425,8 +425,8 @@ export class Limiter {
   }
 
   /**
-   * Gives back the unused units of every lease (one request each, sent now) and stops leasing;
-   * writes this isolate's unflushed analytics; resolves once they are done. `Symbol.asyncDispose` does
+   * Gives back the unused units of every lease (one request each, sent now) and stops leasing; with
+   * `region`, drains the pools this Limiter deposited into and gives their units back; writes this isolate's unflushed analytics; resolves once they are done. `Symbol.asyncDispose` does
    * the same (`await using`).
    *
    * @example

@@ -199,33 +199,40 @@ export class Region {
   }
 
   /**
-   * Takes back what is left in the expired pools this Limiter deposited into, stops its timer, and
-   * resolves once every deposit, top-up and refund sent so far is done.
+   * Takes back what is left in every pool this Limiter deposited into, expired or not (other isolates
+   * of the region refill it from home at their next miss), stops its timer, and resolves once every
+   * deposit, top-up and refund sent so far is done.
    */
   async dispose(): Promise<void> {
     this.disposed = true;
     if (this.timer !== undefined) clearTimeout(this.timer);
     this.timer = undefined;
-    this.sweep(this.clock(), undefined);
-    while (this.pending.size > 0) await Promise.all([...this.pending]);
+    // a deposit still on its way is remembered when it lands: drain again until none is left
+    do {
+      this.sweep(this.clock(), undefined, true);
+      while (this.pending.size > 0) await Promise.all([...this.pending]);
+    } while (this.deposits.size > 0);
   }
 
   /**
    * Every pool this Limiter deposited into whose units are no longer handed out at `now`: asks it for
    * nothing (a take of 0), which takes out what is left for a refund at home, unless another isolate
-   * did, or deposited again since.
+   * did, or deposited again since. With `all` (dispose), every pool it deposited into, drained.
    */
-  sweep(now: number, waitUntil: WaitUntil | undefined): void {
+  sweep(now: number, waitUntil: WaitUntil | undefined, all = false): void {
     let next = Number.POSITIVE_INFINITY;
     for (const [key, entry] of this.deposits) {
-      if (entry.expiresAt > now) {
+      if (entry.expiresAt > now && !all) {
         next = Math.min(next, entry.expiresAt);
         continue;
       }
       this.deposits.delete(key);
       const { identifier, plan } = entry;
+      const asked = all
+        ? this.pool.drain(key, now, plan.rules.length)
+        : this.pool.take(key, 0, now, plan.rules.length);
       this.track(
-        this.pool.take(key, 0, now, plan.rules.length).then((answer) => {
+        asked.then((answer) => {
           if (answer instanceof Error || answer.hit || answer.leftover === 0) return;
           return this.give(identifier, answer.leftover, answer.windowStarts, now, plan);
         }),
@@ -339,7 +346,6 @@ export class Region {
     expiresAt: number,
     background: boolean,
   ): void {
-    if (this.disposed) return;
     this.deposits.delete(key);
     this.deposits.set(key, { identifier, plan, expiresAt });
     // the oldest is forgotten: whoever asks that pool next takes its leftovers out

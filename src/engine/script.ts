@@ -1037,6 +1037,18 @@ export class PoolScript {
   async take(key: string, cost: number, now: number, rules: number, extra = 0): Promise<PoolTake | Error> {
     const command = ["EVALSHA", POOL.sha1, "1", key, now.toString(16), "take", this.ttl, this.max];
     command.push(String(cost), String(extra));
+    return this.ask(command, rules);
+  }
+
+  /**
+   * Takes every unit out of the pool at `key`, expired or not, for a refund at home: answers as a
+   * miss whose `leftover` is what was taken out (`want` 0).
+   */
+  async drain(key: string, now: number, rules: number): Promise<PoolTake | Error> {
+    return this.ask(["EVALSHA", POOL.sha1, "1", key, now.toString(16), "drain", this.ttl, this.max], rules);
+  }
+
+  private async ask(command: string[], rules: number): Promise<PoolTake | Error> {
     const reply = await this.transport.call(command, this.call);
     if (!reply.ok) return reply.error;
     const result = reply.result;

@@ -229,6 +229,11 @@ describe("the pool script (lua/pool.lua): a table of calls at explicit times", (
     expect(await take(5800, 1)).toEqual([1, 3, 16, s, 0, "6000"]);
     expect(await take(5800, 1)).toEqual([1, 2, 0, s, 0, "6000"]);
     expect(await redis.pttl(key)).toBeGreaterThan(14_000);
+    // drain (dispose): every unit out, before its expiry, with its windows; then nothing left
+    expect(await call(5900, "drain")).toEqual([0, 0, 2, "6000"]);
+    expect(await call(5900, "drain")).toEqual([0, 0, 0, "6000"]);
+    expect(await take(5900, 1)).toEqual([0, 0, 0, ""]);
+    expect(await redis.pttl(key)).toBeGreaterThan(14_000);
   });
 });
 
