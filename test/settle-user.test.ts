@@ -108,3 +108,57 @@ describe.each(Object.keys(rules))("%s with default options", (name) => {
     }
   });
 });
+
+describe("a waitUntil that throws when called (Workers' ctx.waitUntil passed unbound)", () => {
+  // As workerd's ExecutionContext: a method that needs its `this`. Taken off the object, it throws.
+  class Context {
+    readonly #pending: Promise<unknown>[] = [];
+    waitUntil(promise: Promise<unknown>): void {
+      this.#pending.push(promise);
+    }
+    settled(): Promise<unknown[]> {
+      return Promise.all(this.#pending);
+    }
+  }
+
+  it("rejects naming waitUntil, sends nothing, and the decision can still be settled", async () => {
+    const clock = manualClock(T0 + 1000);
+    const limiter = new Limiter({
+      redis: userRedis(bridge.url),
+      prefix: uniquePrefix("settle-unbound"),
+      rules: { r: gcra({ limit: 20, period: "1m" }) },
+      clock,
+    });
+    const d = await limiter.limit("u", { cost: 10 });
+    const ctx = new Context();
+    const before = bridge.stats.requests;
+    await expect(limiter.settle(d, 4, { waitUntil: ctx.waitUntil })).rejects.toThrow(
+      /^waitUntil: calling it threw \(.+\); on Workers pass \(p\) => ctx\.waitUntil\(p\) or ctx\.waitUntil\.bind\(ctx\)/,
+    );
+    expect(bridge.stats.requests).toBe(before);
+    expect((await limiter.limit("u", { cost: 0 })).remaining).toBe(10);
+    expect(await limiter.settle(d, 4, { waitUntil: ctx.waitUntil.bind(ctx) })).toEqual({
+      difference: -6,
+      via: "redis",
+      pending: true,
+    });
+    expect(await ctx.settled()).toEqual([{ difference: -6, via: "redis" }]);
+    expect((await limiter.limit("u", { cost: 0 })).remaining).toBe(16);
+  });
+
+  it("a settle that sends nothing still hands waitUntil a promise that ends", async () => {
+    const limiter = new Limiter({
+      redis: userRedis(bridge.url),
+      prefix: uniquePrefix("settle-none"),
+      rules: { r: gcra({ limit: 20, period: "1m" }) },
+      clock: manualClock(T0 + 1000),
+    });
+    const d = await limiter.limit("u", { cost: 4 });
+    const ctx = new Context();
+    expect(await limiter.settle(d, 4, { waitUntil: (p) => ctx.waitUntil(p) })).toEqual({
+      difference: 0,
+      via: "none",
+    });
+    expect(await ctx.settled()).toEqual([{ difference: 0, via: "none" }]);
+  });
+});
