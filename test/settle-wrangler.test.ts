@@ -171,7 +171,7 @@ beforeAll(async () => {
   expect(parseConfig(config).ok).toBe(true);
   const file = join(dir, "settle.json");
   writeFileSync(file, JSON.stringify(config));
-  const env = {
+  const env: NodeJS.ProcessEnv = {
     ...process.env,
     UPSTASH_REDIS_REST_URL: bridge.url,
     UPSTASH_REDIS_REST_TOKEN: inject("bridgeToken"),
