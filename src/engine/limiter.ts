@@ -586,33 +586,46 @@ export class Limiter {
     }
     if (ticket.settled)
       throw new Error(`settle: ${name} was already settled; a decision settles at most once`);
+    // The runtime's waitUntil is called before anything is settled or sent: one that throws (Workers'
+    // ctx.waitUntil passed unbound) rejects here, and the decision can still be settled.
+    const handOff = waitUntil === undefined ? undefined : handOver(waitUntil);
     ticket.settled = true;
-    const { identifier, cost } = ticket;
-    const difference = actual - cost;
-    // failed open: nothing was charged as far as this isolate knows, and the call that timed out may
-    // still be charged late: settling it would risk charging it twice
-    if (difference === 0 || decision.source === "error") return Promise.resolve({ difference, via: "none" });
-    const now = this.now();
-    // units given back may admit what a cached denial would refuse
-    if (difference < 0) this.cache?.delete(identifier);
-    let counted: Counted;
-    if (ticket.leases !== undefined) {
-      const taken = ticket.leases.settleAnswer(identifier, decision, difference, now);
-      if (taken === true) return Promise.resolve({ difference, via: "lease" });
-      const encoding = this.planOf(decision.plan).encoding;
-      counted = { applied: encoding, starts: taken ?? [], counts: encoding.rules.map(() => 0) };
-    } else {
-      counted = ticket.counted ?? this.scripts.counted(decision);
+    try {
+      const { identifier, cost } = ticket;
+      const difference = actual - cost;
+      const done = (settlement: Settlement): Promise<Settlement> => {
+        handOff?.(Promise.resolve(settlement));
+        return Promise.resolve(settlement);
+      };
+      // failed open: nothing was charged as far as this isolate knows, and the call that timed out may
+      // still be charged late: settling it would risk charging it twice
+      if (difference === 0 || decision.source === "error") return done({ difference, via: "none" });
+      const now = this.now();
+      // units given back may admit what a cached denial would refuse
+      if (difference < 0) this.cache?.delete(identifier);
+      let counted: Counted;
+      if (ticket.leases !== undefined) {
+        const taken = ticket.leases.settleAnswer(identifier, decision, difference, now);
+        if (taken === true) return done({ difference, via: "lease" });
+        const encoding = this.planOf(decision.plan).encoding;
+        counted = { applied: encoding, starts: taken ?? [], counts: encoding.rules.map(() => 0) };
+      } else {
+        counted = ticket.counted ?? this.scripts.counted(decision);
+      }
+      const sent = this.scripts
+        .settle(identifier, counted, cost, actual, now)
+        .then(
+          (reply): Settlement =>
+            reply.ok ? { difference, via: "redis" } : { difference, via: "redis", error: reply.error },
+        );
+      if (handOff === undefined) return sent;
+      handOff(sent);
+      return Promise.resolve({ difference, via: "redis", pending: true });
+    } catch (error) {
+      // nothing to wait for: the promise waitUntil holds ends too
+      handOff?.(Promise.reject(error));
+      throw error;
     }
-    const sent = this.scripts
-      .settle(identifier, counted, cost, actual, now)
-      .then(
-        (reply): Settlement =>
-          reply.ok ? { difference, via: "redis" } : { difference, via: "redis", error: reply.error },
-      );
-    if (waitUntil === undefined) return sent;
-    waitUntil(sent);
-    return Promise.resolve({ difference, via: "redis", pending: true });
   }
 
   /**
@@ -730,3 +743,24 @@ Object.defineProperty(Limiter.prototype, asyncDispose, {
   writable: true,
   configurable: true,
 });
+
+/**
+ * Calls `waitUntil` at once with a promise that settles as the one later given to the returned
+ * function; throws, naming the option, when `waitUntil` itself throws.
+ */
+function handOver(waitUntil: WaitUntil): (settlement: Promise<Settlement>) => void {
+  let hand!: (settlement: Promise<Settlement>) => void;
+  const handed = new Promise<Settlement>((resolve) => {
+    hand = resolve;
+  });
+  // a rejection is the caller's (settle() rejects with it), not the runtime's to report unhandled
+  handed.catch(() => {});
+  try {
+    waitUntil(handed);
+  } catch (error) {
+    throw new TypeError(
+      `waitUntil: calling it threw (${(error as Error)?.message ?? String(error)}); on Workers pass (p) => ctx.waitUntil(p) or ctx.waitUntil.bind(ctx), not ctx.waitUntil alone`,
+    );
+  }
+  return hand;
+}
