@@ -3,7 +3,6 @@
 // traffic, then headless Chromium (Debian's, driven by playwright-core) opens the page with the printed
 // development token, by HTTP Basic and by the login form, and reads the numbers the chart and the tables
 // show. A wrong token is refused, and identifiers and paths holding markup show as text and run nothing.
-import { type ChildProcess, spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:http";
@@ -14,10 +13,10 @@ import { type Browser, type BrowserContext, chromium, type Page } from "playwrig
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { opsPage } from "../src/adapters/worker/ops-page.js";
 import { parseConfig } from "../src/http/config.js";
+import { type StartedWorker, startWorker } from "./started-worker.js";
 
 const CHROMIUM = "/usr/bin/chromium";
 const HOSTILE = "<img src=x onerror=alert(1)>";
-const root = join(import.meta.dirname, "..");
 const dir = mkdtempSync(join(tmpdir(), "edgelimit-ops-browser-"));
 
 // GCRA has no window boundary for a test to straddle: 3 at once, then one per 20 minutes.
@@ -28,27 +27,13 @@ const routes = [
 ];
 
 let origin: Server;
-let start: ChildProcess | undefined;
-let output = "";
+let start: StartedWorker | undefined;
 let browser: Browser;
 let base = "";
 let opsUrl = "";
 let token = "";
 
 const sha256 = (text: string) => `sha256:${createHash("sha256").update(text).digest("hex")}`;
-
-async function until<T>(what: string, probe: () => T | undefined, timeout = 90_000): Promise<T> {
-  const deadline = Date.now() + timeout;
-  for (;;) {
-    const value = probe();
-    if (value !== undefined) return value;
-    if (start?.exitCode !== null && start?.exitCode !== undefined) {
-      throw new Error(`npm start exited early while waiting for ${what}:\n${output}`);
-    }
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}:\n${output}`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-}
 
 beforeAll(async () => {
   // Nothing is skipped: without the browser this test fails and says how to get it.
@@ -69,27 +54,11 @@ beforeAll(async () => {
   const file = join(dir, "ops.json");
   writeFileSync(file, JSON.stringify(config));
   const env = { ...process.env };
-  for (const name of [
-    "UPSTASH_REDIS_REST_URL",
-    "UPSTASH_REDIS_REST_TOKEN",
-    "PORT",
-    "EDGELIMIT_ADMIN_TOKEN",
-  ]) {
-    delete env[name];
-  }
-  start = spawn(process.execPath, [join(root, "scripts/start.mjs"), file], {
-    cwd: root,
-    env,
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  start.stdout?.on("data", (chunk) => {
-    output += chunk;
-  });
-  start.stderr?.on("data", (chunk) => {
-    output += chunk;
-  });
+  delete env.UPSTASH_REDIS_REST_URL;
+  delete env.UPSTASH_REDIS_REST_TOKEN;
+  start = startWorker(file, env);
   // The banner names the page and the development token.
-  [, opsUrl, token] = await until("the ops page's line", () => {
+  [, opsUrl, token] = await start.until("the ops page's line", (output) => {
     const match =
       /Ops page: (http:\/\/127\.0\.0\.1:\d+\/_edgelimit\/) {2}\(log in with the development token: (\S+)\)\n/.exec(
         output,
@@ -116,13 +85,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await browser?.close();
-  if (start && start.exitCode === null) {
-    const exited = new Promise((resolve) => start!.once("exit", resolve));
-    start.kill("SIGTERM");
-    const timer = setTimeout(() => start!.kill("SIGKILL"), 20_000);
-    await exited;
-    clearTimeout(timer);
-  }
+  await start?.stop();
   await new Promise((resolve) => origin?.close(resolve));
   rmSync(dir, { recursive: true, force: true });
 }, 60_000);

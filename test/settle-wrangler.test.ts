@@ -4,7 +4,6 @@
 // this file's own. One route settles from an `x-usage` header, one from the OpenAI usage of a JSON body
 // or an SSE stream. The refunds are read back exactly with a peek by a Limiter of the same prefix and
 // rules, on the same bridge, through a real @upstash/redis client with default options.
-import { type ChildProcess, spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, type Server, type ServerResponse } from "node:http";
@@ -16,8 +15,8 @@ import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { parseConfig } from "../src/http/config.js";
 import { fixedWindow, Limiter } from "../src/index.js";
 import { ownBridge } from "./own-bridge.js";
+import { type StartedWorker, startWorker } from "./started-worker.js";
 
-const root = join(import.meta.dirname, "..");
 const dir = mkdtempSync(join(tmpdir(), "edgelimit-settle-wrangler-"));
 const bridge = ownBridge();
 const prefix = `settle-wrangler-${crypto.randomUUID().slice(0, 8)}`;
@@ -108,22 +107,8 @@ async function write(response: ServerResponse, bytes: Buffer): Promise<void> {
 }
 
 let origin: Server;
-let start: ChildProcess | undefined;
-let output = "";
+let start: StartedWorker | undefined;
 let base = "";
-
-async function until<T>(what: string, probe: () => T | undefined, timeout = 90_000): Promise<T> {
-  const deadline = Date.now() + timeout;
-  for (;;) {
-    const value = probe();
-    if (value !== undefined) return value;
-    if (start?.exitCode !== null && start?.exitCode !== undefined) {
-      throw new Error(`npm start exited early while waiting for ${what}:\n${output}`);
-    }
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}:\n${output}`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-}
 
 beforeAll(async () => {
   origin = createServer(async (request, response) => {
@@ -176,32 +161,15 @@ beforeAll(async () => {
     UPSTASH_REDIS_REST_URL: bridge.url,
     UPSTASH_REDIS_REST_TOKEN: inject("bridgeToken"),
   };
-  for (const name of ["PORT", "EDGELIMIT_ADMIN_TOKEN"]) delete env[name];
-  start = spawn(process.execPath, [join(root, "scripts/start.mjs"), file], {
-    cwd: root,
-    env,
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  start.stdout?.on("data", (chunk) => {
-    output += chunk;
-  });
-  start.stderr?.on("data", (chunk) => {
-    output += chunk;
-  });
-  base = await until(
+  start = startWorker(file, env);
+  base = await start.until(
     "the banner",
-    () => /edgelimit is running at (http:\/\/127\.0\.0\.1:\d+) /.exec(output)?.[1],
+    (output) => /edgelimit is running at (http:\/\/127\.0\.0\.1:\d+) /.exec(output)?.[1],
   );
 }, 120_000);
 
 afterAll(async () => {
-  if (start && start.exitCode === null) {
-    const exited = new Promise((resolve) => start!.once("exit", resolve));
-    start.kill("SIGTERM");
-    const timer = setTimeout(() => start!.kill("SIGKILL"), 20_000);
-    await exited;
-    clearTimeout(timer);
-  }
+  await start?.stop();
   for (const id of gates.keys()) open(id);
   origin?.closeAllConnections();
   await new Promise((resolve) => origin?.close(resolve));
