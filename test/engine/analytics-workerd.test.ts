@@ -2,13 +2,12 @@
 // flush handed to the decision's waitUntil once flushEvery has passed, from inside that request, and
 // never from a timer. The fixture Worker (fixtures/analytics-worker.ts) is bundled with esbuild and run
 // by Miniflare, that is, by the real workerd; each dispatchFetch is a request of its own in one isolate.
-import { fileURLToPath } from "node:url";
-import { build } from "esbuild";
-import { Log, LogLevel, Miniflare } from "miniflare";
+import type { Miniflare } from "miniflare";
 import { afterAll, beforeAll, describe, expect, inject, it, vi } from "vitest";
 import { type Bridge, startBridge } from "../../src/bridge/index.js";
 import { fixedWindow, Limiter } from "../../src/index.js";
 import { T0, uniquePrefix } from "../support.js";
+import { startFixture } from "./fixtures/miniflare.js";
 
 let bridge: Bridge;
 let mf: Miniflare;
@@ -17,29 +16,11 @@ const prefix = uniquePrefix("awd");
 
 beforeAll(async () => {
   bridge = await startBridge({ redisUrl: inject("redisUrl"), port: 0, token: inject("bridgeToken") });
-  const bundle = await build({
-    entryPoints: [fileURLToPath(new URL("./fixtures/analytics-worker.ts", import.meta.url))],
-    bundle: true,
-    format: "esm",
-    platform: "browser",
-    conditions: ["workerd", "worker", "browser"],
-    write: false,
-    logLevel: "silent",
-  });
-  const log = new (class extends Log {
-    override log(message: string) {
-      logged.push(message);
-    }
-  })(LogLevel.WARN);
-  mf = new Miniflare({
-    modules: true,
-    script: bundle.outputFiles[0]!.text,
-    compatibilityDate: "2026-05-01",
-    cf: false,
-    log,
-    bindings: { URL: bridge.url, TOKEN: inject("bridgeToken"), PREFIX: prefix },
-  });
-  await mf.ready;
+  mf = await startFixture(
+    "analytics-worker",
+    { URL: bridge.url, TOKEN: inject("bridgeToken"), PREFIX: prefix },
+    logged,
+  );
 }, 60_000);
 
 afterAll(async () => {

@@ -4,14 +4,13 @@
 // is, by the real workerd; each dispatchFetch is a request of its own in one isolate.
 import { createServer, request as httpRequest, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import { fileURLToPath } from "node:url";
 import { Redis } from "@upstash/redis";
-import { build } from "esbuild";
-import { Log, LogLevel, Miniflare } from "miniflare";
+import type { Miniflare } from "miniflare";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { startBridge } from "../../src/bridge/index.js";
 import { fixedWindow, Limiter } from "../../src/index.js";
 import { T0, uniquePrefix } from "../support.js";
+import { startFixture } from "./fixtures/miniflare.js";
 
 type Bridge = Awaited<ReturnType<typeof startBridge>>;
 interface Answer {
@@ -47,33 +46,15 @@ function slowHop(target: URL): Promise<Server> {
 beforeAll(async () => {
   bridge = await startBridge({ redisUrl: inject("redisUrl"), port: 0, token: inject("bridgeToken") });
   slow = await slowHop(new URL(bridge.url));
-  const bundle = await build({
-    entryPoints: [fileURLToPath(new URL("./fixtures/leases-worker.ts", import.meta.url))],
-    bundle: true,
-    format: "esm",
-    platform: "browser",
-    conditions: ["workerd", "worker", "browser"],
-    write: false,
-    logLevel: "silent",
-  });
-  const log = new (class extends Log {
-    override log(message: string) {
-      logged.push(message);
-    }
-  })(LogLevel.WARN);
-  mf = new Miniflare({
-    modules: true,
-    script: bundle.outputFiles[0]!.text,
-    compatibilityDate: "2026-05-01",
-    cf: false,
-    log,
-    bindings: {
+  mf = await startFixture(
+    "leases-worker",
+    {
       URL: bridge.url,
       SLOW_URL: `http://127.0.0.1:${(slow.address() as AddressInfo).port}`,
       TOKEN: inject("bridgeToken"),
     },
-  });
-  await mf.ready;
+    logged,
+  );
 }, 60_000);
 
 afterAll(async () => {
