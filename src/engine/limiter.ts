@@ -413,11 +413,7 @@ export class Limiter {
     }
     // A lease answers on the spot: it never waits on a request, this one's or another's.
     const leased = plan.leases?.answer(identifier, cost, now, waitUntil);
-    if (leased) {
-      ticketProperty.value = { owner: this, identifier, cost, leases: plan.leases, settled: false };
-      Object.defineProperty(leased, TICKET, ticketProperty);
-      return Promise.resolve(leased);
-    }
+    if (leased) return Promise.resolve(this.ticket(leased, identifier, cost, plan.leases));
     const region = this.pools;
     if (region?.serves(plan.encoding))
       return this.decideRegional(region, plan, identifier, cost, now, waitUntil);
@@ -532,9 +528,15 @@ export class Limiter {
   }
 
   /** Remembers, on an admitted `decision`, whose it is and what it cost, for settle(). */
-  private ticket(decision: Decision, identifier: string, cost: number): Decision {
+  private ticket(
+    decision: Decision,
+    identifier: string,
+    cost: number,
+    leases?: Leases,
+    counted?: Counted,
+  ): Decision {
     if (!decision.allowed) return decision;
-    ticketProperty.value = { owner: this, identifier, cost, leases: undefined, settled: false };
+    ticketProperty.value = { owner: this, identifier, cost, leases, counted, settled: false };
     return Object.defineProperty(decision, TICKET, ticketProperty);
   }
 
@@ -648,8 +650,7 @@ export class Limiter {
       const answer = leases ? leases.settle(identifier, taken, now, waitUntil) : taken.decision;
       // counted at home, in the windows of the pool's units
       const counted = { applied: encoding, starts: taken.windowStarts, counts: encoding.rules.map(() => 0) };
-      ticketProperty.value = { owner: this, identifier, cost, leases: undefined, counted, settled: false };
-      return Object.defineProperty(answer, TICKET, ticketProperty);
+      return this.ticket(answer, identifier, cost, undefined, counted);
     }
     if (taken === 0 && leases === undefined) return this.decide(plan, identifier, cost, now, waitUntil);
     const reservation = await this.scripts.reserve(identifier, cost, now, taken + leaseWant, encoding);
