@@ -1,4 +1,4 @@
-import type { Decision } from "./types.js";
+import { type Decision, decidedBy } from "./types.js";
 
 interface Entry {
   /** The plan the denial was decided under: a call under another plan is not answered from it. */
@@ -64,7 +64,7 @@ export class DenyCache {
         retryAfter,
       };
     }
-    return {
+    const answer: Decision = {
       allowed: decision.allowed,
       limit: decision.limit,
       remaining: decision.remaining,
@@ -76,6 +76,8 @@ export class DenyCache {
       decidedAt: now,
       rules,
     };
+    // the rules of the denial it repeats (a custom override's own included): its headers state them
+    return decision.decidedBy === undefined ? answer : decidedBy(answer, decision.decidedBy);
   }
 
   /**

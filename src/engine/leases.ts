@@ -15,7 +15,7 @@
 import type { Rule } from "./algorithms.js";
 import { describe, readDuration } from "./duration.js";
 import type { Reservation } from "./script.js";
-import type { Decision, RuleResult } from "./types.js";
+import { type Decision, decidedBy, type RuleResult } from "./types.js";
 import { type Issue, issueText, MAX_TIMER_MS } from "./validate.js";
 
 /** What `lease` takes: at most `max` units held per identifier, each for at most `ttl`. */
@@ -131,6 +131,12 @@ interface Held {
   /** Units handed out since the snapshot. */
   used: number;
   windowStarts: readonly number[];
+  /**
+   * The plan name and rules the units were reserved under: the Leases' plan's, or those of an override
+   * stored for the identifier (a custom one's own rules). Its answers say and state them.
+   */
+  plan: string;
+  rules: readonly Rule[];
 }
 
 interface Seen {
@@ -175,7 +181,7 @@ export class Leases {
     private readonly scripts: LeaseScripts,
     private readonly clock: () => number,
     /** The plan these leases decide under: what their decisions' `plan` says. */
-    private readonly plan = "default",
+    readonly plan = "default",
     /**
      * With overrides on, ms a lease is held at most (`overrides.maxStale`): an override set elsewhere
      * reaches this isolate's leased answers within it. 0: no leases.
@@ -215,7 +221,7 @@ export class Leases {
     lease.units -= cost;
     lease.used += cost;
     this.stats.answered += 1;
-    const decision = fromLease(lease, this.rules, this.plan, now);
+    const decision = fromLease(lease, now);
     answeredFrom.value = lease;
     Object.defineProperty(decision, ANSWERED_FROM, answeredFrom);
     if (lease.units === 0) this.detach(identifier, seen);
@@ -280,16 +286,15 @@ export class Leases {
       return;
     }
     if (lease === undefined) {
-      this.start(identifier, seen, units, withHeld(decision, units).rules, windowStarts, now, waitUntil);
+      this.start(identifier, seen, units, withHeld(decision, units), windowStarts, now, waitUntil);
       return;
     }
-    const same = windowStarts.every((start, i) => start === lease.windowStarts[i]);
-    const keep = same ? Math.min(units, this.config.max - lease.units) : 0;
+    const keep = joins(lease, decision, windowStarts) ? Math.min(units, this.config.max - lease.units) : 0;
     lease.units += keep;
     lease.snapshot = withHeld(decision, lease.units).rules;
     lease.used = 0;
     // a lease topped up lives a ttl from then (what is left of the old units is at most a quarter of max)
-    if (keep > 0) lease.expiresAt = this.expiry(now, windowStarts);
+    if (keep > 0) lease.expiresAt = this.expiry(now, windowStarts, lease.rules);
     if (units > keep) this.refund([{ identifier, units: units - keep, windowStarts }], now, waitUntil);
   }
 
@@ -362,8 +367,9 @@ export class Leases {
     if (lease !== undefined) {
       // A decision whose cost the lease could not cover, or a second reservation that crossed the
       // first. Units that would take the lease past `max`, or that were counted in another window, go back.
-      const same = windowStarts.every((start, i) => start === lease.windowStarts[i]);
-      const keep = same ? Math.min(reserved, this.config.max - lease.units) : 0;
+      const keep = joins(lease, decision, windowStarts)
+        ? Math.min(reserved, this.config.max - lease.units)
+        : 0;
       lease.snapshot = answer.rules;
       lease.used = 0;
       lease.units += keep;
@@ -371,7 +377,7 @@ export class Leases {
         this.refund([{ identifier, units: reserved - keep, windowStarts }], now, waitUntil);
       return answer;
     }
-    if (reserved > 0) this.start(identifier, seen, reserved, answer.rules, windowStarts, now, waitUntil);
+    if (reserved > 0) this.start(identifier, seen, reserved, answer, windowStarts, now, waitUntil);
     return answer;
   }
 
@@ -379,12 +385,21 @@ export class Leases {
     identifier: string,
     seen: Seen,
     units: number,
-    snapshot: Record<string, RuleResult>,
+    answer: Decision,
     windowStarts: readonly number[],
     now: number,
     waitUntil: WaitUntil | undefined,
   ): void {
-    const held: Held = { units, expiresAt: this.expiry(now, windowStarts), snapshot, used: 0, windowStarts };
+    const rules = answer.decidedBy ?? this.rules;
+    const held: Held = {
+      units,
+      expiresAt: this.expiry(now, windowStarts, rules),
+      snapshot: answer.rules,
+      used: 0,
+      windowStarts,
+      plan: answer.plan,
+      rules,
+    };
     seen.lease = held;
     this.held.set(identifier, held);
     if (held.expiresAt < this.nextExpiry) this.nextExpiry = held.expiresAt;
@@ -486,9 +501,9 @@ export class Leases {
    * A window rule counts units in the window they were reserved in: a unit of that window handed out
    * in the next one would let the next one hold more than its limit. So a lease ends with its windows.
    */
-  private expiry(now: number, windowStarts: readonly number[]): number {
+  private expiry(now: number, windowStarts: readonly number[], rules: readonly Rule[]): number {
     let expiresAt = now + Math.min(this.config.ttl, this.maxStale);
-    this.rules.forEach((rule, i) => {
+    rules.forEach((rule, i) => {
       if (rule.algorithm === "fixedWindow" || rule.algorithm === "slidingWindow") {
         expiresAt = Math.min(expiresAt, windowStarts[i]! + rule.window);
       }
@@ -509,21 +524,34 @@ export class Leases {
   }
 }
 
-/** The decision with `units` more remaining under every rule. */
-function withHeld(decision: Decision, units: number): Decision {
+/** The decision with `units` more remaining under every rule (units held for a lease or a regional pool). */
+export function withHeld(decision: Decision, units: number): Decision {
   if (units === 0) return decision;
   const rules: Record<string, RuleResult> = {};
   for (const [name, rule] of Object.entries(decision.rules))
     rules[name] = { ...rule, remaining: rule.remaining + units };
-  return { ...decision, remaining: decision.remaining + units, rules };
+  const held = { ...decision, remaining: decision.remaining + units, rules };
+  return decision.decidedBy === undefined ? held : decidedBy(held, decision.decidedBy);
+}
+
+/**
+ * Whether units a decision reserved in `windowStarts` may join `lease`: counted in the same windows,
+ * under the same rules (an override changed in between: they go back instead).
+ */
+function joins(lease: Held, decision: Decision, windowStarts: readonly number[]): boolean {
+  return (
+    decision.plan === lease.plan &&
+    (decision.decidedBy ?? lease.rules) === lease.rules &&
+    windowStarts.every((start, i) => start === lease.windowStarts[i])
+  );
 }
 
 /** An admission from a lease: what Redis last said, minus what this isolate has used since. */
-function fromLease(lease: Held, rules: readonly Rule[], plan: string, now: number): Decision {
+function fromLease(lease: Held, now: number): Decision {
   const out: Record<string, RuleResult> = {};
   let binding: string | undefined;
   let least = Number.POSITIVE_INFINITY;
-  for (const rule of rules) {
+  for (const rule of lease.rules) {
     const last = lease.snapshot[rule.name]!;
     const remaining = Math.max(0, last.remaining - lease.used);
     out[rule.name] = { allowed: true, limit: last.limit, remaining, resetAt: last.resetAt, retryAfter: 0 };
@@ -533,5 +561,14 @@ function fromLease(lease: Held, rules: readonly Rule[], plan: string, now: numbe
     }
   }
   const b = out[binding!]!;
-  return { ...b, retryAfter: 0, rule: binding!, source: "lease", plan, decidedAt: now, rules: out };
+  const decision: Decision = {
+    ...b,
+    retryAfter: 0,
+    rule: binding!,
+    source: "lease",
+    plan: lease.plan,
+    decidedAt: now,
+    rules: out,
+  };
+  return decidedBy(decision, lease.rules);
 }

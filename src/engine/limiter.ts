@@ -16,16 +16,9 @@ import { checkIdentifier, checkPrefix, RuleKeys } from "./keys.js";
 import { type LeaseOptions, Leases, leaseConfig, type WaitUntil } from "./leases.js";
 import { Overrides, type OverridesOptions, overridesConfig } from "./overrides.js";
 import { Region, type RegionOptions, regionPool } from "./region.js";
-import {
-  type Counted,
-  type PlanEncoding,
-  PoolScript,
-  type Reservation,
-  RuleScripts,
-  rulesOfDecision,
-} from "./script.js";
+import { type Counted, type PlanEncoding, PoolScript, type Reservation, RuleScripts } from "./script.js";
 import { type Transport, transportFor } from "./transport.js";
-import type { Decision, RuleResult, Settlement } from "./types.js";
+import { type Decision, decidedBy, type RuleResult, type Settlement } from "./types.js";
 import { checkClock, checkOptions, issueText, positiveMs, readClock } from "./validate.js";
 
 /** What `new Limiter()` takes. Only `redis` and `rules` are required. */
@@ -373,7 +366,9 @@ export class Limiter {
    */
   rulesOf(plan?: string | Decision): readonly Rule[] {
     if (typeof plan === "object" && plan !== null) {
-      return rulesOfDecision(plan) ?? this.planOf(plan.plan).encoding.rules;
+      // every decision this Limiter returns carries its rules; a copy made with a spread does not, and
+      // gets its plan's (the base rules for "custom" or a plan this Limiter does not have): never a throw
+      return plan.decidedBy ?? (this.plans.get(plan.plan) ?? this.plans.get("default")!).encoding.rules;
     }
     return this.planOf(plan).encoding.rules;
   }
@@ -609,8 +604,9 @@ export class Limiter {
       if (ticket.leases !== undefined) {
         const taken = ticket.leases.settleAnswer(identifier, decision, difference, now);
         if (taken === true) return done({ difference, via: "lease" });
-        const encoding = this.planOf(decision.plan).encoding;
-        counted = { applied: encoding, starts: taken ?? [], counts: encoding.rules.map(() => 0) };
+        // the rules the lease's units were reserved under (a custom override's too), in its windows
+        const { applied } = this.scripts.counted(decision);
+        counted = { applied, starts: taken ?? [], counts: applied.rules.map(() => 0) };
       } else {
         counted = ticket.counted ?? this.scripts.counted(decision);
       }
@@ -718,7 +714,7 @@ export class Limiter {
     }
     const first = plan.rules[0]!;
     const outcome = rules[first.name]!;
-    return {
+    const decision: Decision = {
       allowed: outcome.allowed,
       limit: outcome.limit,
       remaining: outcome.remaining,
@@ -731,6 +727,7 @@ export class Limiter {
       rules,
       error: error instanceof Error ? error : new Error(String(error)),
     };
+    return decidedBy(decision, plan.rules);
   }
 }
 

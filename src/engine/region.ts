@@ -20,10 +20,10 @@ import type { Rule } from "./algorithms.js";
 import { describe } from "./duration.js";
 import type { RedisCallError } from "./errors.js";
 import type { RuleKeys } from "./keys.js";
-import { checkLease, type LeaseConfig, type LeaseOptions, type WaitUntil } from "./leases.js";
+import { checkLease, type LeaseConfig, type LeaseOptions, type WaitUntil, withHeld } from "./leases.js";
 import type { PlanEncoding, PoolScript, Reservation, RuleScripts } from "./script.js";
 import type { Transport } from "./transport.js";
-import type { Decision, RuleResult } from "./types.js";
+import { type Decision, decidedBy, type RuleResult } from "./types.js";
 import { type Issue, issueText, MAX_TIMER_MS } from "./validate.js";
 
 /** Pools whose deposits a Limiter remembers, to take back their leftovers (the oldest forgotten first). */
@@ -176,7 +176,7 @@ export class Region {
       return { decision, reserved: reserved - share, windowStarts };
     }
     this.deposit(identifier, share, windowStarts, decision, now, plan, waitUntil);
-    return { decision: withUnits(decision, share), reserved: reserved - share, windowStarts };
+    return { decision: withHeld(decision, share), reserved: reserved - share, windowStarts };
   }
 
   /**
@@ -387,14 +387,6 @@ export class Region {
   }
 }
 
-/** The decision with `units` more remaining under every rule (units held for the region). */
-function withUnits(decision: Decision, units: number): Decision {
-  const rules: Record<string, RuleResult> = {};
-  for (const [name, rule] of Object.entries(decision.rules))
-    rules[name] = { ...rule, remaining: rule.remaining + units };
-  return { ...decision, remaining: decision.remaining + units, rules };
-}
-
 /** An admission from the pool: home's remaining as of the last deposit, plus what the pool holds now. */
 function fromPool(
   snapshot: readonly { readonly remaining: number; readonly resetAt: number }[],
@@ -421,5 +413,13 @@ function fromPool(
     }
   });
   const b = rules[binding]!;
-  return { ...b, rule: binding, source: "region", plan: plan.name, decidedAt: now, rules };
+  const decision: Decision = {
+    ...b,
+    rule: binding,
+    source: "region",
+    plan: plan.name,
+    decidedAt: now,
+    rules,
+  };
+  return decidedBy(decision, plan.rules);
 }

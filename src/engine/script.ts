@@ -33,7 +33,7 @@ import {
 } from "./generated/scripts.js";
 import type { RuleKeys } from "./keys.js";
 import type { CallOptions, CallResult, Script, Transport } from "./transport.js";
-import type { Decision, RuleResult } from "./types.js";
+import { type Decision, decidedBy, type RuleResult } from "./types.js";
 
 /** A fixed window's key outlives its window by min(window, GRACE) ms (lua/algorithms/fixed_window.lua). */
 const GRACE = ALGORITHM_CONSTANTS.fixedWindow.GRACE;
@@ -325,20 +325,6 @@ export interface Applied {
   readonly rules: readonly Rule[];
 }
 
-/**
- * A Decision under a custom override carries the rules it applied here (an enumerable symbol key:
- * spreads, as the deny cache and leases make, keep it). Read it with rulesOfDecision().
- */
-const APPLIED: unique symbol = Symbol("edgelimit.applied");
-
-/**
- * The rules `decision` was decided by when a custom override applied them, else undefined (then
- * `limiter.rulesOf(decision.plan)` has them): what its RateLimit-Policy states.
- */
-export function rulesOfDecision(decision: Decision): readonly Rule[] | undefined {
-  return (decision as { [APPLIED]?: readonly Rule[] })[APPLIED];
-}
-
 /** How many decoded override lines RuleScripts keeps (a custom line is decoded once). */
 const APPLIED_ENTRIES = 1000;
 /** Override lines already warned about, once per isolate each. */
@@ -546,9 +532,13 @@ export class RuleScripts {
    *                       remaining is Redis's own).
    */
   counted(decision: Decision): Counted {
-    const custom = decision.plan === "custom" ? rulesOfDecision(decision) : undefined;
+    // the decision carries the rules it was decided by: a plan's (by name, with its keys) or a custom override's
+    const own = this.plans.get(decision.plan);
+    const custom = decision.decidedBy;
     const applied: Applied =
-      custom === undefined ? (this.plans.get(decision.plan) ?? this.base) : { name: "custom", rules: custom };
+      decision.plan === "custom" && custom !== undefined
+        ? { name: "custom", rules: custom }
+        : (own ?? this.base);
     const now = decision.decidedAt;
     const starts: number[] = [];
     const counts: number[] = [];
@@ -715,8 +705,7 @@ export class RuleScripts {
       decidedAt: now,
       rules,
     };
-    if (applied.name === "custom") (decision as { [APPLIED]?: readonly Rule[] })[APPLIED] = applied.rules;
-    return decision;
+    return decidedBy(decision, applied.rules);
   }
 
   /**
@@ -735,12 +724,7 @@ export class RuleScripts {
     }
     const line = result[result.length - 1];
     if (typeof line !== "string") return unexpected(result);
-    const applied = this.appliedOf(line);
-    const decision = decode(applied, result.slice(0, -1), reserving, now);
-    if (applied.name === "custom" && !(decision instanceof Error)) {
-      (decision as { [APPLIED]?: readonly Rule[] })[APPLIED] = applied.rules;
-    }
-    return decision;
+    return decode(this.appliedOf(line), result.slice(0, -1), reserving, now);
   }
 
   /** What a stored override's line applies, as lua/overrides.lua reads it; decoded once per line. */
@@ -888,7 +872,7 @@ function oneRuleDecision(
   const name = plan.rules[0]!.name;
   const rules: Record<string, RuleResult> = {};
   rules[name] = outcome;
-  return {
+  const decision: Decision = {
     allowed: outcome.allowed,
     limit: outcome.limit,
     remaining: outcome.remaining,
@@ -900,6 +884,7 @@ function oneRuleDecision(
     decidedAt: now,
     rules,
   };
+  return decidedBy(decision, plan.rules);
 }
 
 /** The limiter script's table: 4 integers per rule (then, reserving, 1 + one per rule). */
@@ -929,7 +914,7 @@ function decode(plan: Applied, result: unknown, reserving: boolean, now: number)
     }
   }
   const b = binding!;
-  return {
+  const decision: Decision = {
     allowed,
     limit: b.limit,
     remaining: b.remaining,
@@ -941,6 +926,7 @@ function decode(plan: Applied, result: unknown, reserving: boolean, now: number)
     decidedAt: now,
     rules,
   };
+  return decidedBy(decision, plan.rules);
 }
 
 function unexpected(result: unknown): RedisCallError {

@@ -1,3 +1,5 @@
+import type { Rule } from "./algorithms.js";
+
 /** The outcome of one rule for one decision. */
 export interface RuleResult {
   allowed: boolean;
@@ -34,6 +36,24 @@ export interface Decision extends RuleResult {
    * "unreachable", "unauthorized", "http", "redis" or "breaker-open".
    */
   error?: Error;
+  /**
+   * The rules this decision was decided by, in rule order: its plan's, or a custom override's own.
+   * What its RateLimit-Policy states (`rateLimitHeaders(decision)` reads it). Set on every decision a
+   * Limiter returns, whatever its source; not enumerable, so JSON, logs and deep equality skip it (a
+   * spread copy of a decision drops it too: keep the Decision a Limiter returned).
+   */
+  readonly decidedBy?: readonly Rule[];
+}
+
+/** The descriptor of every `decidedBy` (its value set each time): read-only, not enumerable. */
+const decidedByProperty: PropertyDescriptor = { value: undefined, enumerable: false, configurable: true };
+
+/** `decision`, carrying `rules` as the rules it was decided by (its `decidedBy`). */
+export function decidedBy<D extends Decision>(decision: D, rules: readonly Rule[]): D {
+  decidedByProperty.value = rules;
+  Object.defineProperty(decision, "decidedBy", decidedByProperty);
+  decidedByProperty.value = undefined;
+  return decision;
 }
 
 /** What `Limiter.settle()` did. */

@@ -32,6 +32,19 @@ import type { Decision } from "../engine/types.js";
 /** What the header functions read of a rule: `limiter.rules` fits. */
 export type PolicyRule = Pick<Rule, "name" | "policy">;
 
+/**
+ * The rules a header function states: those given, else those the decision was decided by (its
+ * `decidedBy`: its plan's, or a custom override's own), else none (a decision made by hand).
+ */
+function policyOf<O>(
+  decision: Decision,
+  rulesOrOptions: readonly PolicyRule[] | O | undefined,
+  options: O | undefined,
+): [readonly PolicyRule[], O | undefined] {
+  if (Array.isArray(rulesOrOptions)) return [rulesOrOptions, options];
+  return [decision.decidedBy ?? [], rulesOrOptions as O | undefined];
+}
+
 /** Options of {@link rateLimitHeaders} and {@link tooManyRequests}. */
 export interface HeaderOptions {
   /** Also send X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset (default false). */
@@ -84,14 +97,22 @@ export function policyHeader(rules: readonly PolicyRule[]): string {
  *
  * @example
  * const decision = await limiter.limit(ip);
- * const headers = rateLimitHeaders(decision, limiter.rules);
+ * const headers = rateLimitHeaders(decision);
  * // { "RateLimit-Policy": '"burst";q=20;w=2', "RateLimit": '"burst";r=19;t=1' }
  */
+export function rateLimitHeaders(decision: Decision, options?: HeaderOptions): Record<string, string>;
+/** The same, stating `rules` instead of the rules the decision was decided by. */
 export function rateLimitHeaders(
   decision: Decision,
   rules: readonly PolicyRule[],
-  options: HeaderOptions = {},
+  options?: HeaderOptions,
+): Record<string, string>;
+export function rateLimitHeaders(
+  decision: Decision,
+  rulesOrOptions?: readonly PolicyRule[] | HeaderOptions,
+  maybeOptions?: HeaderOptions,
 ): Record<string, string> {
+  const [rules, options = {}] = policyOf(decision, rulesOrOptions, maybeOptions);
   const { legacy = false, now = decision.decidedAt } = options;
   const headers: Record<string, string> = {};
   if (rules.length > 0) headers["RateLimit-Policy"] = policyHeader(rules);
@@ -116,16 +137,24 @@ export function rateLimitHeaders(
  * Throws a TypeError for an admitted decision: there is nothing to refuse.
  *
  * @example
- * problemDetails(decision, limiter.rules)
+ * problemDetails(decision)
  * // { type: "https://iana.org/assignments/http-problem-types#quota-exceeded", status: 429,
  * //   "violated-policies": ["burst"], "retry-after": 1, ... }
  */
+export function problemDetails(decision: Decision, options?: Pick<HeaderOptions, "now">): ProblemDetails;
+/** The same, listing violated policies in the order of `rules`. */
 export function problemDetails(
   decision: Decision,
   rules: readonly PolicyRule[],
-  options: Pick<HeaderOptions, "now"> = {},
+  options?: Pick<HeaderOptions, "now">,
+): ProblemDetails;
+export function problemDetails(
+  decision: Decision,
+  rulesOrOptions?: readonly PolicyRule[] | Pick<HeaderOptions, "now">,
+  maybeOptions?: Pick<HeaderOptions, "now">,
 ): ProblemDetails {
   if (decision.allowed) throw new TypeError("problemDetails: the decision admitted the request");
+  const [rules, options = {}] = policyOf(decision, rulesOrOptions, maybeOptions);
   const now = options.now ?? decision.decidedAt;
   const retry = secondsUntil(nextAt(decision, now), now);
   if (decision.source === "error") return undecided(retry);
@@ -142,13 +171,21 @@ export function problemDetails(
  *
  * @example
  * const decision = await limiter.limit(ip);
- * if (!decision.allowed) return tooManyRequests(decision, limiter.rules);
+ * if (!decision.allowed) return tooManyRequests(decision);
  */
+export function tooManyRequests(decision: Decision, options?: HeaderOptions): Response;
+/** The same, stating `rules` instead of the rules the decision was decided by. */
 export function tooManyRequests(
   decision: Decision,
   rules: readonly PolicyRule[],
-  options: HeaderOptions = {},
+  options?: HeaderOptions,
+): Response;
+export function tooManyRequests(
+  decision: Decision,
+  rulesOrOptions?: readonly PolicyRule[] | HeaderOptions,
+  maybeOptions?: HeaderOptions,
 ): Response {
+  const [rules, options = {}] = policyOf(decision, rulesOrOptions, maybeOptions);
   const now = options.now ?? decision.decidedAt;
   const body = problemDetails(decision, rules, { now });
   return problemResponse(body, {
@@ -180,6 +217,9 @@ export function tooManyInFlight(
   return problemResponse(body, headers);
 }
 
+/** Options of {@link enforce}: the header options, and "shadow" to serve what would be refused. */
+export type EnforceOptions = HeaderOptions & { mode?: "enforce" | "shadow" };
+
 /** What an adapter does with a decision: answer with `refusal`, or serve and add `headers`. */
 export interface Enforcement {
   /** The 429 to answer with instead of serving; undefined when the request goes on. */
@@ -197,16 +237,24 @@ export interface Enforcement {
  *
  * @example
  * const decision = await limiter.limit(ip);
- * const { refusal, headers } = enforce(decision, limiter.rules, { mode: "shadow" });
+ * const { refusal, headers } = enforce(decision, { mode: "shadow" });
  * if (refusal) return refusal;
  * const response = new Response(origin.body, origin); // a mutable copy
  * for (const [name, value] of Object.entries(headers)) response.headers.set(name, value);
  */
+export function enforce(decision: Decision, options?: EnforceOptions): Enforcement;
+/** The same, stating `rules` instead of the rules the decision was decided by. */
 export function enforce(
   decision: Decision,
   rules: readonly PolicyRule[],
-  options: HeaderOptions & { mode?: "enforce" | "shadow" } = {},
+  options?: EnforceOptions,
+): Enforcement;
+export function enforce(
+  decision: Decision,
+  rulesOrOptions?: readonly PolicyRule[] | EnforceOptions,
+  maybeOptions?: EnforceOptions,
 ): Enforcement {
+  const [rules, options = {}] = policyOf(decision, rulesOrOptions, maybeOptions);
   const { mode = "enforce", ...headerOptions } = options;
   const now = headerOptions.now ?? decision.decidedAt;
   if (!decision.allowed && mode === "enforce") {

@@ -6,6 +6,7 @@
 export { type FailureLog, type FailureLogOptions, failureLog } from "./error-log.js";
 export {
   type Enforcement,
+  type EnforceOptions,
   enforce,
   type HeaderOptions,
   type PolicyRule,

@@ -4,7 +4,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import { LIMITER_OVERRIDES } from "../../src/engine/generated/scripts.js";
 import { RuleKeys } from "../../src/engine/keys.js";
-import { limiterArgs, rulesOfDecision } from "../../src/engine/script.js";
+import { limiterArgs } from "../../src/engine/script.js";
 import { fixedWindow, gcra, Limiter, type RuleConfig, slidingWindow, tokenBucket } from "../../src/index.js";
 import { type Cluster, startCluster } from "../cluster.js";
 import { bridgeRedis, manualClock, T0, uniquePrefix } from "../support.js";
@@ -80,12 +80,12 @@ describe("overrides on: the override read in the decision's EVALSHA", () => {
     await store(limiter, "c", "!gcra 5 3600000 7", { rules: { perHour: { limit: 5, burst: 7 } } });
     const first = await limiter.limit("c", { plan: "pro" });
     expect(first).toMatchObject({ allowed: true, plan: "custom", limit: 7, remaining: 6 });
-    const applied = rulesOfDecision(first)!;
+    const applied = first.decidedBy!;
     expect(applied.map((r) => [r.name, r.algorithm, r.limit])).toEqual([["perHour", "gcra", 7]]);
     expect(applied[0]).toMatchObject({ rate: 5, period: HOUR, burst: 7 });
     expect(await admitted(limiter, "c", 10, "pro")).toEqual({ n: 6, plans: ["custom"] });
-    // a base decision carries none
-    expect(rulesOfDecision(await limiter.limit("other"))).toBeUndefined();
+    // a base decision carries the base rules
+    expect((await limiter.limit("other")).decidedBy).toBe(limiter.rules);
   });
 
   it("falls back to the base rules when the stored plan or rules do not fit, warning once per line", async () => {
@@ -148,7 +148,7 @@ describe("overrides on: the override read in the decision's EVALSHA", () => {
     expect(await admitted(limiter, "base", 10)).toEqual({ n: 3, plans: ["default"] });
     await store(limiter, "o", line, {});
     expect(await admitted(limiter, "o", 10)).toEqual({ n: 6, plans: ["custom"] });
-    expect(rulesOfDecision(await limiter.limit("o"))![0]!.limit).toBe(6);
+    expect((await limiter.limit("o")).decidedBy![0]!.limit).toBe(6);
   });
 
   it("one fixed window: its own script applies plans, windows and custom limits exactly", async () => {
@@ -250,7 +250,7 @@ describe("overrides on: the override read in the decision's EVALSHA", () => {
           plan: b.plan,
           ...b.rules.r,
         });
-        expect(rulesOfDecision(a)?.[0]).toEqual(rulesOfDecision(b)?.[0]);
+        expect(a.decidedBy?.[0]).toEqual(b.decidedBy?.[0]);
         seen.add(a.plan);
         if (!a.allowed) denied++;
       }

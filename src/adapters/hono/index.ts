@@ -164,7 +164,7 @@ export const rateLimit = <E extends Env = Env>({
     const where = { key: id, decision, method: c.req.method, path: c.req.path };
     const failure = failures.record(decision, `${where.method} ${where.path}`);
     if (failure) log({ kind: "error", message: failure, ...where });
-    const { refusal, headers, shadowDenied } = enforce(decision, limiter.rulesOf(decision), {
+    const { refusal, headers, shadowDenied } = enforce(decision, {
       mode,
       legacy: legacyHeaders,
     });

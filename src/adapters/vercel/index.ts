@@ -79,7 +79,7 @@ export function createMiddleware(
     });
     const failure = failures.record(decision, `${request.method} ${pathname}`);
     if (failure) console.warn(failure);
-    const { refusal, headers } = enforce(decision, limiter.rulesOf(decision), { legacy: legacyHeaders });
+    const { refusal, headers } = enforce(decision, { legacy: legacyHeaders });
     return refusal ?? next({ headers });
   };
 }
