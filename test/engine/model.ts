@@ -1,0 +1,422 @@
+// The reference model of every algorithm, for test/engine/cross-feature.property.test.ts: what one
+// identifier's state in Redis means, as a pure function of (state, now, cost, rule), written from
+// docs/algorithms.md and lua/algorithms/*.lua with the structure of the state instead of its bytes
+// (a TAT in 1/rate ms, a window's count, a sliding window's counts and slots, a log's entries). It
+// answers what the limiter script answers (allowed, remaining, resetAt, retryAfter: lua/dispatcher.lua)
+// and settles as lua/settle.lua does. Nothing here imports the engine: it is the second opinion.
+
+/** A rule as the model reads it: a token bucket is GCRA (rate = refillRate, period = interval, burst = capacity). */
+export type ModelRule =
+  | { readonly algorithm: "gcra"; readonly rate: number; readonly period: number; readonly burst: number }
+  | Windowed<"fixedWindow">
+  | Windowed<"slidingWindow">
+  | Windowed<"slidingLog">;
+
+type Windowed<A extends string> = { readonly algorithm: A; readonly limit: number; readonly window: number };
+
+/** What the limiter script answers for one rule. */
+export interface Outcome {
+  allowed: boolean;
+  limit: number;
+  remaining: number;
+  resetAt: number;
+  retryAfter: number;
+}
+
+/** Where an admission counted its units: a window's start, a log's stamp and the count before its entries. */
+export interface Counted {
+  readonly start: number;
+  readonly mark: number;
+}
+
+/** A debt takes a rule at most this many times its limit (lua/settle.lua's DEBT_CAP). */
+const DEBT_CAP = 4;
+const SLOTS = 64;
+
+/** GCRA's state: TAT in 1/rate ms, and the rate it was written under; `fragile` when its key's TTL was short. */
+interface GcraState {
+  tat: number;
+  rate: number;
+  period: number;
+  fragile: boolean;
+}
+
+/** A sliding window's state: its window's index, its two counts, the slots of their latest units, and skew. */
+interface SlidingState {
+  index: number;
+  current: number;
+  previous: number;
+  latest: number;
+  earlier: number;
+  skewed: boolean;
+}
+
+interface Counting {
+  start: number;
+  current: number;
+  previous: number;
+  room: number;
+  spread: number;
+  /** latest * 64 + earlier, + 4096 when read as this window's, + 8192 once clocks disagreed (as the Lua's). */
+  slots: number;
+}
+
+const mod = (a: number, b: number) => ((a % b) + b) % b;
+const ceilDiv = (a: number, b: number) => Math.floor((a + b - 1) / b);
+
+/** One identifier's state under every rule of one name (its plans share a key, but a window of another length). */
+export class Model {
+  private gcraState: GcraState | undefined;
+  private readonly fixed = new Map<string, number>();
+  private readonly sliding = new Map<number, SlidingState>();
+  private log: { stamp: number; n: number }[] = [];
+
+  /** The TAT (epoch ms, rounded down) of a GCRA state whose key may expire on Redis's clock any moment. */
+  fragileTat(): number | undefined {
+    const state = this.gcraState;
+    return state?.fragile ? Math.floor(state.tat / state.rate) : undefined;
+  }
+
+  /**
+   * The answer of the limiter script for `cost` at `now` (0 peeks); with `write`, the state it leaves
+   * (an admission's units, and a GCRA state read under another rate converted, even by a denial).
+   */
+  decide(
+    rule: ModelRule,
+    now: number,
+    cost: number,
+    write: boolean,
+  ): { outcome: Outcome; counted?: Counted } {
+    switch (rule.algorithm) {
+      case "gcra":
+        return this.gcra(rule, now, cost, write);
+      case "fixedWindow":
+        return this.fixedWindow(rule, now, cost, write);
+      case "slidingWindow":
+        return this.slidingWindow(rule, now, cost, write);
+      case "slidingLog":
+        return this.slidingLog(rule, now, cost, write);
+    }
+  }
+
+  /** lua/settle.lua for an admission of `cost` counted at `counted` under `rule`, really costing `actual`. */
+  settle(rule: ModelRule, now: number, cost: number, actual: number, counted: Counted): void {
+    if (actual === cost) return;
+    switch (rule.algorithm) {
+      case "gcra":
+        this.settleGcra(rule, now, cost, actual);
+        break;
+      case "fixedWindow":
+        this.settleFixed(rule, now, cost, actual, counted);
+        break;
+      case "slidingWindow":
+        this.settleSliding(rule, now, cost, actual, counted);
+        break;
+      case "slidingLog":
+        this.settleLog(rule, now, cost, actual, counted);
+        break;
+    }
+  }
+
+  // GCRA: admitted iff max(TAT, t) + n*T - t <= burst*T; in 1/rate ms, T is `period`. A state written
+  // under another rate carries its units used (partly earned back: used), at most burst.
+  private readGcra(rule: Extract<ModelRule, { algorithm: "gcra" }>, now: number, write: boolean) {
+    const { rate, period, burst } = rule;
+    const state = this.gcraState;
+    let d = 0;
+    let raw: number | undefined;
+    if (state !== undefined) {
+      if (state.rate === rate && state.period === period) {
+        d = state.tat - now * rate;
+        raw = d;
+        if (d < 0) d = 0;
+      } else {
+        const old = state.tat - now * state.rate;
+        if (old > 0) {
+          d = Math.min(ceilDiv(old, state.period), burst) * period;
+          if (write) this.writeGcra(rule, now, d);
+        }
+      }
+    }
+    return { exists: state !== undefined, d, raw, room: Math.floor((burst * period - d) / period) };
+  }
+
+  private writeGcra(rule: { rate: number; period: number }, now: number, d: number, keepTtl = false): void {
+    const fragile = keepTtl ? (this.gcraState?.fragile ?? false) : ceilDiv(d, rule.rate) < 10_000;
+    this.gcraState = { tat: now * rule.rate + d, rate: rule.rate, period: rule.period, fragile };
+  }
+
+  private gcra(rule: Extract<ModelRule, { algorithm: "gcra" }>, now: number, cost: number, write: boolean) {
+    const { rate, period, burst } = rule;
+    const units = cost === 0 ? 1 : cost;
+    const { d, room } = this.readGcra(rule, now, write);
+    const resetAt = now + ceilDiv(d, rate);
+    const denied = (retryAfter: number) => ({
+      outcome: { allowed: false, limit: burst, remaining: Math.max(0, room), resetAt, retryAfter },
+    });
+    if (units > burst) return denied(Number.POSITIVE_INFINITY);
+    if (units > room) return denied(ceilDiv(d + units * period - burst * period, rate));
+    if (cost === 0)
+      return { outcome: { allowed: true, limit: burst, remaining: room, resetAt, retryAfter: 0 } };
+    const after = d + units * period;
+    if (write) this.writeGcra(rule, now, after);
+    return {
+      outcome: {
+        allowed: true,
+        limit: burst,
+        remaining: room - units,
+        resetAt: now + ceilDiv(after, rate),
+        retryAfter: 0,
+      },
+      counted: { start: 0, mark: 0 },
+    };
+  }
+
+  private settleGcra(
+    rule: Extract<ModelRule, { algorithm: "gcra" }>,
+    now: number,
+    cost: number,
+    actual: number,
+  ) {
+    const { period, burst } = rule;
+    const read = this.readGcra(rule, now, true);
+    if (actual < cost) {
+      // the refund: TAT back by the units, exactly; back at idle the state stays (KEEPTTL)
+      if (!read.exists) return;
+      let d = (read.raw ?? read.d) - (cost - actual) * period;
+      if (d > 0) {
+        this.writeGcra(rule, now, d);
+        return;
+      }
+      if (read.raw === undefined) d = 0;
+      this.writeGcra(rule, now, d, true);
+      return;
+    }
+    const d = read.d;
+    this.writeGcra(rule, now, Math.max(d, Math.min(d + (actual - cost) * period, DEBT_CAP * burst * period)));
+  }
+
+  // Fixed window: a count per window (of its own length), epoch-aligned.
+  private fixedWindow(
+    rule: Extract<ModelRule, { algorithm: "fixedWindow" }>,
+    now: number,
+    cost: number,
+    write: boolean,
+  ) {
+    const { limit, window } = rule;
+    const units = cost === 0 ? 1 : cost;
+    const start = now - (now % window);
+    const key = `${window}:${start}`;
+    const count = this.fixed.get(key) ?? 0;
+    const ends = start + window;
+    const room = limit - count;
+    const resetAt = count > 0 ? ends : now;
+    const denied = (retryAfter: number) => ({
+      outcome: { allowed: false, limit, remaining: Math.max(0, room), resetAt, retryAfter },
+    });
+    if (units > limit) return denied(Number.POSITIVE_INFINITY);
+    if (units > room) return denied(ends - now);
+    if (cost === 0) return { outcome: { allowed: true, limit, remaining: room, resetAt, retryAfter: 0 } };
+    if (write) this.fixed.set(key, count + units);
+    return {
+      outcome: { allowed: true, limit, remaining: room - units, resetAt: ends, retryAfter: 0 },
+      counted: { start, mark: 0 },
+    };
+  }
+
+  private settleFixed(
+    rule: Extract<ModelRule, { algorithm: "fixedWindow" }>,
+    now: number,
+    cost: number,
+    actual: number,
+    counted: Counted,
+  ) {
+    const { limit, window } = rule;
+    if (actual < cost) {
+      if (now >= counted.start + window) return;
+      const key = `${window}:${counted.start}`;
+      const count = this.fixed.get(key);
+      if (count === undefined) return;
+      this.fixed.set(key, Math.max(0, Math.min(count, limit) - (cost - actual)));
+      return;
+    }
+    const key = `${window}:${now - (now % window)}`;
+    const count = this.fixed.get(key) ?? 0;
+    const units = Math.min(actual - cost, DEBT_CAP * limit - count);
+    if (units > 0) this.fixed.set(key, count + units);
+  }
+
+  // Sliding window: previous * max(0, spread - elapsed) / spread + current <= limit, in integers; the
+  // stored window is its index mod 4 (now's, the next: a lagging caller's, the previous, or none).
+  private counting(limit: number, window: number, now: number): Counting {
+    let start = now - (now % window);
+    let current = 0;
+    let previous = 0;
+    let slots = 0;
+    const state = this.sliding.get(window);
+    if (state !== undefined) {
+      const at = mod(state.index - start / window, 4);
+      if (at !== 2) {
+        const stored = start + (at === 3 ? -1 : at) * window;
+        const k = state.latest * SLOTS + state.earlier + (state.skewed ? 8192 : 0);
+        if (stored >= start) {
+          [start, current, previous, slots] = [stored, state.current, state.previous, k + 4096];
+        } else {
+          // the stored window is the previous one: its latest slot is now the earlier one
+          previous = state.current;
+          slots = state.latest + (state.skewed ? 8192 : 0);
+        }
+      }
+    }
+    if (previous === 0) return { start, current, previous, room: limit - current, spread: window, slots };
+    let spread = window;
+    if (slots >= 8192) spread = Math.floor((((slots % SLOTS) + 1) * window + 63) / SLOTS);
+    const weight = now > start ? Math.max(0, spread - now + start) : spread;
+    const room = Math.floor((limit * spread - previous * weight - current * spread) / spread);
+    return { start, current, previous, room, spread, slots };
+  }
+
+  private commitSliding(limit: number, window: number, now: number, units: number, c: Counting): number {
+    let slots = c.slots;
+    let skewed = slots >= 8192;
+    if (skewed) slots -= 8192;
+    if (slots >= 4096) slots -= 4096;
+    const earlier = slots % SLOTS;
+    const latest = Math.floor(slots / SLOTS);
+    let slot = latest;
+    if (c.current === 0 || (now - c.start) * SLOTS >= (latest + 1) * window) {
+      slot = now > c.start ? Math.floor(((now - c.start) * SLOTS) / window) : 0;
+    }
+    if (now < c.start && limit < 2 ** 18) skewed = true;
+    this.sliding.set(window, {
+      index: c.start / window,
+      current: c.current + units,
+      previous: c.previous,
+      latest: slot,
+      earlier,
+      skewed,
+    });
+    return c.start + 2 * window;
+  }
+
+  private slidingWindow(
+    rule: Extract<ModelRule, { algorithm: "slidingWindow" }>,
+    now: number,
+    cost: number,
+    write: boolean,
+  ) {
+    const { limit, window } = rule;
+    const units = cost === 0 ? 1 : cost;
+    const c = this.counting(limit, window, now);
+    const { start, current, previous, room, spread, slots } = c;
+    const resetAt = current > 0 ? start + 2 * window : previous > 0 ? start + window : now;
+    const denied = (retryAfter: number) => ({
+      outcome: { allowed: false, limit, remaining: Math.max(0, room), resetAt, retryAfter },
+    });
+    if (units > limit) return denied(Number.POSITIVE_INFINITY);
+    if (units > room) {
+      if (current + units <= limit) {
+        const fade = spread - Math.floor(((limit - current - units) * spread) / previous);
+        return denied(Math.max(1, start + fade - now));
+      }
+      let own = window;
+      if (slots >= 8192) own = Math.floor(((Math.floor((slots % 4096) / SLOTS) + 1) * window + 63) / SLOTS);
+      const fade = own - Math.floor(((limit - units) * own) / current);
+      return denied(start + window - now + fade);
+    }
+    if (cost === 0) return { outcome: { allowed: true, limit, remaining: room, resetAt, retryAfter: 0 } };
+    const fades = write ? this.commitSliding(limit, window, now, units, c) : start + 2 * window;
+    return {
+      outcome: { allowed: true, limit, remaining: room - units, resetAt: fades, retryAfter: 0 },
+      counted: { start, mark: 0 },
+    };
+  }
+
+  private settleSliding(
+    rule: Extract<ModelRule, { algorithm: "slidingWindow" }>,
+    now: number,
+    cost: number,
+    actual: number,
+    counted: Counted,
+  ) {
+    const { limit, window } = rule;
+    if (actual < cost) {
+      const state = this.sliding.get(window);
+      if (state === undefined) return;
+      const at = mod(state.index - counted.start / window, 4);
+      const units = cost - actual;
+      if (at === 0) state.current = Math.max(0, state.current - units);
+      else if (at === 1) state.previous = Math.max(0, state.previous - units);
+      return;
+    }
+    const c = this.counting(limit, window, now);
+    const units = Math.min(actual - cost, Math.min(DEBT_CAP * limit, 2 ** 25 - 1) - c.current);
+    if (units > 0) this.commitSliding(limit, window, now, units, c);
+  }
+
+  // Sliding log: entries stamped max(now, newest stamp); at most `limit` with stamps in (stamp - window, ...].
+  private stamped(window: number, now: number) {
+    let newest: number | undefined;
+    for (const entry of this.log) newest = newest === undefined ? entry.stamp : Math.max(newest, entry.stamp);
+    const stamp = newest === undefined ? now : Math.max(now, newest);
+    const inWindow = this.log.filter((entry) => entry.stamp > stamp - window);
+    return { newest, stamp, inWindow };
+  }
+
+  private commitLog(window: number, stamp: number, count: number, units: number): void {
+    this.log = this.log.filter((entry) => entry.stamp > stamp - window);
+    let n = count;
+    for (let added = 0; added < units; ) {
+      n++;
+      if (this.log.some((entry) => entry.stamp === stamp && entry.n === n)) continue;
+      this.log.push({ stamp, n });
+      added++;
+    }
+  }
+
+  private slidingLog(
+    rule: Extract<ModelRule, { algorithm: "slidingLog" }>,
+    now: number,
+    cost: number,
+    write: boolean,
+  ) {
+    const { limit, window } = rule;
+    const units = cost === 0 ? 1 : cost;
+    const { newest, stamp, inWindow } = this.stamped(window, now);
+    const count = inWindow.length;
+    const room = limit - count;
+    const resetAt = count > 0 ? newest! + window : now;
+    const denied = (retryAfter: number) => ({
+      outcome: { allowed: false, limit, remaining: Math.max(0, room), resetAt, retryAfter },
+    });
+    if (units > limit) return denied(Number.POSITIVE_INFINITY);
+    if (units > room) {
+      const stamps = inWindow.map((entry) => entry.stamp).sort((a, b) => a - b);
+      return denied(stamps[count + units - limit - 1]! + window - now);
+    }
+    if (cost === 0) return { outcome: { allowed: true, limit, remaining: room, resetAt, retryAfter: 0 } };
+    if (write) this.commitLog(window, stamp, count, units);
+    return {
+      outcome: { allowed: true, limit, remaining: room - units, resetAt: stamp + window, retryAfter: 0 },
+      counted: { start: stamp, mark: count },
+    };
+  }
+
+  private settleLog(
+    rule: Extract<ModelRule, { algorithm: "slidingLog" }>,
+    now: number,
+    cost: number,
+    actual: number,
+    counted: Counted,
+  ) {
+    const { limit, window } = rule;
+    if (actual < cost) {
+      const { start: stamp, mark } = counted;
+      this.log = this.log.filter((e) => !(e.stamp === stamp && e.n > mark + actual && e.n <= mark + cost));
+      return;
+    }
+    const { stamp, inWindow } = this.stamped(window, now);
+    const units = Math.min(actual - cost, DEBT_CAP * limit - inWindow.length);
+    if (units > 0) this.commitLog(window, stamp, inWindow.length, units);
+  }
+}
