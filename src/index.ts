@@ -9,6 +9,7 @@ export {
   type GcraOptions,
   gcra,
   type PlanConfig,
+  type Rule,
   type RuleConfig,
   type RulePlan,
   slidingLog,

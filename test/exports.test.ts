@@ -64,6 +64,7 @@ const ENTRIES: Record<string, Entry> = {
       "RedisErrorKind",
       "RegionOptions",
       "ReportRange",
+      "Rule",
       "RuleConfig",
       "RulePlan",
       "RuleResult",
@@ -94,6 +95,7 @@ const ENTRIES: Record<string, Entry> = {
       "usageLog",
     ],
     types: [
+      "EnforceOptions",
       "Enforcement",
       "FailureLog",
       "FailureLogOptions",

@@ -362,7 +362,7 @@ export class Limiter {
    * of that decision states (`limiter.rulesOf(decision)`).
    *
    * @example
-   * rateLimitHeaders(decision, limiter.rulesOf(decision))
+   * policyHeader(limiter.rulesOf("pro")) // what the pro plan states
    */
   rulesOf(plan?: string | Decision): readonly Rule[] {
     if (typeof plan === "object" && plan !== null) {

@@ -309,6 +309,12 @@ function timeOut(call: Call): void {
 
 const clients = new WeakMap<object, Transport>();
 const connections = new Map<string, Transport>();
+/**
+ * `{ url, token }` transports kept at most (least recently used out first): a process that builds
+ * Limiters for ever new databases or tokens does not keep them all. One evicted while still in use
+ * goes on working; a Limiter built later on that Redis gets a transport (and a breaker) of its own.
+ */
+export const MAX_CONNECTIONS = 256;
 
 /**
  * The transport shared by everything built on this Redis: one per @upstash/redis client object, and
@@ -336,10 +342,10 @@ export function transportFor(redis: unknown, options: { breaker?: BreakerOptions
     const endpoint = endpointOf(redis);
     const key = `${endpoint.url} ${endpoint.token}`;
     transport = connections.get(key);
-    if (!transport) {
-      transport = new Transport(redis);
-      connections.set(key, transport);
-    }
+    if (transport) connections.delete(key);
+    else transport = new Transport(redis);
+    connections.set(key, transport);
+    if (connections.size > MAX_CONNECTIONS) connections.delete(connections.keys().next().value!);
   }
   transport.configureBreaker(options.breaker);
   return transport;
