@@ -78,6 +78,23 @@ export class Model {
   }
 
   /**
+   * Forgets the sliding window states that every clock has seen fade out (`now` at or past their
+   * window's start + 2 windows), as their keys' expiry does in Redis; returns their windows. (Redis
+   * expires them on its own clock, which the tests' clocks do not move: left, a state four windows
+   * old would read, by its window's index mod 4, as now's.)
+   */
+  expireSliding(now: number): number[] {
+    const expired: number[] = [];
+    for (const [window, state] of this.sliding) {
+      if (now >= (state.index + 2) * window) {
+        this.sliding.delete(window);
+        expired.push(window);
+      }
+    }
+    return expired;
+  }
+
+  /**
    * The answer of the limiter script for `cost` at `now` (0 peeks); with `write`, the state it leaves
    * (an admission's units, and a GCRA state read under another rate converted, even by a denial).
    */
