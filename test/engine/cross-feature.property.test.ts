@@ -245,6 +245,8 @@ interface Admission {
   /** The settled cost, once settled, and whether any clock had then passed the decision's resetAt. */
   actual?: number;
   late?: boolean;
+  /** Without leases and pools: the units its debt really charged (the cap counts what was then counted). */
+  charged?: number;
 }
 
 /**
@@ -258,23 +260,33 @@ interface Admission {
 const LATE_GCRA_REFUND_MINTS = true;
 
 /**
- * Known defect (found by this test, not fixed yet): a lease holding units reserved under an override
- * gives them back under the call's plan (Limiter's Leases refund with the plan's encoding), and a fixed
- * window's refund reads a count above that plan's limit as the limit (lua/algorithms/fixed_window.lua):
- * min(count, limit) - units. Every unit above the plan's limit is wiped with the refund, and as many
- * more are admitted in that window. See the it.fails below. Until fixed, checkBounds leaves out fixed
- * windows with leases and overrides. Set to false once fixed.
+ * Known defect (found by this test, not fixed yet): a fixed window's refund reads a count above the
+ * limit it is sent with as that limit (lua/algorithms/fixed_window.lua: min(count, limit) - units), and
+ * it is sent with the limit of one plan while the window's key is shared by every plan and override
+ * with that window. So a settle below the cost of a decision under a plan with a lower limit (or a
+ * lease's refund, sent under the call's plan while its units were reserved under an override) wipes
+ * every unit above that limit, and as many more are admitted in that window. See the it.fails
+ * below. Until fixed, the fixed window's bound and replay leave out runs whose plans' and overrides'
+ * limits differ. Set to false once fixed.
  */
-const LEASE_REFUND_UNDER_CALL_PLAN = true;
+const FIXED_WINDOW_REFUND_CLAMPS_TO_PLAN = true;
 
-/** Whether `admission` was settled below its cost by a late GCRA settle (see LATE_GCRA_REFUND_MINTS). */
-function lateGcraRefund(admission: Admission): boolean {
+/** Whether the plan's and the override's limits differ from the base rule's. */
+function limitsDiffer(applied: Applied[]): boolean {
+  return new Set(applied.map((a) => a.rule.limit)).size > 1;
+}
+
+/**
+ * Whether `admission` was settled below its cost where the settle's own semantics, not the cost as
+ * if charged at once, is what the replay can ask for: a late GCRA settle (LATE_GCRA_REFUND_MINTS), and
+ * a fixed window's (docs/settle.md: a window past its limit, a debt's, reads as full when units go back
+ * to it, so a refund after a debt in its window forgives the debt).
+ */
+function settledAsLua(admission: Admission): boolean {
+  if (admission.actual === undefined || admission.actual >= admission.cost) return false;
+  const { algorithm } = admission.applied.model;
   return (
-    LATE_GCRA_REFUND_MINTS &&
-    admission.applied.model.algorithm === "gcra" &&
-    admission.actual !== undefined &&
-    admission.actual < admission.cost &&
-    admission.late === true
+    algorithm === "fixedWindow" || (LATE_GCRA_REFUND_MINTS && algorithm === "gcra" && admission.late === true)
   );
 }
 
@@ -544,14 +556,22 @@ async function run(s: Scenario): Promise<void> {
           () => `${step}: the settle failed: ${settlement.error?.message}`,
         );
         if (exact && admission.counted !== undefined) {
-          model.settle(admission.applied.model, now, admission.cost, op.actual, admission.counted);
+          admission.charged = model.settle(
+            admission.applied.model,
+            now,
+            admission.cost,
+            op.actual,
+            admission.counted,
+          );
         }
         events.push({ kind: "settle", admission, at: now, earliest: trueTime - maxSkew });
         continue;
       }
 
       const instance = op.instance % s.instances;
-      await move(exact || op.move >= 0 ? op.move : 0, instance);
+      // with leases and pools: only forward, and in smaller steps (but the jumps), so that leases
+      // and pools live through several decisions
+      await move(exact ? op.move : op.move >= 900 ? op.move : Math.max(0, op.move) / 10, instance);
       const now = trueTime + s.skews[instance]!;
       const limiter = limiters[instance]!;
       const where = `${step}: #${instance} at ${now - T0} limit(cost ${op.cost}, plan ${op.plan})`;
@@ -696,18 +716,30 @@ function replay(events: Event[], applied: Applied[], fail: (what: string) => nev
     applied.map((a) => (a.model.algorithm === "gcra" ? `${a.model.rate}:${a.model.period}` : "")),
   );
   if (rates.size > 1) return;
+  if (
+    applied[0]!.model.algorithm === "fixedWindow" &&
+    FIXED_WINDOW_REFUND_CLAMPS_TO_PLAN &&
+    limitsDiffer(applied)
+  )
+    return;
   const model = new Model();
   const counted = new Map<Admission, Counted>();
+  const logWindows =
+    applied[0]!.model.algorithm === "slidingLog" &&
+    new Set(applied.map((a) => (a.model as { window: number }).window)).size > 1;
   for (const event of events) {
     const { admission } = event;
     model.expireSliding(event.earliest);
-    const late = lateGcraRefund(admission);
-    const units = late ? admission.cost : Math.min(admission.cost, admission.actual ?? admission.cost);
+    // (a sliding log whose plans' windows differ: a commit under the shorter one trims entries the
+    // longer one counts, docs/plans.md; a settle-below's commit trimmed all the same)
+    const asLua = settledAsLua(admission) || (logWindows && admission.actual! < admission.cost);
+    const units = asLua ? admission.cost : Math.min(admission.cost, admission.actual ?? admission.cost);
     if (event.kind === "settle") {
-      // a debt, charged at the settle's time; or a late GCRA refund, given back as the Lua does
+      // a debt, charged at the settle's time; or units given back as the Lua does (settledAsLua)
       const where = counted.get(admission) ?? { start: 0, mark: 0 };
-      if (admission.actual! > admission.cost || late)
-        model.settle(admission.applied.model, event.at, units, admission.actual!, where);
+      // (a debt charges no more than it did: the cap counted units a later settle may give back)
+      if (admission.actual! > admission.cost || asLua)
+        model.settle(admission.applied.model, event.at, units, admission.actual!, where, admission.charged);
       continue;
     }
     if (units === 0) continue;
@@ -750,7 +782,7 @@ function checkBounds(
     );
     const slack = held + 2 * Math.max(...s.skews.map(Math.abs));
     // units a late GCRA settle gave back may be taken again (LATE_GCRA_REFUND_MINTS)
-    const minted = admissions.filter(lateGcraRefund).reduce((n, a) => n + a.cost - a.actual!, 0);
+    const minted = admissions.filter(settledAsLua).reduce((n, a) => n + a.cost - a.actual!, 0);
     for (let i = 0; i < sorted.length; i++) {
       let sum = 0;
       for (let j = i; j < sorted.length; j++) {
@@ -772,7 +804,8 @@ function checkBounds(
     byWindow.set(start, (byWindow.get(start) ?? 0) + units(a));
   }
   const bound = first.algorithm === "slidingWindow" ? 2 * most : most;
-  if (first.algorithm === "fixedWindow" && LEASE_REFUND_UNDER_CALL_PLAN && s.lease && s.overrides) return;
+  if (first.algorithm === "fixedWindow" && FIXED_WINDOW_REFUND_CLAMPS_TO_PLAN && limitsDiffer(applied))
+    return;
   if (first.algorithm !== "slidingLog") {
     for (const [start, sum] of byWindow) {
       if (sum > bound)
@@ -802,9 +835,20 @@ describe("features that hold together", () => {
     await fc.assert(fc.asyncProperty(scenarioArb, run), {
       numRuns: Number(process.env.CROSS_RUNS ?? 60),
       seed: Number(process.env.PROPERTY_SEED ?? 20261127),
+      // CROSS_SHRINK=1 shrinks a counterexample (slow: each try is a run against Redis)
       endOnFailure: process.env.CROSS_SHRINK === undefined,
     });
-    console.log(reached);
+    if (process.env.CROSS_REPORT) console.log(reached);
+    // what the runs reached, so that a generator gone tame fails the test
+    expect(reached.exactRedis).toBeGreaterThan(200);
+    expect(reached.exactDenied).toBeGreaterThan(50);
+    expect(reached.cacheAnswers).toBeGreaterThan(20);
+    expect(reached.leaseAnswers).toBeGreaterThan(5);
+    expect(reached.regionAnswers).toBeGreaterThan(5);
+    expect(reached.customDecisions).toBeGreaterThan(50);
+    expect(reached.settles).toBeGreaterThan(50);
+    expect(reached.hono).toBeGreaterThan(100);
+    expect(reached.lagging).toBeGreaterThan(20);
   }, 120_000);
 });
 
@@ -916,7 +960,40 @@ describe("a GCRA settle after the stream went idle", () => {
   });
 });
 
-describe("a lease refund under a custom override", () => {
+describe("a fixed window's refund (FIXED_WINDOW_REFUND_CLAMPS_TO_PLAN)", () => {
+  // Found by the property (PROPERTY_SEED=15, with a regional pool): a settle under a plan whose limit
+  // is below the window's count wipes the units the base rules admitted.
+  it.fails("of a settle under a plan with a lower limit gives back only the settled units", async () => {
+    const clock = { now: T0 };
+    const limiter = new Limiter({
+      redis: home,
+      prefix: uniquePrefix("cross-clamp"),
+      rules: { r: { algorithm: "fixedWindow", limit: 15, window: HOUR } },
+      plans: { pro: { r: { limit: 6 } } },
+      denyCache: false,
+      clock: () => clock.now,
+      timeout: 20_000,
+      breaker: false,
+    });
+    try {
+      let units = 0;
+      const take = async (cost: number, plan?: string) => {
+        const d = await limiter.limit(ID, { cost, plan });
+        if (d.allowed) units += cost;
+        return d;
+      };
+      const pro = await take(1, "pro");
+      await take(10);
+      expect((await limiter.settle(pro, 0)).via).toBe("redis");
+      units -= 1;
+      for (let i = 0; i < 10; i++) await take(1);
+      // one window of limit 15: 0 + 10 + 10 are admitted (the settle left a count of 5, not 10)
+      expect(units).toBeLessThanOrEqual(15);
+    } finally {
+      await limiter.dispose();
+    }
+  });
+
   // Found by the property (PROPERTY_SEED=5): a lease taken under an override gives its units back under
   // the call's plan, and a fixed window's refund reads a count above that plan's limit as the limit.
   it.fails("gives back only the units the lease held", async () => {

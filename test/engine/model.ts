@@ -116,22 +116,30 @@ export class Model {
     }
   }
 
-  /** lua/settle.lua for an admission of `cost` counted at `counted` under `rule`, really costing `actual`. */
-  settle(rule: ModelRule, now: number, cost: number, actual: number, counted: Counted): void {
-    if (actual === cost) return;
+  /**
+   * lua/settle.lua for an admission of `cost` counted at `counted` under `rule`, really costing
+   * `actual`; above the cost, at most `most` units more (a debt is also capped: DEBT_CAP). Returns the
+   * units a debt charged (a fraction for GCRA, whose cap is in time), 0 when giving back.
+   */
+  settle(
+    rule: ModelRule,
+    now: number,
+    cost: number,
+    actual: number,
+    counted: Counted,
+    most = Infinity,
+  ): number {
+    if (actual === cost) return 0;
+    const charge = Math.min(actual, cost + most);
     switch (rule.algorithm) {
       case "gcra":
-        this.settleGcra(rule, now, cost, actual);
-        break;
+        return this.settleGcra(rule, now, cost, charge, most);
       case "fixedWindow":
-        this.settleFixed(rule, now, cost, actual, counted);
-        break;
+        return this.settleFixed(rule, now, cost, charge, counted);
       case "slidingWindow":
-        this.settleSliding(rule, now, cost, actual, counted);
-        break;
+        return this.settleSliding(rule, now, cost, charge, counted);
       case "slidingLog":
-        this.settleLog(rule, now, cost, actual, counted);
-        break;
+        return this.settleLog(rule, now, cost, charge, counted);
     }
   }
 
@@ -194,23 +202,27 @@ export class Model {
     now: number,
     cost: number,
     actual: number,
-  ) {
+    most: number,
+  ): number {
     const { period, burst } = rule;
     const read = this.readGcra(rule, now, true);
     if (actual < cost) {
       // the refund: TAT back by the units, exactly; back at idle the state stays (KEEPTTL)
-      if (!read.exists) return;
+      if (!read.exists) return 0;
       let d = (read.raw ?? read.d) - (cost - actual) * period;
       if (d > 0) {
         this.writeGcra(rule, now, d);
-        return;
+        return 0;
       }
       if (read.raw === undefined) d = 0;
       this.writeGcra(rule, now, d, true);
-      return;
+      return 0;
     }
     const d = read.d;
-    this.writeGcra(rule, now, Math.max(d, Math.min(d + (actual - cost) * period, DEBT_CAP * burst * period)));
+    const extra = Math.min((actual - cost) * period, most * period);
+    const after = Math.max(d, Math.min(d + extra, DEBT_CAP * burst * period));
+    this.writeGcra(rule, now, after);
+    return (after - d) / period;
   }
 
   // Fixed window: a count per window (of its own length), epoch-aligned.
@@ -247,20 +259,22 @@ export class Model {
     cost: number,
     actual: number,
     counted: Counted,
-  ) {
+  ): number {
     const { limit, window } = rule;
     if (actual < cost) {
-      if (now >= counted.start + window) return;
+      if (now >= counted.start + window) return 0;
       const key = `${window}:${counted.start}`;
       const count = this.fixed.get(key);
-      if (count === undefined) return;
+      if (count === undefined) return 0;
       this.fixed.set(key, Math.max(0, Math.min(count, limit) - (cost - actual)));
-      return;
+      return 0;
     }
     const key = `${window}:${now - (now % window)}`;
     const count = this.fixed.get(key) ?? 0;
     const units = Math.min(actual - cost, DEBT_CAP * limit - count);
-    if (units > 0) this.fixed.set(key, count + units);
+    if (units <= 0) return 0;
+    this.fixed.set(key, count + units);
+    return units;
   }
 
   // Sliding window: previous * max(0, spread - elapsed) / spread + current <= limit, in integers; the
@@ -355,20 +369,22 @@ export class Model {
     cost: number,
     actual: number,
     counted: Counted,
-  ) {
+  ): number {
     const { limit, window } = rule;
     if (actual < cost) {
       const state = this.sliding.get(window);
-      if (state === undefined) return;
+      if (state === undefined) return 0;
       const at = mod(state.index - counted.start / window, 4);
       const units = cost - actual;
       if (at === 0) state.current = Math.max(0, state.current - units);
       else if (at === 1) state.previous = Math.max(0, state.previous - units);
-      return;
+      return 0;
     }
     const c = this.counting(limit, window, now);
     const units = Math.min(actual - cost, Math.min(DEBT_CAP * limit, 2 ** 25 - 1) - c.current);
-    if (units > 0) this.commitSliding(limit, window, now, units, c);
+    if (units <= 0) return 0;
+    this.commitSliding(limit, window, now, units, c);
+    return units;
   }
 
   // Sliding log: entries stamped max(now, newest stamp); at most `limit` with stamps in (stamp - window, ...].
@@ -425,15 +441,17 @@ export class Model {
     cost: number,
     actual: number,
     counted: Counted,
-  ) {
+  ): number {
     const { limit, window } = rule;
     if (actual < cost) {
       const { start: stamp, mark } = counted;
       this.log = this.log.filter((e) => !(e.stamp === stamp && e.n > mark + actual && e.n <= mark + cost));
-      return;
+      return 0;
     }
     const { stamp, inWindow } = this.stamped(window, now);
     const units = Math.min(actual - cost, DEBT_CAP * limit - inWindow.length);
-    if (units > 0) this.commitLog(window, stamp, inWindow.length, units);
+    if (units <= 0) return 0;
+    this.commitLog(window, stamp, inWindow.length, units);
+    return units;
   }
 }
