@@ -499,23 +499,25 @@ export class RuleScripts {
   }
 
   /**
-   * Gives `units` of `identifier` back under every rule of `plan`, each in the window it counted them
-   * in (`windowStarts`, as a reservation answered them). Resolves true when Redis ran it.
+   * Gives `units` of `identifier` back under every rule `applied` (a plan's, or a custom override's:
+   * the rules the units were counted under), each in the window it counted them in (`windowStarts`,
+   * as a reservation answered them). Resolves true when Redis ran it.
    */
   async refund(
     identifier: string,
     units: number,
     windowStarts: readonly number[],
     now: number,
-    plan: PlanEncoding = this.base,
+    applied: Applied = this.base,
   ): Promise<boolean> {
-    const keys = plan.keys.of(identifier, now, windowStarts);
-    const command = ["EVALSHA", REFUND.sha1, plan.count, ...keys, now.toString(16), String(units)];
-    const args = plan.args;
-    for (let i = 0; i < plan.rules.length; i++) {
-      const at = 4 * i;
-      command.push(args[at]!, args[at + 1]!, args[at + 2]!, args[at + 3]!, String(windowStarts[i] ?? 0));
-    }
+    // a plan's own encoding when these are its rules (its keys and arguments are computed once)
+    const own = this.plans.get(applied.name);
+    const plan: Applied = own !== undefined && own.rules === applied.rules ? own : applied;
+    const keys = this.keysOf(plan, identifier, now, windowStarts);
+    const command = ["EVALSHA", REFUND.sha1, String(keys.length), ...keys, now.toString(16), String(units)];
+    plan.rules.forEach((rule, i) => {
+      command.push(...encodeRule(rule), String(windowStarts[i] ?? 0));
+    });
     const reply = await this.transport.call(command, this.refundCall);
     return reply.ok;
   }
