@@ -175,16 +175,22 @@ describe("keys", () => {
     },
   );
 
-  test.each(["x-forwarded-for", "X-Real-IP", "forwarded", "true-client-ip", "CF-Connecting-IP"])(
-    "refuses header:%s, which clients forge",
-    (name) => {
-      expect(() => parseKeySpec(`header:${name}`)).toThrow(
-        new Error(
-          `"header:${name}": a client can send any ${name} it likes; use "ip", which reads CF-Connecting-IP (set by Cloudflare)`,
-        ),
-      );
-    },
-  );
+  test.each([
+    "x-forwarded-for",
+    "X-Real-IP",
+    "forwarded",
+    "true-client-ip",
+    "CF-Connecting-IP",
+    "X-Client-IP",
+    "CF-Connecting-IPv6",
+    "Fastly-Client-IP",
+  ])("refuses header:%s, which clients forge", (name) => {
+    expect(() => parseKeySpec(`header:${name}`)).toThrow(
+      new Error(
+        `"header:${name}": a client can send any ${name} it likes; use "ip", which reads CF-Connecting-IP (set by Cloudflare)`,
+      ),
+    );
+  });
 
   test("identify: each kind, header and cookie values hashed as UTF-8", () => {
     const request = new Request("https://edge.example/x", {

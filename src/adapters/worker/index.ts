@@ -219,13 +219,22 @@ function limitedRoute(
 // The origin's answer; a network failure on the way there (DNS, refused, reset) is a 502, not a crash.
 async function origin(c: Context<AppEnv>): Promise<Response> {
   try {
-    return await (c.get("upstream") ?? forward(c.req.raw, c.get("config").origin));
+    return await (c.get("upstream") ?? toOrigin(c.req.raw, c.get("config")));
   } catch (error) {
     console.error(
       `edgelimit: ${c.req.method} ${c.req.path}: the origin did not answer: ${(error as Error).message}`,
     );
     return problem(502, "Bad Gateway", "The origin could not be reached.");
   }
+}
+
+/**
+ * Forwards `request` to the config's origin, without the fields any route reads a cost from: only the
+ * origin may write those, so an origin that echoes request headers cannot be made to state a client's.
+ */
+function toOrigin(request: Request, config: EdgelimitConfig): Promise<Response> {
+  const drop = config.routes.flatMap(({ settle }) => (settle && "header" in settle ? [settle.header] : []));
+  return forward(request, config.origin, { drop });
 }
 
 function problem(status: number, title: string, detail: string): Response {
@@ -262,7 +271,7 @@ app.use(async (c, next) => {
   if (route === undefined || (ip && config.allow.has(ip))) return next();
   if (route.mode === "shadow") {
     // The decision changes nothing about the response but its headers: ask Redis and the origin at once.
-    const upstream = forward(c.req.raw, config.origin);
+    const upstream = toOrigin(c.req.raw, config);
     upstream.catch(() => {}); // awaited by the handler; this only stops an "unhandled rejection" report
     c.set("upstream", upstream);
   }

@@ -107,6 +107,60 @@ describe("what the origin receives", () => {
     expect(valuesOf(received, "x-real-ip")).toEqual([]);
   });
 
+  test("every client-IP header the client sent reaches the origin as the real address, or not at all", async () => {
+    const forged = {
+      "True-Client-IP": "10.0.0.1",
+      "X-Client-IP": "10.0.0.2",
+      "Client-IP": "10.0.0.3",
+      "Fastly-Client-IP": "10.0.0.4",
+      "X-Cluster-Client-IP": "10.0.0.5",
+      "X-Forwarded": "for=10.0.0.6",
+      "Forwarded-For": "10.0.0.7",
+      "X-AppEngine-User-IP": "10.0.0.8",
+      "CF-Connecting-IPv6": "2001:db8::bad",
+      "CF-Pseudo-IPv4": "240.0.0.1",
+    };
+    const v4 = (await (
+      await call(proxyEnv(), "/", { ip: "203.0.113.7", headers: forged })
+    ).json()) as Received;
+    for (const name of Object.keys(forged).map((name) => name.toLowerCase())) {
+      const expected = name === "cf-connecting-ipv6" || name === "cf-pseudo-ipv4" ? [] : ["203.0.113.7"];
+      expect(valuesOf(v4, name), name).toEqual(expected);
+    }
+
+    const v6 = (await (
+      await call(proxyEnv(), "/", { ip: "2001:DB8::7", headers: forged })
+    ).json()) as Received;
+    expect(valuesOf(v6, "cf-connecting-ipv6")).toEqual(["2001:db8::7"]);
+    expect(valuesOf(v6, "true-client-ip")).toEqual(["2001:db8::7"]);
+    expect(valuesOf(v6, "cf-pseudo-ipv4")).toEqual([]);
+
+    const none = (await (await call(proxyEnv(), "/", { ip: null, headers: forged })).json()) as Received;
+    for (const name of [...Object.keys(forged), "CF-Connecting-IP"]) {
+      expect(valuesOf(none, name.toLowerCase()), name).toEqual([]);
+    }
+  });
+
+  test("a client's Connection cannot strip the fields written for it: client IP, X-Forwarded-*, CF-*", async () => {
+    const response = await call(proxyEnv(), "/", {
+      ip: "203.0.113.7",
+      headers: {
+        Connection: "CF-Connecting-IP, X-Forwarded-For, X-Real-IP, True-Client-IP, CF-IPCountry, X-Hop",
+        "True-Client-IP": "203.0.113.7",
+        "CF-IPCountry": "NZ",
+        "X-Hop": "private to this hop",
+      },
+    });
+    const received = (await response.json()) as Received;
+    // (CF-Connecting-IP of a subrequest is the runtime's to write, from X-Real-IP: workerd never passes one)
+    expect(valuesOf(received, "x-forwarded-for")).toEqual(["203.0.113.7"]);
+    expect(valuesOf(received, "x-real-ip")).toEqual(["203.0.113.7"]);
+    expect(valuesOf(received, "true-client-ip")).toEqual(["203.0.113.7"]);
+    expect(valuesOf(received, "cf-ipcountry")).toEqual(["NZ"]);
+    // what it may name still goes
+    expect(valuesOf(received, "x-hop")).toEqual([]);
+  });
+
   test("a WebSocket upgrade is proxied with its Upgrade header, and nothing else hop-by-hop", async () => {
     const response = await call(proxyEnv(), "/socket", {
       headers: {
