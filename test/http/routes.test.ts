@@ -5,11 +5,13 @@ import { cookie, identify, parseKeySpec } from "../../src/http/identity.js";
 import { parseIp } from "../../src/http/ip.js";
 import {
   canonicalPath,
+  compileRoutes,
   findRoute,
   matchesPath,
   normalizePath,
   type PathPattern,
   parsePathPattern,
+  requestedMethods,
 } from "../../src/http/routes.js";
 
 describe("normalizePath", () => {
@@ -154,6 +156,82 @@ describe("path patterns", () => {
     expect(findRoute(routes, "GET", "/login")?.name).toBe("b");
     expect(findRoute(routes.slice(0, 1), "GET", "/login")).toBeUndefined();
     expect(findRoute(routes.slice(2), "DELETE", "/x")?.name).toBe("c");
+  });
+});
+
+describe("compileRoutes: matched once per config, the path read once per request", () => {
+  const route = (name: string, path: string, methods?: string[]) => ({
+    name,
+    match: { path: parsePathPattern(path), ...(methods ? { methods: new Set(methods) } : {}) },
+  });
+  // 19 routes that a crafted path nearly matches (same first segment, one segment more or less,
+  // parameters everywhere), and the one it falls under last.
+  const routes = [
+    ...Array.from({ length: 19 }, (_, i) =>
+      route(`r${i}`, `/api/${Array.from({ length: i + 1 }, (_, j) => (j % 2 ? ":p" : "a;b")).join("/")}`),
+    ),
+    route("last", "/api/*"),
+  ];
+  /** The first route that matchesPath admits, pattern by pattern: the meaning the table must keep. */
+  const reference = (path: string) => routes.find(({ match }) => matchesPath(match.path, path))?.name;
+
+  // the second and fourth fall under /api/a;b (a reading strips the parameters and resolves the dots)
+  test.each([
+    ["ambiguous segments", `/api${"/a;b%2fc.d".repeat(1_640)}`, "last"],
+    ["dot segments and encoded slashes", `/API${"/x%2F..%2F.;".repeat(1_400)}/a`, "r0"],
+    ["one long segment", `/api/${"a".repeat(16_380)}`, "last"],
+    ["many empty segments", `/api${"/".repeat(16_380)}a;b`, "r0"],
+  ])("a 16 KB path of %s over 20 routes: the route pattern-by-pattern matching finds", (_, raw, expected) => {
+    expect(raw.length).toBeGreaterThanOrEqual(16_000);
+    const path = normalizePath(raw);
+    const found = compileRoutes(routes)
+      .match(["GET"], path)
+      .map(({ name }) => name);
+    expect(found).toEqual([reference(path)]);
+    expect(found).toEqual([expected]);
+  });
+
+  test("each method its first route, each route once", () => {
+    const table = compileRoutes([
+      route("deletes", "/items/*", ["DELETE"]),
+      route("writes", "/items/*", ["PUT", "DELETE"]),
+      route("any", "/*"),
+    ]);
+    expect(table.methods).toEqual(new Set(["DELETE", "PUT"]));
+    expect(table.match(["POST"], "/items/1").map(({ name }) => name)).toEqual(["any"]);
+    expect(table.match(["POST", "DELETE", "PUT"], "/items/1").map(({ name }) => name)).toEqual([
+      "any",
+      "deletes",
+      "writes",
+    ]);
+    expect(table.match(["DELETE", "DELETE"], "/other").map(({ name }) => name)).toEqual(["any"]);
+  });
+});
+
+describe("requestedMethods: the request's own, then every override naming a method a route names", () => {
+  const known = new Set(["DELETE", "PUT", "PATCH"]);
+  const methods = (url: string, headers: Record<string, string> = {}, method = "POST") =>
+    requestedMethods(new Request(`https://edge.example${url}`, { method, headers }), known);
+
+  test.each<[string, Record<string, string>, string[]]>([
+    ["/x", {}, ["POST"]],
+    ["/x", { "X-HTTP-Method-Override": "DELETE" }, ["POST", "DELETE"]],
+    ["/x", { "X-HTTP-Method": "delete" }, ["POST", "DELETE"]],
+    ["/x", { "X-Method-Override": " Delete " }, ["POST", "DELETE"]],
+    ["/x?_method=delete", {}, ["POST", "DELETE"]],
+    ["/x?%5Fmethod=DELETE", {}, ["POST", "DELETE"]],
+    ["/x?_method=put&_method=delete", {}, ["POST", "PUT", "DELETE"]],
+    ["/x", { "X-HTTP-Method-Override": "patch,DELETE, put" }, ["POST", "PATCH", "DELETE", "PUT"]],
+    ["/x?_method=PUT", { "X-HTTP-Method": "PUT", "X-Method-Override": "DELETE" }, ["POST", "PUT", "DELETE"]],
+    // a method no route names cannot change which routes apply: not kept
+    ["/x?_method=purge", { "X-HTTP-Method-Override": "GET, TRACE" }, ["POST"]],
+    ["/x?method=delete&x_method=delete", {}, ["POST"]],
+  ])("%s %j → %j", (url, headers, expected) => {
+    expect(methods(url, headers)).toEqual(expected);
+  });
+
+  test("the request's own method comes first, uppercase", () => {
+    expect(methods("/x?_method=DELETE", {}, "delete")).toEqual(["DELETE"]);
   });
 });
 

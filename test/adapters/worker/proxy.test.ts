@@ -244,3 +244,69 @@ describe("spellings of a limited path", () => {
     }
   });
 });
+
+// A DELETE-only route, 2 an hour per client: every way a client can ask the origin for a DELETE through
+// another method counts against it, as the origin will serve it as a DELETE.
+describe("method overrides count as the method they ask for", () => {
+  /** What the RateLimit header says is left (its reset is real time, not compared). */
+  const left = (response: Response) => response.headers.get("ratelimit")?.replace(/;t=\d+$/, "") ?? null;
+
+  const deletes = {
+    name: "deletes",
+    match: { path: "/items/*", methods: ["DELETE"] },
+    key: "ip",
+    rules: { r: { algorithm: "gcra", limit: 2, period: "1h" } },
+  };
+
+  test.each<[string, string, Record<string, string>]>([
+    ["X-HTTP-Method-Override", "/items/1", { "X-HTTP-Method-Override": "DELETE" }],
+    ["X-HTTP-Method", "/items/1", { "X-HTTP-Method": "delete" }],
+    ["X-Method-Override", "/items/1", { "X-Method-Override": "Delete" }],
+    ["_method", "/items/1?_method=delete", {}],
+    ["_method percent-encoded", "/items/1?a=1&%5Fmethod=DeLeTe", {}],
+    ["a comma list", "/items/1", { "X-HTTP-Method-Override": "PATCH, delete" }],
+    ["a second of several", "/items/1?_method=PUT&_method=DELETE", {}],
+  ])("%s: 2 admitted, the 3rd refused", async (_, path, headers) => {
+    const env = proxyEnv([deletes]);
+    const got: [number, string | null][] = [];
+    for (let i = 0; i < 3; i++) {
+      const response = await call(env, path, { method: "POST", headers });
+      await response.arrayBuffer();
+      got.push([response.status, left(response)]);
+    }
+    expect(got).toEqual([
+      [200, '"r";r=1'],
+      [200, '"r";r=0'],
+      [429, '"r";r=0'],
+    ]);
+  });
+
+  test("a plain POST, or an override naming another method, is not counted; a real DELETE is", async () => {
+    const env = proxyEnv([deletes]);
+    for (const headers of [{}, { "X-HTTP-Method-Override": "PATCH" }]) {
+      const response = await call(env, "/items/1", { method: "POST", headers });
+      await response.arrayBuffer();
+      expect([response.status, left(response)]).toEqual([200, null]);
+    }
+    const response = await call(env, "/items/1", { method: "DELETE" });
+    await response.arrayBuffer();
+    expect([response.status, left(response)]).toEqual([200, '"r";r=1']);
+  });
+
+  test("a request naming methods of two routes is counted by both", async () => {
+    const puts = { ...deletes, name: "puts", match: { path: "/items/*", methods: ["PUT"] } };
+    const env = proxyEnv([deletes, puts]);
+    const both = await call(env, "/items/1?_method=put", {
+      method: "POST",
+      headers: { "X-HTTP-Method-Override": "DELETE" },
+    });
+    await both.arrayBuffer();
+    expect(both.status).toBe(200);
+    // each route has one of its two left
+    for (const method of ["DELETE", "PUT"]) {
+      const response = await call(env, "/items/1", { method });
+      await response.arrayBuffer();
+      expect([method, left(response)]).toEqual([method, '"r";r=0']);
+    }
+  });
+});
