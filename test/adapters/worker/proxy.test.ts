@@ -283,7 +283,7 @@ describe("method overrides count as the method they ask for", () => {
 
   test("a plain POST, or an override naming another method, is not counted; a real DELETE is", async () => {
     const env = proxyEnv([deletes]);
-    for (const headers of [{}, { "X-HTTP-Method-Override": "PATCH" }]) {
+    for (const headers of [{}, { "X-HTTP-Method-Override": "PATCH" }] as Record<string, string>[]) {
       const response = await call(env, "/items/1", { method: "POST", headers });
       await response.arrayBuffer();
       expect([response.status, left(response)]).toEqual([200, null]);
