@@ -68,7 +68,8 @@ export function isWebSocketUpgrade(request: Request): boolean {
  * Sends `request` to `origin` with the same method, path, query, end-to-end headers and (streamed) body.
  * Host is the origin's own (a virtual host there must see its name, not the Worker's); the client's
  * address, scheme and host travel as X-Forwarded-For (X-Real-IP, CF-Connecting-IP), -Proto and -Host,
- * replacing any the client wrote, as does every other client-IP field it sent; redirects are handed back to the client, never followed here.
+ * replacing any the client wrote, as does every other client-IP field it sent; redirects are handed
+ * back to the client, never followed here.
  *
  * @example
  * return forward(c.req.raw, "https://api.example.com");
@@ -87,8 +88,9 @@ export async function forward(
   const ip = clientIp(request.headers);
   const address = ip === undefined ? undefined : formatIp(ip);
   for (const name of CLIENT_IP_HEADERS) {
-    // Always written (X-Real-IP too: origins behind nginx read the client from it); the others only
-    // replace what the client sent, and the IPv6 one only holds an IPv6 address.
+    // Always written (X-Real-IP too: origins behind nginx read the client from it, and Cloudflare
+    // writes a same-zone subrequest's CF-Connecting-IP from it); the others only replace what the
+    // client sent, and the IPv6 one only holds an IPv6 address.
     const always = name === "x-forwarded-for" || name === "x-real-ip" || name === "cf-connecting-ip";
     const fits = name === "cf-connecting-ipv6" ? ip !== undefined && !isIpv4(ip) : name !== "cf-pseudo-ipv4";
     if (address !== undefined && name !== "forwarded" && fits && (always || headers.has(name))) {
