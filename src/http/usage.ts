@@ -2,6 +2,8 @@
 // (`x-usage: 370`), or `usage.total_tokens` of an OpenAI-style answer, a JSON body or a Server-Sent
 // Events stream. The body passes through unchanged, chunk by chunk, as the client reads it: the reader
 // looks at each byte once and keeps only a few small fields of parser state, never the body or a line.
+// Only a 2xx JSON or event-stream body is read: an error page or a text echo is where an origin repeats
+// what its client sent, and a cost the client wrote must never refund it.
 
 /** How a route learns a request's real cost from its response. */
 export type UsageSource =
