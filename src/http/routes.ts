@@ -225,6 +225,76 @@ export function findRoute<R extends { readonly match: RouteMatch }>(
   return compileRoutes(routes).match([method.toUpperCase()], normalizedPath)[0];
 }
 
+/** Longest form body read for a `_method` field; a longer one may name any method. */
+const MAX_FORM_BYTES = 64 * 1024;
+
+/**
+ * The methods a POST's form body names in `_method` fields (Rails, Laravel and Symfony read them there
+ * first), among `known`: an `application/x-www-form-urlencoded` or `multipart/form-data` body, or one
+ * without a Content-Type (Rack parses that as a form too). The body is read from a clone, up to 64 KiB,
+ * and still streams to the origin whole; a longer one counts as naming every method in `known`, since
+ * the field may be past what was read. Anything else names none.
+ *
+ * @example
+ * await formMethods(request, new Set(["DELETE"])) // ["DELETE"] for a POST of "_method=delete"
+ */
+export async function formMethods(request: Request, known: ReadonlySet<string>): Promise<string[]> {
+  if (request.method.toUpperCase() !== "POST" || request.body === null || known.size === 0) return [];
+  const contentType = request.headers.get("content-type") ?? "";
+  const type = contentType.split(";")[0]!.trim().toLowerCase();
+  const multipart = type === "multipart/form-data";
+  if (!multipart && type !== "application/x-www-form-urlencoded" && type !== "") return [];
+  const bytes = await readUpTo(request.clone().body!, MAX_FORM_BYTES);
+  if (bytes === undefined) return [...known];
+  let values: string[];
+  try {
+    values = multipart
+      ? (await new Response(bytes, { headers: { "content-type": contentType } }).formData())
+          .getAll("_method")
+          .filter((value): value is string => typeof value === "string")
+      : new URLSearchParams(new TextDecoder().decode(bytes)).getAll("_method");
+  } catch {
+    return []; // a form no parser reads names no method to the origin either
+  }
+  const methods: string[] = [];
+  for (const value of values) {
+    for (const part of value.split(",")) {
+      const method = part.trim().toUpperCase();
+      if (known.has(method) && !methods.includes(method)) methods.push(method);
+    }
+  }
+  return methods;
+}
+
+/** The whole of `body` when it holds at most `limit` bytes, else undefined (the rest left unread). */
+async function readUpTo(
+  body: ReadableStream<Uint8Array>,
+  limit: number,
+): Promise<Uint8Array<ArrayBuffer> | undefined> {
+  const reader = body.getReader();
+  const chunks: Uint8Array[] = [];
+  let length = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    length += value.byteLength;
+    if (length > limit) {
+      // not awaited: a tee branch's cancel settles only once the other branch (the origin's) ends too;
+      // cancelled, it stops keeping a copy of what the origin is sent
+      reader.cancel().catch(() => {});
+      return undefined;
+    }
+    chunks.push(value);
+  }
+  const bytes = new Uint8Array(length);
+  let at = 0;
+  for (const chunk of chunks) {
+    bytes.set(chunk, at);
+    at += chunk.byteLength;
+  }
+  return bytes;
+}
+
 /** Where frameworks read the method a request asks for instead of its own (Rails, Laravel, Symfony, Express). */
 const METHOD_OVERRIDES = ["x-http-method-override", "x-http-method", "x-method-override"];
 

@@ -7,6 +7,7 @@ import {
   canonicalPath,
   compileRoutes,
   findRoute,
+  formMethods,
   matchesPath,
   normalizePath,
   type PathPattern,
@@ -232,6 +233,40 @@ describe("requestedMethods: the request's own, then every override naming a meth
 
   test("the request's own method comes first, uppercase", () => {
     expect(methods("/x?_method=DELETE", {}, "delete")).toEqual(["DELETE"]);
+  });
+});
+
+describe("formMethods: a POST form's _method fields, read from a clone", () => {
+  const known = new Set(["DELETE", "PUT"]);
+  const post = (body: BodyInit, headers: Record<string, string> = {}, method = "POST") =>
+    new Request("https://edge.example/items/1", { method, body, headers });
+  const urlencoded = { "Content-Type": "application/x-www-form-urlencoded" };
+
+  test("urlencoded, multipart and without a Content-Type; the request's body left whole", async () => {
+    const request = post("a=1&_method=delete&_method=Put,patch", urlencoded);
+    expect(await formMethods(request, known)).toEqual(["DELETE", "PUT"]);
+    expect(await request.text()).toBe("a=1&_method=delete&_method=Put,patch");
+    const multipart = new FormData();
+    multipart.append("file", new Blob(["x".repeat(1000)]), "f.bin");
+    multipart.append("_method", "delete");
+    expect(await formMethods(post(multipart), known)).toEqual(["DELETE"]);
+    expect(await formMethods(post(new TextEncoder().encode("_method=PUT")), known)).toEqual(["PUT"]);
+  });
+
+  test("a body over 64 KiB may name any method: every known one", async () => {
+    expect(await formMethods(post(`a=${"x".repeat(64 * 1024)}`, urlencoded), known)).toEqual([
+      "DELETE",
+      "PUT",
+    ]);
+    expect(await formMethods(post(`a=${"x".repeat(64 * 1024 - 2)}`, urlencoded), known)).toEqual([]);
+  });
+
+  test("none from a non-form type, another method, an unknown method or a broken multipart", async () => {
+    expect(await formMethods(post("_method=delete", { "Content-Type": "text/plain" }), known)).toEqual([]);
+    expect(await formMethods(post("_method=delete", urlencoded, "PUT"), known)).toEqual([]);
+    expect(await formMethods(post("_method=purge", urlencoded), known)).toEqual([]);
+    const broken = post("_method=delete", { "Content-Type": "multipart/form-data; boundary=zz" });
+    expect(await formMethods(broken, known)).toEqual([]);
   });
 });
 

@@ -19,7 +19,13 @@ import { clientIp, identify } from "../../http/identity.js";
 import type { IpAddress } from "../../http/ip.js";
 import { forward } from "../../http/proxy.js";
 import { type RegionsConfig, type RequestLocation, regionOf } from "../../http/regions.js";
-import { compileRoutes, normalizePath, type RouteTable, requestedMethods } from "../../http/routes.js";
+import {
+  compileRoutes,
+  formMethods,
+  normalizePath,
+  type RouteTable,
+  requestedMethods,
+} from "../../http/routes.js";
 import { usageLog } from "../../http/usage.js";
 import { type ConcurrencyVariables, concurrencyLimit } from "../hono/concurrency.js";
 import { type RateLimitVariables, rateLimit } from "../hono/index.js";
@@ -275,7 +281,14 @@ app.use(async (c, next) => {
   c.set("path", path);
   // A method override (X-HTTP-Method-Override: DELETE, _method=delete) counts as the method it asks
   // for: a request naming several is counted by the route of each, in turn.
-  const [route, ...others] = table.match(requestedMethods(c.req.raw, table.methods), path);
+  const methods = requestedMethods(c.req.raw, table.methods);
+  // a form's _method is read only where it could add a route: a method-limited one on this path
+  if (table.match([...table.methods], path).some(({ match }) => match.methods)) {
+    for (const method of await formMethods(c.req.raw, table.methods)) {
+      if (!methods.includes(method)) methods.push(method);
+    }
+  }
+  const [route, ...others] = table.match(methods, path);
   if (route === undefined || (ip && config.allow.has(ip))) return next();
   if (route.mode === "shadow" && others.every((other) => other.mode === "shadow")) {
     // The decision changes nothing about the response but its headers: ask Redis and the origin at once.

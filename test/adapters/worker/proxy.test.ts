@@ -258,7 +258,9 @@ describe("method overrides count as the method they ask for", () => {
     rules: { r: { algorithm: "gcra", limit: 2, period: "1h" } },
   };
 
-  test.each<[string, string, Record<string, string>]>([
+  const form = "_method=delete&name=x";
+  const urlencoded = { "Content-Type": "application/x-www-form-urlencoded" };
+  test.each<[string, string, Record<string, string>, (string | Uint8Array<ArrayBuffer>)?]>([
     ["X-HTTP-Method-Override", "/items/1", { "X-HTTP-Method-Override": "DELETE" }],
     ["X-HTTP-Method", "/items/1", { "X-HTTP-Method": "delete" }],
     ["X-Method-Override", "/items/1", { "X-Method-Override": "Delete" }],
@@ -266,11 +268,21 @@ describe("method overrides count as the method they ask for", () => {
     ["_method percent-encoded", "/items/1?a=1&%5Fmethod=DeLeTe", {}],
     ["a comma list", "/items/1", { "X-HTTP-Method-Override": "PATCH, delete" }],
     ["a second of several", "/items/1?_method=PUT&_method=DELETE", {}],
-  ])("%s: 2 admitted, the 3rd refused", async (_, path, headers) => {
+    ["a _method form field", "/items/1", urlencoded, form],
+    // (bytes: a string body would be given text/plain)
+    ["a _method form field, no Content-Type", "/items/1", {}, new TextEncoder().encode(form)],
+    [
+      "a _method multipart field",
+      "/items/1",
+      { "Content-Type": "multipart/form-data; boundary=b" },
+      '--b\r\nContent-Disposition: form-data; name="_method"\r\n\r\nDELETE\r\n--b--\r\n',
+    ],
+    ["a form too long to read (over 64 KiB)", "/items/1", urlencoded, `a=${"x".repeat(70_000)}`],
+  ])("%s: 2 admitted, the 3rd refused", async (_, path, headers, body) => {
     const env = proxyEnv([deletes]);
     const got: [number, string | null][] = [];
     for (let i = 0; i < 3; i++) {
-      const response = await call(env, path, { method: "POST", headers });
+      const response = await call(env, path, { method: "POST", headers, body: body ?? null });
       await response.arrayBuffer();
       got.push([response.status, left(response)]);
     }
@@ -279,6 +291,17 @@ describe("method overrides count as the method they ask for", () => {
       [200, '"r";r=0'],
       [429, '"r";r=0'],
     ]);
+  });
+
+  test("a form read for its _method still reaches the origin whole; one without it is not counted", async () => {
+    const env = envFor(config([deletes]));
+    const sent = `${form}&${"y".repeat(60_000)}`;
+    const echoed = await call(env, "/items/1", { method: "POST", headers: urlencoded, body: sent });
+    expect([echoed.status, left(echoed)]).toEqual([200, '"r";r=1']);
+    expect(((await echoed.json()) as { body: string }).body).toBe(sent);
+    const plain = await call(env, "/items/1", { method: "POST", headers: urlencoded, body: "name=x" });
+    expect([plain.status, left(plain)]).toEqual([200, null]);
+    await plain.arrayBuffer();
   });
 
   test("a plain POST, or an override naming another method, is not counted; a real DELETE is", async () => {
