@@ -244,7 +244,8 @@ export async function formMethods(request: Request, known: ReadonlySet<string>):
   const type = contentType.split(";")[0]!.trim().toLowerCase();
   const multipart = type === "multipart/form-data";
   if (!multipart && type !== "application/x-www-form-urlencoded" && type !== "") return [];
-  const bytes = await readUpTo(request.clone().body!, MAX_FORM_BYTES);
+  // A body too long to read, or one that failed on the way, may name any method.
+  const bytes = await readUpTo(request.clone().body!, MAX_FORM_BYTES).catch(() => undefined);
   if (bytes === undefined) return [...known];
   let values: string[];
   try {
