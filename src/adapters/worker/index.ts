@@ -282,8 +282,8 @@ app.use(async (c, next) => {
   // A method override (X-HTTP-Method-Override: DELETE, _method=delete) counts as the method it asks
   // for: a request naming several is counted by the route of each, in turn.
   const methods = requestedMethods(c.req.raw, table.methods);
-  // a form's _method is read only where it could add a route: a method-limited one on this path
-  if (table.match([...table.methods], path).some(({ match }) => match.methods)) {
+  // a POST form's _method is read only where it could add a route: a method-limited one on this path
+  if (c.req.method === "POST" && table.match([...table.methods], path).some(({ match }) => match.methods)) {
     for (const method of await formMethods(c.req.raw, table.methods)) {
       if (!methods.includes(method)) methods.push(method);
     }
