@@ -433,4 +433,38 @@ describe("no spelling escapes a route: any origin's reading of a path that match
       { numRuns: 20_000 },
     );
   });
+
+  test("a compiled table finds, method by method, the route pattern-by-pattern matching finds", () => {
+    const verbs = ["GET", "POST", "DELETE"];
+    const route = fc.record({
+      path: fc.option(fc.constantFrom(...patterns), { nil: undefined }),
+      methods: fc.option(fc.subarray(verbs, { minLength: 1 }), { nil: undefined }),
+    });
+    fc.assert(
+      fc.property(fc.array(route, { maxLength: 6 }), fc.subarray(verbs), rawPath, (specs, wanted, raw) => {
+        const routes = specs.map((spec, i) => ({
+          name: i,
+          match: {
+            ...(spec.path ? { path: spec.path } : {}),
+            ...(spec.methods ? { methods: new Set(spec.methods) } : {}),
+          },
+        }));
+        const path = normalizePath(raw);
+        const expected: number[] = [];
+        for (const method of wanted) {
+          const found = routes.find(
+            ({ match }) =>
+              (!match.methods || match.methods.has(method)) && (!match.path || matchesPath(match.path, path)),
+          );
+          if (found && !expected.includes(found.name)) expected.push(found.name);
+        }
+        expect(
+          compileRoutes(routes)
+            .match(wanted, path)
+            .map(({ name }) => name),
+        ).toEqual(expected);
+      }),
+      { numRuns: 2_000 },
+    );
+  });
 });
