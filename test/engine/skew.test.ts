@@ -92,6 +92,12 @@ describe("part 4's scenarios, clocks ±500 ms apart", () => {
     ["tokenBucket", "edge bursts, skew ±500 ms", 504, 504],
     ["gcra", "steady 2×, skew ±500 ms", 689, 699],
     ["gcra", "edge bursts, skew ±500 ms", 504, 504],
+    // 47 boundaries, each burst half on either side, fast and slow clocks alternating within it
+    ["fixedWindow", "edge bursts ×8, skew ±500 ms", 4800, 4800],
+    ["slidingWindow", "edge bursts ×8, skew ±500 ms", 3486, 4674],
+    ["slidingLog", "edge bursts ×8, skew ±500 ms", 4642, 4674],
+    ["tokenBucket", "edge bursts ×8, skew ±500 ms", 4704, 4704],
+    ["gcra", "edge bursts ×8, skew ±500 ms", 4704, 4704],
   ];
   const redis = bridgeRedis();
   it.each(cases)(
