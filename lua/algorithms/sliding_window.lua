@@ -15,7 +15,9 @@
 -- state knows that clocks disagree: then spread is the ms from the previous window's start to the end
 -- of the slot (one of SLOTS equal parts of the window) where its latest unit came, as the state keeps
 -- it (below a limit of SMALL). Clocks ahead of the true time move a burst that straddles a boundary to
--- a window's start; spread over the whole window, it would weigh on nearly all of the next one.
+-- a window's start; spread over the whole window, it would weigh on nearly all of the next one. And so
+-- a unit in a later slot than the latest is refused when spreading the window's units up to it would
+-- weigh on the next window more than this window's room: counted()'s `late`.
 --
 -- State, when limit < PACK (the usual case): one integer (below SMALL, with slots: see #state),
 -- stamp * STAMP + current * PACK + previous, stamp = (window index mod 4) + 1, so a later unit in the
