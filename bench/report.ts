@@ -213,6 +213,7 @@ function accuracy(r: Results): string {
 64 callers share one identifier for ${r.settings.accuracyMs / 1000} simulated seconds, ${p.limit} per ${p.window / 1000} s (buckets: capacity ${p.limit}, refilled
 continuously). The ideal is the exact limiter of each family (fixed window; sliding window = perfect sliding log;
 continuous token bucket) over the true send times. Skew: half the callers' clocks run 500 ms fast, half slow.
+"×8": the shape over 8 times as long (more boundaries, each a fresh draw of which clocks reach it first).
 Each cell: admitted / ideal (+ admitted where the ideal denies, − denied where it admits) and, for edgelimit,
 admissions over the limit in a window of the callers' time (each decision at its caller's clock, or a lagging
 caller's at the time the state had reached: docs/algorithms.md, "Clock skew"). Goals: with skew, ≥ 90 % of the

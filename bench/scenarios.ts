@@ -26,7 +26,18 @@ export const SIM_T0 = 1_700_000_040_000;
 export const ACCURACY_POLICY: Policy = { limit: 100, window: 10_000 };
 export const CALLERS = 64;
 
-export const SHAPES = ["steady 2×", "edge bursts", "steady 2×, skew ±500 ms", "edge bursts, skew ±500 ms"];
+export const SHAPES = [
+  "steady 2×",
+  "edge bursts",
+  "steady 2×, skew ±500 ms",
+  "edge bursts, skew ±500 ms",
+  "edge bursts ×8, skew ±500 ms",
+];
+
+/** How many times the run's duration a shape lasts: "×8" is 8 (more boundaries, more ways to meet one). */
+export function lengthOf(shape: string): number {
+  return Number(/×(\d+),/.exec(shape)?.[1] ?? 1);
+}
 
 export interface Event {
   /** True send time, ms after SIM_T0. */
@@ -34,10 +45,15 @@ export interface Event {
   caller: number;
 }
 
-/** steady: twice the limit's rate, ±10% jitter; bursts: `limit` in the 250 ms either side of each boundary. */
+/**
+ * steady: twice the limit's rate, ±10% jitter; bursts: `limit` in the 250 ms either side of each boundary,
+ * the callers in turn (so with skew, fast and slow clocks alternate within every burst). "×8": over 8
+ * times `durationMs`, so 8 times as many boundaries, each a fresh draw of which clocks come first.
+ */
 export function schedule(shape: string, p: Policy, durationMs: number): Event[] {
   const random = rng(42);
   const events: Event[] = [];
+  durationMs *= lengthOf(shape);
   if (shape.startsWith("steady")) {
     const spacing = p.window / (2 * p.limit);
     for (let k = 0; k * spacing < durationMs; k++)

@@ -15,7 +15,9 @@
 -- state knows that clocks disagree: then spread is the ms from the previous window's start to the end
 -- of the slot (one of SLOTS equal parts of the window) where its latest unit came, as the state keeps
 -- it (below a limit of SMALL). Clocks ahead of the true time move a burst that straddles a boundary to
--- a window's start; spread over the whole window, it would weigh on nearly all of the next one.
+-- a window's start; spread over the whole window, it would weigh on nearly all of the next one. And so
+-- a unit in a later slot than the latest is refused when spreading the window's units up to it would
+-- weigh on the next window more than this window's room: counted()'s `late`.
 --
 -- State, when limit < PACK (the usual case): one integer (below SMALL, with slots: see #state),
 -- stamp * STAMP + current * PACK + previous, stamp = (window index mod 4) + 1, so a later unit in the
@@ -103,7 +105,22 @@ local function counted(key, now, limit, window, strict)
     k = k - skewed
     previous, slots = c, (k - k % 64) / 64 + skewed
   end
-  if previous == 0 then return start, current, 0, limit - current, window, slots end
+  -- late: once clocks disagreed, a unit in a later slot than this window's latest spreads all of its
+  -- units up to that slot, so they weigh on the next window that much longer. Refused when that extra
+  -- weight, current * (ms the spread grows), is more than the room this window leaves, (limit -
+  -- current) * window: a few late units must not cost the next window's start its whole limit.
+  local late = false
+  if slots >= 8192 and current > 0 and now > start then
+    local latest = slots % 4096
+    latest = (latest - latest % 64) / 64
+    local slot = math.floor((now - start) * 64 / window)
+    if slot > latest then
+      local from, to = (latest + 1) * window + 63, (slot + 1) * window + 63
+      late = current * ((to - to % 64) - (from - from % 64)) / 64 > (limit - current) * window
+    end
+  end
+  if previous == 0 then return start, current, 0, late and math.min(0, limit - current) or limit - current, window,
+    slots, late end
   local spread = window
   if slots >= 8192 then
     spread = (slots % 64 + 1) * window + 63
@@ -111,7 +128,9 @@ local function counted(key, now, limit, window, strict)
   end
   local weight = now > start and math.max(0, spread - now + start) or spread
   local room = limit * spread - previous * weight - current * spread
-  return start, current, previous, (room - room % spread) / spread, spread, slots
+  room = (room - room % spread) / spread
+  if late and room > 0 then room = 0 end
+  return start, current, previous, room, spread, slots, late
 end
 
 -- The state as stored for the window starting at `start`.
@@ -160,22 +179,23 @@ end
 
 -- #check
 algorithms.slidingWindow = function(key, now, cost, limit, window)
-  local start, current, previous, room, spread, slots = counted(key, now, limit, window, true)
+  local start, current, previous, room, spread, slots, late = counted(key, now, limit, window, true)
   -- back to the full limit once every counted unit has faded out
   local reset_at = current > 0 and start + 2 * window or previous > 0 and start + window or now
   if cost > limit then return room, reset_at, NEVER end
   if cost > room then
-    if current + cost <= limit then
+    if current + cost <= limit and not late then
       -- the previous window's weight has to fade: smallest e with previous*(spread-e) <= room left,
       -- reached at start + e (counted from now, not from the clamped elapsed: a lagging caller waits
       -- for its lag as well)
       local fade = spread - math.floor((limit - current - cost) * spread / previous)
       return room, reset_at, math.max(1, start + fade - now)
     end
-    -- only the next window can admit it, once this window's count has faded enough over its spread
+    -- only the next window can admit it (a late unit too), once this window's count has faded enough
+    -- over its spread
     local own = window
     if slots >= 8192 then own = math.floor(((math.floor(slots % 4096 / 64) + 1) * window + 63) / 64) end
-    local fade = own - math.floor((limit - cost) * own / current)
+    local fade = math.max(0, own - math.floor((limit - cost) * own / current))
     return room, reset_at, (start + window - now) + fade
   end
   return room, reset_at, 0, commit, start, current, previous, slots

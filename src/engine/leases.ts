@@ -14,7 +14,7 @@
 // Top-ups and refunds go to Redis through the Limiter's scripts (src/engine/script.ts), from here.
 import type { Rule } from "./algorithms.js";
 import { describe, readDuration } from "./duration.js";
-import type { Reservation } from "./script.js";
+import type { Applied, Reservation } from "./script.js";
 import { type Decision, decidedBy, type RuleResult } from "./types.js";
 import { type Issue, issueText, MAX_TIMER_MS } from "./validate.js";
 
@@ -45,7 +45,14 @@ export interface LeaseScripts {
     want: number,
     waitUntil?: WaitUntil,
   ): Promise<Reservation | Error>;
-  refund(identifier: string, units: number, windowStarts: readonly number[], now: number): Promise<boolean>;
+  /** Gives `units` back under the rules they were reserved under (`applied`: a plan's or an override's). */
+  refund(
+    identifier: string,
+    units: number,
+    windowStarts: readonly number[],
+    now: number,
+    applied: Applied,
+  ): Promise<boolean>;
 }
 
 /** Unused units of one identifier to give back. */
@@ -54,6 +61,8 @@ export interface Refund {
   readonly units: number;
   /** Per rule, the start of the window the units were counted in (fixed and sliding windows), else 0. */
   readonly windowStarts: readonly number[];
+  /** The rules the units were reserved under: given back under them, never under another plan's. */
+  readonly applied: Applied;
 }
 
 /**
@@ -282,7 +291,7 @@ export class Leases {
     }
     const lease = seen?.lease;
     if (seen === undefined || this.disposed) {
-      this.refund([{ identifier, units, windowStarts }], now, waitUntil);
+      this.refund([{ identifier, units, windowStarts, applied: this.appliedOf(decision) }], now, waitUntil);
       return;
     }
     if (lease === undefined) {
@@ -295,7 +304,10 @@ export class Leases {
     lease.used = 0;
     // a lease topped up lives a ttl from then (what is left of the old units is at most a quarter of max)
     if (keep > 0) lease.expiresAt = this.expiry(now, windowStarts, lease.rules);
-    if (units > keep) this.refund([{ identifier, units: units - keep, windowStarts }], now, waitUntil);
+    if (units > keep) {
+      const applied = this.appliedOf(decision);
+      this.refund([{ identifier, units: units - keep, windowStarts, applied }], now, waitUntil);
+    }
   }
 
   /**
@@ -361,7 +373,10 @@ export class Leases {
     const answer = withHeld(decision, (lease?.units ?? 0) + reserved);
     if (seen === undefined || this.disposed) {
       // Forgotten while the request was out (evicted), or disposed since: the reserved units go straight back.
-      if (reserved > 0) this.refund([{ identifier, units: reserved, windowStarts }], now, waitUntil);
+      if (reserved > 0) {
+        const applied = this.appliedOf(decision);
+        this.refund([{ identifier, units: reserved, windowStarts, applied }], now, waitUntil);
+      }
       return answer;
     }
     if (lease !== undefined) {
@@ -374,7 +389,11 @@ export class Leases {
       lease.used = 0;
       lease.units += keep;
       if (reserved > keep)
-        this.refund([{ identifier, units: reserved - keep, windowStarts }], now, waitUntil);
+        this.refund(
+          [{ identifier, units: reserved - keep, windowStarts, applied: this.appliedOf(decision) }],
+          now,
+          waitUntil,
+        );
       return answer;
     }
     if (reserved > 0) this.start(identifier, seen, reserved, answer, windowStarts, now, waitUntil);
@@ -455,7 +474,7 @@ export class Leases {
     for (const refund of refunds) {
       if (refund.units <= 0) continue;
       const sent = this.scripts
-        .refund(refund.identifier, refund.units, refund.windowStarts, now)
+        .refund(refund.identifier, refund.units, refund.windowStarts, now, refund.applied)
         .then((ok) => {
           if (ok) this.stats.refunded += refund.units;
           else this.stats.refundsFailed += 1;
@@ -488,7 +507,13 @@ export class Leases {
     const lease = seen.lease!;
     seen.lease = undefined;
     this.held.delete(identifier);
-    return { identifier, units: lease.units, windowStarts: lease.windowStarts };
+    const applied = { name: lease.plan, rules: lease.rules };
+    return { identifier, units: lease.units, windowStarts: lease.windowStarts, applied };
+  }
+
+  /** The rules a decision from Redis was decided by, which its reserved units were counted under. */
+  private appliedOf(decision: Decision): Applied {
+    return { name: decision.plan, rules: decision.decidedBy ?? this.rules };
   }
 
   private forget(identifier: string, now: number, waitUntil: WaitUntil | undefined): void {

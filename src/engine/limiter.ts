@@ -307,7 +307,8 @@ export class Limiter {
               this.pools?.serves(encoding)
                 ? this.topUpRegional(this.pools, encoding, id, cost, now, want, waitUntil)
                 : scripts.reserve(id, cost, now, want, encoding),
-            refund: (id, units, windowStarts, now) => scripts.refund(id, units, windowStarts, now, encoding),
+            refund: (id, units, windowStarts, now, applied) =>
+              scripts.refund(id, units, windowStarts, now, applied),
           },
           () => this.now(),
           name,

@@ -248,19 +248,29 @@ function slidingWindowOutcome(
   const elapsed = Math.max(0, now - start);
   const spread = spreadOf(slots % SLOTS);
   const weight = Math.max(0, spread - elapsed);
-  const room = Math.floor((limit * spread - previous * weight - current * spread) / spread);
+  let room = Math.floor((limit * spread - previous * weight - current * spread) / spread);
   if (allowed) return { allowed, limit, remaining: room, resetAt: start + 2 * window, retryAfter: 0 };
+  // a unit that would spread this window's units later than the room it leaves covers (lua's `late`)
+  const latest = Math.floor(slots / SLOTS);
+  const slot = Math.floor(((now - start) * SLOTS) / window);
+  const late =
+    skewed === 1 &&
+    current > 0 &&
+    now > start &&
+    slot > latest &&
+    current * (slotSpan(slot, window) - slotSpan(latest, window)) > (limit - current) * window;
+  if (late) room = Math.min(room, 0);
   const resetAt = current > 0 ? start + 2 * window : previous > 0 ? start + window : now;
   let retryAfter: number;
   if (cost > limit) {
     retryAfter = Number.POSITIVE_INFINITY;
-  } else if (current + cost <= limit) {
+  } else if (current + cost <= limit && !late) {
     // the previous window's weight has to fade (see the check in lua/algorithms/sliding_window.lua)
     const fade = spread - Math.floor(((limit - current - cost) * spread) / previous);
     retryAfter = Math.max(1, start + fade - now);
   } else {
-    const own = spreadOf(Math.floor(slots / SLOTS));
-    const fade = own - Math.floor(((limit - cost) * own) / current);
+    const own = spreadOf(latest);
+    const fade = Math.max(0, own - Math.floor(((limit - cost) * own) / current));
     retryAfter = start + window - now + fade;
   }
   return { allowed, limit, remaining: Math.max(0, room), resetAt, retryAfter };
@@ -499,23 +509,25 @@ export class RuleScripts {
   }
 
   /**
-   * Gives `units` of `identifier` back under every rule of `plan`, each in the window it counted them
-   * in (`windowStarts`, as a reservation answered them). Resolves true when Redis ran it.
+   * Gives `units` of `identifier` back under every rule `applied` (a plan's, or a custom override's:
+   * the rules the units were counted under), each in the window it counted them in (`windowStarts`,
+   * as a reservation answered them). Resolves true when Redis ran it.
    */
   async refund(
     identifier: string,
     units: number,
     windowStarts: readonly number[],
     now: number,
-    plan: PlanEncoding = this.base,
+    applied: Applied = this.base,
   ): Promise<boolean> {
-    const keys = plan.keys.of(identifier, now, windowStarts);
-    const command = ["EVALSHA", REFUND.sha1, plan.count, ...keys, now.toString(16), String(units)];
-    const args = plan.args;
-    for (let i = 0; i < plan.rules.length; i++) {
-      const at = 4 * i;
-      command.push(args[at]!, args[at + 1]!, args[at + 2]!, args[at + 3]!, String(windowStarts[i] ?? 0));
-    }
+    // a plan's own encoding when these are its rules (its keys and arguments are computed once)
+    const own = this.plans.get(applied.name);
+    const plan: Applied = own !== undefined && own.rules === applied.rules ? own : applied;
+    const keys = this.keysOf(plan, identifier, now, windowStarts);
+    const command = ["EVALSHA", REFUND.sha1, String(keys.length), ...keys, now.toString(16), String(units)];
+    plan.rules.forEach((rule, i) => {
+      command.push(...encodeRule(rule), String(windowStarts[i] ?? 0));
+    });
     const reply = await this.transport.call(command, this.refundCall);
     return reply.ok;
   }

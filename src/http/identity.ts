@@ -15,8 +15,27 @@ export type KeySpec =
   | { readonly kind: "cookie"; readonly name: string };
 
 const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
-// Headers a client writes itself and that are commonly mistaken for the client's address.
-const FORGEABLE = ["x-forwarded-for", "x-real-ip", "forwarded", "true-client-ip", "cf-connecting-ip"];
+/**
+ * Headers that origins and frameworks read as the client's address, and that a client can write
+ * itself: never a key, and never passed to the origin as the client wrote them (the proxy rewrites
+ * them to CF-Connecting-IP's address, or drops them).
+ */
+export const CLIENT_IP_HEADERS: readonly string[] = [
+  "x-forwarded-for",
+  "x-real-ip",
+  "forwarded",
+  "true-client-ip",
+  "cf-connecting-ip",
+  "cf-connecting-ipv6",
+  "cf-pseudo-ipv4",
+  "x-client-ip",
+  "client-ip",
+  "fastly-client-ip",
+  "x-cluster-client-ip",
+  "x-forwarded",
+  "forwarded-for",
+  "x-appengine-user-ip",
+];
 
 /**
  * Parses a route's `key`: "ip", "path", "global", "header:NAME" or "cookie:NAME". Throws an Error
@@ -34,7 +53,7 @@ export function parseKeySpec(text: string): KeySpec {
     if (!TOKEN.test(name)) {
       throw new Error(`${JSON.stringify(text)}: the ${kind} name must be a non-empty HTTP token`);
     }
-    if (kind === "header" && FORGEABLE.includes(name.toLowerCase())) {
+    if (kind === "header" && CLIENT_IP_HEADERS.includes(name.toLowerCase())) {
       throw new Error(
         `${JSON.stringify(text)}: a client can send any ${name} it likes; use "ip", which reads CF-Connecting-IP (set by Cloudflare)`,
       );

@@ -7,24 +7,33 @@
 // never the client's: X-Forwarded-For (and X-Real-IP) is the client address from CF-Connecting-IP
 // (Cloudflare sets it; a client cannot), X-Forwarded-Proto and X-Forwarded-Host are the scheme and host the client asked for,
 // and a client-written Forwarded is dropped, so an origin that trusts these fields cannot be lied to.
+// The same goes for every other client-IP field an origin may read (True-Client-IP, X-Client-IP,
+// CF-Connecting-IPv6, ...: CLIENT_IP_HEADERS): one the client sent reaches the origin rewritten to the
+// real address, or not at all. A client's Connection cannot name these fields (nor Cloudflare's CF-*)
+// to strip them: hop-by-hop is the client's say over its own fields, not over the ones written for it.
 
-import { clientIp } from "./identity.js";
-import { formatIp } from "./ip.js";
+import { CLIENT_IP_HEADERS, clientIp } from "./identity.js";
+import { formatIp, isIpv4 } from "./ip.js";
 
 const HOP_BY_HOP = ["connection", "keep-alive", "te", "trailer", "transfer-encoding", "upgrade"];
 
 /**
  * Removes the hop-by-hop fields from `headers` (in place): Connection and those it names, Keep-Alive,
- * Proxy-*, TE, Trailer, Transfer-Encoding and Upgrade, unless `keepUpgrade`.
+ * Proxy-*, TE, Trailer, Transfer-Encoding and Upgrade, unless `keepUpgrade`. A field for which
+ * `unnameable` is true stays even when Connection names it.
  *
  * @example
  * dropHopByHop(headers, isWebSocketUpgrade(request))
  */
-export function dropHopByHop(headers: Headers, keepUpgrade = false): void {
+export function dropHopByHop(
+  headers: Headers,
+  keepUpgrade = false,
+  unnameable: (name: string) => boolean = () => false,
+): void {
   const named = (headers.get("connection") ?? "")
     .split(",")
     .map((name) => name.trim().toLowerCase())
-    .filter((name) => name !== "");
+    .filter((name) => name !== "" && !unnameable(name));
   for (const name of [...named, ...HOP_BY_HOP]) {
     if (keepUpgrade && name === "upgrade") continue;
     headers.delete(name);
@@ -32,6 +41,22 @@ export function dropHopByHop(headers: Headers, keepUpgrade = false): void {
   for (const name of [...headers.keys()]) {
     if (name.toLowerCase().startsWith("proxy-")) headers.delete(name);
   }
+}
+
+/** Fields the Worker (or Cloudflare) writes for the client, which its Connection header cannot strip. */
+function isWrittenForClient(name: string): boolean {
+  return (
+    CLIENT_IP_HEADERS.includes(name) ||
+    name.startsWith("x-forwarded-") ||
+    name.startsWith("cf-") ||
+    name === "cdn-loop"
+  );
+}
+
+/** Options of {@link forward}. */
+export interface ForwardOptions {
+  /** Request fields never passed on, e.g. the field the origin states a cost in: only it may write it. */
+  readonly drop?: Iterable<string>;
 }
 
 /** Whether `request` asks to become a WebSocket (`Upgrade: websocket`): the one upgrade proxied. */
@@ -42,24 +67,35 @@ export function isWebSocketUpgrade(request: Request): boolean {
 /**
  * Sends `request` to `origin` with the same method, path, query, end-to-end headers and (streamed) body.
  * Host is the origin's own (a virtual host there must see its name, not the Worker's); the client's
- * address, scheme and host travel as X-Forwarded-For, -Proto and -Host, replacing any the client wrote;
- * redirects are handed back to the client, never followed here.
+ * address, scheme and host travel as X-Forwarded-For (X-Real-IP, CF-Connecting-IP), -Proto and -Host,
+ * replacing any the client wrote, as does every other client-IP field it sent; redirects are handed
+ * back to the client, never followed here.
  *
  * @example
  * return forward(c.req.raw, "https://api.example.com");
  */
-export async function forward(request: Request, origin: string): Promise<Response> {
+export async function forward(
+  request: Request,
+  origin: string,
+  options: ForwardOptions = {},
+): Promise<Response> {
   const url = new URL(request.url);
   const webSocket = isWebSocketUpgrade(request);
   const headers = new Headers(request.headers);
-  dropHopByHop(headers, webSocket);
+  dropHopByHop(headers, webSocket, isWrittenForClient);
   headers.delete("host");
-  headers.delete("forwarded");
-  // X-Real-IP too: origins behind nginx read the client from it, and a client can write it.
+  for (const name of options.drop ?? []) headers.delete(name);
   const ip = clientIp(request.headers);
-  for (const name of ["x-forwarded-for", "x-real-ip"]) {
-    if (ip === undefined) headers.delete(name);
-    else headers.set(name, formatIp(ip));
+  const address = ip === undefined ? undefined : formatIp(ip);
+  for (const name of CLIENT_IP_HEADERS) {
+    // Always written (X-Real-IP too: origins behind nginx read the client from it, and Cloudflare
+    // writes a same-zone subrequest's CF-Connecting-IP from it); the others only replace what the
+    // client sent, and the IPv6 one only holds an IPv6 address.
+    const always = name === "x-forwarded-for" || name === "x-real-ip" || name === "cf-connecting-ip";
+    const fits = name === "cf-connecting-ipv6" ? ip !== undefined && !isIpv4(ip) : name !== "cf-pseudo-ipv4";
+    if (address !== undefined && name !== "forwarded" && fits && (always || headers.has(name))) {
+      headers.set(name, address);
+    } else headers.delete(name);
   }
   headers.set("x-forwarded-host", url.host);
   headers.set("x-forwarded-proto", url.protocol.slice(0, -1));

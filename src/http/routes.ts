@@ -139,8 +139,13 @@ export function parsePathPattern(source: string): PathPattern {
  * matchesPath(parsePathPattern("/users/:id"), normalizePath("/users/42")) // true
  */
 export function matchesPath(pattern: PathPattern, normalizedPath: string): boolean {
+  return matchesReadings(pattern, readings(normalizedPath));
+}
+
+// Cost: a pattern's segments, whatever the path's length (a length check, then one comparison a segment).
+function matchesReadings(pattern: PathPattern, found: readonly (readonly string[])[]): boolean {
   const want = pattern.segments;
-  return readings(normalizedPath).some((segments) => {
+  return found.some((segments) => {
     if (pattern.rest ? segments.length < want.length : segments.length !== want.length) return false;
     return want.every((segment, i) => segment === null || segment === segments[i]);
   });
@@ -151,6 +156,59 @@ export interface RouteMatch {
   readonly path?: PathPattern;
   /** Uppercase method names; GET also admits HEAD, which origins answer with their GET handler. */
   readonly methods?: ReadonlySet<string>;
+}
+
+/** Routes compiled once per config: see {@link compileRoutes}. */
+export interface RouteTable<R> {
+  /**
+   * For each method in turn, the first route that admits it on this path; each route once, in the
+   * order found. Methods are uppercase, the request's own first.
+   */
+  match(methods: readonly string[], normalizedPath: string): R[];
+  /** Every method some route names: the only ones an override can add a route for. */
+  readonly methods: ReadonlySet<string>;
+}
+
+/**
+ * Compiles routes once (when the config is parsed): a request then costs one reading of its path
+ * (linear in its length, shared by every route) and a few segment comparisons a route, never a route
+ * re-reading the path.
+ *
+ * @example
+ * const table = compileRoutes(config.routes);
+ * table.match(requestedMethods(request, table.methods), normalizePath(new URL(request.url).pathname))
+ */
+export function compileRoutes<R extends { readonly match: RouteMatch }>(routes: readonly R[]): RouteTable<R> {
+  const compiled = [...routes];
+  const methods = new Set(compiled.flatMap(({ match }) => [...(match.methods ?? [])]));
+  return {
+    methods,
+    match(wanted, normalizedPath) {
+      let found: string[][] | undefined;
+      // a route's path is checked at most once a request, whichever method asked
+      const pathMatches = new Map<R, boolean>();
+      const admits = (route: R) => {
+        const { path } = route.match;
+        if (!path) return true;
+        let matches = pathMatches.get(route);
+        if (matches === undefined) {
+          found ??= readings(normalizedPath);
+          matches = matchesReadings(path, found);
+          pathMatches.set(route, matches);
+        }
+        return matches;
+      };
+      const out: R[] = [];
+      for (const method of wanted) {
+        const route = compiled.find(
+          (candidate) =>
+            (!candidate.match.methods || candidate.match.methods.has(method)) && admits(candidate),
+        );
+        if (route && !out.includes(route)) out.push(route);
+      }
+      return out;
+    },
+  };
 }
 
 /**
@@ -164,9 +222,108 @@ export function findRoute<R extends { readonly match: RouteMatch }>(
   method: string,
   normalizedPath: string,
 ): R | undefined {
-  const upper = method.toUpperCase();
-  return routes.find(({ match }) => {
-    if (match.methods && !match.methods.has(upper)) return false;
-    return !match.path || matchesPath(match.path, normalizedPath);
-  });
+  return compileRoutes(routes).match([method.toUpperCase()], normalizedPath)[0];
+}
+
+/** Longest form body read for a `_method` field; a longer one may name any method. */
+const MAX_FORM_BYTES = 64 * 1024;
+
+/**
+ * The methods a POST's form body names in `_method` fields (Rails, Laravel and Symfony read them there
+ * first), among `known`: an `application/x-www-form-urlencoded` or `multipart/form-data` body, or one
+ * without a Content-Type (Rack parses that as a form too). The body is read from a clone, up to 64 KiB,
+ * and still streams to the origin whole; a longer one counts as naming every method in `known`, since
+ * the field may be past what was read. Anything else names none.
+ *
+ * @example
+ * await formMethods(request, new Set(["DELETE"])) // ["DELETE"] for a POST of "_method=delete"
+ */
+export async function formMethods(request: Request, known: ReadonlySet<string>): Promise<string[]> {
+  if (request.method.toUpperCase() !== "POST" || request.body === null || known.size === 0) return [];
+  const contentType = request.headers.get("content-type") ?? "";
+  const type = contentType.split(";")[0]!.trim().toLowerCase();
+  const multipart = type === "multipart/form-data";
+  if (!multipart && type !== "application/x-www-form-urlencoded" && type !== "") return [];
+  // A body too long to read, or one that failed on the way, may name any method.
+  const bytes = await readUpTo(request.clone().body!, MAX_FORM_BYTES).catch(() => undefined);
+  if (bytes === undefined) return [...known];
+  let values: string[];
+  try {
+    values = multipart
+      ? (await new Response(bytes, { headers: { "content-type": contentType } }).formData())
+          .getAll("_method")
+          .filter((value): value is string => typeof value === "string")
+      : new URLSearchParams(new TextDecoder().decode(bytes)).getAll("_method");
+  } catch {
+    return []; // a form no parser reads names no method to the origin either
+  }
+  const methods: string[] = [];
+  for (const value of values) {
+    for (const part of value.split(",")) {
+      const method = part.trim().toUpperCase();
+      if (known.has(method) && !methods.includes(method)) methods.push(method);
+    }
+  }
+  return methods;
+}
+
+/** The whole of `body` when it holds at most `limit` bytes, else undefined (the rest left unread). */
+async function readUpTo(
+  body: ReadableStream<Uint8Array>,
+  limit: number,
+): Promise<Uint8Array<ArrayBuffer> | undefined> {
+  const reader = body.getReader();
+  const chunks: Uint8Array[] = [];
+  let length = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    length += value.byteLength;
+    if (length > limit) {
+      // not awaited: a tee branch's cancel settles only once the other branch (the origin's) ends too;
+      // cancelled, it stops keeping a copy of what the origin is sent
+      reader.cancel().catch(() => {});
+      return undefined;
+    }
+    chunks.push(value);
+  }
+  const bytes = new Uint8Array(length);
+  let at = 0;
+  for (const chunk of chunks) {
+    bytes.set(chunk, at);
+    at += chunk.byteLength;
+  }
+  return bytes;
+}
+
+/** Where frameworks read the method a request asks for instead of its own (Rails, Laravel, Symfony, Express). */
+const METHOD_OVERRIDES = ["x-http-method-override", "x-http-method", "x-method-override"];
+
+/**
+ * The methods a request asks the origin for: its own, then each one an override names
+ * (`X-HTTP-Method-Override`, `X-HTTP-Method`, `X-Method-Override`, a `_method` query parameter; any
+ * case, comma lists too), since an origin honouring the override serves it as that method. Only
+ * methods in `known` (the ones routes name) are kept: no other can change which routes apply.
+ *
+ * @example
+ * requestedMethods(new Request("https://x.test/a", { method: "POST", headers: { "X-HTTP-Method-Override": "delete" } }), new Set(["DELETE"]))
+ * // ["POST", "DELETE"]
+ */
+export function requestedMethods(request: Request, known: ReadonlySet<string>): string[] {
+  const methods = [request.method.toUpperCase()];
+  const add = (value: string) => {
+    for (const part of value.split(",")) {
+      const method = part.trim().toUpperCase();
+      if (known.has(method) && !methods.includes(method)) methods.push(method);
+    }
+  };
+  for (const name of METHOD_OVERRIDES) {
+    const value = request.headers.get(name);
+    if (value !== null) add(value);
+  }
+  // no URL parsing for the many requests without a query (a key may be percent-encoded: %5Fmethod)
+  if (request.url.includes("?")) {
+    for (const value of new URL(request.url).searchParams.getAll("_method")) add(value);
+  }
+  return methods;
 }

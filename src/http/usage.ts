@@ -2,6 +2,8 @@
 // (`x-usage: 370`), or `usage.total_tokens` of an OpenAI-style answer, a JSON body or a Server-Sent
 // Events stream. The body passes through unchanged, chunk by chunk, as the client reads it: the reader
 // looks at each byte once and keeps only a few small fields of parser state, never the body or a line.
+// Only a 2xx JSON or event-stream body is read: an error page or a text echo is where an origin repeats
+// what its client sent, and a cost the client wrote must never refund it.
 
 /** How a route learns a request's real cost from its response. */
 export type UsageSource =
@@ -286,10 +288,47 @@ export class SseTotalTokens {
 const LF_BYTE = new Uint8Array([LF]);
 
 /**
+ * How a body of this media type carries OpenAI-style usage: "json" (`application/json` or any
+ * `+json` type), "sse" (`text/event-stream`), or undefined (anything else, or no Content-Type).
+ *
+ * @example
+ * usageFormat("text/event-stream; charset=utf-8") // "sse"
+ */
+export function usageFormat(contentType: string | null): "json" | "sse" | undefined {
+  const type = (contentType ?? "").split(";")[0]!.trim().toLowerCase();
+  if (type === "text/event-stream") return "sse";
+  if (type === "application/json" || /^[a-z0-9!#$&^_.+-]+\/[a-z0-9!#$&^_.+-]+\+json$/.test(type)) {
+    return "json";
+  }
+  return undefined;
+}
+
+/**
+ * Why a response cannot state the cost of its request in its body, or undefined when it can: only a
+ * 2xx whose Content-Type is JSON or an event stream is read. An error page, a 4xx JSON error or a
+ * text/plain or HTML body is where an origin echoes what the client sent, and a client that can write
+ * `{"usage":{"total_tokens":0}}` there must not be refunded by it.
+ *
+ * @example
+ * bodyUsageRefusal(404, "application/json") // "the response is 404, not 2xx"
+ */
+export function bodyUsageRefusal(status: number, contentType: string | null): string | undefined {
+  if (status < 200 || status > 299) return `the response is ${status}, not 2xx`;
+  if (usageFormat(contentType) === undefined) {
+    const type = contentType === null ? "no Content-Type" : JSON.stringify(contentType.slice(0, 60));
+    return `the response is ${type}, not JSON or text/event-stream`;
+  }
+  return undefined;
+}
+
+/**
  * A stream that passes a response body through unchanged, chunk for chunk, while it reads the
  * OpenAI-style `usage.total_tokens` from it: from an SSE stream when `contentType` is
- * text/event-stream, else from a JSON document. `onEnd` is called once, with the tokens found
- * (undefined when none), when the body has ended; never when it failed or the reader cancelled it.
+ * text/event-stream, from a JSON document when it is JSON (see {@link usageFormat}); any other body is
+ * not read. Where the origin states usage more than once, the last statement counts (the final event
+ * of a stream; the last duplicate key, as JSON.parse reads it). `onEnd` is called once, with the
+ * tokens found (undefined when none), when the body has ended; never when it failed or the reader
+ * cancelled it. Give it only a 2xx response's body: an error body is where an origin echoes its client.
  *
  * @example
  * const body = response.body.pipeThrough(openaiUsage(response.headers.get("content-type"), (tokens) => {
@@ -300,11 +339,12 @@ export function openaiUsage(
   contentType: string | null,
   onEnd: (tokens: number | undefined) => void,
 ): TransformStream<Uint8Array, Uint8Array> {
-  const sse = /^\s*text\/event-stream\s*(;|$)/i.test(contentType ?? "");
-  const reader = sse ? new SseTotalTokens() : new TotalTokens();
+  const format = usageFormat(contentType);
+  const reader = format === "sse" ? new SseTotalTokens() : format === "json" ? new TotalTokens() : undefined;
   return new TransformStream<Uint8Array, Uint8Array>({
     transform(chunk, controller) {
       controller.enqueue(chunk);
+      if (reader === undefined) return;
       // a body's chunks are Uint8Arrays; another view is read as its bytes
       const view = chunk as ArrayBufferView;
       reader.write(
@@ -312,7 +352,7 @@ export function openaiUsage(
       );
     },
     flush() {
-      onEnd(reader.end());
+      onEnd(reader?.end());
     },
   });
 }

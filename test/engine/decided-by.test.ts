@@ -157,3 +157,33 @@ describe("the Hono middleware under a custom override", () => {
     await limiter.dispose();
   });
 });
+
+describe("a lease's units go back under the rules they were reserved under", () => {
+  it("a fixed window under a custom override of 16: 16 units admitted in its window, not 19", async () => {
+    const { limiter, clock } = setup({
+      rules: { r: fixedWindow({ limit: 6, window: "1h" }) },
+      plans: undefined,
+      lease: { max: 4, ttl: "1m" },
+      denyCache: false,
+    });
+    const work: Promise<unknown>[] = [];
+    const waitUntil = (promise: Promise<unknown>) => void work.push(promise);
+    clock.set(T0);
+    await limiter.overrides.set("w", { rules: { r: { limit: 16 } } });
+    let admitted = 0;
+    const limit = async (cost: number) => {
+      const d = await limiter.limit("w", { cost, waitUntil });
+      while (work.length > 0) await Promise.all(work.splice(0));
+      if (d.allowed) admitted += cost;
+      return d;
+    };
+    for (let i = 0; i < 3; i++) await limit(1);
+    await limit(8);
+    clock.set(T0 + 2000); // past maxStale (1 s): the lease's unused units go back, under the override
+    const last: Decision[] = [];
+    for (let i = 0; i < 8; i++) last.push(await limit(1));
+    expect(admitted).toBe(16);
+    expect(last.map((d) => d.allowed)).toEqual([true, true, true, true, true, false, false, false]);
+    await limiter.dispose();
+  });
+});

@@ -92,6 +92,12 @@ describe("part 4's scenarios, clocks ±500 ms apart", () => {
     ["tokenBucket", "edge bursts, skew ±500 ms", 504, 504],
     ["gcra", "steady 2×, skew ±500 ms", 689, 699],
     ["gcra", "edge bursts, skew ±500 ms", 504, 504],
+    // 47 boundaries, each burst half on either side, fast and slow clocks alternating within it
+    ["fixedWindow", "edge bursts ×8, skew ±500 ms", 4800, 4800],
+    ["slidingWindow", "edge bursts ×8, skew ±500 ms", 4462, 4674],
+    ["slidingLog", "edge bursts ×8, skew ±500 ms", 4642, 4674],
+    ["tokenBucket", "edge bursts ×8, skew ±500 ms", 4704, 4704],
+    ["gcra", "edge bursts ×8, skew ±500 ms", 4704, 4704],
   ];
   const redis = bridgeRedis();
   it.each(cases)(
@@ -140,13 +146,17 @@ type Step = [
   retryAfter: number,
 ];
 
-async function runSteps(rule: RuleConfig, steps: Step[]) {
+/** `general`: beside a rule that never decides, so every call takes the limiter script, not the one-rule one. */
+async function runSteps(rule: RuleConfig, steps: Step[], general = false) {
   const redis = bridgeRedis();
   const prefix = uniquePrefix("lag");
   const clocks = { ahead: manualClock(), behind: manualClock() };
+  const rules: Record<string, RuleConfig> = general
+    ? { r: rule, wide: fixedWindow({ limit: 1_000, window: "1h" }) }
+    : { r: rule };
   const limiters = {
-    ahead: new Limiter({ redis, prefix, rules: { r: rule }, denyCache: false, clock: clocks.ahead }),
-    behind: new Limiter({ redis, prefix, rules: { r: rule }, denyCache: false, clock: clocks.behind }),
+    ahead: new Limiter({ redis, prefix, rules, denyCache: false, clock: clocks.ahead }),
+    behind: new Limiter({ redis, prefix, rules, denyCache: false, clock: clocks.behind }),
   };
   const got: Step[] = [];
   const stored: unknown[] = [];
@@ -196,6 +206,41 @@ describe("a caller whose clock lags", () => {
       // 10 × 9,900/10,000 used: one more once 10 × (1 − e/10,000) + 1 <= 10, e = 1,000
       ["ahead", 20_100, 1, false, 0, 900],
       ["ahead", 21_000, 1, true, 0, 0],
+    ];
+    const { got } = await runSteps(slidingWindow({ limit: 10, window: "10s" }), steps);
+    expect(got).toEqual(steps);
+  });
+
+  it.each([
+    ["the one-rule script", false],
+    ["the limiter script", true],
+  ])(
+    "slidingWindow, through %s: refuses a late unit that would spread a window's units over the next",
+    async (_, general) => {
+      const steps: Step[] = [
+        ["ahead", 10_200, 5, true, 5, 0], // [10 s, 20 s), its 64th number 1 (156.25 ms each)
+        ["behind", 9_700, 1, true, 4, 0], // lagging, admitted: clocks disagree
+        // the latest unit moves from the 2nd 64th (ending at 313 ms) to the 3rd (469): 6 × 156 ≤ 4 × 10,000
+        ["ahead", 10_400, 1, true, 3, 0],
+        // the 58th (ending at 9,063 ms) would take 7 × 8,594 > 3 × 10,000 from the next window: refused,
+        // until the next window, where 7 units spread over 469 ms weigh 7 at its start
+        ["ahead", 19_000, 1, false, 0, 1_000],
+        ["behind", 18_600, 1, false, 0, 1_400],
+        ["ahead", 20_000, 3, true, 0, 0],
+        // 7 × (469 − 235)/469 + 4 = 7.5 used
+        ["ahead", 20_235, 1, true, 2, 0],
+      ];
+      const { got, stored } = await runSteps(slidingWindow({ limit: 10, window: "10s" }), steps, general);
+      expect(got).toEqual(steps);
+      expect(stored[3]).toBe(stored[2]); // refused: nothing written
+      expect(stored[4]).toBe(stored[2]);
+    },
+  );
+
+  it("slidingWindow: with clocks that agree, takes a late unit (its window weighs over the whole next one)", async () => {
+    const steps: Step[] = [
+      ["ahead", 10_200, 5, true, 5, 0],
+      ["ahead", 19_000, 1, true, 4, 0],
     ];
     const { got } = await runSteps(slidingWindow({ limit: 10, window: "10s" }), steps);
     expect(got).toEqual(steps);

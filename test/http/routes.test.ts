@@ -5,11 +5,14 @@ import { cookie, identify, parseKeySpec } from "../../src/http/identity.js";
 import { parseIp } from "../../src/http/ip.js";
 import {
   canonicalPath,
+  compileRoutes,
   findRoute,
+  formMethods,
   matchesPath,
   normalizePath,
   type PathPattern,
   parsePathPattern,
+  requestedMethods,
 } from "../../src/http/routes.js";
 
 describe("normalizePath", () => {
@@ -157,6 +160,116 @@ describe("path patterns", () => {
   });
 });
 
+describe("compileRoutes: matched once per config, the path read once per request", () => {
+  const route = (name: string, path: string, methods?: string[]) => ({
+    name,
+    match: { path: parsePathPattern(path), ...(methods ? { methods: new Set(methods) } : {}) },
+  });
+  // 19 routes that a crafted path nearly matches (same first segment, one segment more or less,
+  // parameters everywhere), and the one it falls under last.
+  const routes = [
+    ...Array.from({ length: 19 }, (_, i) =>
+      route(`r${i}`, `/api/${Array.from({ length: i + 1 }, (_, j) => (j % 2 ? ":p" : "a;b")).join("/")}`),
+    ),
+    route("last", "/api/*"),
+  ];
+  /** The first route that matchesPath admits, pattern by pattern: the meaning the table must keep. */
+  const reference = (path: string) => routes.find(({ match }) => matchesPath(match.path, path))?.name;
+
+  // the second and fourth fall under /api/a;b (a reading strips the parameters and resolves the dots)
+  test.each([
+    ["ambiguous segments", `/api${"/a;b%2fc.d".repeat(1_640)}`, "last"],
+    ["dot segments and encoded slashes", `/API${"/x%2F..%2F.;".repeat(1_400)}/a`, "r0"],
+    ["one long segment", `/api/${"a".repeat(16_380)}`, "last"],
+    ["many empty segments", `/api${"/".repeat(16_380)}a;b`, "r0"],
+  ])("a 16 KB path of %s over 20 routes: the route pattern-by-pattern matching finds", (_, raw, expected) => {
+    expect(raw.length).toBeGreaterThanOrEqual(16_000);
+    const path = normalizePath(raw);
+    const found = compileRoutes(routes)
+      .match(["GET"], path)
+      .map(({ name }) => name);
+    expect(found).toEqual([reference(path)]);
+    expect(found).toEqual([expected]);
+  });
+
+  test("each method its first route, each route once", () => {
+    const table = compileRoutes([
+      route("deletes", "/items/*", ["DELETE"]),
+      route("writes", "/items/*", ["PUT", "DELETE"]),
+      route("any", "/*"),
+    ]);
+    expect(table.methods).toEqual(new Set(["DELETE", "PUT"]));
+    expect(table.match(["POST"], "/items/1").map(({ name }) => name)).toEqual(["any"]);
+    expect(table.match(["POST", "DELETE", "PUT"], "/items/1").map(({ name }) => name)).toEqual([
+      "any",
+      "deletes",
+      "writes",
+    ]);
+    expect(table.match(["DELETE", "DELETE"], "/other").map(({ name }) => name)).toEqual(["any"]);
+  });
+});
+
+describe("requestedMethods: the request's own, then every override naming a method a route names", () => {
+  const known = new Set(["DELETE", "PUT", "PATCH"]);
+  const methods = (url: string, headers: Record<string, string> = {}, method = "POST") =>
+    requestedMethods(new Request(`https://edge.example${url}`, { method, headers }), known);
+
+  test.each<[string, Record<string, string>, string[]]>([
+    ["/x", {}, ["POST"]],
+    ["/x", { "X-HTTP-Method-Override": "DELETE" }, ["POST", "DELETE"]],
+    ["/x", { "X-HTTP-Method": "delete" }, ["POST", "DELETE"]],
+    ["/x", { "X-Method-Override": " Delete " }, ["POST", "DELETE"]],
+    ["/x?_method=delete", {}, ["POST", "DELETE"]],
+    ["/x?%5Fmethod=DELETE", {}, ["POST", "DELETE"]],
+    ["/x?_method=put&_method=delete", {}, ["POST", "PUT", "DELETE"]],
+    ["/x", { "X-HTTP-Method-Override": "patch,DELETE, put" }, ["POST", "PATCH", "DELETE", "PUT"]],
+    ["/x?_method=PUT", { "X-HTTP-Method": "PUT", "X-Method-Override": "DELETE" }, ["POST", "PUT", "DELETE"]],
+    // a method no route names cannot change which routes apply: not kept
+    ["/x?_method=purge", { "X-HTTP-Method-Override": "GET, TRACE" }, ["POST"]],
+    ["/x?method=delete&x_method=delete", {}, ["POST"]],
+  ])("%s %j → %j", (url, headers, expected) => {
+    expect(methods(url, headers)).toEqual(expected);
+  });
+
+  test("the request's own method comes first, uppercase", () => {
+    expect(methods("/x?_method=DELETE", {}, "delete")).toEqual(["DELETE"]);
+  });
+});
+
+describe("formMethods: a POST form's _method fields, read from a clone", () => {
+  const known = new Set(["DELETE", "PUT"]);
+  const post = (body: BodyInit, headers: Record<string, string> = {}, method = "POST") =>
+    new Request("https://edge.example/items/1", { method, body, headers });
+  const urlencoded = { "Content-Type": "application/x-www-form-urlencoded" };
+
+  test("urlencoded, multipart and without a Content-Type; the request's body left whole", async () => {
+    const request = post("a=1&_method=delete&_method=Put,patch", urlencoded);
+    expect(await formMethods(request, known)).toEqual(["DELETE", "PUT"]);
+    expect(await request.text()).toBe("a=1&_method=delete&_method=Put,patch");
+    const multipart = new FormData();
+    multipart.append("file", new Blob(["x".repeat(1000)]), "f.bin");
+    multipart.append("_method", "delete");
+    expect(await formMethods(post(multipart), known)).toEqual(["DELETE"]);
+    expect(await formMethods(post(new TextEncoder().encode("_method=PUT")), known)).toEqual(["PUT"]);
+  });
+
+  test("a body over 64 KiB may name any method: every known one", async () => {
+    expect(await formMethods(post(`a=${"x".repeat(64 * 1024)}`, urlencoded), known)).toEqual([
+      "DELETE",
+      "PUT",
+    ]);
+    expect(await formMethods(post(`a=${"x".repeat(64 * 1024 - 2)}`, urlencoded), known)).toEqual([]);
+  });
+
+  test("none from a non-form type, another method, an unknown method or a broken multipart", async () => {
+    expect(await formMethods(post("_method=delete", { "Content-Type": "text/plain" }), known)).toEqual([]);
+    expect(await formMethods(post("_method=delete", urlencoded, "PUT"), known)).toEqual([]);
+    expect(await formMethods(post("_method=purge", urlencoded), known)).toEqual([]);
+    const broken = post("_method=delete", { "Content-Type": "multipart/form-data; boundary=zz" });
+    expect(await formMethods(broken, known)).toEqual([]);
+  });
+});
+
 describe("keys", () => {
   test.each([
     ["ip", { kind: "ip" }],
@@ -175,16 +288,22 @@ describe("keys", () => {
     },
   );
 
-  test.each(["x-forwarded-for", "X-Real-IP", "forwarded", "true-client-ip", "CF-Connecting-IP"])(
-    "refuses header:%s, which clients forge",
-    (name) => {
-      expect(() => parseKeySpec(`header:${name}`)).toThrow(
-        new Error(
-          `"header:${name}": a client can send any ${name} it likes; use "ip", which reads CF-Connecting-IP (set by Cloudflare)`,
-        ),
-      );
-    },
-  );
+  test.each([
+    "x-forwarded-for",
+    "X-Real-IP",
+    "forwarded",
+    "true-client-ip",
+    "CF-Connecting-IP",
+    "X-Client-IP",
+    "CF-Connecting-IPv6",
+    "Fastly-Client-IP",
+  ])("refuses header:%s, which clients forge", (name) => {
+    expect(() => parseKeySpec(`header:${name}`)).toThrow(
+      new Error(
+        `"header:${name}": a client can send any ${name} it likes; use "ip", which reads CF-Connecting-IP (set by Cloudflare)`,
+      ),
+    );
+  });
 
   test("identify: each kind, header and cookie values hashed as UTF-8", () => {
     const request = new Request("https://edge.example/x", {
@@ -312,6 +431,40 @@ describe("no spelling escapes a route: any origin's reading of a path that match
         }
       }),
       { numRuns: 20_000 },
+    );
+  });
+
+  test("a compiled table finds, method by method, the route pattern-by-pattern matching finds", () => {
+    const verbs = ["GET", "POST", "DELETE"];
+    const route = fc.record({
+      path: fc.option(fc.constantFrom(...patterns), { nil: undefined }),
+      methods: fc.option(fc.subarray(verbs, { minLength: 1 }), { nil: undefined }),
+    });
+    fc.assert(
+      fc.property(fc.array(route, { maxLength: 6 }), fc.subarray(verbs), rawPath, (specs, wanted, raw) => {
+        const routes = specs.map((spec, i) => ({
+          name: i,
+          match: {
+            ...(spec.path ? { path: spec.path } : {}),
+            ...(spec.methods ? { methods: new Set(spec.methods) } : {}),
+          },
+        }));
+        const path = normalizePath(raw);
+        const expected: number[] = [];
+        for (const method of wanted) {
+          const found = routes.find(
+            ({ match }) =>
+              (!match.methods || match.methods.has(method)) && (!match.path || matchesPath(match.path, path)),
+          );
+          if (found && !expected.includes(found.name)) expected.push(found.name);
+        }
+        expect(
+          compileRoutes(routes)
+            .match(wanted, path)
+            .map(({ name }) => name),
+        ).toEqual(expected);
+      }),
+      { numRuns: 2_000 },
     );
   });
 });

@@ -1,9 +1,11 @@
 import { describe, expect, test } from "vitest";
 import {
+  bodyUsageRefusal,
   checkUsageSource,
   openaiUsage,
   SseTotalTokens,
   TotalTokens,
+  usageFormat,
   usageFromHeader,
   usageLog,
 } from "../../src/http/usage.js";
@@ -238,6 +240,24 @@ describe("openaiUsage: the body passes through as it is", () => {
     expect(calls).toEqual([81]);
   });
 
+  test.each(["text/plain", "text/html; charset=utf-8", "application/x-ndjson", ""])(
+    "a %j body passes through unread: onEnd is told undefined",
+    async (contentType) => {
+      const { body, calls } = through(contentType, [utf8('{"usage":{"total_tokens":0}}')]);
+      expect(await new Response(body).text()).toBe('{"usage":{"total_tokens":0}}');
+      expect(calls).toEqual([undefined]);
+    },
+  );
+
+  test("the last usage a stream states counts, not an earlier one", async () => {
+    const early = 'data: {"usage":{"total_tokens":0}}\n\n';
+    const { body, calls } = through("text/event-stream", [
+      utf8(early + chatStream("\n", '{"total_tokens":370}')),
+    ]);
+    await new Response(body).arrayBuffer();
+    expect(calls).toEqual([370]);
+  });
+
   test("a reader that cancels mid-body: onEnd is never called", async () => {
     const bytes = utf8(chatStream("\n", '{"total_tokens":370}'));
     const { body, calls } = through("text/event-stream", [bytes.subarray(0, 10), bytes.subarray(10)]);
@@ -274,5 +294,36 @@ describe("usageLog", () => {
     expect(() => usageLog({ interval: 0 })).toThrow(
       "interval: must be a positive number of milliseconds, got 0",
     );
+  });
+});
+
+describe("which responses may state a cost in their body", () => {
+  test.each([
+    ["application/json", "json"],
+    ["Application/JSON; charset=utf-8", "json"],
+    ["application/vnd.api+json", "json"],
+    ["text/event-stream", "sse"],
+    [" text/event-stream ; charset=utf-8", "sse"],
+    ["text/plain", undefined],
+    ["text/html", undefined],
+    ["application/jsonp", undefined],
+    ["application/x-ndjson", undefined],
+    ["", undefined],
+    [null, undefined],
+  ])("usageFormat(%j) is %j", (contentType, expected) => {
+    expect(usageFormat(contentType)).toBe(expected);
+  });
+
+  test.each([
+    [200, "application/json", undefined],
+    [201, "text/event-stream", undefined],
+    [299, "application/problem+json", undefined],
+    [400, "application/json", "the response is 400, not 2xx"],
+    [500, "text/event-stream", "the response is 500, not 2xx"],
+    [304, "application/json", "the response is 304, not 2xx"],
+    [200, "text/plain", 'the response is "text/plain", not JSON or text/event-stream'],
+    [200, null, "the response is no Content-Type, not JSON or text/event-stream"],
+  ])("bodyUsageRefusal(%d, %j) is %j", (status, contentType, expected) => {
+    expect(bodyUsageRefusal(status, contentType)).toBe(expected);
   });
 });

@@ -4,6 +4,7 @@ import type { Decision, Settlement } from "../../engine/types.js";
 import { type FailureLog, failureLog } from "../../http/error-log.js";
 import { enforce, SHADOW_HEADER, unauthorized } from "../../http/headers.js";
 import {
+  bodyUsageRefusal,
   checkUsageSource,
   usageLog as defaultUsageLog,
   openaiUsage,
@@ -210,6 +211,13 @@ export const rateLimit = <E extends Env = Env>({
       // The origin's accounting is not the client's business unless the route says so.
       if (!settle.expose && value !== null) c.header(settle.header, undefined);
       if (!settled) return;
+      // The header is the origin's own statement, trusted at any status (an origin that failed after
+      // doing work charges it); but a handler that copies request headers would let the client write
+      // it, so a request that carries it itself is not refunded.
+      if (c.req.raw.headers.has(settle.header)) {
+        unsettled(`the request itself carries ${settle.header}; kept the reservation`);
+        return;
+      }
       const actual = usageFromHeader(value);
       if (actual !== undefined) charge(actual);
       else {
@@ -222,6 +230,12 @@ export const rateLimit = <E extends Env = Env>({
       return;
     }
     if (!settled) return;
+    // Only a 2xx JSON or event-stream body is read: other bodies are where origins echo their clients.
+    const unreadable = bodyUsageRefusal(c.res.status, c.res.headers.get("content-type"));
+    if (unreadable !== undefined) {
+      unsettled(`${unreadable}; kept the reservation`);
+      return;
+    }
     const body = c.res.body;
     if (body === null) {
       unsettled("no body to read usage.total_tokens from; kept the reservation");

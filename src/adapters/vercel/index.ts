@@ -5,7 +5,7 @@ import { failureLog } from "../../http/error-log.js";
 import { enforce, unauthorized } from "../../http/headers.js";
 import { clientKey } from "../../http/identity.js";
 import { parseIp } from "../../http/ip.js";
-import { matchesPath, normalizePath, parsePathPattern } from "../../http/routes.js";
+import { compileRoutes, normalizePath, parsePathPattern } from "../../http/routes.js";
 
 /** Options of {@link createMiddleware}. Only `limiter` is required. */
 export interface VercelRateLimitOptions {
@@ -118,8 +118,7 @@ function routeMatcher(routes: readonly string[]): (pathname: string) => boolean 
       throw new Error(`routes[${i}]: ${(error as Error).message}`);
     }
   });
-  return (pathname) => {
-    const path = normalizePath(pathname);
-    return patterns.some((pattern) => matchesPath(pattern, path));
-  };
+  // compiled once: a request's path is read once, not once a pattern
+  const table = compileRoutes(patterns.map((path) => ({ match: { path } })));
+  return (pathname) => table.match(["GET"], normalizePath(pathname)).length > 0;
 }

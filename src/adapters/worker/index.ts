@@ -19,7 +19,13 @@ import { clientIp, identify } from "../../http/identity.js";
 import type { IpAddress } from "../../http/ip.js";
 import { forward } from "../../http/proxy.js";
 import { type RegionsConfig, type RequestLocation, regionOf } from "../../http/regions.js";
-import { findRoute, normalizePath } from "../../http/routes.js";
+import {
+  compileRoutes,
+  formMethods,
+  normalizePath,
+  type RouteTable,
+  requestedMethods,
+} from "../../http/routes.js";
 import { usageLog } from "../../http/usage.js";
 import { type ConcurrencyVariables, concurrencyLimit } from "../hono/concurrency.js";
 import { type RateLimitVariables, rateLimit } from "../hono/index.js";
@@ -46,7 +52,13 @@ interface LimitedRoute extends AdminRoute {
 }
 
 type Setup =
-  | { readonly ok: true; readonly config: EdgelimitConfig; readonly routes: readonly LimitedRoute[] }
+  | {
+      readonly ok: true;
+      readonly config: EdgelimitConfig;
+      readonly routes: readonly LimitedRoute[];
+      /** The routes compiled for matching, once with the setup. */
+      readonly table: RouteTable<LimitedRoute>;
+    }
   | { readonly ok: false; readonly errors: readonly string[] };
 
 type AppEnv = {
@@ -113,7 +125,7 @@ function buildSetup(raw: unknown, url: string | undefined, token: string | undef
     // the Upstash REST protocol, spoken by the engine itself: no Redis client library in the bundle
     const redis: RestConnection = { url: url!, token: token! };
     const routes = config.routes.map((route) => limitedRoute(route, config, redis, regional));
-    return { ok: true, config, routes };
+    return { ok: true, config, routes, table: compileRoutes(routes) };
   } catch (error) {
     return { ok: false, errors: [`edgelimit could not start: ${(error as Error).message}`] };
   }
@@ -219,13 +231,22 @@ function limitedRoute(
 // The origin's answer; a network failure on the way there (DNS, refused, reset) is a 502, not a crash.
 async function origin(c: Context<AppEnv>): Promise<Response> {
   try {
-    return await (c.get("upstream") ?? forward(c.req.raw, c.get("config").origin));
+    return await (c.get("upstream") ?? toOrigin(c.req.raw, c.get("config")));
   } catch (error) {
     console.error(
       `edgelimit: ${c.req.method} ${c.req.path}: the origin did not answer: ${(error as Error).message}`,
     );
     return problem(502, "Bad Gateway", "The origin could not be reached.");
   }
+}
+
+/**
+ * Forwards `request` to the config's origin, without the fields any route reads a cost from: only the
+ * origin may write those, so an origin that echoes request headers cannot be made to state a client's.
+ */
+function toOrigin(request: Request, config: EdgelimitConfig): Promise<Response> {
+  const drop = config.routes.flatMap(({ settle }) => (settle && "header" in settle ? [settle.header] : []));
+  return forward(request, config.origin, { drop });
 }
 
 function problem(status: number, title: string, detail: string): Response {
@@ -244,7 +265,7 @@ app.use(async (c, next) => {
     console.error(`edgelimit is misconfigured:\n  ${setup.errors.join("\n  ")}`);
     return c.text("edgelimit is misconfigured", 500);
   }
-  const { config, routes } = setup;
+  const { config, routes, table } = setup;
   const ip = clientIp(c.req.raw.headers);
   // Deny wins over allow: an address in both is refused.
   if (ip && config.deny.has(ip)) {
@@ -258,16 +279,32 @@ app.use(async (c, next) => {
   c.set("config", config);
   c.set("ip", ip);
   c.set("path", path);
-  const route = findRoute(routes, c.req.method, path);
+  // A method override (X-HTTP-Method-Override: DELETE, _method=delete) counts as the method it asks
+  // for: a request naming several is counted by the route of each, in turn.
+  const methods = requestedMethods(c.req.raw, table.methods);
+  // a POST form's _method is read only where it could add a route: a method-limited one on this path
+  if (c.req.method === "POST" && table.match([...table.methods], path).some(({ match }) => match.methods)) {
+    for (const method of await formMethods(c.req.raw, table.methods)) {
+      if (!methods.includes(method)) methods.push(method);
+    }
+  }
+  const [route, ...others] = table.match(methods, path);
   if (route === undefined || (ip && config.allow.has(ip))) return next();
-  if (route.mode === "shadow") {
+  if (route.mode === "shadow" && others.every((other) => other.mode === "shadow")) {
     // The decision changes nothing about the response but its headers: ask Redis and the origin at once.
-    const upstream = forward(c.req.raw, config.origin);
+    const upstream = toOrigin(c.req.raw, config);
     upstream.catch(() => {}); // awaited by the handler; this only stops an "unhandled rejection" report
     c.set("upstream", upstream);
   }
   const region = config.regions && regionOf(config.regions, (c.req.raw as { cf?: RequestLocation }).cf);
-  return route.limit(region)(c, next);
+  const inner = others.reduceRight<() => Promise<void>>(
+    (then, other) => async () => {
+      const refusal = await other.limit(region)(c, then);
+      if (refusal) c.res = refusal;
+    },
+    next,
+  );
+  return route.limit(region)(c, inner);
 });
 
 app.all("*", (c) => origin(c));

@@ -54,14 +54,24 @@ function setup(settle: SettleOption, options: { waitUntil?: boolean; mode?: "sha
     }),
   );
   app.get("/api/denied", (c) => c.text("denied"));
+  // a careless handler: what the client wrote comes back, in a header or as the body
+  app.get("/api/echo-header", (c) => {
+    c.header("x-usage", c.req.header("x-usage"));
+    return c.text("served");
+  });
+  app.get("/api/echo", (c) =>
+    c.body(c.req.query("body") ?? "", Number(c.req.query("status")) as 200, {
+      "Content-Type": c.req.query("type") ?? "",
+    }),
+  );
   const pending: Promise<unknown>[] = [];
   const ctx = {
     waitUntil: (promise: Promise<unknown>) => void pending.push(promise),
     passThroughOnException: () => {},
     props: {},
   };
-  const get = (path: string) =>
-    options.waitUntil === false ? app.request(path) : app.request(path, undefined, {}, ctx);
+  const get = (path: string, init?: RequestInit) =>
+    options.waitUntil === false ? app.request(path, init) : app.request(path, init, {}, ctx);
   const peek = async () => (await limiter.limit("alice", { cost: 0 })).remaining;
   return { get, peek, events, settled: () => Promise.all(pending), limiter };
 }
@@ -110,6 +120,35 @@ describe("rateLimit with settle", () => {
     );
     await sse.settled();
     expect(await sse.peek()).toBe(9_958);
+  });
+
+  it("a cost the client wrote keeps the reservation: an echoed x-usage, a text/plain or 4xx JSON echo", async () => {
+    const header = setup({ header: "x-usage" });
+    const echoed = await header.get("/api/echo-header", { headers: { "x-usage": "0" } });
+    expect(echoed.headers.has("x-usage")).toBe(false);
+    await header.settled();
+    expect(await header.peek()).toBe(9_000);
+    expect(header.events.map((event) => event.message)).toEqual([
+      "edgelimit: GET /api/echo-header: the request itself carries x-usage; kept the reservation (further ones: one summary line per 60 s)",
+    ]);
+
+    const body = setup({ usage: "openai" });
+    const zero = encodeURIComponent('{"usage":{"total_tokens":0}}');
+    for (const [status, type] of [
+      [200, "text/plain"],
+      [200, "text/html"],
+      [400, "application/json"],
+    ] as const) {
+      const response = await body.get(`/api/echo?status=${status}&type=${type}&body=${zero}`);
+      expect(response.status).toBe(status);
+      expect(await response.text()).toBe('{"usage":{"total_tokens":0}}');
+    }
+    await body.settled();
+    expect(await body.peek()).toBe(7_000);
+    // a 2xx JSON body is the handler's own answer, read as it says: 0 of this 1,000 used
+    await (await body.get(`/api/echo?status=200&type=application/json&body=${zero}`)).arrayBuffer();
+    await body.settled();
+    expect(await body.peek()).toBe(7_000);
   });
 
   it("a function: its answer is charged, undefined keeps the reservation", async () => {

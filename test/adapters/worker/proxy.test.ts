@@ -107,6 +107,60 @@ describe("what the origin receives", () => {
     expect(valuesOf(received, "x-real-ip")).toEqual([]);
   });
 
+  test("every client-IP header the client sent reaches the origin as the real address, or not at all", async () => {
+    const forged = {
+      "True-Client-IP": "10.0.0.1",
+      "X-Client-IP": "10.0.0.2",
+      "Client-IP": "10.0.0.3",
+      "Fastly-Client-IP": "10.0.0.4",
+      "X-Cluster-Client-IP": "10.0.0.5",
+      "X-Forwarded": "for=10.0.0.6",
+      "Forwarded-For": "10.0.0.7",
+      "X-AppEngine-User-IP": "10.0.0.8",
+      "CF-Connecting-IPv6": "2001:db8::bad",
+      "CF-Pseudo-IPv4": "240.0.0.1",
+    };
+    const v4 = (await (
+      await call(proxyEnv(), "/", { ip: "203.0.113.7", headers: forged })
+    ).json()) as Received;
+    for (const name of Object.keys(forged).map((name) => name.toLowerCase())) {
+      const expected = name === "cf-connecting-ipv6" || name === "cf-pseudo-ipv4" ? [] : ["203.0.113.7"];
+      expect(valuesOf(v4, name), name).toEqual(expected);
+    }
+
+    const v6 = (await (
+      await call(proxyEnv(), "/", { ip: "2001:DB8::7", headers: forged })
+    ).json()) as Received;
+    expect(valuesOf(v6, "cf-connecting-ipv6")).toEqual(["2001:db8::7"]);
+    expect(valuesOf(v6, "true-client-ip")).toEqual(["2001:db8::7"]);
+    expect(valuesOf(v6, "cf-pseudo-ipv4")).toEqual([]);
+
+    const none = (await (await call(proxyEnv(), "/", { ip: null, headers: forged })).json()) as Received;
+    for (const name of [...Object.keys(forged), "CF-Connecting-IP"]) {
+      expect(valuesOf(none, name.toLowerCase()), name).toEqual([]);
+    }
+  });
+
+  test("a client's Connection cannot strip the fields written for it: client IP, X-Forwarded-*, CF-*", async () => {
+    const response = await call(proxyEnv(), "/", {
+      ip: "203.0.113.7",
+      headers: {
+        Connection: "CF-Connecting-IP, X-Forwarded-For, X-Real-IP, True-Client-IP, CF-IPCountry, X-Hop",
+        "True-Client-IP": "203.0.113.7",
+        "CF-IPCountry": "NZ",
+        "X-Hop": "private to this hop",
+      },
+    });
+    const received = (await response.json()) as Received;
+    // (CF-Connecting-IP of a subrequest is the runtime's to write, from X-Real-IP: workerd never passes one)
+    expect(valuesOf(received, "x-forwarded-for")).toEqual(["203.0.113.7"]);
+    expect(valuesOf(received, "x-real-ip")).toEqual(["203.0.113.7"]);
+    expect(valuesOf(received, "true-client-ip")).toEqual(["203.0.113.7"]);
+    expect(valuesOf(received, "cf-ipcountry")).toEqual(["NZ"]);
+    // what it may name still goes
+    expect(valuesOf(received, "x-hop")).toEqual([]);
+  });
+
   test("a WebSocket upgrade is proxied with its Upgrade header, and nothing else hop-by-hop", async () => {
     const response = await call(proxyEnv(), "/socket", {
       headers: {
@@ -187,6 +241,95 @@ describe("spellings of a limited path", () => {
       const response = await call(env, "/", { headers: { "X-API-Key": "" } });
       await response.arrayBuffer();
       expect(response.status).toBe(401);
+    }
+  });
+});
+
+// A DELETE-only route, 2 an hour per client: every way a client can ask the origin for a DELETE through
+// another method counts against it, as the origin will serve it as a DELETE.
+describe("method overrides count as the method they ask for", () => {
+  /** What the RateLimit header says is left (its reset is real time, not compared). */
+  const left = (response: Response) => response.headers.get("ratelimit")?.replace(/;t=\d+$/, "") ?? null;
+
+  const deletes = {
+    name: "deletes",
+    match: { path: "/items/*", methods: ["DELETE"] },
+    key: "ip",
+    rules: { r: { algorithm: "gcra", limit: 2, period: "1h" } },
+  };
+
+  const form = "_method=delete&name=x";
+  const urlencoded = { "Content-Type": "application/x-www-form-urlencoded" };
+  test.each<[string, string, Record<string, string>, (string | Uint8Array<ArrayBuffer>)?]>([
+    ["X-HTTP-Method-Override", "/items/1", { "X-HTTP-Method-Override": "DELETE" }],
+    ["X-HTTP-Method", "/items/1", { "X-HTTP-Method": "delete" }],
+    ["X-Method-Override", "/items/1", { "X-Method-Override": "Delete" }],
+    ["_method", "/items/1?_method=delete", {}],
+    ["_method percent-encoded", "/items/1?a=1&%5Fmethod=DeLeTe", {}],
+    ["a comma list", "/items/1", { "X-HTTP-Method-Override": "PATCH, delete" }],
+    ["a second of several", "/items/1?_method=PUT&_method=DELETE", {}],
+    ["a _method form field", "/items/1", urlencoded, form],
+    // (bytes: a string body would be given text/plain)
+    ["a _method form field, no Content-Type", "/items/1", {}, new TextEncoder().encode(form)],
+    [
+      "a _method multipart field",
+      "/items/1",
+      { "Content-Type": "multipart/form-data; boundary=b" },
+      '--b\r\nContent-Disposition: form-data; name="_method"\r\n\r\nDELETE\r\n--b--\r\n',
+    ],
+    ["a form too long to read (over 64 KiB)", "/items/1", urlencoded, `a=${"x".repeat(70_000)}`],
+  ])("%s: 2 admitted, the 3rd refused", async (_, path, headers, body) => {
+    const env = proxyEnv([deletes]);
+    const got: [number, string | null][] = [];
+    for (let i = 0; i < 3; i++) {
+      const response = await call(env, path, { method: "POST", headers, body: body ?? null });
+      await response.arrayBuffer();
+      got.push([response.status, left(response)]);
+    }
+    expect(got).toEqual([
+      [200, '"r";r=1'],
+      [200, '"r";r=0'],
+      [429, '"r";r=0'],
+    ]);
+  });
+
+  test("a form read for its _method still reaches the origin whole; one without it is not counted", async () => {
+    const env = envFor(config([deletes]));
+    const sent = `${form}&${"y".repeat(60_000)}`;
+    const echoed = await call(env, "/items/1", { method: "POST", headers: urlencoded, body: sent });
+    expect([echoed.status, left(echoed)]).toEqual([200, '"r";r=1']);
+    expect(((await echoed.json()) as { body: string }).body).toBe(sent);
+    const plain = await call(env, "/items/1", { method: "POST", headers: urlencoded, body: "name=x" });
+    expect([plain.status, left(plain)]).toEqual([200, null]);
+    await plain.arrayBuffer();
+  });
+
+  test("a plain POST, or an override naming another method, is not counted; a real DELETE is", async () => {
+    const env = proxyEnv([deletes]);
+    for (const headers of [{}, { "X-HTTP-Method-Override": "PATCH" }] as Record<string, string>[]) {
+      const response = await call(env, "/items/1", { method: "POST", headers });
+      await response.arrayBuffer();
+      expect([response.status, left(response)]).toEqual([200, null]);
+    }
+    const response = await call(env, "/items/1", { method: "DELETE" });
+    await response.arrayBuffer();
+    expect([response.status, left(response)]).toEqual([200, '"r";r=1']);
+  });
+
+  test("a request naming methods of two routes is counted by both", async () => {
+    const puts = { ...deletes, name: "puts", match: { path: "/items/*", methods: ["PUT"] } };
+    const env = proxyEnv([deletes, puts]);
+    const both = await call(env, "/items/1?_method=put", {
+      method: "POST",
+      headers: { "X-HTTP-Method-Override": "DELETE" },
+    });
+    await both.arrayBuffer();
+    expect(both.status).toBe(200);
+    // each route has one of its two left
+    for (const method of ["DELETE", "PUT"]) {
+      const response = await call(env, "/items/1", { method });
+      await response.arrayBuffer();
+      expect([method, left(response)]).toEqual([method, '"r";r=0']);
     }
   });
 });

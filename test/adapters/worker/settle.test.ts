@@ -10,14 +10,15 @@ import { config, envFor } from "./support.js";
 // is frozen during each test, so no unit comes back with time.
 const RULES = { perHour: { algorithm: "gcra", limit: 10_000, period: "1h" } };
 
-function setup(settle: unknown) {
-  const document = config([{ name: "chat", key: "ip", rules: RULES, cost: 1_000, timeout: "15s", settle }], {
+function setup(settle: unknown, limit = 10_000) {
+  const rules = { perHour: { ...RULES.perHour, limit } };
+  const document = config([{ name: "chat", key: "ip", rules, cost: 1_000, timeout: "15s", settle }], {
     origin: inject("usageOriginUrl"),
   });
   const peekLimiter = new Limiter({
     redis: { url: inject("bridgeUrl"), token: inject("bridgeToken") },
     prefix: document.prefix as string,
-    rules: { perHour: gcra({ limit: 10_000, period: "1h" }) },
+    rules: { perHour: gcra({ limit, period: "1h" }) },
   });
   /** What Redis holds for the caller now: the units left. */
   const peek = async () => (await peekLimiter.limit("chat:192.0.2.1", { cost: 0 })).remaining;
@@ -28,7 +29,7 @@ function setup(settle: unknown) {
  * One request through the Worker, as the runtime sends it; `settled()` waits for every promise handed
  * to waitUntil so far (a settle handed over when the body ended is among them once it has been read).
  */
-async function send(env: Env, path: string) {
+async function send(env: Env, path: string, init: { body?: string; headers?: Record<string, string> } = {}) {
   const pending: Promise<unknown>[] = [];
   const ctx = {
     waitUntil: (promise: Promise<unknown>) => void pending.push(promise),
@@ -36,7 +37,9 @@ async function send(env: Env, path: string) {
     props: {},
   };
   const request = new Request(`https://edge.example${path}`, {
-    headers: { "CF-Connecting-IP": "192.0.2.1" },
+    method: init.body === undefined ? "GET" : "POST",
+    headers: { "CF-Connecting-IP": "192.0.2.1", ...init.headers },
+    ...(init.body === undefined ? {} : { body: init.body }),
   });
   const response = await worker.fetch(request, env, ctx);
   return { response, settled: () => Promise.all(pending) };
@@ -180,5 +183,74 @@ describe('"settle": { "usage": "openai" }', () => {
     expect(await response.text()).toContain("data: [DONE]");
     await settled();
     expect(await peek()).toBe(9_000);
+  });
+});
+
+// What a client can make an origin say about its cost: its own words, echoed back. A route that reserves
+// 1,000 of 3,000 an hour admits exactly 3 such requests, the fourth refused, whatever the echo says;
+// while the origin's own usage, in a 2xx JSON body or the last event of a stream, still settles exactly.
+describe("a cost the client wrote is never read", () => {
+  const ZERO = '{"usage":{"total_tokens":0}}';
+
+  /** Four requests through `env`; the statuses, after each one's body and settle. */
+  async function four(env: Env, path: string, init: Parameters<typeof send>[2]) {
+    const statuses: number[] = [];
+    for (let i = 0; i < 4; i++) {
+      const { response, settled } = await send(env, path, init);
+      statuses.push(response.status);
+      await response.arrayBuffer();
+      await settled();
+    }
+    return statuses;
+  }
+
+  test.each([
+    ["a text/plain echo", "/echo?type=text/plain", 200],
+    ["an HTML error page", "/echo?status=400&type=text/html;%20charset=utf-8", 400],
+    ["a 4xx JSON error", "/echo?status=422&type=application/json", 422],
+    ["a 5xx problem+json", "/echo?status=500&type=application/problem%2Bjson", 500],
+    ["a 2xx body without a Content-Type", "/echo?type=", 200],
+  ])("%s keeps the reservation: 3 admitted, the 4th refused", async (_, path, status) => {
+    vi.spyOn(console, "warn").mockImplementation(() => {});
+    const { env, peek } = setup({ usage: "openai" }, 3_000);
+    expect(await four(env, path, { body: ZERO })).toEqual([status, status, status, 429]);
+    expect(await peek()).toBe(0);
+  });
+
+  test("a usage line echoed early in a stream: the last usage event (370) is what settles", async () => {
+    const { env, peek } = setup({ usage: "openai" }, 3_000);
+    const { response, settled } = await send(env, "/sse-echo?tokens=370", { body: ZERO });
+    expect(await response.text()).toMatch(/^data: \{"usage":\{"total_tokens":0\}\}\n\n/);
+    await settled();
+    expect(await peek()).toBe(2_630);
+    // and the three reservations that fit after it are still counted at 370 each
+    expect(await four(env, "/sse-echo?tokens=370", { body: ZERO })).toEqual([200, 200, 200, 200]);
+    expect(await peek()).toBe(1_150);
+  });
+
+  test("a 2xx JSON body the origin wrote still settles exactly", async () => {
+    const { env, peek } = setup({ usage: "openai" }, 3_000);
+    const { response, settled } = await send(env, "/json?tokens=370");
+    expect(response.status).toBe(200);
+    await response.arrayBuffer();
+    await settled();
+    expect(await peek()).toBe(2_630);
+  });
+
+  test("a client's own x-usage request header never reaches the origin, nor refunds", async () => {
+    vi.spyOn(console, "warn").mockImplementation(() => {});
+    const { env, peek } = setup({ header: "x-usage" }, 3_000);
+    expect(await four(env, "/header-echo", { headers: { "X-Usage": "0" } })).toEqual([200, 200, 200, 429]);
+    expect(await peek()).toBe(0);
+  });
+
+  test("the origin's x-usage on a non-2xx answer is its own statement: it settles", async () => {
+    const { env, peek } = setup({ header: "x-usage" }, 3_000);
+    const { response, settled } = await send(env, "/header?value=370&status=500");
+    expect(response.status).toBe(500);
+    expect(response.headers.has("x-usage")).toBe(false);
+    await response.arrayBuffer();
+    await settled();
+    expect(await peek()).toBe(2_630);
   });
 });

@@ -3,7 +3,11 @@
  * for the settle tests (test/adapters/worker/settle.test.ts). Tests read its address with
  * `inject("usageOriginUrl")`.
  *
- *   /header?value=V        200 "served", with X-Usage: V when V is given
+ *   /header?value=V&status=S
+ *                          S (default 200) "served", with X-Usage: V when V is given
+ *   /header-echo           200 "served", with X-Usage set to the request's own X-Usage when it has one
+ *   /echo?status=S&type=T  S with Content-Type T, the request body as it came (HTML: inside a page)
+ *   /sse-echo?tokens=N     an event stream: the request body as a data line first, then the usage event
  *   /json?tokens=N         an OpenAI chat completion, usage in the middle (none without tokens)
  *   /sse?tokens=N&bytes=B&gate=ID
  *                          an OpenAI chat stream: content events (multi-byte text, CRLF line ends) of at
@@ -37,9 +41,39 @@ async function write(response: ServerResponse, text: string): Promise<void> {
 async function handle(request: IncomingMessage, response: ServerResponse): Promise<void> {
   const url = new URL(request.url ?? "/", "http://origin");
   const tokens = url.searchParams.get("tokens");
+  if (url.pathname === "/header-echo") {
+    const value = request.headers["x-usage"];
+    response.writeHead(200, {
+      "Content-Type": "text/plain",
+      ...(value === undefined ? {} : { "X-Usage": value }),
+    });
+    response.end("served");
+    return;
+  }
+  if (url.pathname === "/echo" || url.pathname === "/sse-echo") {
+    const chunks: Buffer[] = [];
+    for await (const chunk of request) chunks.push(chunk as Buffer);
+    const body = Buffer.concat(chunks).toString("utf8");
+    if (url.pathname === "/echo") {
+      const type = url.searchParams.get("type") ?? "text/plain";
+      response.writeHead(Number(url.searchParams.get("status") ?? 200), { "Content-Type": type });
+      response.end(
+        type.startsWith("text/html") ? `<html><body><p>You sent: ${body}</p></body></html>` : body,
+      );
+      return;
+    }
+    response.writeHead(200, { "Content-Type": "text/event-stream" });
+    await write(response, `data: ${body}\n\n`);
+    await write(
+      response,
+      `data: {"id":"c","choices":[{"index":0,"delta":{"content":"hi"}}],"usage":null}\n\n`,
+    );
+    response.end(`data: {"id":"c","choices":[],"usage":{"total_tokens":${tokens}}}\n\ndata: [DONE]\n\n`);
+    return;
+  }
   if (url.pathname === "/header") {
     const value = url.searchParams.get("value");
-    response.writeHead(200, {
+    response.writeHead(Number(url.searchParams.get("status") ?? 200), {
       "Content-Type": "text/plain",
       ...(value === null ? {} : { "X-Usage": value }),
     });
