@@ -56,7 +56,10 @@ interface Scenario {
   maxStale: number | undefined;
   denyCache: boolean;
   hono: boolean;
-  /** Each instance's clock, ahead of or behind the true time (ms). */
+  /**
+   * Each instance's clock, ahead of or behind the true time: in ms with leases or pools, in
+   * thousandths of the scale without (so that lagging callers cross windows' boundaries).
+   */
   skews: number[];
   offset: number;
   ops: Op[];
@@ -189,6 +192,7 @@ const scenarioArb: fc.Arbitrary<Scenario> = fc
     ),
     hono: fc.boolean(),
     skews: fc.array(fc.integer({ min: -500, max: 500 }), { minLength: 4, maxLength: 4 }),
+    skewsExact: fc.array(fc.integer({ min: -150, max: 150 }), { minLength: 4, maxLength: 4 }),
     offset: fc.integer({ min: 0, max: 10 * HOUR }),
     ops: fc.array(opArb, { minLength: 12, maxLength: 40, size: "max" }),
   })
@@ -203,7 +207,7 @@ const scenarioArb: fc.Arbitrary<Scenario> = fc
         maxStale: s.maxStale,
         denyCache: s.denyCache,
         hono: s.hono,
-        skews: s.instances === 1 ? [0] : s.skews.slice(0, s.instances),
+        skews: s.instances === 1 ? [0] : (s.paths === "exact" ? s.skewsExact : s.skews).slice(0, s.instances),
         offset: s.offset,
         ops: s.ops,
       }),
@@ -358,8 +362,9 @@ async function run(s: Scenario): Promise<void> {
   const drain = async () => {
     while (work.length > 0) await Promise.all(work.splice(0));
   };
-  const seen: (Decision | undefined)[] = s.skews.map(() => undefined);
-  const limiters = s.skews.map(
+  const skews = exact ? s.skews.map((skew) => Math.round((skew * scale) / 1000)) : s.skews;
+  const seen: (Decision | undefined)[] = skews.map(() => undefined);
+  const limiters = skews.map(
     (skew, i) =>
       new Limiter({
         redis: home,
@@ -414,7 +419,7 @@ async function run(s: Scenario): Promise<void> {
   };
   touch();
   // how long a cache, lease or pool may answer under rules no longer in effect, in true time
-  const maxSkew = Math.max(...s.skews.map(Math.abs));
+  const maxSkew = Math.max(...skews.map(Math.abs));
   const stale =
     Math.max(s.overrides ? maxStale : 0, s.lease ? leaseTtl : 0, s.region ? poolTtl : 0) + 2 * maxSkew;
   // the newest window a sliding window's state can be in (without the model: leases and pools)
@@ -447,7 +452,7 @@ async function run(s: Scenario): Promise<void> {
     const by = Math.round((thousandths * scale) / 1000);
     if (by < 0) movedBack = true;
     trueTime += by;
-    latestClock = Math.max(latestClock, trueTime + Math.max(...s.skews));
+    latestClock = Math.max(latestClock, trueTime + Math.max(...skews));
     if (rules.algorithm === "slidingWindow") {
       // a state every clock has seen fade out is gone, as its key would be on Redis's clock
       const earliest = trueTime - maxSkew;
@@ -470,7 +475,7 @@ async function run(s: Scenario): Promise<void> {
       const [stored, ttl] = await Promise.all([home.get<string>(key), home.pttl(key)]);
       if (stored !== null && ttl >= 0 && ttl < 10_000) tat = Number(String(stored).split(":")[0]);
     }
-    const now = trueTime + s.skews[instance]!;
+    const now = trueTime + skews[instance]!;
     if (tat !== undefined && now <= tat) trueTime += tat + 1 - now;
   };
 
@@ -541,7 +546,7 @@ async function run(s: Scenario): Promise<void> {
         const actual = Math.max(0, admission.cost + op.off);
         await move(op.move, admission.instance);
         const limiter = limiters[admission.instance]!;
-        const now = trueTime + s.skews[admission.instance]!;
+        const now = trueTime + skews[admission.instance]!;
         let settlement: Awaited<ReturnType<Limiter["settle"]>>;
         try {
           settlement = await limiter.settle(admission.decision, actual, { waitUntil });
@@ -581,7 +586,7 @@ async function run(s: Scenario): Promise<void> {
       // with leases and pools: only forward, and in smaller steps (but the jumps), so that leases
       // and pools live through several decisions
       await move(exact ? op.move : op.move >= 900 ? op.move : Math.max(0, op.move) / 10, instance);
-      const now = trueTime + s.skews[instance]!;
+      const now = trueTime + skews[instance]!;
       const limiter = limiters[instance]!;
       const where = `${step}: #${instance} at ${now - T0} limit(cost ${op.cost}, plan ${op.plan})`;
       let d: Decision;
