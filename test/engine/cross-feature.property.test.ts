@@ -280,6 +280,16 @@ const LATE_GCRA_REFUND_MINTS = true;
  */
 const FIXED_WINDOW_REFUND_CLAMPS_TO_PLAN = true;
 
+/**
+ * Known defect (found by this test, not fixed yet): a sliding window's state names its window by its
+ * index mod 4, and a settle below the cost finds the window its decision counted in by that index
+ * alone. Settled 4 (or 5, 8, 9, ...) windows after its window, long faded out, the units go back to
+ * the current window's counter (or the previous one's), and as many more are admitted there. See the
+ * it.fails below. Until fixed, a sliding window's settle after its decision faded out ("late") is
+ * taken as the Lua does it, and the bounds allow its units. Set to false once fixed.
+ */
+const SLIDING_SETTLE_BY_INDEX_MOD_4 = true;
+
 /** Whether the plan's and the override's limits differ from the base rule's. */
 function limitsDiffer(applied: Applied[]): boolean {
   return new Set(applied.map((a) => a.rule.limit)).size > 1;
@@ -287,16 +297,16 @@ function limitsDiffer(applied: Applied[]): boolean {
 
 /**
  * Whether `admission` was settled below its cost where the settle's own semantics, not the cost as
- * if charged at once, is what the replay can ask for: a late GCRA settle (LATE_GCRA_REFUND_MINTS), and
- * a fixed window's (docs/settle.md: a window past its limit, a debt's, reads as full when units go back
+ * if charged at once, is what the replay can ask for: a late GCRA settle (LATE_GCRA_REFUND_MINTS), a
+ * late sliding window settle (SLIDING_SETTLE_BY_INDEX_MOD_4), and a fixed window's (docs/settle.md: a window past its limit, a debt's, reads as full when units go back
  * to it, so a refund after a debt in its window forgives the debt).
  */
 function settledAsLua(admission: Admission): boolean {
   if (admission.actual === undefined || admission.actual >= admission.cost) return false;
   const { algorithm } = admission.applied.model;
-  return (
-    algorithm === "fixedWindow" || (LATE_GCRA_REFUND_MINTS && algorithm === "gcra" && admission.late === true)
-  );
+  if (algorithm === "fixedWindow") return true;
+  if (algorithm === "gcra") return LATE_GCRA_REFUND_MINTS && admission.late === true;
+  return algorithm === "slidingWindow" && SLIDING_SETTLE_BY_INDEX_MOD_4 && admission.late === true;
 }
 
 /** What the runs reached, so that a generator gone tame fails the test. */
@@ -818,7 +828,9 @@ function checkBounds(
     const start = a.at - (a.at % window);
     byWindow.set(start, (byWindow.get(start) ?? 0) + units(a));
   }
-  const bound = first.algorithm === "slidingWindow" ? 2 * most : most;
+  // units a late sliding window settle gave back to a later window (SLIDING_SETTLE_BY_INDEX_MOD_4)
+  const minted = admissions.filter(settledAsLua).reduce((n, a) => n + a.cost - a.actual!, 0);
+  const bound = first.algorithm === "slidingWindow" ? 2 * most + minted : most;
   if (first.algorithm === "fixedWindow" && FIXED_WINDOW_REFUND_CLAMPS_TO_PLAN && limitsDiffer(applied))
     return;
   if (first.algorithm !== "slidingLog") {
@@ -1041,6 +1053,38 @@ describe("a fixed window's refund (FIXED_WINDOW_REFUND_CLAMPS_TO_PLAN)", () => {
       // all in one window of limit 16: 19 are admitted
       const units = decisions.reduce((n, d, i) => n + (d.allowed ? (i === 3 ? 8 : 1) : 0), 0);
       expect(units).toBeLessThanOrEqual(16);
+    } finally {
+      await limiter.dispose();
+    }
+  });
+});
+
+describe("a sliding window's settle (SLIDING_SETTLE_BY_INDEX_MOD_4)", () => {
+  // Found by the property (PROPERTY_SEED=25): settled 8 windows after its decision, a unit went back to
+  // the current window, whose index is the same mod 4.
+  it.fails("gives nothing back once its decision's window has faded out", async () => {
+    const clock = { now: T0 };
+    const limiter = new Limiter({
+      redis: home,
+      prefix: uniquePrefix("cross-mod4"),
+      rules: { r: { algorithm: "slidingWindow", limit: 4, window: HOUR } },
+      denyCache: false,
+      clock: () => clock.now,
+      timeout: 20_000,
+      breaker: false,
+    });
+    try {
+      const early = await limiter.limit(ID);
+      clock.now = T0 + 4 * HOUR; // four windows on: the same index mod 4, the previous window empty
+      // by now Redis has expired the state (two windows after its window began, on its own clock,
+      // which the test's clock does not move)
+      await home.del(limiter.keys(ID)[0]!);
+      const three = await limiter.limit(ID, { cost: 3 });
+      expect([early.allowed, three.allowed]).toEqual([true, true]);
+      await limiter.settle(early, 0); // faded out long ago: nothing to give back
+      const two = await limiter.limit(ID, { cost: 2 });
+      // 3 + 2 in a window of 4 are admitted: the settle took a unit from this window's count
+      expect(two.allowed).toBe(false);
     } finally {
       await limiter.dispose();
     }

@@ -59,6 +59,8 @@ interface Counting {
   spread: number;
   /** latest * 64 + earlier, + 4096 when read as this window's, + 8192 once clocks disagreed (as the Lua's). */
   slots: number;
+  /** A unit in a later slot than the latest would spread the window's units too late (the Lua's `late`). */
+  late: boolean;
 }
 
 const mod = (a: number, b: number) => ((a % b) + b) % b;
@@ -299,12 +301,28 @@ export class Model {
         }
       }
     }
-    if (previous === 0) return { start, current, previous, room: limit - current, spread: window, slots };
+    // late: once clocks disagreed, a unit in a later slot than this window's latest spreads all its
+    // units up to that slot: refused when that weighs on the next window more than this one's room
+    let late = false;
+    if (slots >= 8192 && current > 0 && now > start) {
+      const latest = Math.floor((slots % 4096) / SLOTS);
+      const slot = Math.floor(((now - start) * SLOTS) / window);
+      if (slot > latest) {
+        const from = (latest + 1) * window + 63;
+        const to = (slot + 1) * window + 63;
+        late = (current * (to - (to % 64) - (from - (from % 64)))) / 64 > (limit - current) * window;
+      }
+    }
+    if (previous === 0) {
+      const room = late ? Math.min(0, limit - current) : limit - current;
+      return { start, current, previous, room, spread: window, slots, late };
+    }
     let spread = window;
     if (slots >= 8192) spread = Math.floor((((slots % SLOTS) + 1) * window + 63) / SLOTS);
     const weight = now > start ? Math.max(0, spread - now + start) : spread;
-    const room = Math.floor((limit * spread - previous * weight - current * spread) / spread);
-    return { start, current, previous, room, spread, slots };
+    let room = Math.floor((limit * spread - previous * weight - current * spread) / spread);
+    if (late && room > 0) room = 0;
+    return { start, current, previous, room, spread, slots, late };
   }
 
   private commitSliding(limit: number, window: number, now: number, units: number, c: Counting): number {
@@ -339,20 +357,20 @@ export class Model {
     const { limit, window } = rule;
     const units = cost === 0 ? 1 : cost;
     const c = this.counting(limit, window, now);
-    const { start, current, previous, room, spread, slots } = c;
+    const { start, current, previous, room, spread, slots, late } = c;
     const resetAt = current > 0 ? start + 2 * window : previous > 0 ? start + window : now;
     const denied = (retryAfter: number) => ({
       outcome: { allowed: false, limit, remaining: Math.max(0, room), resetAt, retryAfter },
     });
     if (units > limit) return denied(Number.POSITIVE_INFINITY);
     if (units > room) {
-      if (current + units <= limit) {
+      if (current + units <= limit && !late) {
         const fade = spread - Math.floor(((limit - current - units) * spread) / previous);
         return denied(Math.max(1, start + fade - now));
       }
       let own = window;
       if (slots >= 8192) own = Math.floor(((Math.floor((slots % 4096) / SLOTS) + 1) * window + 63) / SLOTS);
-      const fade = own - Math.floor(((limit - units) * own) / current);
+      const fade = Math.max(0, own - Math.floor(((limit - units) * own) / current));
       return denied(start + window - now + fade);
     }
     if (cost === 0) return { outcome: { allowed: true, limit, remaining: room, resetAt, retryAfter: 0 } };
