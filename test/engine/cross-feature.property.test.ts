@@ -1,20 +1,28 @@
 // Features that hold together (issue 22, point 6): random sequences of decisions, settles and
 // overrides set and deleted, over every algorithm, with plans, the deny cache, leases, a regional
 // pool, 1 to 4 instances (Limiters on one Redis, each with its own clock, deny cache and leases, as
-// isolates are) and clocks that move (forward, by jumps, and back), against a real redis-server behind
-// the REST bridge, directly or through the Hono middleware. Each step is checked against the
+// isolates are) and clocks that move (on, by jumps, back, and apart), against a real redis-server
+// behind the REST bridge, directly or through the Hono middleware. Each step is checked against the
 // reference model of test/engine/model.ts:
 //   exact    without leases and pools every admission is Redis's: each Redis decision must be the
-//            model's (allowed, remaining, resetAt, retryAfter, limit, plan), a cached denial one the
-//            model denies too (with one instance, exactly its retryAfter)
+//            model's (allowed, limit, remaining, resetAt, retryAfter, plan, rules.r), a cached
+//            denial one the model denies too (with one instance, nothing changed since and no clock
+//            gone back: exactly its retryAfter)
+//   replay   without leases and pools, the model fed each admission at its time and rules with its
+//            settled cost (a debt at its settle's) must admit every one: never more admitted than
+//            the model allows
 //   bounded  with leases or a pool, never more admitted than the algorithm allows over the sequence
 //            (counting settled costs), with the slack docs/leases.md and docs/regions.md state
-//   public   no public function throws on a decision the Limiter returned (rulesOf, the headers,
-//            enforce, tooManyRequests, settle), and RateLimit-Policy states the quota of the plan or
-//            override that decided (the one in effect, or one within maxStale / a ttl of it when a
-//            cache, lease or pool answered); through Hono, never a 500
-// PROPERTY_SEED=<n> runs another seed; CROSS_RUNS=<n> more runs.
-
+//   public   no public function throws on a decision the Limiter returned (rulesOf, rateLimitHeaders,
+//            enforce, tooManyRequests, settle), the one-argument headers equal those with rulesOf's
+//            rules, and RateLimit-Policy, d.plan and d.limit are those of the plan or override in
+//            effect (or, for a cache, lease or pool answer, one in effect within maxStale or a ttl);
+//            through Hono, never a 500 and always the decision's own policy
+// Defects found and not fixed yet are named by the constants below (LATE_GCRA_REFUND_MINTS,
+// FIXED_WINDOW_REFUND_CLAMPS_TO_PLAN, SLIDING_SETTLE_BY_INDEX_MOD_4), each with an it.fails to flip.
+// PROPERTY_SEED=<n> runs another seed, CROSS_RUNS=<n> more runs, CROSS_SHRINK=1 shrinks a failure,
+// CROSS_CASE=<a counterexample's JSON> reruns one scenario, CROSS_DEBUG=1 logs Redis's state a step,
+// CROSS_REPORT=1 prints what the runs reached.
 import fc from "fast-check";
 import { Hono } from "hono";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
@@ -747,6 +755,11 @@ function replay(events: Event[], applied: Applied[], fail: (what: string) => nev
     limitsDiffer(applied)
   )
     return;
+  // A sliding window whose callers' clocks disagree counts a lagging caller in the newest window
+  // stored, which depends on units the replay leaves out (settled below their cost): its replay would
+  // count a debt or a lagging unit in another window than Redis did, so it is left to the exact check.
+  const lagging = events.some((event, i) => i > 0 && event.at < events[i - 1]!.at);
+  if (applied[0]!.model.algorithm === "slidingWindow" && lagging) return;
   const model = new Model();
   const counted = new Map<Admission, Counted>();
   const logWindows =
