@@ -270,6 +270,8 @@ export class Overrides {
         `override: expected { plan } or { rules } (and expiresAt), e.g. { plan: "pro" }, got ${describe(override)}`,
       );
     }
+    const hostile = hostileField(override, []);
+    if (hostile !== undefined) throw new Error(issueText(hostile));
     for (const field of Object.keys(override)) {
       if (!FIELDS.includes(field)) {
         issues.push({ path: [field], message: `not an override field; it takes ${FIELDS.join(", ")}` });
@@ -323,6 +325,43 @@ export class Overrides {
   private options(): CallOptions {
     return { timeout: this.context!.timeout, breaker: false };
   }
+}
+
+/** Field names refused anywhere in an override: merged or spread, they reach a prototype. */
+const HOSTILE = new Set(["__proto__", "constructor", "prototype"]);
+
+/**
+ * The first field named `__proto__`, `constructor` or `prototype` at any depth of `value` (JSON.parse
+ * makes `"__proto__"` an own key, which a later merge would turn into a prototype), or an object whose
+ * prototype was set (a literal's `__proto__:`), as an Issue at its path; undefined when there is none.
+ */
+function hostileField(value: unknown, path: (string | number)[]): Issue | undefined {
+  if (value === null || typeof value !== "object") return undefined;
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) {
+      const found = hostileField(value[i], [...path, i]);
+      if (found !== undefined) return found;
+    }
+    return undefined;
+  }
+  const prototype = Object.getPrototypeOf(value);
+  if (prototype !== Object.prototype && prototype !== null) {
+    return {
+      path: path.length > 0 ? path : ["override"],
+      message: "must be a plain object (its prototype was set)",
+    };
+  }
+  for (const key of Object.keys(value)) {
+    if (HOSTILE.has(key)) {
+      return {
+        path: [...path, key],
+        message: "refused: __proto__, constructor and prototype are never field names",
+      };
+    }
+    const found = hostileField((value as Record<string, unknown>)[key], [...path, key]);
+    if (found !== undefined) return found;
+  }
+  return undefined;
 }
 
 /** The override stored in `value` (`<line>\n<json>`). */

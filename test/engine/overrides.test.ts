@@ -232,6 +232,34 @@ describe("set() validation: the field named, nothing stored", () => {
     expect(await redis.zcard(`${prefix}:overrides`)).toBe(0);
   });
 
+  // JSON.parse makes "__proto__" an own key; merged into a rule it became the rule's prototype and
+  // its burst was read through it (a burst raised to 50 past the unknown-field check).
+  const REFUSED = "refused: __proto__, constructor and prototype are never field names";
+  it.each([
+    ['{"rules":{"perMinute":{"__proto__":{"burst":50}}}}', `rules.perMinute.__proto__: ${REFUSED}`],
+    ['{"plan":"pro","__proto__":{"plan":"enterprise"}}', `__proto__: ${REFUSED}`],
+    ['{"rules":{"__proto__":{"perMinute":{"limit":5}}}}', `rules.__proto__: ${REFUSED}`],
+    ['{"rules":{"perMinute":{"limit":5,"constructor":1}}}', `rules.perMinute.constructor: ${REFUSED}`],
+    ['{"plan":"pro","x":[{"a":{"prototype":{}}}]}', `x[0].a.prototype: ${REFUSED}`],
+  ])("hostile field names in parsed JSON, at any depth: %s", async (json, message) => {
+    const { limiter, redis, prefix } = setup();
+    expect(await refusal(limiter, JSON.parse(json))).toBe(message);
+    expect(await redis.exists(`${prefix}:{=id}:override`)).toBe(0);
+    expect(await redis.zcard(`${prefix}:overrides`)).toBe(0);
+  });
+
+  it("an object whose prototype a literal's __proto__ set is refused, naming its path", async () => {
+    const { limiter, redis, prefix } = setup();
+    const fields = { __proto__: { burst: 50 } };
+    expect(await refusal(limiter, { rules: { perMinute: fields } })).toBe(
+      "rules.perMinute: must be a plain object (its prototype was set)",
+    );
+    expect(await refusal(limiter, Object.create({ plan: "pro" }))).toBe(
+      "override: must be a plain object (its prototype was set)",
+    );
+    expect(await redis.zcard(`${prefix}:overrides`)).toBe(0);
+  });
+
   it("accepts a window given unchanged, and plan default (the base rules, whatever a call names)", async () => {
     const { limiter, redis, prefix } = setup();
     await limiter.overrides.set("a", { rules: { daily: { window: "1d" } } });
