@@ -3,9 +3,14 @@
 // index (paginated, cleaned of members whose key is gone), maxStale on cached denials, and the
 // changing Limiter dropping its own cached denial and lease of the identifier; end to end (with the
 // read path): an upgrade reaching a second Limiter at maxStale, exact counts after set(), the lease bound.
+
+import type { AddressInfo } from "node:net";
+import { createServer } from "node:net";
 import type { Redis } from "@upstash/redis";
-import { describe, expect, it } from "vitest";
+import { describe, expect, inject, it } from "vitest";
 import { DenyCache } from "../../src/engine/deny-cache.js";
+import { RedisCallError } from "../../src/engine/errors.js";
+import { ATTEMPTS } from "../../src/engine/overrides.js";
 import type { Decision } from "../../src/engine/types.js";
 import {
   fixedWindow,
@@ -16,6 +21,7 @@ import {
   slidingWindow,
   tokenBucket,
 } from "../../src/index.js";
+import { startCutHop } from "../cut-hop.js";
 import { bridgeRedis, manualClock, uniquePrefix } from "../support.js";
 
 const DAY = 86_400_000;
@@ -544,5 +550,110 @@ describe("end to end: set() reaching decisions", () => {
     a.clock.set(start + 1000 + 4);
     expect((await c.limit("warm")).source).toBe("redis");
     await c.dispose();
+  });
+});
+
+describe("writes off the request path: a slow or lossy Redis", () => {
+  const rules = { daily: fixedWindow({ limit: 10, window: "1d" }) };
+  const plans = { pro: { daily: { limit: 100 } } };
+
+  it("an answer 1.5 s late fails a decision (timeout 1 s) but not set(), get() or delete() (5 s)", async () => {
+    const hop = await startCutHop(inject("bridgeUrl"));
+    try {
+      const prefix = uniquePrefix("slow");
+      const limiter = new Limiter({
+        redis: { url: hop.url, token: inject("bridgeToken") },
+        prefix,
+        rules,
+        plans,
+        overrides: true,
+        timeout: 1000,
+        clock: manualClock(NOW),
+      });
+      hop.delay = 1500;
+      const decision = await limiter.limit("k");
+      expect([decision.source, decision.allowed, (decision.error as RedisCallError).kind]).toEqual([
+        "error",
+        true,
+        "timeout",
+      ]);
+      const before = hop.requests;
+      await limiter.overrides.set("k", { plan: "pro" });
+      expect(await limiter.overrides.get("k")).toEqual({ plan: "pro" });
+      expect(hop.requests - before).toBe(2); // one request each, none sent again
+      const redis = bridgeRedis();
+      expect(await redis.get(`${prefix}:{=k}:override`)).toBe('=pro\n{"plan":"pro"}');
+      await limiter.overrides.delete("k");
+      expect(await redis.exists(`${prefix}:{=k}:override`)).toBe(0);
+      expect(await redis.zcard(`${prefix}:overrides`)).toBe(0);
+      await limiter.dispose();
+    } finally {
+      await hop.close();
+    }
+  }, 20_000);
+
+  it("a lost answer (the write ran): set() and delete() are sent again and land exactly once", async () => {
+    const hop = await startCutHop(inject("bridgeUrl"));
+    try {
+      const prefix = uniquePrefix("lost");
+      const limiter = new Limiter({
+        redis: { url: hop.url, token: inject("bridgeToken") },
+        prefix,
+        rules,
+        plans,
+        overrides: true,
+        clock: manualClock(NOW),
+      });
+      const redis = bridgeRedis();
+      hop.cutNext = '"ZADD"';
+      await limiter.overrides.set("k", { rules: { daily: { limit: 7 } }, expiresAt: NOW + DAY });
+      expect([hop.cuts, hop.requests]).toEqual([1, 2]);
+      const key = `${prefix}:{=k}:override`;
+      expect(await redis.get(key)).toBe(
+        `!fixedWindow 7 86400000 0\n{"rules":{"daily":{"limit":7}},"expiresAt":${NOW + DAY}}`,
+      );
+      expect(await pexpiretime(redis, key)).toBe(NOW + DAY);
+      expect(await redis.zrange(`${prefix}:overrides`, 0, -1)).toEqual(["k"]);
+      hop.cutNext = '"DEL"';
+      await limiter.overrides.delete("k");
+      expect([hop.cuts, hop.requests]).toEqual([2, 4]);
+      expect(await redis.exists(key)).toBe(0);
+      expect(await redis.zcard(`${prefix}:overrides`)).toBe(0);
+    } finally {
+      await hop.close();
+    }
+  });
+
+  it(`an unreachable Redis: ${ATTEMPTS} attempts, then the failure; a refusal by Redis is not sent again`, async () => {
+    let connections = 0;
+    const server = createServer((socket) => {
+      connections += 1;
+      socket.destroy();
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    try {
+      const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+      const limiter = new Limiter({ redis: { url, token: "t" }, rules, overrides: true, prefix: "p" });
+      const error = await limiter.overrides.set("k", { rules: { daily: { limit: 5 } } }).catch((e) => e);
+      expect([error instanceof RedisCallError, error.kind, connections]).toEqual([true, "unreachable", 3]);
+    } finally {
+      await new Promise((resolve) => server.close(resolve));
+    }
+    const hop = await startCutHop(inject("bridgeUrl"));
+    try {
+      const prefix = uniquePrefix("wrongtype");
+      await bridgeRedis().set(`${prefix}:overrides`, "not a zset");
+      const limiter = new Limiter({
+        redis: { url: hop.url, token: inject("bridgeToken") },
+        prefix,
+        rules,
+        overrides: true,
+      });
+      const error = await limiter.overrides.set("k", { rules: { daily: { limit: 5 } } }).catch((e) => e);
+      expect([error.kind, hop.requests]).toEqual(["redis", 1]);
+      expect(error.message).toMatch(/^edgelimit: Redis answered an error: WRONGTYPE/);
+    } finally {
+      await hop.close();
+    }
   });
 });
