@@ -241,6 +241,27 @@ describe("the ops page's ways in", () => {
     expect(await checkSession("", TOKEN, 1_000_002)).toEqual({ ok: false, why: "forged" });
   });
 
+  test("Redis down: a session cookie is refused (nobody can say it was not logged out of), and logout is a 503", async () => {
+    const e = envFor(config(routes), {
+      EDGELIMIT_ADMIN_TOKEN: TOKEN,
+      UPSTASH_REDIS_REST_URL: "http://127.0.0.1:9",
+      UPSTASH_REDIS_REST_TOKEN: "ops-session-redis-down",
+    });
+    const error = vi.spyOn(console, "error").mockImplementation(() => {});
+    const cookie = `edgelimit_session=${await sessionValue(TOKEN, Date.now())}`;
+    const page = await call(e, "/_edgelimit/", { headers: { Cookie: cookie } });
+    expect(page.status).toBe(401);
+    expect(await page.text()).not.toContain("data-route");
+    const out = await call(e, "/_edgelimit/logout", { method: "POST", headers: { Cookie: cookie } });
+    expect(await problemOf(out, 503)).toBe("redis: the session could not be ended; try again");
+    expect(out.headers.get("set-cookie")).toBeNull();
+    // bearer still opens the page (the wrong-token count cannot be read: tries are let through)
+    const bearer = await call(e, "/_edgelimit/", { headers: { Authorization: `Bearer ${TOKEN}` } });
+    expect(bearer.status).toBe(200);
+    await bearer.arrayBuffer();
+    error.mockRestore();
+  });
+
   test("wrong tokens from one address: 429 with Retry-After after 5 in a minute, by bearer, Basic, cookie or form alike", async () => {
     const e = env();
     const ip = "203.0.113.50";
