@@ -228,17 +228,18 @@ class Throttle {
   private readonly id: string;
 
   constructor(context: AdminContext) {
-    this.id = context.ip === undefined ? "unknown" : clientKey(context.ip);
+    // ":admin:" first: a route's identifiers start with its name, which never holds a ":"
+    this.id = `:admin:${context.ip === undefined ? "unknown" : clientKey(context.ip)}`;
     const { redis, prefix } = context;
     if (redis === undefined || prefix === undefined) return;
     const cacheKey = JSON.stringify([redis.url, redis.token, prefix]);
     let limiter = throttles.get(cacheKey);
     if (limiter === undefined) {
-      // Its own prefix, so no route's key can meet it. Redis down: tries are let through (the page
-      // must still show the breaker while Redis is down), each still checked in constant time.
+      // Redis down: tries are let through (the page must still show the breaker while Redis is
+      // down), each still checked in constant time.
       limiter = new Limiter({
         redis,
-        prefix: `${prefix}:admin`,
+        prefix,
         rules: { wrongTokens: slidingLog({ limit: WRONG_TOKENS, window: "1m" }) },
         onError: "allow",
         // the breaker stays the decisions' own: the ops page shows it

@@ -151,6 +151,16 @@ describe("on only with the secret, and only to its bearer", () => {
     );
   });
 
+  test("the throttle works under the longest prefix (64 characters): a 401, then the right token served", async () => {
+    const prefix = `${"p".repeat(56)}${crypto.randomUUID().slice(0, 8)}`;
+    const env = adminEnv([route("header:x-api-key")], { prefix });
+    const wrong = await call(env, "/_edgelimit/overrides/api", { headers: { Authorization: "Bearer x" } });
+    expect(await problemOf(wrong, 401)).toBe(
+      'authorization: send "Authorization: Bearer <EDGELIMIT_ADMIN_TOKEN>"',
+    );
+    expect(await listed(env)).toEqual({ items: [], next: null });
+  });
+
   test("admin requests are never forwarded and never counted, even by a route matching every path", async () => {
     const env = adminEnv([
       { name: "all", key: "ip", rules: { perHour: { algorithm: "gcra", limit: 1, period: "1h" } } },
