@@ -301,7 +301,9 @@ describe("npm start", () => {
     expect([target, body]).toEqual([`${url}/_edgelimit/overrides/api?key=demo`, '{"plan":"pro"}']);
     expect((await fetch(target!, { method: "PUT", body })).status).toBe(401);
     const put = await fetch(target!, { method: "PUT", body, headers: { Authorization: `Bearer ${token}` } });
-    expect([put.status, await put.json()]).toEqual([200, { plan: "pro" }]);
+    // on a failure, what npm start printed (the Worker logs why Redis failed; a second for it to arrive)
+    if (put.status !== 200) await new Promise((resolve) => setTimeout(resolve, 1000));
+    expect([put.status, await put.json()], run.output()).toEqual([200, { plan: "pro" }]);
     const policy = async (key: string) =>
       (await fetch(`${url}/api/x`, { headers: { "X-API-Key": key } })).headers.get("ratelimit-policy");
     expect(await policy("demo")).toBe('"perHour";q=100;w=3600');

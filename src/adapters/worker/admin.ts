@@ -361,7 +361,8 @@ function overrideOf(text: string): Override | Response {
 function failure(error: unknown): Response {
   if (error instanceof RedisCallError) {
     console.error(`edgelimit: admin API: Redis failed: ${error.message}`);
-    return problem(503, "redis: the override store did not answer; try again");
+    // the kind (timeout, unreachable, redis, ...) says why, and never holds a secret
+    return problem(503, `redis: the override store failed (${error.kind}); try again`);
   }
   return problem(400, (error as Error).message);
 }

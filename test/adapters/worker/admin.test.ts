@@ -442,7 +442,7 @@ describe("the value becomes the identifier a request is counted by", () => {
     const error = vi.spyOn(console, "error").mockImplementation(() => {});
     expect(
       await problemOf(await admin(env, "PUT", "/_edgelimit/overrides/api?key=abc", { plan: "pro" }), 503),
-    ).toBe("redis: the override store did not answer; try again");
+    ).toBe("redis: the override store failed (unreachable); try again");
     error.mockRestore();
   });
 });
