@@ -307,8 +307,11 @@ describe("the ops page in headless Chromium", () => {
       secure: true,
       sameSite: "Strict",
     });
-    expect(cookies[0]!.value).toMatch(/^[0-9a-f]{64}$/);
-    expect(cookies[0]!.value).not.toContain(token);
+    const captured = cookies[0]!;
+    expect(captured.value).toMatch(/^\d+\.\d+\.[0-9a-f]{32}\.[0-9a-f]{64}$/);
+    expect(captured.value).not.toContain(token);
+    // Max-Age 12 h: the browser drops it then (and the Worker refuses it past the expiry it signed)
+    expect(Math.abs(captured.expires - (Date.now() / 1000 + 43_200))).toBeLessThan(120);
     // reloading keeps the session; logging out ends it
     expect((await page.reload())?.status()).toBe(200);
     await Promise.all([
@@ -317,6 +320,11 @@ describe("the ops page in headless Chromium", () => {
     ]);
     expect(await context.cookies()).toEqual([]);
     expect(await page.locator('input[name="token"]').count()).toBe(1);
+    // for good: the cookie as it was before logout, put back, opens nothing
+    await context.addCookies([captured]);
+    const replayed = await page.goto(opsUrl);
+    expect(replayed?.status()).toBe(401);
+    expect(await page.locator("section[data-route]").count()).toBe(0);
     expect(dialogs).toEqual([]);
     await context.close();
   }, 60_000);
