@@ -556,20 +556,23 @@ describe("end to end: set() reaching decisions", () => {
 describe("writes off the request path: a slow or lossy Redis", () => {
   const rules = { daily: fixedWindow({ limit: 10, window: "1d" }) };
   const plans = { pro: { daily: { limit: 100 } } };
+  /** A Limiter with overrides on whose every request goes through `hop`. */
+  const through = (hop: { url: string }, prefix: string, options: Partial<LimiterOptions> = {}) =>
+    new Limiter({
+      redis: { url: hop.url, token: inject("bridgeToken") },
+      prefix,
+      rules,
+      plans,
+      overrides: true,
+      clock: manualClock(NOW),
+      ...options,
+    });
 
   it("an answer 1.5 s late fails a decision (timeout 1 s) but not set(), get() or delete() (5 s)", async () => {
     const hop = await startCutHop(inject("bridgeUrl"));
     try {
       const prefix = uniquePrefix("slow");
-      const limiter = new Limiter({
-        redis: { url: hop.url, token: inject("bridgeToken") },
-        prefix,
-        rules,
-        plans,
-        overrides: true,
-        timeout: 1000,
-        clock: manualClock(NOW),
-      });
+      const limiter = through(hop, prefix, { timeout: 1000 });
       hop.delay = 1500;
       const decision = await limiter.limit("k");
       expect([decision.source, decision.allowed, (decision.error as RedisCallError).kind]).toEqual([
@@ -596,14 +599,7 @@ describe("writes off the request path: a slow or lossy Redis", () => {
     const hop = await startCutHop(inject("bridgeUrl"));
     try {
       const prefix = uniquePrefix("lost");
-      const limiter = new Limiter({
-        redis: { url: hop.url, token: inject("bridgeToken") },
-        prefix,
-        rules,
-        plans,
-        overrides: true,
-        clock: manualClock(NOW),
-      });
+      const limiter = through(hop, prefix);
       const redis = bridgeRedis();
       hop.cutNext = '"ZADD"';
       await limiter.overrides.set("k", { rules: { daily: { limit: 7 } }, expiresAt: NOW + DAY });
