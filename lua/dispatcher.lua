@@ -16,7 +16,7 @@
 --
 -- Returns 4 integers per rule: allowed (1/0), remaining, resetAt (epoch ms), retryAfter (ms; -1 = never),
 -- then, when a reservation was asked for, the number of units reserved and, per rule, the start of the
--- window the units were counted in (0 for an algorithm without windows, or when nothing was taken).
+-- window the units were counted in (gcra: the TAT they hold, its reset; 0 when nothing was taken).
 -- Remaining counts every unit taken, reserved ones included. A rule that admits reports retryAfter 0,
 -- also when another denies.
 local peek = cost == 0

@@ -25,8 +25,8 @@
 --                  with the values that follow it (the algorithm's own, at most four)
 --
 --   commit(...) writes the state for `units` more taken (0 < units <= room) and returns the new
---     reset_at and the start of the window the units were counted in (0 for an algorithm without
---     windows). Remaining is then room - units: every algorithm counts whole units. A commit runs
+--     reset_at and the start of the window the units were counted in (gcra: the TAT they hold, its
+--     reset_at, which caps what a refund gives back). Remaining is then room - units: every algorithm counts whole units. A commit runs
 --     only once every rule has admitted, and must not fail: Redis does not undo a script's writes
 --     when it errors midway, so everything that can fail happens in the check.
 --

@@ -5,11 +5,11 @@
 -- ARGV[1]  now, epoch ms, from the caller's clock, in hexadecimal
 -- ARGV[2]  units to give back (whole, > 0)
 -- ARGV[3 + 5(i-1) ..]  rule i: algorithm name, its three integer parameters (as the limiter script
---          takes them), and the start of the window the units were counted in (0 for gcra)
+--          takes them), and the start of the window the units were counted in (for gcra the TAT
+--          they held once taken, rounded up to a ms: units since earned back are not given back)
 --
 -- Each algorithm's refund section (lua/algorithms/*.lua) registers refund.<name>(key, now, units, p1,
--- p2, p3, start, p1 as sent, p2 as sent), which gives the units back, exactly, where they were
--- counted (the strings let gcra compare the rate its state was written under), and answers whether
+-- p2, p3, start, p1 as sent, p2 as sent), which gives the units back where they were counted (the strings let gcra compare the rate its state was written under), and answers whether
 -- there was a state to give them back to. scripts/build-lua.mjs puts them where `-- #refunds` stands,
 -- each with its algorithm's state section. A state already gone (expired, reset) is left alone:
 -- nothing is ever created, a key keeps its expiry or gets the one its new state needs, and no stored

@@ -8,7 +8,8 @@
 -- ARGV[3]  actual, the units it really cost (whole, >= 0, not equal to cost)
 -- ARGV[4 + 6(i-1) ..]  rule i: algorithm name, its three integer parameters (as the limiter script
 --          takes them), where the decision counted its units (the window's start, the sliding log's
---          stamp; 0 for gcra) and, for a sliding log, the count before its entries (else 0)
+--          stamp; for gcra the TAT they hold, its resetAt) and, for a sliding log, the count before
+--          its entries (for gcra the time the decision counted from, or 0; else 0)
 --
 -- Each algorithm's settle section (lua/algorithms/*.lua) registers settle.<name>(key, now, cost, actual,
 -- p1, p2, p3, start, mark, p1 as sent, p2 as sent): below the cost it gives the difference back where

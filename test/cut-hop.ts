@@ -4,25 +4,30 @@ import type { AddressInfo } from "node:net";
 /**
  * An HTTP hop in front of the REST bridge that forwards every request, and drops the connection after
  * the bridge has answered the next request whose body contains `cutNext` (a string): the command ran in
- * Redis, its answer is lost. `cuts` counts the answers dropped.
+ * Redis, its answer is lost. `cuts` counts the answers dropped. `delay` holds every answer that many ms
+ * after the bridge gave it (a slow Redis); `requests` counts the requests forwarded.
  */
 export async function startCutHop(target: string) {
   const hop = {
     url: "",
     cutNext: undefined as string | undefined,
     cuts: 0,
+    delay: 0,
+    requests: 0,
     close: async () => {},
   };
   const server = createServer(async (request, response) => {
     const chunks: Buffer[] = [];
     for await (const chunk of request) chunks.push(chunk as Buffer);
     const body = Buffer.concat(chunks).toString("utf8");
+    hop.requests += 1;
     const answer = await fetch(`${target}${request.url}`, {
       method: request.method,
       headers: { authorization: String(request.headers.authorization) },
       body,
     });
     const text = await answer.text();
+    if (hop.delay > 0) await new Promise((resolve) => setTimeout(resolve, hop.delay));
     if (hop.cutNext !== undefined && body.includes(hop.cutNext)) {
       hop.cutNext = undefined;
       hop.cuts += 1;

@@ -307,16 +307,27 @@ describe("the ops page in headless Chromium", () => {
       secure: true,
       sameSite: "Strict",
     });
-    expect(cookies[0]!.value).toMatch(/^[0-9a-f]{64}$/);
-    expect(cookies[0]!.value).not.toContain(token);
-    // reloading keeps the session; logging out ends it
+    const captured = cookies[0]!;
+    expect(captured.value).toMatch(/^\d+\.\d+\.[0-9a-f]{32}\.[0-9a-f]{64}$/);
+    expect(captured.value).not.toContain(token);
+    // Max-Age 12 h: the browser drops it then (and the Worker refuses it past the expiry it signed)
+    expect(Math.abs(captured.expires - (Date.now() / 1000 + 43_200))).toBeLessThan(120);
+    // reloading keeps the session (so does the context's request, which sends the same cookie); logging out ends it
     expect((await page.reload())?.status()).toBe(200);
+    expect((await context.request.get(opsUrl, { maxRedirects: 0 })).status()).toBe(200);
     await Promise.all([
       page.waitForURL(`${opsUrl}login`),
       page.click('form[action="/_edgelimit/logout"] button'),
     ]);
     expect(await context.cookies()).toEqual([]);
     expect(await page.locator('input[name="token"]').count()).toBe(1);
+    // for good: the cookie as it was before logout, put back, opens nothing
+    await context.addCookies([captured]);
+    // (a 401 with a Basic challenge is an auth prompt to a navigation: asked as the context's request,
+    // which sends the context's cookies)
+    const replayed = await context.request.get(opsUrl, { maxRedirects: 0 });
+    expect(replayed.status()).toBe(401);
+    expect(await replayed.text()).not.toContain("data-route");
     expect(dialogs).toEqual([]);
     await context.close();
   }, 60_000);

@@ -80,9 +80,11 @@ local function ceil_div(a, b)
   return math.floor((a + b - 1) / b)
 end
 
--- Takes `units` more: TAT moves on by units*T. Returns the reset and the window counted in (none: 0).
+-- Takes `units` more: TAT moves on by units*T. Returns the reset and, as where the units were counted,
+-- the same reset: the TAT they hold, rounded up to a ms, which caps what a refund gives back (#refund).
 local function commit(key, now, units, limit, period, _, d, rate)
-  return write(key, now, limit, d + units * period, rate), 0
+  local reset = write(key, now, limit, d + units * period, rate)
+  return reset, reset
 end
 
 algorithms.gcra = function(key, now, cost, limit, period, burst)
@@ -118,16 +120,31 @@ write(key, now, limit, d, rate)
 return d
 
 -- #refund
--- TAT moves back by units*T, exactly: as if those units had never been taken. Back at idle (TAT at or
--- before now) the state stays, with its expiry: a lagging caller still reads the units taken before
--- its own clock (deleting it would let that caller in as if none were), and every caller at now or
--- later reads it as no state. A state written under another rate is first read as the units it
--- counted (#state), so units go back as units, to idle at now at most.
-refund.gcra = function(key, now, units, limit, period, burst, _, limit_sent, period_sent)
+-- TAT moves back by units*T, but never by more than the units still hold: units a decision took are
+-- earned back as time passes, and giving back ones already earned back would mint them. `held` is the
+-- TAT right after the units were taken, H, rounded up to a ms (the decision's resetAt, or a
+-- reservation's window); every later admission, at or before now, saw a TAT at or after H, so a move
+-- of min(units*T, H - now) is never more than "as if those units had never been taken", and is exactly
+-- that when given back before H (the usual case). H*limit is a whole multiple of g = gcd(limit,
+-- period) (every write moves it by whole ms or whole periods), so H*limit >= (held - 1)*limit + g: a
+-- bound exact when T is whole ms. A settle also knows when its decision counted (`since`, else 0), so
+-- H >= since + units*T, which makes a prompt settle exact whatever T. Late, less goes back (at most a
+-- ms short), never more; nothing once H has passed.
+-- Back at idle (TAT at or before now) the state stays, with its expiry: a lagging caller still reads
+-- the units taken before its own clock (deleting it would let that caller in as if none were), and
+-- every caller at now or later reads it as no state. A state written under another rate is first read
+-- as the units it counted (#state), so units go back as units, to idle at now at most.
+refund.gcra = function(key, now, units, limit, period, burst, held, limit_sent, period_sent, since)
+  local g, r = limit, period
+  while r > 0 do g, r = r, g % r end
+  local give = (held - now) * limit - limit + g
+  if since and since > 0 then give = math.max(give, (since - now) * limit + units * period) end
+  give = math.min(units * period, give)
+  if give <= 0 then return false end
   local rate = ":" .. limit_sent .. ":" .. period_sent
   local d, _, raw = read(key, now, limit, period, burst, rate)
   if not d then return false end
-  d = (raw or d) - units * period
+  d = (raw or d) - give
   if d > 0 then
     write(key, now, limit, d, rate)
   else
@@ -139,12 +156,13 @@ refund.gcra = function(key, now, units, limit, period, burst, _, limit_sent, per
 end
 
 -- #settle
--- Below the reservation: the refund above (TAT back by the difference, exactly). Above: TAT on by the
+-- Below the reservation: the refund above (TAT back by the difference, at most what the decision still
+-- holds; `mark` is when it counted, its decidedAt, or 0). Above: TAT on by the
 -- extra, past the burst if need be (a debt: later decisions wait until it is earned back), with d at
 -- most DEBT_CAP times burst*T (lua/settle.lua), which bounds the wait and the key's expiry; a stored TAT never moves back.
-settle.gcra = function(key, now, cost, actual, limit, period, burst, _, _, limit_sent, period_sent)
+settle.gcra = function(key, now, cost, actual, limit, period, burst, held, since, limit_sent, period_sent)
   if actual < cost then
-    return refund.gcra(key, now, cost - actual, limit, period, burst, 0, limit_sent, period_sent)
+    return refund.gcra(key, now, cost - actual, limit, period, burst, held, limit_sent, period_sent, since)
   end
   local rate = ":" .. limit_sent .. ":" .. period_sent
   local d = read(key, now, limit, period, burst, rate) or 0

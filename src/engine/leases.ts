@@ -59,7 +59,10 @@ export interface LeaseScripts {
 export interface Refund {
   readonly identifier: string;
   readonly units: number;
-  /** Per rule, the start of the window the units were counted in (fixed and sliding windows), else 0. */
+  /**
+   * Per rule, the start of the window the units were counted in (fixed and sliding windows); for gcra
+   * and the token bucket the TAT they held once taken (a refund gives back no units since earned back).
+   */
   readonly windowStarts: readonly number[];
   /** The rules the units were reserved under: given back under them, never under another plan's. */
   readonly applied: Applied;
@@ -299,6 +302,7 @@ export class Leases {
       return;
     }
     const keep = joins(lease, decision, windowStarts) ? Math.min(units, this.config.max - lease.units) : 0;
+    if (keep > 0) join(lease, windowStarts);
     lease.units += keep;
     lease.snapshot = withHeld(decision, lease.units).rules;
     lease.used = 0;
@@ -387,6 +391,7 @@ export class Leases {
         : 0;
       lease.snapshot = answer.rules;
       lease.used = 0;
+      if (keep > 0) join(lease, windowStarts);
       lease.units += keep;
       if (reserved > keep)
         this.refund(
@@ -560,14 +565,30 @@ export function withHeld(decision: Decision, units: number): Decision {
 }
 
 /**
- * Whether units a decision reserved in `windowStarts` may join `lease`: counted in the same windows,
- * under the same rules (an override changed in between: they go back instead).
+ * Whether units a decision reserved in `windowStarts` may join `lease`: counted in the same windows
+ * (a gcra or token bucket rule's TAT may differ: see join), under the same rules (an override changed
+ * in between: they go back instead).
  */
 function joins(lease: Held, decision: Decision, windowStarts: readonly number[]): boolean {
   return (
     decision.plan === lease.plan &&
     (decision.decidedBy ?? lease.rules) === lease.rules &&
-    windowStarts.every((start, i) => start === lease.windowStarts[i])
+    windowStarts.every((start, i) => start === lease.windowStarts[i] || holdsTat(lease.rules[i]!))
+  );
+}
+
+/** A gcra or token bucket rule: its "window" is the TAT its units hold, not a window start. */
+function holdsTat(rule: Rule): boolean {
+  return rule.algorithm === "gcra" || rule.algorithm === "tokenBucket";
+}
+
+/**
+ * Units reserved in `windowStarts` join `lease`: a gcra rule's units then hold the earlier of the two
+ * TATs, so that a refund never gives back more than the first units still hold (less, at worst).
+ */
+function join(lease: Held, windowStarts: readonly number[]): void {
+  lease.windowStarts = lease.windowStarts.map((start, i) =>
+    holdsTat(lease.rules[i]!) ? Math.min(start, windowStarts[i]!) : start,
   );
 }
 

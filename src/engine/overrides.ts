@@ -11,6 +11,12 @@
 //   KEYS nor SCAN. set() writes ZADD before SET and delete() DEL before ZREM (one pipeline, in order),
 //   so a failure can only leave an index member without a key; a page drops and ZREMs those, as it does
 //   members whose key expired.
+// - Off the request path: every method's commands go as one request of their own (never in a decision's
+//   batch), wait the analytics' background bound (the Limiter's timeout, at least 5 s, at most 30 s),
+//   and are sent again on a timeout or an unreachable Redis, up to ATTEMPTS times. That is safe because
+//   each is idempotent: SET of the same value (and the same PXAT), ZADD of the same member and score,
+//   DEL, ZREM, GET, ZRANGE; nothing counts or versions a write. What a retry cannot order is a late
+//   first attempt landing after another writer's newer set (docs/overrides.md).
 import {
   checkChanges,
   type PlanConfig,
@@ -20,9 +26,10 @@ import {
   type RulePlan,
 } from "./algorithms.js";
 import { type Duration, describe, readDuration } from "./duration.js";
+import { RedisCallError } from "./errors.js";
 import { checkIdentifier, type RuleKeys } from "./keys.js";
 import { limiterArgs } from "./script.js";
-import type { CallOptions, CallResult, Transport } from "./transport.js";
+import type { Transport } from "./transport.js";
 import { type Issue, issueText, MAX_TIMER_MS } from "./validate.js";
 
 /** What the Limiter's `overrides` option takes beside `true`. */
@@ -81,6 +88,10 @@ export const DEFAULT_MAX_STALE = 1000;
 const FIELDS = ["plan", "rules", "expiresAt"];
 const MAX_PAGE = 1000;
 const DEFAULT_PAGE = 100;
+/** How many times an override's commands are sent when Redis times out or cannot be reached. */
+export const ATTEMPTS = 3;
+/** Ms between attempts (times the attempt): a refused connection is not asked again at once. */
+const RETRY_PAUSE_MS = 100;
 
 /**
  * Validates the Limiter's `overrides` option: undefined/false (off), true, or `{ maxStale }`. Throws
@@ -150,10 +161,7 @@ export class Overrides {
     const set =
       expiresAt === undefined ? ["SET", key, value] : ["SET", key, value, "PXAT", String(expiresAt)];
     // one pipeline, in this order (see the file's head)
-    await settle([
-      context.transport.call(["ZADD", this.indexKey, "0", identifier], this.options()),
-      context.transport.call(set, this.options()),
-    ]);
+    await this.run([["ZADD", this.indexKey, "0", identifier], set]);
     context.forget(identifier);
   }
 
@@ -166,9 +174,7 @@ export class Overrides {
   async get(identifier: string): Promise<Override | undefined> {
     const context = this.on();
     checkIdentifier(identifier);
-    const [value] = await settle([
-      context.transport.call(["GET", context.keys.override(identifier)], this.options()),
-    ]);
+    const [value] = await this.run([["GET", context.keys.override(identifier)]]);
     return typeof value === "string" ? parse(value) : undefined;
   }
 
@@ -182,9 +188,9 @@ export class Overrides {
   async delete(identifier: string): Promise<void> {
     const context = this.on();
     checkIdentifier(identifier);
-    await settle([
-      context.transport.call(["DEL", context.keys.override(identifier)], this.options()),
-      context.transport.call(["ZREM", this.indexKey, identifier], this.options()),
+    await this.run([
+      ["DEL", context.keys.override(identifier)],
+      ["ZREM", this.indexKey, identifier],
     ]);
     context.forget(identifier);
   }
@@ -238,17 +244,12 @@ export class Overrides {
       if (after === undefined || after < within) min = `[${within}`;
       max = `(${within.slice(0, -1)}${String.fromCharCode(within.charCodeAt(within.length - 1) + 1)}`;
     }
-    const [members] = await settle([
-      context.transport.call(
-        ["ZRANGE", this.indexKey, min, max, "BYLEX", "LIMIT", "0", String(limit)],
-        this.options(),
-      ),
+    const [members] = await this.run([
+      ["ZRANGE", this.indexKey, min, max, "BYLEX", "LIMIT", "0", String(limit)],
     ]);
     const ids = members as string[];
     if (ids.length === 0) return { items: [] };
-    const values = await settle(
-      ids.map((id) => context.transport.call(["GET", context.keys.override(id)], this.options())),
-    );
+    const values = await this.run(ids.map((id) => ["GET", context.keys.override(id)]));
     const items: OverrideEntry[] = [];
     const gone: string[] = [];
     ids.forEach((identifier, i) => {
@@ -257,8 +258,7 @@ export class Overrides {
       else gone.push(identifier);
     });
     // members whose key was deleted or expired: out of the index
-    if (gone.length > 0)
-      await settle([context.transport.call(["ZREM", this.indexKey, ...gone], this.options())]);
+    if (gone.length > 0) await this.run([["ZREM", this.indexKey, ...gone]]);
     return ids.length === limit ? { items, next: ids[ids.length - 1]! } : { items };
   }
 
@@ -270,6 +270,8 @@ export class Overrides {
         `override: expected { plan } or { rules } (and expiresAt), e.g. { plan: "pro" }, got ${describe(override)}`,
       );
     }
+    const hostile = hostileField(override, []);
+    if (hostile !== undefined) throw new Error(issueText(hostile));
     for (const field of Object.keys(override)) {
       if (!FIELDS.includes(field)) {
         issues.push({ path: [field], message: `not an override field; it takes ${FIELDS.join(", ")}` });
@@ -320,19 +322,75 @@ export class Overrides {
     return this.context;
   }
 
-  private options(): CallOptions {
-    return { timeout: this.context!.timeout, breaker: false };
+  /**
+   * The replies of `commands`, sent as one request of their own (in order, never batched with a
+   * decision), within the background bound, again on a timeout or an unreachable Redis (every command
+   * here is idempotent: see the file's head); throws the last failure, or the first command's error.
+   */
+  private async run(commands: unknown[][]): Promise<unknown[]> {
+    const { transport, timeout } = this.on();
+    const bound = Math.min(Math.max(timeout, 5000), 30_000);
+    for (let attempt = 1; ; attempt++) {
+      const replies = await transport.pipeline(commands, { timeout: bound });
+      if (replies instanceof RedisCallError) {
+        if (attempt >= ATTEMPTS || (replies.kind !== "timeout" && replies.kind !== "unreachable")) {
+          throw replies;
+        }
+        await new Promise((resolve) => setTimeout(resolve, RETRY_PAUSE_MS * attempt));
+        continue;
+      }
+      return commands.map((_, i) => {
+        const reply = replies[i];
+        if (reply === null || typeof reply !== "object") {
+          throw new RedisCallError("http", "edgelimit: the pipeline reply is missing a command's answer");
+        }
+        if (reply.error !== undefined) {
+          throw new RedisCallError("redis", `edgelimit: Redis answered an error: ${String(reply.error)}`);
+        }
+        return reply.result;
+      });
+    }
   }
+}
+
+/** Field names refused anywhere in an override: merged or spread, they reach a prototype. */
+const HOSTILE = new Set(["__proto__", "constructor", "prototype"]);
+
+/**
+ * The first field named `__proto__`, `constructor` or `prototype` at any depth of `value` (JSON.parse
+ * makes `"__proto__"` an own key, which a later merge would turn into a prototype), or an object whose
+ * prototype was set (a literal's `__proto__:`), as an Issue at its path; undefined when there is none.
+ */
+function hostileField(value: unknown, path: (string | number)[]): Issue | undefined {
+  if (value === null || typeof value !== "object") return undefined;
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) {
+      const found = hostileField(value[i], [...path, i]);
+      if (found !== undefined) return found;
+    }
+    return undefined;
+  }
+  const prototype = Object.getPrototypeOf(value);
+  if (prototype !== Object.prototype && prototype !== null) {
+    return {
+      path: path.length > 0 ? path : ["override"],
+      message: "must be a plain object (its prototype was set)",
+    };
+  }
+  for (const key of Object.keys(value)) {
+    if (HOSTILE.has(key)) {
+      return {
+        path: [...path, key],
+        message: "refused: __proto__, constructor and prototype are never field names",
+      };
+    }
+    const found = hostileField((value as Record<string, unknown>)[key], [...path, key]);
+    if (found !== undefined) return found;
+  }
+  return undefined;
 }
 
 /** The override stored in `value` (`<line>\n<json>`). */
 function parse(value: string): Override {
   return JSON.parse(value.slice(value.indexOf("\n") + 1)) as Override;
-}
-
-/** The results of calls sent together (one pipeline), or the first failure thrown. */
-async function settle(calls: Promise<CallResult>[]): Promise<unknown[]> {
-  const results = await Promise.all(calls);
-  for (const result of results) if (!result.ok) throw result.error;
-  return results.map((result) => (result as { result: unknown }).result);
 }

@@ -48,14 +48,18 @@ export interface Reservation {
   readonly decision: Decision;
   /** Units taken beside the cost, for the lease. */
   readonly reserved: number;
-  /** Per rule, the start of the window the units were counted in (0 for an algorithm without windows). */
+  /**
+   * Per rule, the start of the window the units were counted in; for gcra and the token bucket the TAT
+   * they hold, rounded up to a ms (what a refund may give back is capped by it); 0 when none was taken.
+   */
   readonly windowStarts: readonly number[];
 }
 
 /**
  * Where a decision counted its units, as a settle needs them: the rules that applied (a plan's, or a
  * stored override's), per rule the start of the window they were counted in (a sliding log's stamp;
- * 0 for gcra), and per sliding log rule its count after the decision (else 0).
+ * for gcra and the token bucket the TAT they hold, rounded up to a ms), and per sliding log rule its
+ * count after the decision, per gcra rule the time it counted from (0: unknown), else 0.
  */
 export interface Counted {
   readonly applied: Applied;
@@ -535,7 +539,8 @@ export class RuleScripts {
   /**
    * Where an admitted Decision from Redis counted its units, read from the decision itself (nothing is
    * kept per decision): the rules that applied (its plan's, or a custom override's), and per rule
-   *   gcra, token bucket  nothing (0);
+   *   gcra, token bucket  the TAT its units hold (its resetAt: a refund gives back no units since
+   *                       earned back) and the time it counted from, `decidedAt`;
    *   fixed window        the window of `decidedAt` (the time it was decided at, and counted in);
    *   sliding window      the window whose counter it took (a lagging caller's may be the next one):
    *                       an admission's resetAt is that window's start plus two windows;
@@ -558,7 +563,10 @@ export class RuleScripts {
       const outcome = decision.rules[rule.name]!;
       let start = 0;
       let count = 0;
-      if (rule.algorithm === "fixedWindow") start = now - (now % rule.window);
+      if (rule.algorithm === "gcra" || rule.algorithm === "tokenBucket") {
+        start = outcome.resetAt;
+        count = now;
+      } else if (rule.algorithm === "fixedWindow") start = now - (now % rule.window);
       else if (rule.algorithm === "slidingWindow") start = outcome.resetAt - 2 * rule.window;
       else if (rule.algorithm === "slidingLog") {
         start = outcome.resetAt - rule.window;
@@ -588,7 +596,12 @@ export class RuleScripts {
     const command = ["EVALSHA", SETTLE.sha1, String(keys.length), ...keys];
     command.push(now.toString(16), String(cost), String(actual));
     applied.rules.forEach((rule, i) => {
-      const mark = rule.algorithm === "slidingLog" ? counts[i]! - cost : 0;
+      const mark =
+        rule.algorithm === "slidingLog"
+          ? counts[i]! - cost
+          : rule.algorithm === "gcra" || rule.algorithm === "tokenBucket"
+            ? (counts[i] ?? 0)
+            : 0;
       command.push(...encodeRule(rule), String(starts[i] ?? 0), String(mark));
     });
     return this.transport.call(command, this.settleCall);

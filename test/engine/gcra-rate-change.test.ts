@@ -43,7 +43,8 @@ function under(prefix: string, config: RuleConfig, path: Path = "one-rule") {
       if (got instanceof Error) throw got;
       return got.reserved;
     },
-    refund: (id: string, units: number, now: number) => scripts.refund(id, units, [0], now),
+    /** gives `units` back at `now`, the TAT they held an hour ahead (held whole: see gcra-late-refund) */
+    refund: (id: string, units: number, now: number) => scripts.refund(id, units, [now + 60 * MINUTE], now),
   };
 }
 

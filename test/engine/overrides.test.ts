@@ -3,9 +3,14 @@
 // index (paginated, cleaned of members whose key is gone), maxStale on cached denials, and the
 // changing Limiter dropping its own cached denial and lease of the identifier; end to end (with the
 // read path): an upgrade reaching a second Limiter at maxStale, exact counts after set(), the lease bound.
+
+import type { AddressInfo } from "node:net";
+import { createServer } from "node:net";
 import type { Redis } from "@upstash/redis";
-import { describe, expect, it } from "vitest";
+import { describe, expect, inject, it } from "vitest";
 import { DenyCache } from "../../src/engine/deny-cache.js";
+import { RedisCallError } from "../../src/engine/errors.js";
+import { ATTEMPTS } from "../../src/engine/overrides.js";
 import type { Decision } from "../../src/engine/types.js";
 import {
   fixedWindow,
@@ -16,6 +21,7 @@ import {
   slidingWindow,
   tokenBucket,
 } from "../../src/index.js";
+import { startCutHop } from "../cut-hop.js";
 import { bridgeRedis, manualClock, uniquePrefix } from "../support.js";
 
 const DAY = 86_400_000;
@@ -229,6 +235,34 @@ describe("set() validation: the field named, nothing stored", () => {
     const { limiter, redis, prefix } = setup();
     expect(await refusal(limiter, override)).toBe(message);
     expect(await redis.exists(`${prefix}:{=id}:override`)).toBe(0);
+    expect(await redis.zcard(`${prefix}:overrides`)).toBe(0);
+  });
+
+  // JSON.parse makes "__proto__" an own key; merged into a rule it became the rule's prototype and
+  // its burst was read through it (a burst raised to 50 past the unknown-field check).
+  const REFUSED = "refused: __proto__, constructor and prototype are never field names";
+  it.each([
+    ['{"rules":{"perMinute":{"__proto__":{"burst":50}}}}', `rules.perMinute.__proto__: ${REFUSED}`],
+    ['{"plan":"pro","__proto__":{"plan":"enterprise"}}', `__proto__: ${REFUSED}`],
+    ['{"rules":{"__proto__":{"perMinute":{"limit":5}}}}', `rules.__proto__: ${REFUSED}`],
+    ['{"rules":{"perMinute":{"limit":5,"constructor":1}}}', `rules.perMinute.constructor: ${REFUSED}`],
+    ['{"plan":"pro","x":[{"a":{"prototype":{}}}]}', `x[0].a.prototype: ${REFUSED}`],
+  ])("hostile field names in parsed JSON, at any depth: %s", async (json, message) => {
+    const { limiter, redis, prefix } = setup();
+    expect(await refusal(limiter, JSON.parse(json))).toBe(message);
+    expect(await redis.exists(`${prefix}:{=id}:override`)).toBe(0);
+    expect(await redis.zcard(`${prefix}:overrides`)).toBe(0);
+  });
+
+  it("an object whose prototype a literal's __proto__ set is refused, naming its path", async () => {
+    const { limiter, redis, prefix } = setup();
+    const fields = { __proto__: { burst: 50 } };
+    expect(await refusal(limiter, { rules: { perMinute: fields } })).toBe(
+      "rules.perMinute: must be a plain object (its prototype was set)",
+    );
+    expect(await refusal(limiter, Object.create({ plan: "pro" }))).toBe(
+      "override: must be a plain object (its prototype was set)",
+    );
     expect(await redis.zcard(`${prefix}:overrides`)).toBe(0);
   });
 
@@ -516,5 +550,106 @@ describe("end to end: set() reaching decisions", () => {
     a.clock.set(start + 1000 + 4);
     expect((await c.limit("warm")).source).toBe("redis");
     await c.dispose();
+  });
+});
+
+describe("writes off the request path: a slow or lossy Redis", () => {
+  const rules = { daily: fixedWindow({ limit: 10, window: "1d" }) };
+  const plans = { pro: { daily: { limit: 100 } } };
+  /** A Limiter with overrides on whose every request goes through `hop`. */
+  const through = (hop: { url: string }, prefix: string, options: Partial<LimiterOptions> = {}) =>
+    new Limiter({
+      redis: { url: hop.url, token: inject("bridgeToken") },
+      prefix,
+      rules,
+      plans,
+      overrides: true,
+      clock: manualClock(NOW),
+      ...options,
+    });
+
+  it("an answer 1.5 s late fails a decision (timeout 1 s) but not set(), get() or delete() (5 s)", async () => {
+    const hop = await startCutHop(inject("bridgeUrl"));
+    try {
+      const prefix = uniquePrefix("slow");
+      const limiter = through(hop, prefix, { timeout: 1000 });
+      hop.delay = 1500;
+      const decision = await limiter.limit("k");
+      expect([decision.source, decision.allowed, (decision.error as RedisCallError).kind]).toEqual([
+        "error",
+        true,
+        "timeout",
+      ]);
+      const before = hop.requests;
+      await limiter.overrides.set("k", { plan: "pro" });
+      expect(await limiter.overrides.get("k")).toEqual({ plan: "pro" });
+      expect(hop.requests - before).toBe(2); // one request each, none sent again
+      const redis = bridgeRedis();
+      expect(await redis.get(`${prefix}:{=k}:override`)).toBe('=pro\n{"plan":"pro"}');
+      await limiter.overrides.delete("k");
+      expect(await redis.exists(`${prefix}:{=k}:override`)).toBe(0);
+      expect(await redis.zcard(`${prefix}:overrides`)).toBe(0);
+      await limiter.dispose();
+    } finally {
+      await hop.close();
+    }
+  }, 20_000);
+
+  it("a lost answer (the write ran): set() and delete() are sent again and land exactly once", async () => {
+    const hop = await startCutHop(inject("bridgeUrl"));
+    try {
+      const prefix = uniquePrefix("lost");
+      const limiter = through(hop, prefix);
+      const redis = bridgeRedis();
+      hop.cutNext = '"ZADD"';
+      await limiter.overrides.set("k", { rules: { daily: { limit: 7 } }, expiresAt: NOW + DAY });
+      expect([hop.cuts, hop.requests]).toEqual([1, 2]);
+      const key = `${prefix}:{=k}:override`;
+      expect(await redis.get(key)).toBe(
+        `!fixedWindow 7 86400000 0\n{"rules":{"daily":{"limit":7}},"expiresAt":${NOW + DAY}}`,
+      );
+      expect(await pexpiretime(redis, key)).toBe(NOW + DAY);
+      expect(await redis.zrange(`${prefix}:overrides`, 0, -1)).toEqual(["k"]);
+      hop.cutNext = '"DEL"';
+      await limiter.overrides.delete("k");
+      expect([hop.cuts, hop.requests]).toEqual([2, 4]);
+      expect(await redis.exists(key)).toBe(0);
+      expect(await redis.zcard(`${prefix}:overrides`)).toBe(0);
+    } finally {
+      await hop.close();
+    }
+  });
+
+  it(`an unreachable Redis: ${ATTEMPTS} attempts, then the failure; a refusal by Redis is not sent again`, async () => {
+    let connections = 0;
+    const server = createServer((socket) => {
+      connections += 1;
+      socket.destroy();
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    try {
+      const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+      const limiter = new Limiter({ redis: { url, token: "t" }, rules, overrides: true, prefix: "p" });
+      const error = await limiter.overrides.set("k", { rules: { daily: { limit: 5 } } }).catch((e) => e);
+      expect([error instanceof RedisCallError, error.kind, connections]).toEqual([true, "unreachable", 3]);
+    } finally {
+      await new Promise((resolve) => server.close(resolve));
+    }
+    const hop = await startCutHop(inject("bridgeUrl"));
+    try {
+      const prefix = uniquePrefix("wrongtype");
+      await bridgeRedis().set(`${prefix}:overrides`, "not a zset");
+      const limiter = new Limiter({
+        redis: { url: hop.url, token: inject("bridgeToken") },
+        prefix,
+        rules,
+        overrides: true,
+      });
+      const error = await limiter.overrides.set("k", { rules: { daily: { limit: 5 } } }).catch((e) => e);
+      expect([error.kind, hop.requests]).toEqual(["redis", 1]);
+      expect(error.message).toMatch(/^edgelimit: Redis answered an error: WRONGTYPE/);
+    } finally {
+      await hop.close();
+    }
   });
 });

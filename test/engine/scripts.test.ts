@@ -343,16 +343,17 @@ describe("reservation (leases)", () => {
         number[]
       >;
     const gReset = (units: number) => T0 + units * 36_000;
-    expect(await call(1, 10)).toEqual([1, 4, END, 0, 1, 95, gReset(5), 0, 4, START, 0]); // f: (9 - 1) / 2 = 4; counted in f's window
-    expect(await call(1, 10)).toEqual([1, 2, END, 0, 1, 93, gReset(7), 0, 1, START, 0]); // (4 - 1) / 2 = 1
+    // counted in f's window; g's units hold its TAT (its reset), which caps what a refund gives back
+    expect(await call(1, 10)).toEqual([1, 4, END, 0, 1, 95, gReset(5), 0, 4, START, gReset(5)]); // f: (9 - 1) / 2 = 4
+    expect(await call(1, 10)).toEqual([1, 2, END, 0, 1, 93, gReset(7), 0, 1, START, gReset(7)]); // (4 - 1) / 2 = 1
     expect(await call(0, 10)).toEqual([1, 2, END, 0, 1, 93, gReset(7), 0, 0, 0, 0]); // a peek reserves nothing
     expect(await call(3, 10)).toEqual([0, 2, END, END - T0, 1, 93, gReset(7), 0, 0, 0, 0]); // nor a denial
-    expect(await call(2, 10)).toEqual([1, 0, END, 0, 1, 91, gReset(9), 0, 0, START, 0]);
+    expect(await call(2, 10)).toEqual([1, 0, END, 0, 1, 91, gReset(9), 0, 0, START, gReset(9)]);
     const single = limiterOf({ t: tokenBucket({ capacity: 10, refillRate: 1, interval: "1h" }) }).limiter;
     const one = (cost: number, reserve: number) =>
       redis.eval(SCRIPTS.limiter.text, single.keys("id"), limiterArgs(single.rules, T0, cost, reserve));
-    expect(await one(2, 3)).toEqual([1, 5, T0 + 5 * HOUR, 0, 3, 0]); // (10 - 2) / 2 = 4, at most 3
-    expect(await one(1, 9)).toEqual([1, 2, T0 + 8 * HOUR, 0, 2, 0]);
+    expect(await one(2, 3)).toEqual([1, 5, T0 + 5 * HOUR, 0, 3, T0 + 5 * HOUR]); // (10 - 2) / 2 = 4, at most 3
+    expect(await one(1, 9)).toEqual([1, 2, T0 + 8 * HOUR, 0, 2, T0 + 8 * HOUR]);
   });
 });
 

@@ -11,8 +11,16 @@
 //
 // The ops page and its JSON (analytics on in the config) take the token three ways, so a browser can
 // reach them: the bearer header, HTTP Basic (any user, the token as password; the page's 401 asks for
-// it) and a session cookie set by the login form (HttpOnly, Secure, SameSite=Strict, Path={admin}; its
-// value an HMAC of a fixed text under the token, never the token). The overrides stay bearer only.
+// it) and a session cookie set by the login form (HttpOnly, Secure, SameSite=Strict, Path={admin},
+// Max-Age 12 h; its value `<issuedAt>.<expiresAt>.<nonce>.<HMAC under the token>`, never the token).
+// Logout stores the session's nonce in Redis until its expiry, so a copy of the cookie opens nothing
+// in any isolate afterwards. The overrides stay bearer only.
+//
+// Wrong tokens are throttled per client address (CF-Connecting-IP, IPv6 per /64), by a Limiter of its
+// own: at most WRONG_TOKENS in any minute, by bearer, Basic, a forged cookie or the login form; past
+// that every try from the address is a 429 with Retry-After, a right token included (answering it
+// would tell a guess from a hit), until the oldest wrong one is a minute old. A right token is never
+// counted, and another address is never affected.
 //
 //   GET    {admin}/                                 the ops page (HTML); without the token a 401 that asks
 //                                                  for Basic, the login form as its body
@@ -27,13 +35,18 @@
 // address, the path): it becomes the identifier exactly as a request's does (identifierOf), so an
 // operator never handles hashes. Every refusal is a problem+json whose detail starts with the field at
 // fault; nothing is stored on any refusal. Every answer is `Cache-Control: no-store`.
+
+import { slidingLog } from "../../engine/algorithms.js";
 import type { BreakerReport } from "../../engine/analytics.js";
 import { RedisCallError } from "../../engine/errors.js";
-import type { Limiter } from "../../engine/limiter.js";
+import { Limiter } from "../../engine/limiter.js";
 import type { Override, Overrides } from "../../engine/overrides.js";
+import type { RestConnection } from "../../engine/rest.js";
+import { transportFor } from "../../engine/transport.js";
 import type { AnalyticsConfig, RouteConfig } from "../../http/config.js";
 import { PROBLEM_JSON } from "../../http/headers.js";
-import { cookie, identifierOf } from "../../http/identity.js";
+import { clientKey, cookie, identifierOf } from "../../http/identity.js";
+import type { IpAddress } from "../../http/ip.js";
 import { loginPage, type OpsRoute, opsPage, type RouteReport, STYLE } from "./ops-page.js";
 
 /** The largest override body accepted, in bytes: a plan name, or a few rules' fields, fit many times over. */
@@ -47,6 +60,24 @@ export const MAX_MINUTES = 1440;
 const DEFAULT_MINUTES = 60;
 /** The ops page's session cookie. */
 export const SESSION_COOKIE = "edgelimit_session";
+/** Seconds a session lasts (the cookie's Max-Age, and the expiry signed into its value): 12 h. */
+export const SESSION_MAX_AGE = 43_200;
+/** Wrong tokens one client address may send in any minute; the next try is a 429. */
+export const WRONG_TOKENS = 5;
+/** Ms a session's Redis call waits (off the request path of any decision). */
+const SESSION_TIMEOUT = 5000;
+
+/** What the Worker knows of a request and its Redis beside the config (all optional in tests). */
+export interface AdminContext {
+  /** The client's address as the Worker determined it (clientIp). */
+  readonly ip?: IpAddress | undefined;
+  /** The Worker's Redis: wrong tokens are counted and ended sessions kept there. */
+  readonly redis?: RestConnection;
+  /** The config's key prefix. */
+  readonly prefix?: string;
+  /** Epoch ms now (default Date.now): a session's issue and expiry are read against it. */
+  readonly clock?: () => number;
+}
 
 /** A route as the admin API sees it: its config and its Limiter. */
 export interface AdminRoute extends RouteConfig {
@@ -60,6 +91,7 @@ const TITLES: Record<number, string> = {
   405: "Method Not Allowed",
   409: "Conflict",
   413: "Content Too Large",
+  429: "Too Many Requests",
   503: "Service Unavailable",
 };
 
@@ -126,14 +158,10 @@ function basicPassword(header: string | null): string | undefined {
   }
 }
 
-/**
- * The session cookie's value for `token`: HMAC-SHA256 of "edgelimit-session" under the token, in hex.
- * It proves the token was given without being it; a new token ends every session.
- *
- * @example
- * await sessionValue(env.EDGELIMIT_ADMIN_TOKEN) // "5f0c…" (64 hex digits)
- */
-export async function sessionValue(token: string): Promise<string> {
+const hex = (bytes: ArrayBuffer) =>
+  Array.from(new Uint8Array(bytes), (byte) => byte.toString(16).padStart(2, "0")).join("");
+
+async function hmac(token: string, text: string): Promise<string> {
   const encoder = new TextEncoder();
   const key = await crypto.subtle.importKey(
     "raw",
@@ -142,20 +170,149 @@ export async function sessionValue(token: string): Promise<string> {
     false,
     ["sign"],
   );
-  const mac = new Uint8Array(await crypto.subtle.sign("HMAC", key, encoder.encode("edgelimit-session")));
-  return Array.from(mac, (byte) => byte.toString(16).padStart(2, "0")).join("");
+  return hex(await crypto.subtle.sign("HMAC", key, encoder.encode(text)));
 }
 
-/** Whether a request to the ops page or its JSON carries the token: bearer, Basic or the session cookie. */
-async function pageAuthorized(request: Request, token: string): Promise<boolean> {
+/**
+ * A session cookie's value: `<issuedAt>.<expiresAt>.<nonce>.<mac>`, the mac an HMAC-SHA256 under the
+ * token of `edgelimit-session.<issuedAt>.<expiresAt>.<nonce>` (hex). It proves the token was given
+ * without being it; a new token ends every session, and so do its expiry and logout.
+ *
+ * @example
+ * await sessionValue(env.EDGELIMIT_ADMIN_TOKEN, Date.now()) // "1767225600000.1767268800000.9f2c….5f0c…"
+ */
+export async function sessionValue(
+  token: string,
+  issuedAt: number,
+  nonce: string = hex(crypto.getRandomValues(new Uint8Array(16)).buffer),
+): Promise<string> {
+  const body = `${issuedAt}.${issuedAt + SESSION_MAX_AGE * 1000}.${nonce}`;
+  return `${body}.${await hmac(token, `edgelimit-session.${body}`)}`;
+}
+
+/** What a session cookie's value is at `now`: signed by the token and current, or why not. */
+export type SessionCheck =
+  | { readonly ok: true; readonly nonce: string; readonly expiresAt: number }
+  | { readonly ok: false; readonly why: "forged" | "expired" };
+
+/**
+ * Reads a session cookie's value at `now` (epoch ms): its mac compared in constant time, then its
+ * expiry. Not whether it was logged out of (that is in Redis).
+ *
+ * @example
+ * await checkSession(cookieValue, env.EDGELIMIT_ADMIN_TOKEN, Date.now()) // { ok: true, nonce, expiresAt }
+ */
+export async function checkSession(value: string, token: string, now: number): Promise<SessionCheck> {
+  const match = /^(\d{1,16})\.(\d{1,16})\.([0-9a-f]{32})\.([0-9a-f]{64})$/.exec(value);
+  const body = match ? `${match[1]}.${match[2]}.${match[3]}` : "";
+  const signed = await same(match?.[4], await hmac(token, `edgelimit-session.${body}`));
+  if (!match || !signed) return { ok: false, why: "forged" };
+  const issuedAt = Number(match[1]);
+  const expiresAt = Number(match[2]);
+  // a value this Worker signed never lasts longer than SESSION_MAX_AGE, nor starts in the future
+  if (now < issuedAt || now >= expiresAt || expiresAt - issuedAt > SESSION_MAX_AGE * 1000) {
+    return { ok: false, why: "expired" };
+  }
+  return { ok: true, nonce: match[3]!, expiresAt };
+}
+
+/** The Redis key that marks a session logged out of (until the session's own expiry). */
+const endedKey = (prefix: string, nonce: string) => `${prefix}:admin:ended:${nonce}`;
+
+// The wrong-token Limiter of each Redis and prefix, per isolate (bounded, as the Worker's setups are).
+const throttles = new Map<string, Limiter>();
+
+/** Counts wrong tokens of the request's address, and tells whether it may try at all. */
+class Throttle {
+  private readonly limiter: Limiter | undefined;
+  private readonly id: string;
+
+  constructor(context: AdminContext) {
+    // ":admin:" first: a route's identifiers start with its name, which never holds a ":"
+    this.id = `:admin:${context.ip === undefined ? "unknown" : clientKey(context.ip)}`;
+    const { redis, prefix } = context;
+    if (redis === undefined || prefix === undefined) return;
+    const cacheKey = JSON.stringify([redis.url, redis.token, prefix]);
+    let limiter = throttles.get(cacheKey);
+    if (limiter === undefined) {
+      // Redis down: tries are let through (the page must still show the breaker while Redis is
+      // down), each still checked in constant time.
+      limiter = new Limiter({
+        redis,
+        prefix,
+        rules: { wrongTokens: slidingLog({ limit: WRONG_TOKENS, window: "1m" }) },
+        onError: "allow",
+        // the breaker stays the decisions' own: the ops page shows it
+        breaker: false,
+      });
+      if (throttles.size >= 8) throttles.delete(throttles.keys().next().value as string);
+      throttles.set(cacheKey, limiter);
+    }
+    this.limiter = limiter;
+  }
+
+  /** The seconds to wait when the address has used up its wrong tries, else undefined. */
+  async blocked(): Promise<number | undefined> {
+    if (this.limiter === undefined) return undefined;
+    const peek = await this.limiter.limit(this.id, { cost: 0 });
+    return peek.allowed ? undefined : Math.max(1, Math.ceil(peek.retryAfter / 1000));
+  }
+
+  async wrong(): Promise<void> {
+    await this.limiter?.limit(this.id);
+  }
+}
+
+/** The throttle's refusal: a problem, or the login form for the page. */
+function tooMany(seconds: number): Response {
+  return problem(429, `authorization: too many wrong tokens from this address; try again in ${seconds} s`, {
+    "Retry-After": String(seconds),
+  });
+}
+
+/**
+ * Whether a request to the ops page or its JSON carries the token (bearer, Basic or a live session
+ * cookie): "ok", "none" (nothing was right), or the seconds its address must wait. A wrong token or a
+ * forged cookie is counted; an expired or logged-out cookie is not (it was right once).
+ */
+async function pageAuthorized(
+  request: Request,
+  token: string,
+  context: AdminContext,
+  throttle: Throttle,
+): Promise<"ok" | "none" | number> {
   const header = request.headers.get("authorization");
   const session = cookie(request.headers.get("cookie"), SESSION_COOKIE);
-  const [bearer, basic, cookieOk] = await Promise.all([
+  const bearerGiven = /^bearer[ \t]+[^ \t]/i.test(header ?? "");
+  const password = basicPassword(header);
+  if (!bearerGiven && password === undefined && session === undefined) return "none";
+  const wait = await throttle.blocked();
+  if (wait !== undefined) return wait;
+  const now = (context.clock ?? Date.now)();
+  const [bearer, basic, read] = await Promise.all([
     authorized(header, token),
-    same(basicPassword(header), token),
-    session === undefined ? false : sessionValue(token).then((value) => same(session, value)),
+    same(password, token),
+    session === undefined ? undefined : checkSession(session, token, now),
   ]);
-  return bearer || basic || cookieOk;
+  if (bearer || basic) return "ok";
+  if (read?.ok && !(await ended(context, read.nonce))) return "ok";
+  if (bearerGiven || password !== undefined || (read?.ok === false && read.why === "forged")) {
+    await throttle.wrong();
+  }
+  return "none";
+}
+
+/** Whether the session was logged out of; a Redis that cannot tell ends it too (fail closed). */
+async function ended(context: AdminContext, nonce: string): Promise<boolean> {
+  if (context.redis === undefined || context.prefix === undefined) return false;
+  const replies = await transportFor(context.redis).pipeline([["GET", endedKey(context.prefix, nonce)]], {
+    timeout: SESSION_TIMEOUT,
+  });
+  if (replies instanceof RedisCallError || replies[0]?.error !== undefined) {
+    console.error("edgelimit: ops page: Redis did not say whether a session was logged out of; refused");
+    return true;
+  }
+  return replies[0]?.result !== null;
 }
 
 /** The request's body as text, or the refusal: over MAX_BODY bytes (declared or streamed), or not UTF-8. */
@@ -204,7 +361,8 @@ function overrideOf(text: string): Override | Response {
 function failure(error: unknown): Response {
   if (error instanceof RedisCallError) {
     console.error(`edgelimit: admin API: Redis failed: ${error.message}`);
-    return problem(503, "redis: the override store did not answer; try again");
+    // the kind (timeout, unreachable, redis, ...) says why, and never holds a secret
+    return problem(503, `redis: the override store failed (${error.kind}); try again`);
   }
   return problem(400, (error as Error).message);
 }
@@ -221,6 +379,7 @@ export async function admin(
   adminPath: string,
   routes: readonly AdminRoute[],
   analytics?: AnalyticsConfig,
+  context: AdminContext = {},
 ): Promise<Response> {
   if (!token) return problem(404, "path: nothing is served here");
   const url = new URL(request.url);
@@ -239,11 +398,19 @@ export async function admin(
       return segment;
     }
   });
-  if (rest.length === 0) return page(request, token, adminPath, routes);
-  if (rest.length === 1 && rest[0] === "analytics") return analyticsJson(request, token, routes, analytics);
-  if (rest.length === 1 && rest[0] === "login") return login(request, token, adminPath);
-  if (rest.length === 1 && rest[0] === "logout") return logout(request, adminPath);
-  if (!(await authorized(request.headers.get("authorization"), token))) {
+  const throttle = new Throttle(context);
+  if (rest.length === 0) return page(request, token, adminPath, routes, context, throttle);
+  if (rest.length === 1 && rest[0] === "analytics") {
+    return analyticsJson(request, token, routes, analytics, context, throttle);
+  }
+  if (rest.length === 1 && rest[0] === "login") return login(request, token, adminPath, context, throttle);
+  if (rest.length === 1 && rest[0] === "logout") return logout(request, token, adminPath, context);
+  const header = request.headers.get("authorization");
+  const bearerGiven = /^bearer[ \t]+[^ \t]/i.test(header ?? "");
+  const wait = bearerGiven ? await throttle.blocked() : undefined;
+  if (wait !== undefined) return tooMany(wait);
+  if (!(await authorized(header, token))) {
+    if (bearerGiven) await throttle.wrong();
     return problem(401, 'authorization: send "Authorization: Bearer <EDGELIMIT_ADMIN_TOKEN>"', {
       "WWW-Authenticate": 'Bearer realm="edgelimit"',
     });
@@ -409,6 +576,8 @@ async function page(
   token: string,
   adminPath: string,
   routes: readonly AdminRoute[],
+  context: AdminContext,
+  throttle: Throttle,
 ): Promise<Response> {
   const method = request.method.toUpperCase();
   if (method !== "GET" && method !== "HEAD") {
@@ -416,7 +585,12 @@ async function page(
       Allow: "GET, HEAD",
     });
   }
-  if (!(await pageAuthorized(request, token))) return html(loginPage(adminPath), 401, BASIC_CHALLENGE);
+  const access = await pageAuthorized(request, token, context, throttle);
+  if (typeof access === "number") {
+    const message = `Too many wrong tokens from this address; try again in ${access} s.`;
+    return html(loginPage(adminPath, message), 429, { "Retry-After": String(access) });
+  }
+  if (access === "none") return html(loginPage(adminPath), 401, BASIC_CHALLENGE);
   const { shown, from, to } = await reports(routes, DEFAULT_MINUTES);
   return html(opsPage({ adminPath, routes: shown, breaker: breakerOf(routes), from, to }));
 }
@@ -426,11 +600,15 @@ async function analyticsJson(
   token: string,
   routes: readonly AdminRoute[],
   analytics: AnalyticsConfig | undefined,
+  context: AdminContext,
+  throttle: Throttle,
 ): Promise<Response> {
   if (request.method.toUpperCase() !== "GET") {
     return problem(405, `method: ${quoted(request.method)} is not served here; use GET`, { Allow: "GET" });
   }
-  if (!(await pageAuthorized(request, token))) {
+  const access = await pageAuthorized(request, token, context, throttle);
+  if (typeof access === "number") return tooMany(access);
+  if (access === "none") {
     return problem(401, 'authorization: send "Authorization: Bearer <EDGELIMIT_ADMIN_TOKEN>" or HTTP Basic', {
       "WWW-Authenticate": 'Bearer realm="edgelimit", Basic realm="edgelimit"',
     });
@@ -453,7 +631,13 @@ async function analyticsJson(
 }
 
 /** The form's POST: the right token sets the session cookie and goes to the page; a wrong one, the form again. */
-async function login(request: Request, token: string, adminPath: string): Promise<Response> {
+async function login(
+  request: Request,
+  token: string,
+  adminPath: string,
+  context: AdminContext,
+  throttle: Throttle,
+): Promise<Response> {
   const method = request.method.toUpperCase();
   // The form itself, without the page's Basic challenge (which a browser answers with its own prompt).
   if (method === "GET" || method === "HEAD") return html(loginPage(adminPath));
@@ -465,20 +649,55 @@ async function login(request: Request, token: string, adminPath: string): Promis
   const text = await readBody(request);
   if (text instanceof Response) return text;
   const given = new URLSearchParams(text).get("token") ?? undefined;
-  if (!(await same(given, token))) return html(loginPage(adminPath, "That is not the admin token."), 401);
+  const wait = await throttle.blocked();
+  if (wait !== undefined) {
+    const message = `Too many wrong tokens from this address; try again in ${wait} s.`;
+    return html(loginPage(adminPath, message), 429, { "Retry-After": String(wait) });
+  }
+  if (!(await same(given, token))) {
+    await throttle.wrong();
+    return html(loginPage(adminPath, "That is not the admin token."), 401);
+  }
+  const value = await sessionValue(token, (context.clock ?? Date.now)());
   return new Response(null, {
     status: 303,
     headers: {
       Location: `${adminPath}/`,
-      "Set-Cookie": `${SESSION_COOKIE}=${await sessionValue(token)}; HttpOnly; Secure; SameSite=Strict; Path=${adminPath}`,
+      "Set-Cookie": `${SESSION_COOKIE}=${value}; HttpOnly; Secure; SameSite=Strict; Path=${adminPath}; Max-Age=${SESSION_MAX_AGE}`,
       "Cache-Control": "no-store",
     },
   });
 }
 
-async function logout(request: Request, adminPath: string): Promise<Response> {
+/**
+ * Ends the session for good: its nonce is stored in Redis until the session's own expiry, so the same
+ * cookie (a copy of it included) opens nothing in any isolate. A cookie that is no live session only
+ * goes from the browser. Redis not answering: a 503, the session not ended.
+ */
+async function logout(
+  request: Request,
+  token: string,
+  adminPath: string,
+  context: AdminContext,
+): Promise<Response> {
   if (request.method.toUpperCase() !== "POST") {
     return problem(405, `method: ${quoted(request.method)} is not served here; use POST`, { Allow: "POST" });
+  }
+  const session = cookie(request.headers.get("cookie"), SESSION_COOKIE);
+  const read =
+    session === undefined ? undefined : await checkSession(session, token, (context.clock ?? Date.now)());
+  if (read?.ok && context.redis !== undefined && context.prefix !== undefined) {
+    const key = endedKey(context.prefix, read.nonce);
+    const set = ["SET", key, "1", "PXAT", String(read.expiresAt)];
+    // SET of the same value and expiry: idempotent, so sent again once if Redis did not answer
+    let replies = await transportFor(context.redis).pipeline([set], { timeout: SESSION_TIMEOUT });
+    if (replies instanceof RedisCallError && (replies.kind === "timeout" || replies.kind === "unreachable")) {
+      replies = await transportFor(context.redis).pipeline([set], { timeout: SESSION_TIMEOUT });
+    }
+    if (replies instanceof RedisCallError || replies[0]?.error !== undefined) {
+      console.error("edgelimit: ops page: Redis did not store a logout; the session goes on");
+      return problem(503, "redis: the session could not be ended; try again");
+    }
   }
   return new Response(null, {
     status: 303,

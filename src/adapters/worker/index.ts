@@ -274,7 +274,10 @@ app.use(async (c, next) => {
   const path = normalizePath(new URL(c.req.url).pathname);
   const adminPath = config.adminPath;
   if (path === adminPath || path.startsWith(`${adminPath}/`)) {
-    return admin(c.req.raw, c.env?.EDGELIMIT_ADMIN_TOKEN, adminPath, routes, config.analytics);
+    // its Redis: wrong tokens are counted per address there, and ended sessions kept
+    const redis = { url: c.env.UPSTASH_REDIS_REST_URL!, token: c.env.UPSTASH_REDIS_REST_TOKEN! };
+    const context = { ip, redis, prefix: config.prefix };
+    return admin(c.req.raw, c.env?.EDGELIMIT_ADMIN_TOKEN, adminPath, routes, config.analytics, context);
   }
   c.set("config", config);
   c.set("ip", ip);

@@ -103,6 +103,64 @@ describe("on only with the secret, and only to its bearer", () => {
     }
   });
 
+  test("wrong bearer tokens from one address: 429 with Retry-After after 5 in a minute; other addresses unaffected", async () => {
+    const env = adminEnv([route("header:x-api-key")]);
+    const list = async (authorization: string, ip: string) => {
+      const response = await call(env, "/_edgelimit/overrides/api", {
+        headers: { Authorization: authorization },
+        ip,
+      });
+      return response;
+    };
+    const statuses: number[] = [];
+    for (let i = 0; i < 5; i++) {
+      const response = await list(`Bearer wrong-${i}`, "192.0.2.77");
+      statuses.push(response.status);
+      await response.arrayBuffer();
+    }
+    expect(statuses).toEqual([401, 401, 401, 401, 401]);
+    for (const authorization of [`Bearer wrong-5`, `Bearer ${TOKEN}`]) {
+      const response = await list(authorization, "192.0.2.77");
+      const seconds = Number(response.headers.get("retry-after"));
+      expect(seconds).toBeGreaterThanOrEqual(50);
+      expect(seconds).toBeLessThanOrEqual(60);
+      expect(await problemOf(response, 429)).toBe(
+        `authorization: too many wrong tokens from this address; try again in ${seconds} s`,
+      );
+    }
+    // a PUT from the throttled address stores nothing
+    const put = await call(env, "/_edgelimit/overrides/api?key=abc", {
+      method: "PUT",
+      body: JSON.stringify({ plan: "pro" }),
+      headers: auth,
+      ip: "192.0.2.77",
+    });
+    expect(put.status).toBe(429);
+    await put.arrayBuffer();
+    // the same /64 of IPv6 is one address; another address is served
+    const v6 = "2001:db8:77::1";
+    for (let i = 0; i < 5; i++) await (await list(`Bearer wrong-${i}`, v6)).arrayBuffer();
+    const sameNet = await list(`Bearer ${TOKEN}`, "2001:db8:77::ffff");
+    expect(sameNet.status).toBe(429);
+    await sameNet.arrayBuffer();
+    const served = await list(`Bearer ${TOKEN}`, "192.0.2.78");
+    expect(served.status).toBe(200);
+    expect(await served.json()).toEqual({ items: [], next: null });
+    expect(await problemOf(await admin(env, "GET", "/_edgelimit/overrides/api?key=abc"), 404)).toBe(
+      "key: no override",
+    );
+  });
+
+  test("the throttle works under the longest prefix (64 characters): a 401, then the right token served", async () => {
+    const prefix = `${"p".repeat(56)}${crypto.randomUUID().slice(0, 8)}`;
+    const env = adminEnv([route("header:x-api-key")], { prefix });
+    const wrong = await call(env, "/_edgelimit/overrides/api", { headers: { Authorization: "Bearer x" } });
+    expect(await problemOf(wrong, 401)).toBe(
+      'authorization: send "Authorization: Bearer <EDGELIMIT_ADMIN_TOKEN>"',
+    );
+    expect(await listed(env)).toEqual({ items: [], next: null });
+  });
+
   test("admin requests are never forwarded and never counted, even by a route matching every path", async () => {
     const env = adminEnv([
       { name: "all", key: "ip", rules: { perHour: { algorithm: "gcra", limit: 1, period: "1h" } } },
@@ -273,6 +331,26 @@ describe("hostile input: a 4xx problem naming the field, and nothing stored", ()
     expect(await listed(env)).toEqual({ items: [], next: null });
   });
 
+  test("__proto__, constructor and prototype anywhere in a body: a 400 naming the path, nothing stored", async () => {
+    const env = adminEnv([route("header:x-api-key")]);
+    const refused = "refused: __proto__, constructor and prototype are never field names";
+    // raw JSON text: JSON.parse makes "__proto__" an own key (an object literal here would not)
+    const cases: [string, string][] = [
+      ['{"rules":{"perHour":{"__proto__":{"burst":50}}}}', `rules.perHour.__proto__: ${refused}`],
+      ['{"rules":{"perHour":{"limit":3,"__proto__":{"limit":50}}}}', `rules.perHour.__proto__: ${refused}`],
+      ['{"__proto__":{"plan":"pro"},"rules":{"perHour":{"limit":3}}}', `__proto__: ${refused}`],
+      ['{"plan":"pro","rules":{"constructor":{"prototype":{}}}}', `rules.constructor: ${refused}`],
+      ['{"plan":"pro","rules":{"perHour":{"prototype":1}}}', `rules.perHour.prototype: ${refused}`],
+    ];
+    for (const [body, detail] of cases) {
+      expect(await problemOf(await admin(env, "PUT", base, body), 400)).toBe(detail);
+    }
+    expect(await problemOf(await admin(env, "GET", base), 404)).toBe("key: no override");
+    expect(await listed(env)).toEqual({ items: [], next: null });
+    // and the key's requests keep the base quota
+    expect(await policy(env, { headers: { "X-API-Key": "abc" } })).toBe('"perHour";q=2;w=3600');
+  });
+
   test("a body streamed past 4096 bytes without Content-Length is cut off there: 413", async () => {
     const env = adminEnv([route("header:x-api-key")]);
     let pulled = 0;
@@ -364,7 +442,7 @@ describe("the value becomes the identifier a request is counted by", () => {
     const error = vi.spyOn(console, "error").mockImplementation(() => {});
     expect(
       await problemOf(await admin(env, "PUT", "/_edgelimit/overrides/api?key=abc", { plan: "pro" }), 503),
-    ).toBe("redis: the override store did not answer; try again");
+    ).toBe("redis: the override store failed (unreachable); try again");
     error.mockRestore();
   });
 });

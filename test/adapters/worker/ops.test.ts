@@ -2,6 +2,7 @@
 // cookie), the ways refused (a wrong token, a token in a URL, the overrides API by Basic or cookie), the
 // headers that keep the page inert (CSP with no script, nosniff, no-store), and `minutes` checked.
 import { describe, expect, inject, test, vi } from "vitest";
+import { checkSession, sessionValue } from "../../../src/adapters/worker/admin.js";
 import { escapeHtml, opsPage } from "../../../src/adapters/worker/ops-page.js";
 import { call, config, envFor } from "./support.js";
 
@@ -17,6 +18,29 @@ const sha256 = async (text: string) =>
   `sha256:${Array.from(new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text))), (b) => b.toString(16).padStart(2, "0")).join("")}`;
 const basic = (user: string, password: string) =>
   `Basic ${btoa(String.fromCharCode(...new TextEncoder().encode(`${user}:${password}`)))}`;
+
+async function hmacHex(token: string, text: string): Promise<string> {
+  const encoder = new TextEncoder();
+  const key = await crypto.subtle.importKey(
+    "raw",
+    encoder.encode(token),
+    { name: "HMAC", hash: "SHA-256" },
+    false,
+    ["sign"],
+  );
+  const mac = new Uint8Array(await crypto.subtle.sign("HMAC", key, encoder.encode(text)));
+  return Array.from(mac, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+/** One command to the test bridge's Redis, its result. */
+async function redis(command: string[]): Promise<unknown> {
+  const response = await fetch(inject("bridgeUrl"), {
+    method: "POST",
+    headers: { Authorization: `Bearer ${inject("bridgeToken")}` },
+    body: JSON.stringify(command),
+  });
+  return ((await response.json()) as { result: unknown }).result;
+}
 
 async function problemOf(response: Response, status: number) {
   expect(response.status).toBe(status);
@@ -80,11 +104,13 @@ describe("the ops page's ways in", () => {
       "Basic !!!",
       TOKEN,
     ];
-    for (const authorization of wrong) {
-      const page = await call(e, "/_edgelimit/", { headers: { Authorization: authorization } });
+    // an address of its own for each: wrong tokens from one address are throttled (tested below)
+    for (const [i, authorization] of wrong.entries()) {
+      const ip = `198.51.100.${i}`;
+      const page = await call(e, "/_edgelimit/", { headers: { Authorization: authorization }, ip });
       expect(page.status).toBe(401);
       expect(await page.text()).not.toContain("data-route");
-      const data = await call(e, "/_edgelimit/analytics", { headers: { Authorization: authorization } });
+      const data = await call(e, "/_edgelimit/analytics", { headers: { Authorization: authorization }, ip });
       expect(await problemOf(data, 401)).toBe(
         'authorization: send "Authorization: Bearer <EDGELIMIT_ADMIN_TOKEN>" or HTTP Basic',
       );
@@ -102,7 +128,7 @@ describe("the ops page's ways in", () => {
     expect(await response.text()).toContain('<form method="post" action="/_edgelimit/login">');
   });
 
-  test("the login form sets an HttpOnly, Secure, SameSite=Strict cookie that is not the token; logout clears it", async () => {
+  test("the login form sets an HttpOnly, Secure, SameSite=Strict cookie for 12 h that is not the token; logout ends it for good", async () => {
     const e = env();
     const wrong = await call(e, "/_edgelimit/login", {
       method: "POST",
@@ -124,25 +150,18 @@ describe("the ops page's ways in", () => {
     expect(right.headers.get("location")).toBe("/_edgelimit/");
     const setCookie = right.headers.get("set-cookie") ?? "";
     const match =
-      /^edgelimit_session=([0-9a-f]{64}); HttpOnly; Secure; SameSite=Strict; Path=\/_edgelimit$/.exec(
+      /^edgelimit_session=((\d+)\.(\d+)\.[0-9a-f]{32})\.([0-9a-f]{64}); HttpOnly; Secure; SameSite=Strict; Path=\/_edgelimit; Max-Age=43200$/.exec(
         setCookie,
       );
     expect(match, setCookie).not.toBeNull();
     expect(setCookie).not.toContain(TOKEN);
-    // HMAC-SHA256 of "edgelimit-session" under the token, computed here independently
-    const key = await crypto.subtle.importKey(
-      "raw",
-      new TextEncoder().encode(TOKEN),
-      { name: "HMAC", hash: "SHA-256" },
-      false,
-      ["sign"],
-    );
-    const mac = new Uint8Array(
-      await crypto.subtle.sign("HMAC", key, new TextEncoder().encode("edgelimit-session")),
-    );
-    expect(match![1]).toBe(Array.from(mac, (b) => b.toString(16).padStart(2, "0")).join(""));
+    const [, body, issuedAt, expiresAt, mac] = match!;
+    expect(Number(expiresAt) - Number(issuedAt)).toBe(43_200_000);
+    expect(Math.abs(Number(issuedAt) - Date.now())).toBeLessThan(60_000);
+    // HMAC-SHA256 of "edgelimit-session.<issuedAt>.<expiresAt>.<nonce>" under the token, computed here
+    expect(mac).toBe(await hmacHex(TOKEN, `edgelimit-session.${body}`));
 
-    const cookie = `other=1; edgelimit_session=${match![1]}`;
+    const cookie = `other=1; edgelimit_session=${body}.${mac}`;
     const page = await call(e, "/_edgelimit/", { headers: { Cookie: cookie } });
     expect(page.status).toBe(200);
     expect(await page.text()).toContain('data-route="api"');
@@ -172,6 +191,139 @@ describe("the ops page's ways in", () => {
     expect(out.headers.get("set-cookie")).toBe(
       "edgelimit_session=; HttpOnly; Secure; SameSite=Strict; Path=/_edgelimit; Max-Age=0",
     );
+    // the cookie captured before logout opens nothing after it: the page, the JSON, in any isolate
+    // (the end is in Redis until the session would have expired anyway)
+    expect((await call(e, "/_edgelimit/", { headers: { Cookie: cookie } })).status).toBe(401);
+    expect((await call(e, "/_edgelimit/analytics", { headers: { Cookie: cookie } })).status).toBe(401);
+    const prefix = JSON.parse(e.EDGELIMIT_CONFIG as string).prefix;
+    const ended = `${prefix}:admin:ended:${body!.split(".")[2]}`;
+    expect(await redis(["GET", ended])).toBe("1");
+    expect(await redis(["PEXPIRETIME", ended])).toBe(Number(expiresAt));
+    // another session (a second login) goes on
+    const again = await call(e, "/_edgelimit/login", {
+      method: "POST",
+      headers: { "Content-Type": "application/x-www-form-urlencoded" },
+      body: new URLSearchParams({ token: TOKEN }).toString(),
+      redirect: "manual",
+    });
+    const second = /^edgelimit_session=([^;]+);/.exec(again.headers.get("set-cookie") ?? "")![1];
+    expect(second).not.toBe(`${body}.${mac}`);
+    const page2 = await call(e, "/_edgelimit/", { headers: { Cookie: `edgelimit_session=${second}` } });
+    expect(page2.status).toBe(200);
+    await page2.arrayBuffer();
+  });
+
+  test("a session ends at its signed expiry; a value not signed by the token, or stretched, is none", async () => {
+    const e = env();
+    const open = async (value: string) => {
+      const response = await call(e, "/_edgelimit/", { headers: { Cookie: `edgelimit_session=${value}` } });
+      await response.arrayBuffer();
+      return response.status;
+    };
+    const now = Date.now();
+    const nonce = "0123456789abcdef0123456789abcdef";
+    expect(await open(await sessionValue(TOKEN, now - 60_000, nonce))).toBe(200);
+    // issued 12 h and 1 s ago, signed with the token: expired
+    expect(await open(await sessionValue(TOKEN, now - 43_201_000, nonce))).toBe(401);
+    // signed for 10 years: never issued by the Worker, refused
+    const body = `${now}.${now + 315_360_000_000}.${nonce}`;
+    expect(await open(`${body}.${await hmacHex(TOKEN, `edgelimit-session.${body}`)}`)).toBe(401);
+    // the clock moved instead of waited: valid until the last ms before its expiry, not at it
+    const value = await sessionValue(TOKEN, 1_000_000, nonce);
+    const check = (at: number) => checkSession(value, TOKEN, at);
+    expect(await check(1_000_000)).toEqual({ ok: true, nonce, expiresAt: 1_000_000 + 43_200_000 });
+    expect(await check(1_000_000 + 43_199_999)).toEqual({ ok: true, nonce, expiresAt: 44_200_000 });
+    expect(await check(1_000_000 + 43_200_000)).toEqual({ ok: false, why: "expired" });
+    expect(await check(999_999)).toEqual({ ok: false, why: "expired" }); // issued in the future
+    expect(await checkSession(value, `${TOKEN}x`, 1_000_001)).toEqual({ ok: false, why: "forged" });
+    const tampered = value.replace(/^1000000\./, "1000001.");
+    expect(await checkSession(tampered, TOKEN, 1_000_002)).toEqual({ ok: false, why: "forged" });
+    expect(await checkSession("", TOKEN, 1_000_002)).toEqual({ ok: false, why: "forged" });
+  });
+
+  test("Redis down: a session cookie is refused (nobody can say it was not logged out of), and logout is a 503", async () => {
+    const e = envFor(config(routes), {
+      EDGELIMIT_ADMIN_TOKEN: TOKEN,
+      UPSTASH_REDIS_REST_URL: "http://127.0.0.1:9",
+      UPSTASH_REDIS_REST_TOKEN: "ops-session-redis-down",
+    });
+    const error = vi.spyOn(console, "error").mockImplementation(() => {});
+    const cookie = `edgelimit_session=${await sessionValue(TOKEN, Date.now())}`;
+    const page = await call(e, "/_edgelimit/", { headers: { Cookie: cookie } });
+    expect(page.status).toBe(401);
+    expect(await page.text()).not.toContain("data-route");
+    const out = await call(e, "/_edgelimit/logout", { method: "POST", headers: { Cookie: cookie } });
+    expect(await problemOf(out, 503)).toBe("redis: the session could not be ended; try again");
+    expect(out.headers.get("set-cookie")).toBeNull();
+    // bearer still opens the page (the wrong-token count cannot be read: tries are let through)
+    const bearer = await call(e, "/_edgelimit/", { headers: { Authorization: `Bearer ${TOKEN}` } });
+    expect(bearer.status).toBe(200);
+    await bearer.arrayBuffer();
+    error.mockRestore();
+  });
+
+  test("wrong tokens from one address: 429 with Retry-After after 5 in a minute, by bearer, Basic, cookie or form alike", async () => {
+    const e = env();
+    const ip = "203.0.113.50";
+    const form = (token: string, from = ip) =>
+      call(e, "/_edgelimit/login", {
+        method: "POST",
+        headers: { "Content-Type": "application/x-www-form-urlencoded" },
+        body: new URLSearchParams({ token }).toString(),
+        redirect: "manual",
+        ip: from,
+      });
+    const page = (authorization: string, from = ip) =>
+      call(e, "/_edgelimit/", { headers: { Authorization: authorization }, ip: from });
+    const forged = `edgelimit_session=${"1".repeat(13)}.${"2".repeat(13)}.${"a".repeat(32)}.${"b".repeat(64)}`;
+    const tries = [
+      () => page(`Bearer ${TOKEN}x`),
+      () => page(basic("a", "nope")),
+      () => form("nope"),
+      () => call(e, "/_edgelimit/analytics", { headers: { Cookie: forged }, ip }),
+      () => call(e, "/_edgelimit/analytics", { headers: { Authorization: "Bearer x" }, ip }),
+    ];
+    const statuses: number[] = [];
+    for (const attempt of tries) {
+      const response = await attempt();
+      await response.arrayBuffer();
+      statuses.push(response.status);
+      // a right token after each is served and not counted
+      const right = await page(`Bearer ${TOKEN}`);
+      await right.arrayBuffer();
+      statuses.push(right.status);
+    }
+    // the fifth wrong one used the address's tries up: past it every try, a right token included, is
+    // a 429 (answering a right token then would tell a guess from a hit)
+    expect(statuses).toEqual([401, 200, 401, 200, 401, 200, 401, 200, 401, 429]);
+    const refused = [
+      await page(`Bearer ${TOKEN}x`),
+      await page(`Bearer ${TOKEN}`),
+      await page(basic("a", TOKEN)),
+      await form(TOKEN),
+      await call(e, "/_edgelimit/analytics", { headers: { Authorization: `Bearer ${TOKEN}` }, ip }),
+    ];
+    for (const response of refused) {
+      expect(response.status).toBe(429);
+      const seconds = Number(response.headers.get("retry-after"));
+      expect(seconds).toBeGreaterThanOrEqual(50);
+      expect(seconds).toBeLessThanOrEqual(60);
+      const text = await response.text();
+      expect(text).toContain(`try again in ${seconds} s`);
+      expect(text).not.toContain("data-route");
+    }
+    expect(refused[3]!.headers.get("set-cookie")).toBeNull();
+    // another address is not affected, by its own wrong token nor by this one's
+    const other = "203.0.113.51";
+    expect((await page(`Bearer ${TOKEN}x`, other)).status).toBe(401);
+    const served = await page(`Bearer ${TOKEN}`, other);
+    expect(served.status).toBe(200);
+    await served.arrayBuffer();
+    expect((await form(TOKEN, other)).status).toBe(303);
+    // a request with no token at all is no try: the login form, not a 429
+    const bare = await call(e, "/_edgelimit/", { ip });
+    expect(bare.status).toBe(401);
+    await bare.arrayBuffer();
   });
 
   test("the cookie's path follows adminPath", async () => {
@@ -182,7 +334,7 @@ describe("the ops page's ways in", () => {
       redirect: "manual",
     });
     expect(response.headers.get("location")).toBe("/ops/edge/");
-    expect(response.headers.get("set-cookie")).toMatch(/; Path=\/ops\/edge$/);
+    expect(response.headers.get("set-cookie")).toMatch(/; Path=\/ops\/edge; Max-Age=43200$/);
   });
 
   test("a token in a URL is refused, even the right one, by every path under adminPath", async () => {

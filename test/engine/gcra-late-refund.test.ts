@@ -1,0 +1,175 @@
+// GCRA (and the token bucket, which runs as it) gives back at most what a decision still holds: a
+// settle below the cost, or a lease's refund of unused units, moves the TAT back by the units, but by
+// no more than the decision's TAT (its resetAt) lies ahead of the settle's time. Units the stream
+// already earned back by going idle are not given back twice (that would mint them). A real
+// redis-server behind the REST bridge, hand-moved clocks; peeks (cost 0) read what was given back.
+import { describe, expect, it } from "vitest";
+import { gcra, Limiter, type RuleConfig, tokenBucket } from "../../src/index.js";
+import { bridgeRedis, manualClock, T0, uniquePrefix } from "../support.js";
+
+type Options = Partial<ConstructorParameters<typeof Limiter>[0]>;
+
+function limiterOf(rule: RuleConfig, options: Options = {}) {
+  const clock = manualClock();
+  const prefix = uniquePrefix("late");
+  const make = (more: Options = {}) =>
+    new Limiter({
+      redis: bridgeRedis(),
+      prefix,
+      rules: { r: rule },
+      clock,
+      denyCache: false,
+      timeout: 15_000,
+      ...options,
+      ...more,
+    });
+  return { limiter: make(), make, clock };
+}
+
+/** Remaining and whether a unit would pass, by a peek now. */
+async function peek(limiter: Limiter, id: string) {
+  const d = await limiter.limit(id, { cost: 0 });
+  return { allowed: d.allowed, remaining: d.remaining };
+}
+
+// One unit per 10 s, a burst of 2, as gcra and as a token bucket.
+const slow: [string, RuleConfig][] = [
+  ["gcra", gcra({ limit: 1, period: 10_000, burst: 2 })],
+  ["tokenBucket", tokenBucket({ capacity: 2, refillRate: 1, interval: 10_000 })],
+];
+
+describe.each(slow)("%s, settle", (_, rule) => {
+  it("a settle after the stream went idle gives back nothing: the burst stays full", async () => {
+    const { limiter, clock } = limiterOf(rule);
+    const first = await limiter.limit("id"); // TAT T0 + 10 s
+    expect(first.allowed).toBe(true);
+    expect(first.resetAt).toBe(T0 + 10_000);
+    clock.set(T0 + 20_000); // idle: the first unit is earned back
+    expect((await limiter.limit("id")).allowed).toBe(true);
+    const third = await limiter.limit("id"); // the burst of 2 full: TAT T0 + 40 s
+    expect({ allowed: third.allowed, remaining: third.remaining, resetAt: third.resetAt }).toEqual({
+      allowed: true,
+      remaining: 0,
+      resetAt: T0 + 40_000,
+    });
+    expect(await limiter.settle(first, 0)).toEqual({ difference: -1, via: "redis" });
+    const fourth = await limiter.limit("id");
+    expect({ allowed: fourth.allowed, remaining: fourth.remaining, retryAfter: fourth.retryAfter }).toEqual({
+      allowed: false,
+      remaining: 0,
+      retryAfter: 10_000,
+    });
+  });
+
+  it("a prompt settle gives back the full unit", async () => {
+    const { limiter, clock } = limiterOf(rule);
+    const first = await limiter.limit("id");
+    expect(await peek(limiter, "id")).toEqual({ allowed: true, remaining: 1 });
+    clock.set(T0 + 9_999); // the 1 ms it still holds goes back: idle, as had it cost 0
+    await limiter.settle(first, 0);
+    expect(await peek(limiter, "id")).toEqual({ allowed: true, remaining: 2 });
+    expect((await limiter.limit("id")).allowed).toBe(true);
+    expect((await limiter.limit("id")).allowed).toBe(true);
+    expect((await limiter.limit("id")).allowed).toBe(false);
+  });
+
+  it("partly earned back: gives back only what it still holds, as if it had cost 0", async () => {
+    // burst 3: the first takes 2 (TAT T0 + 20 s); at T0 + 15 s 1.5 of them are earned back, and 2 more
+    // are taken (TAT T0 + 40 s). Had the first cost 0, the stream would be idle at T0 + 15 s, and the 2
+    // would leave TAT at T0 + 35 s: 1 unit left. A settle to 0 gives back the 5 s the first still held.
+    const three =
+      rule.algorithm === "gcra"
+        ? gcra({ limit: 1, period: 10_000, burst: 3 })
+        : tokenBucket({ capacity: 3, refillRate: 1, interval: 10_000 });
+    const { limiter, clock } = limiterOf(three);
+    const first = await limiter.limit("id", { cost: 2 });
+    clock.set(T0 + 15_000);
+    const second = await limiter.limit("id", { cost: 2 });
+    expect({ allowed: second.allowed, remaining: second.remaining }).toEqual({ allowed: true, remaining: 0 });
+    await limiter.settle(first, 0);
+    const after = await limiter.limit("id", { cost: 0 });
+    expect({ remaining: after.remaining, resetAt: after.resetAt }).toEqual({
+      remaining: 1,
+      resetAt: T0 + 35_000,
+    });
+  });
+});
+
+describe("gcra, a fractional emission interval (3 per second: T = 333⅓ ms)", () => {
+  const rule = gcra({ limit: 3, period: 1_000, burst: 3 });
+
+  it("a prompt settle to 0 gives back both units exactly", async () => {
+    const { limiter } = limiterOf(rule);
+    const first = await limiter.limit("id", { cost: 2 }); // TAT T0 + 666⅔ ms, resetAt T0 + 667
+    expect(first.resetAt).toBe(T0 + 667);
+    await limiter.settle(first, 0);
+    expect(await peek(limiter, "id")).toEqual({ allowed: true, remaining: 3 });
+    expect((await limiter.limit("id", { cost: 3 })).allowed).toBe(true);
+    expect((await limiter.limit("id")).allowed).toBe(false);
+  });
+
+  it("a late settle gives back exactly the 166⅔ ms still held: back to idle, not before", async () => {
+    const { limiter, clock } = limiterOf(rule);
+    const first = await limiter.limit("id", { cost: 2 });
+    clock.set(T0 + 500);
+    await limiter.settle(first, 0);
+    const after = await limiter.limit("id", { cost: 0 });
+    expect({ remaining: after.remaining, resetAt: after.resetAt }).toEqual({
+      remaining: 3,
+      resetAt: T0 + 500,
+    });
+    // 3 now, then the fourth waits a whole T: nothing was minted
+    expect((await limiter.limit("id", { cost: 3 })).allowed).toBe(true);
+    const fourth = await limiter.limit("id");
+    expect({ allowed: fourth.allowed, retryAfter: fourth.retryAfter }).toEqual({
+      allowed: false,
+      retryAfter: 334,
+    });
+  });
+});
+
+describe.each([
+  ["gcra", gcra({ limit: 30, period: "1m" })],
+  ["tokenBucket", tokenBucket({ capacity: 30, refillRate: 1, interval: "2s" })],
+] as [string, RuleConfig][])("%s, a lease's refund", (_, rule) => {
+  /**
+   * A leasing Limiter decides 4 units (at T0 .. T0 + 3 ms, T = 2 s), the 4th reserving 3 for its
+   * lease: TAT T0 + 14 s. A Limiter without a lease (another isolate) shares its state.
+   */
+  async function leased() {
+    const { limiter, make, clock } = limiterOf(rule, { lease: { max: 50, ttl: "1s" } });
+    const plain = make({ lease: undefined });
+    for (let i = 0; i < 4; i++) {
+      await limiter.limit("hot");
+      clock.set(clock.now + 1);
+    }
+    expect((await plain.limit("hot", { cost: 0 })).remaining).toBe(30 - 7);
+    /** The leasing Limiter's next call, on another identifier: it gives the expired lease back. */
+    const nextCall = async () => {
+      const background: Promise<unknown>[] = [];
+      await limiter.limit("other", { waitUntil: (p) => void background.push(p) });
+      expect(background.length).toBe(1);
+      await Promise.all(background);
+    };
+    return { plain, clock, nextCall };
+  }
+
+  it("after its units were earned back: gives nothing back", async () => {
+    const { plain, clock, nextCall } = await leased();
+    clock.set(T0 + 20_000); // idle: all 7 earned back
+    expect((await plain.limit("hot", { cost: 30 })).allowed).toBe(true);
+    await nextCall();
+    expect(await peek(plain, "hot")).toEqual({ allowed: false, remaining: 0 });
+  });
+
+  it("partly earned back: gives back what they still hold, as if never reserved", async () => {
+    const { plain, clock, nextCall } = await leased();
+    clock.set(T0 + 10_000); // 2 of the 7 still held (TAT T0 + 14 s): 28 left
+    expect((await plain.limit("hot", { cost: 28 })).allowed).toBe(true);
+    await nextCall();
+    // had the 3 never been reserved, the stream would be idle at T0 + 10 s and 30 would pass
+    expect(await peek(plain, "hot")).toEqual({ allowed: true, remaining: 2 });
+    expect((await plain.limit("hot", { cost: 2 })).allowed).toBe(true);
+    expect((await plain.limit("hot")).allowed).toBe(false);
+  });
+});
