@@ -267,14 +267,12 @@ interface Admission {
 }
 
 /**
- * Known defect (found by this test, not fixed yet): a GCRA settle below the cost moves the TAT back by
- * the difference even when the stream went idle after the decision (its units were already earned
- * back, and later admissions started from their own clocks), so it gives back units that no longer
- * count: more admitted than the model fed the settled costs allows. See the it.fails below. Until it
- * is fixed, the replay and the bounds allow for it: such a settle ("late": at or after the decision's
- * resetAt, on any instance's clock) is taken as lua/algorithms/gcra.lua does it. Set to false once fixed.
+ * Defect found by this test, fixed on main by 7dd1747: a GCRA settle below the cost moved the TAT back
+ * by the difference even when the stream went idle after the decision (its units already earned back),
+ * minting units. While true, the replay and the bounds allowed for such a "late" settle (at or after
+ * the decision's resetAt, on any instance's clock). See the it below.
  */
-const LATE_GCRA_REFUND_MINTS = true;
+const LATE_GCRA_REFUND_MINTS = false;
 
 /**
  * Known defect (found by this test, not fixed yet): a fixed window's refund reads a count above the
@@ -971,8 +969,8 @@ describe("an identifier under an override", () => {
 
 // LATE_GCRA_REFUND_MINTS: a decision's units earned back before it is settled are given back again.
 describe("a GCRA settle after the stream went idle", () => {
-  // Flip to it() once lua/algorithms/gcra.lua's refund gives back only units still counted in the TAT.
-  it.fails("gives back no unit that was already earned back", async () => {
+  // Fixed on main by 7dd1747: a refund gives back at most what the decision's units still hold.
+  it("gives back no unit that was already earned back", async () => {
     const clock = { now: T0 };
     const limiter = new Limiter({
       redis: home,

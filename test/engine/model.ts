@@ -135,7 +135,7 @@ export class Model {
     const charge = Math.min(actual, cost + most);
     switch (rule.algorithm) {
       case "gcra":
-        return this.settleGcra(rule, now, cost, charge, most);
+        return this.settleGcra(rule, now, cost, charge, most, counted);
       case "fixedWindow":
         return this.settleFixed(rule, now, cost, charge, counted);
       case "slidingWindow":
@@ -195,7 +195,8 @@ export class Model {
         resetAt: now + ceilDiv(after, rate),
         retryAfter: 0,
       },
-      counted: { start: 0, mark: 0 },
+      // the TAT its units hold (rounded up to a ms: its resetAt) and when it counted
+      counted: { start: now + ceilDiv(after, rate), mark: now },
     };
   }
 
@@ -205,13 +206,23 @@ export class Model {
     cost: number,
     actual: number,
     most: number,
+    counted: Counted,
   ): number {
-    const { period, burst } = rule;
-    const read = this.readGcra(rule, now, true);
+    const { rate, period, burst } = rule;
     if (actual < cost) {
-      // the refund: TAT back by the units, exactly; back at idle the state stays (KEEPTTL)
+      // the refund: TAT back by the units, but never by more than they still hold (the TAT they held,
+      // `start`, rounded up to a ms; or, counted at `mark`, mark + units*T); back at idle the state
+      // stays (KEEPTTL)
+      const units = cost - actual;
+      let g = rate;
+      for (let r = period; r > 0; ) [g, r] = [r, g % r];
+      let give = (counted.start - now) * rate - rate + g;
+      if (counted.mark > 0) give = Math.max(give, (counted.mark - now) * rate + units * period);
+      give = Math.min(units * period, give);
+      if (give <= 0) return 0;
+      const read = this.readGcra(rule, now, true);
       if (!read.exists) return 0;
-      let d = (read.raw ?? read.d) - (cost - actual) * period;
+      let d = (read.raw ?? read.d) - give;
       if (d > 0) {
         this.writeGcra(rule, now, d);
         return 0;
@@ -220,7 +231,7 @@ export class Model {
       this.writeGcra(rule, now, d, true);
       return 0;
     }
-    const d = read.d;
+    const d = this.readGcra(rule, now, true).d;
     const extra = Math.min((actual - cost) * period, most * period);
     const after = Math.max(d, Math.min(d + extra, DEBT_CAP * burst * period));
     this.writeGcra(rule, now, after);
