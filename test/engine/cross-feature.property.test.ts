@@ -18,7 +18,7 @@
 //            rules, and RateLimit-Policy, d.plan and d.limit are those of the plan or override in
 //            effect (or, for a cache, lease or pool answer, one in effect within maxStale or a ttl);
 //            through Hono, never a 500 and always the decision's own policy
-// Defects found and not fixed yet are named by the constants below (LATE_GCRA_REFUND_MINTS,
+// Defects found and not fixed yet are named by the constants below (GCRA_INTERLEAVED_REFUND_MINTS,
 // FIXED_WINDOW_REFUND_CLAMPS_TO_PLAN, SLIDING_SETTLE_BY_INDEX_MOD_4), each with an it.fails to flip.
 // PROPERTY_SEED=<n> runs another seed, CROSS_RUNS=<n> more runs, CROSS_SHRINK=1 shrinks a failure,
 // CROSS_CASE=<a counterexample's JSON> reruns one scenario, CROSS_DEBUG=1 logs Redis's state a step,
@@ -259,9 +259,15 @@ interface Admission {
   cost: number;
   applied: Applied;
   counted: Counted | undefined;
-  /** The settled cost, once settled, and whether any clock had then passed the decision's resetAt. */
+  /**
+   * The settled cost, once settled; whether any clock had then passed the decision's resetAt; whether
+   * another admission was settled below its cost between this one's decision and its settle.
+   */
   actual?: number;
   late?: boolean;
+  interleaved?: boolean;
+  /** When settled below its cost: how many admissions had been made by then. */
+  givenBackAt?: number;
   /** Without leases and pools: the units its debt really charged (the cap counts what was then counted). */
   charged?: number;
 }
@@ -273,6 +279,17 @@ interface Admission {
  * the decision's resetAt, on any instance's clock). See the it below.
  */
 const LATE_GCRA_REFUND_MINTS = false;
+
+/**
+ * Known defect (found by this test after 7dd1747, not fixed yet): a GCRA settle gives back up to the
+ * TAT its decision's units held (its resetAt), assuming every later admission saw a TAT at or after
+ * it. A settle of another decision in between can move the TAT below it; an admission then finds the
+ * stream idle (its units absorbed), and the settle still gives them back: more admitted than the
+ * model fed the settled costs allows. See the it.fails below. Until fixed, a GCRA settle below the
+ * cost after another one since its decision ("interleaved") is taken as lua/algorithms/gcra.lua does
+ * it. Set to false once fixed.
+ */
+const GCRA_INTERLEAVED_REFUND_MINTS = true;
 
 /**
  * Known defect (found by this test, not fixed yet): a fixed window's refund reads a count above the
@@ -311,7 +328,11 @@ function settledAsLua(admission: Admission): boolean {
   if (admission.actual === undefined || admission.actual >= admission.cost) return false;
   const { algorithm } = admission.applied.model;
   if (algorithm === "fixedWindow") return true;
-  if (algorithm === "gcra") return LATE_GCRA_REFUND_MINTS && admission.late === true;
+  if (algorithm === "gcra")
+    return (
+      (LATE_GCRA_REFUND_MINTS && admission.late === true) ||
+      (GCRA_INTERLEAVED_REFUND_MINTS && admission.interleaved === true)
+    );
   return algorithm === "slidingWindow" && SLIDING_SETTLE_BY_INDEX_MOD_4 && admission.late === true;
 }
 
@@ -574,6 +595,13 @@ async function run(s: Scenario): Promise<void> {
         await drain();
         admission.actual = actual;
         admission.late = latestClock >= admission.decision.resetAt;
+        admission.interleaved = admissions.some(
+          (other) =>
+            other !== admission &&
+            other.givenBackAt !== undefined &&
+            other.givenBackAt > admissions.indexOf(admission),
+        );
+        if (actual < admission.cost) admission.givenBackAt = admissions.length;
         changed(step);
         if (rules.algorithm === "slidingWindow") newestWindow = Math.max(newestWindow, now - (now % scale));
         reached.settles++;
@@ -1096,6 +1124,43 @@ describe("a sliding window's settle (SLIDING_SETTLE_BY_INDEX_MOD_4)", () => {
       const two = await limiter.limit(ID, { cost: 2 });
       // 3 + 2 in a window of 4 are admitted: the settle took a unit from this window's count
       expect(two.allowed).toBe(false);
+    } finally {
+      await limiter.dispose();
+    }
+  });
+});
+
+describe("GCRA settles of two decisions (GCRA_INTERLEAVED_REFUND_MINTS)", () => {
+  // Found by the property (PROPERTY_SEED=4, after 7dd1747): a settle gives back up to the TAT its
+  // decision's units held, assuming every later admission saw a TAT at or after it; an earlier
+  // decision's settle moved the TAT below it, an admission then found the stream idle, and the later
+  // settle still gave back what the idle stream had already earned back.
+  it.fails("give back no more than as if only the actual costs had been taken", async () => {
+    const clock = { now: T0 };
+    const limiter = new Limiter({
+      redis: home,
+      prefix: uniquePrefix("cross-interleaved"),
+      rules: { r: { algorithm: "gcra", limit: 1, period: 10_000, burst: 2 } },
+      denyCache: false,
+      clock: () => clock.now,
+      timeout: 20_000,
+      breaker: false,
+    });
+    try {
+      const x = await limiter.limit(ID); // TAT T0 + 10 s
+      const y = await limiter.limit(ID); // TAT T0 + 20 s
+      clock.now = T0 + 5000;
+      await limiter.settle(x, 0); // TAT back 5 s: T0 + 15 s
+      clock.now = T0 + 12_000;
+      expect((await limiter.limit(ID)).allowed).toBe(true); // TAT T0 + 25 s
+      clock.now = T0 + 13_000;
+      await limiter.settle(y, 0); // back 7 s: T0 + 18 s
+      // Charged what they cost (0, 0, 1), the stream's TAT is T0 + 22 s: at T0 + 18 s one unit of the
+      // burst of 2 is free... and one more is not (d = 14 s > 10 s)
+      clock.now = T0 + 18_000;
+      const first = await limiter.limit(ID);
+      const second = await limiter.limit(ID);
+      expect([first.allowed, second.allowed]).toEqual([true, false]);
     } finally {
       await limiter.dispose();
     }
