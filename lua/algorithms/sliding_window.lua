@@ -230,8 +230,10 @@ return -n - 1
 
 -- #refund
 -- Back to the window the units were counted in (starting at `start`), or to the previous count once
--- that window has become the previous one. The key keeps its expiry.
-refund.slidingWindow = function(key, _, units, limit, window, _, start)
+-- that window has become the previous one; nothing once it has faded out at `now` (the state keeps
+-- its window's index mod 4 only: a window four later would read as this one). The key keeps its expiry.
+refund.slidingWindow = function(key, now, units, limit, window, _, start)
+  if now >= start + 2 * window then return false end
   local s, current, previous, slots = read(key, limit, start, window, true)
   if s == start then
     current = math.max(0, current - units)

@@ -19,7 +19,7 @@
 //            effect (or, for a cache, lease or pool answer, one in effect within maxStale or a ttl);
 //            through Hono, never a 500 and always the decision's own policy
 // Defects found and not fixed yet are named by the constants below (GCRA_INTERLEAVED_REFUND_MINTS,
-// FIXED_WINDOW_REFUND_CLAMPS_TO_PLAN, SLIDING_SETTLE_BY_INDEX_MOD_4), each with an it.fails to flip.
+// FIXED_WINDOW_REFUND_CLAMPS_TO_PLAN), each with an it.fails to flip; SLIDING_SETTLE_BY_INDEX_MOD_4 is fixed.
 // PROPERTY_SEED=<n> runs another seed, CROSS_RUNS=<n> more runs, CROSS_SHRINK=1 shrinks a failure,
 // CROSS_CASE=<a counterexample's JSON> reruns one scenario, CROSS_DEBUG=1 logs Redis's state a step,
 // CROSS_REPORT=1 prints what the runs reached.
@@ -304,14 +304,14 @@ const GCRA_INTERLEAVED_REFUND_MINTS = true;
 const FIXED_WINDOW_REFUND_CLAMPS_TO_PLAN = true;
 
 /**
- * Known defect (found by this test, not fixed yet): a sliding window's state names its window by its
+ * A defect found by this test, fixed in lua/algorithms/sliding_window.lua (a refund or settle once
+ * the window has faded out gives nothing back): a sliding window's state names its window by its
  * index mod 4, and a settle below the cost finds the window its decision counted in by that index
  * alone. Settled 4 (or 5, 8, 9, ...) windows after its window, long faded out, the units go back to
- * the current window's counter (or the previous one's), and as many more are admitted there. See the
- * it.fails below. Until fixed, a sliding window's settle after its decision faded out ("late") is
- * taken as the Lua does it, and the bounds allow its units. Set to false once fixed.
+ * the current window's counter (or the previous one's), and as many more were admitted there. While
+ * true, a sliding window's settle after its decision faded out ("late") is taken as the Lua did it.
  */
-const SLIDING_SETTLE_BY_INDEX_MOD_4 = true;
+const SLIDING_SETTLE_BY_INDEX_MOD_4 = false;
 
 /** Whether the plan's and the override's limits differ from the base rule's. */
 function limitsDiffer(applied: Applied[]): boolean {
@@ -1101,7 +1101,7 @@ describe("a fixed window's refund (FIXED_WINDOW_REFUND_CLAMPS_TO_PLAN)", () => {
 describe("a sliding window's settle (SLIDING_SETTLE_BY_INDEX_MOD_4)", () => {
   // Found by the property (PROPERTY_SEED=25): settled 8 windows after its decision, a unit went back to
   // the current window, whose index is the same mod 4.
-  it.fails("gives nothing back once its decision's window has faded out", async () => {
+  it("gives nothing back once its decision's window has faded out", async () => {
     const clock = { now: T0 };
     const limiter = new Limiter({
       redis: home,
