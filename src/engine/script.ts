@@ -530,7 +530,7 @@ export class RuleScripts {
     const keys = this.keysOf(plan, identifier, now, windowStarts);
     const command = ["EVALSHA", REFUND.sha1, String(keys.length), ...keys, now.toString(16), String(units)];
     plan.rules.forEach((rule, i) => {
-      command.push(...encodeRule(rule), String(windowStarts[i] ?? 0));
+      command.push(...this.givingBack(rule, i), String(windowStarts[i] ?? 0));
     });
     const reply = await this.transport.call(command, this.refundCall);
     return reply.ok;
@@ -602,9 +602,28 @@ export class RuleScripts {
           : rule.algorithm === "gcra" || rule.algorithm === "tokenBucket"
             ? (counts[i] ?? 0)
             : 0;
-      command.push(...encodeRule(rule), String(starts[i] ?? 0), String(mark));
+      command.push(...this.givingBack(rule, i), String(starts[i] ?? 0), String(mark));
     });
     return this.transport.call(command, this.settleCall);
+  }
+
+  /**
+   * Rule `i`'s arguments for a refund or a settle. A fixed window reads a count above the limit it is
+   * given as that limit (a denial's overshoot); plans that keep a window share its key, so the limit
+   * given is the highest of any plan for that window: units a higher plan admitted are never wiped by
+   * a lower plan's refund (a lower plan's overshoot may then stay: fewer admitted, never more).
+   */
+  private givingBack(rule: Rule, i: number): [string, string, string, string] {
+    const args = encodeRule(rule);
+    if (rule.algorithm !== "fixedWindow") return args;
+    let limit = rule.limit;
+    for (const plan of this.plans.values()) {
+      const other = plan.rules[i];
+      if (other?.algorithm === "fixedWindow" && other.window === rule.window)
+        limit = Math.max(limit, other.limit);
+    }
+    args[1] = String(limit);
+    return args;
   }
 
   /**

@@ -18,8 +18,8 @@
 //            rules, and RateLimit-Policy, d.plan and d.limit are those of the plan or override in
 //            effect (or, for a cache, lease or pool answer, one in effect within maxStale or a ttl);
 //            through Hono, never a 500 and always the decision's own policy
-// Defects found and not fixed yet are named by the constants below (GCRA_INTERLEAVED_REFUND_MINTS,
-// FIXED_WINDOW_REFUND_CLAMPS_TO_PLAN), each with an it.fails to flip; SLIDING_SETTLE_BY_INDEX_MOD_4 is fixed.
+// The defect found and not fixed yet is named by a constant below (GCRA_INTERLEAVED_REFUND_MINTS),
+// with an it.fails to flip; FIXED_WINDOW_REFUND_CLAMPS_TO_PLAN and SLIDING_SETTLE_BY_INDEX_MOD_4 are fixed.
 // PROPERTY_SEED=<n> runs another seed, CROSS_RUNS=<n> more runs, CROSS_SHRINK=1 shrinks a failure,
 // CROSS_CASE=<a counterexample's JSON> reruns one scenario, CROSS_DEBUG=1 logs Redis's state a step,
 // CROSS_REPORT=1 prints what the runs reached.
@@ -292,16 +292,16 @@ const LATE_GCRA_REFUND_MINTS = false;
 const GCRA_INTERLEAVED_REFUND_MINTS = true;
 
 /**
- * Known defect (found by this test, not fixed yet): a fixed window's refund reads a count above the
+ * A defect found by this test, fixed in src/engine/script.ts (a fixed window's refund and settle send
+ * the highest limit of any plan with that window): a fixed window's refund reads a count above the
  * limit it is sent with as that limit (lua/algorithms/fixed_window.lua: min(count, limit) - units),
  * and a settle sends the limit of its decision's plan while the window's key is shared by every plan
  * and override with that window. So a settle below the cost of a decision under a plan with a lower
  * limit wipes every unit above that limit, and as many more are admitted in that window. (A lease's
- * refund did the same under the call's plan: fixed by ee7d954.) See the it.fails below. Until fixed,
- * the fixed window's bound and replay leave out runs whose plans' and overrides' limits differ. Set
- * to false once fixed.
+ * refund did the same under the call's plan: fixed by ee7d954.) While true, the fixed window's bound
+ * and replay leave out runs whose plans' and overrides' limits differ.
  */
-const FIXED_WINDOW_REFUND_CLAMPS_TO_PLAN = true;
+const FIXED_WINDOW_REFUND_CLAMPS_TO_PLAN = false;
 
 /**
  * A defect found by this test, fixed in lua/algorithms/sliding_window.lua (a refund or settle once
@@ -1030,7 +1030,7 @@ describe("a GCRA settle after the stream went idle", () => {
 describe("a fixed window's refund (FIXED_WINDOW_REFUND_CLAMPS_TO_PLAN)", () => {
   // Found by the property (PROPERTY_SEED=15, with a regional pool): a settle under a plan whose limit
   // is below the window's count wipes the units the base rules admitted.
-  it.fails("of a settle under a plan with a lower limit gives back only the settled units", async () => {
+  it("of a settle under a plan with a lower limit gives back only the settled units", async () => {
     const clock = { now: T0 };
     const limiter = new Limiter({
       redis: home,
