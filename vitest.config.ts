@@ -5,9 +5,9 @@ import { defineConfig } from "vitest/config";
 //  - edge:  the Vercel middleware inside edge-runtime (test/adapters/vercel/**/*.test.ts)
 //  - workers: the Cloudflare Worker inside workerd (vitest.workers.config.ts)
 //  - slow:  in Node too, the tests that start processes (`npm start`'s script, wrangler dev, the
-//           browser, workerd through Miniflare, node, tsc, several redis-servers, a Cluster) or kill
-//           and restart them, or wait on the real clock. Its global setup checks their prerequisites
-//           first (test/global-setup.ts), so a missing one fails the run at once.
+//           browser, workerd through Miniflare, node, tsc, several redis-servers, a Cluster), kill
+//           and restart them, wait on the real clock, or measure for long. Its global setup checks
+//           their prerequisites first (test/global-setup.ts), so a missing one fails the run at once.
 const SLOW = [
   // npm start's script, wrangler dev, the browser
   "test/start.test.ts",
@@ -17,6 +17,8 @@ const SLOW = [
   "test/readme.test.ts",
   "test/consumer.test.ts",
   "test/http/check-config.test.ts",
+  // the TypeScript compiler and esbuild over a consumer's view of the built package
+  "test/exports.test.ts",
   // several redis-servers, delay proxies and the real clock; processes killed, stopped, restarted
   "test/regions-outside.test.ts",
   "test/engine/region.test.ts",
@@ -26,6 +28,8 @@ const SLOW = [
   "test/engine/cluster.test.ts",
   "test/engine/overrides-read.test.ts",
   "test/engine/analytics.test.ts",
+  // a measurement: 15 to 30 simulated seconds at 200 decisions a second, on 1, 4 and 16 isolates
+  "test/engine/leases-admission.test.ts",
   // workerd through Miniflare
   "test/engine/analytics-workerd.test.ts",
   "test/engine/leases-workerd.test.ts",
