@@ -4,7 +4,7 @@
 // per region built with @upstash/redis clients on default options and the real clock.
 import net from "node:net";
 import { Redis } from "@upstash/redis";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { type Bridge, type RedisServer, startBridge, startRedisServer } from "../src/bridge/index.js";
 import type { WaitUntil } from "../src/engine/leases.js";
 import {
@@ -270,6 +270,9 @@ describe("a warm identifier in a far region", () => {
 
 describe("what home holds after the pools expire", () => {
   const rules = { r: fixedWindow({ limit: 10_000, window: "1d" }) };
+  // The whole test inside one day-long window: waited for in a hook, not out of the test's own 20 s
+  // (a test starting 20 s before midnight UTC slept past its timeout).
+  beforeEach(() => clearOfDayBoundary(20_000), 30_000);
 
   async function traffic(fleet: Limiter[], id: string, ms: number, waitUntil?: WaitUntil): Promise<number> {
     let admitted = 0;
@@ -294,7 +297,6 @@ describe("what home holds after the pools expire", () => {
     );
 
   it("exactly what was admitted once the pools expired: Node's timers, or the next decision with waitUntil", async () => {
-    await clearOfDayBoundary(20_000);
     const prefix = uniquePrefix("expire");
     // three fleets at once: no waitUntil (timers) without and with leases; waitUntil (Workers)
     const scenarios = [
@@ -325,7 +327,6 @@ describe("what home holds after the pools expire", () => {
   }, 20_000);
 
   it("dispose() gives the units back at once: home holds exactly what was admitted", async () => {
-    await clearOfDayBoundary(20_000);
     const prefix = uniquePrefix("dispose");
     const results = await Promise.all(
       [false, true].map(async (lease) => {
