@@ -148,8 +148,9 @@ describe("never over the limit: 3 regions × 4 instances, pools and leases", () 
         const decisions = await Promise.all(
           limiters.flat().map((limiter) => limiter.limit("hot", { waitUntil: work.waitUntil })),
         );
-        for (let i = 0; i < decisions.length; i++) {
-          const e = await ideal.limit("ideal");
+        // the same number at once: one pipeline, which Redis runs in order (one at a time, they were
+        // 3,600 sequential round trips a case, minutes on a busy machine)
+        for (const e of await Promise.all(decisions.map(() => ideal.limit("ideal")))) {
           if (e.allowed) admittedIdeal += 1;
         }
         for (const d of decisions) {
