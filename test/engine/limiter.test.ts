@@ -826,16 +826,25 @@ describe("a caller that keeps the event loop busy", () => {
         rules: { r: fixedWindow({ limit: 1, window: "1m" }) },
         timeout,
       });
-      await limiter.limit("spinner");
-      expect((await limiter.limit("spinner")).allowed).toBe(false);
-      for (let round = 0; round < 3; round++) {
+      // until the spinner's denial is cached (on a busy machine one of these calls may time out)
+      for (let i = 0; i < 10 && (await limiter.limit("spinner")).source !== "cache"; i++);
+      expect((await limiter.limit("spinner")).source).toBe("cache");
+      let rounds = 0;
+      for (let attempt = 0; rounds < 3 && attempt < 10; attempt++) {
         hop.hold();
         const started = performance.now();
-        const other = limiter.limit(`other-${round}`);
+        const other = limiter.limit(`other-${attempt}`);
         // (awaited in setImmediate's phase: the loop's next turn runs the timers before it reads I/O)
-        while (hop.held() === 0) await new Promise((resolve) => setImmediate(resolve));
+        while (hop.held() === 0 && performance.now() - started < timeout) {
+          await new Promise((resolve) => setImmediate(resolve));
+        }
+        if (hop.held() === 0 || performance.now() - started >= timeout) {
+          // the machine took longer than the timeout to answer: no reply could be waiting; again
+          hop.release();
+          await other;
+          continue;
+        }
         // the reply came back within the timeout: hand it to the socket, then keep the loop busy past it
-        expect(performance.now() - started).toBeLessThan(timeout);
         hop.release();
         const end = started + timeout + 200;
         let spins = 0;
@@ -846,7 +855,9 @@ describe("a caller that keeps the event loop busy", () => {
         }
         const decision = await other;
         expect([decision.source, decision.allowed, spins > 0]).toEqual(["redis", true, true]);
+        rounds++;
       }
+      expect(rounds).toBe(3);
     } finally {
       await hop.close();
     }
