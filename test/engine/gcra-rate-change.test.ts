@@ -38,10 +38,10 @@ function under(prefix: string, config: RuleConfig, path: Path = "one-rule") {
     stored: (id: string) => redis.get<string>(keys.of(id, T0)[0]!),
     /** rule r's answer to `cost` at `now` */
     async take(id: string, cost: number, now: number) {
-      const got = await kept(
-        id,
-        path === "one-rule" ? scripts.decide(id, cost, now) : scripts.reserve(id, cost, now, 0),
-      );
+      const got =
+        path === "one-rule"
+          ? await kept(id, scripts.decide(id, cost, now))
+          : await kept(id, scripts.reserve(id, cost, now, 0));
       if (got instanceof Error) throw got;
       const { allowed, remaining, retryAfter } = ("decision" in got ? got.decision : got).rules.r!;
       return { allowed, remaining, retryAfter };
