@@ -1,9 +1,12 @@
 /**
- * Global setup of the "node" test project: a private redis-server on a free port and the REST bridge
+ * Global setup of the Node test projects: a private redis-server on a free port and the REST bridge
  * in front of it, shared by every test file (tests use unique key names). Tests read the addresses
  * with `inject("redisUrl")`, `inject("bridgeUrl")` and `inject("bridgeToken")`.
+ * The "slow" project first checks what its tests need beyond Node and redis-server (the browser), so
+ * that a missing prerequisite fails the run at once, naming the fix, instead of a hook timing out.
  */
 import { randomUUID } from "node:crypto";
+import { accessSync, constants } from "node:fs";
 import type { TestProject } from "vitest/node";
 import { startBridge, startRedisServer } from "../src/bridge/index.js";
 
@@ -18,7 +21,24 @@ declare module "vitest" {
   }
 }
 
+/** Debian's chromium, which test/ops-browser.test.ts drives through playwright-core. */
+export const CHROMIUM = "/usr/bin/chromium";
+
+function checkPrerequisites(project: TestProject): void {
+  if (project.name !== "slow") return;
+  try {
+    accessSync(CHROMIUM, constants.X_OK);
+  } catch {
+    throw new Error(
+      `${CHROMIUM} is missing: the ops page's browser test (test/ops-browser.test.ts) needs Debian's chromium. ` +
+        "Install it with `apt-get install -y chromium` (.ci/run does when it is missing), " +
+        "or run `npm run test:fast`, which needs no browser.",
+    );
+  }
+}
+
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
+  checkPrerequisites(project);
   const redis = await startRedisServer();
   const token = `test-${randomUUID()}`;
   let bridge: Awaited<ReturnType<typeof startBridge>>;

@@ -4,7 +4,7 @@
 // per region built with @upstash/redis clients on default options and the real clock.
 import net from "node:net";
 import { Redis } from "@upstash/redis";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { type Bridge, type RedisServer, startBridge, startRedisServer } from "../src/bridge/index.js";
 import type { WaitUntil } from "../src/engine/leases.js";
 import {
@@ -155,6 +155,19 @@ describe("never above the limit: 3 regions × 4 instances, concurrent, real cloc
     for (const [name, rule, most] of cases) {
       it(`${name}, lease ${lease ? "on" : "off"}`, async () => {
         await clearOfDayBoundary(10_000);
+        // A run where a decision waited out the Limiter's default 1 s timeout (a busy machine: 36 callers
+        // through delay proxies, 4 bridges in this process) failed open and says nothing about the
+        // limit: it is run again, on an identifier of its own, up to 3 times.
+        for (let attempt = 1; ; attempt++) {
+          const errors = await run(attempt);
+          if (errors === 0 || attempt === 3) {
+            expect(errors).toBe(0);
+            return;
+          }
+        }
+      }, 20_000);
+
+      async function run(attempt: number): Promise<number> {
         const prefix = uniquePrefix("outside");
         const rules = { r: rule };
         const fleet = [0, 1, 2].flatMap((region) =>
@@ -183,13 +196,16 @@ describe("never above the limit: 3 regions × 4 instances, concurrent, real cloc
         for (const l of fleet) await l.dispose();
         if (process.env.REGION_REPORT)
           console.log(name, { lease, asked: decisions.length, admitted, errors, pooled, elapsed });
-        if (errors) console.log(name, lease, decisions.find((d) => d.source === "error")?.error);
-        expect(errors).toBe(0);
+        if (errors) {
+          console.log(name, lease, attempt, decisions.find((d) => d.source === "error")?.error);
+          return errors;
+        }
         expect(admitted).toBeLessThanOrEqual(most(elapsed));
         // and not far under: at most what pools (3 × 40) and leases (12 × 5) can hold
         expect(admitted).toBeGreaterThanOrEqual(60 - 3 * 40 - (lease ? 12 * 5 : 0));
         expect(admitted).toBeGreaterThan(0);
-      }, 20_000);
+        return 0;
+      }
     }
   }
 });
@@ -270,6 +286,9 @@ describe("a warm identifier in a far region", () => {
 
 describe("what home holds after the pools expire", () => {
   const rules = { r: fixedWindow({ limit: 10_000, window: "1d" }) };
+  // The whole test inside one day-long window: waited for in a hook, not out of the test's own 20 s
+  // (a test starting 20 s before midnight UTC slept past its timeout).
+  beforeEach(() => clearOfDayBoundary(20_000), 30_000);
 
   async function traffic(fleet: Limiter[], id: string, ms: number, waitUntil?: WaitUntil): Promise<number> {
     let admitted = 0;
@@ -294,7 +313,6 @@ describe("what home holds after the pools expire", () => {
     );
 
   it("exactly what was admitted once the pools expired: Node's timers, or the next decision with waitUntil", async () => {
-    await clearOfDayBoundary(20_000);
     const prefix = uniquePrefix("expire");
     // three fleets at once: no waitUntil (timers) without and with leases; waitUntil (Workers)
     const scenarios = [
@@ -325,7 +343,6 @@ describe("what home holds after the pools expire", () => {
   }, 20_000);
 
   it("dispose() gives the units back at once: home holds exactly what was admitted", async () => {
-    await clearOfDayBoundary(20_000);
     const prefix = uniquePrefix("dispose");
     const results = await Promise.all(
       [false, true].map(async (lease) => {

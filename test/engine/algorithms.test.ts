@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { checkCost, checkRule, compileRule, maxCost } from "../../src/engine/algorithms.js";
+import { transportFor } from "../../src/engine/transport.js";
 import {
   fixedWindow,
   gcra,
@@ -176,17 +177,29 @@ describe.each(cases)("$name", ({ rule, steps }) => {
       denyCache: false,
       clock,
     });
+    // Keys expire in real time, by TTLs counted on this test's clock (100 ms for a gcra unit here): on
+    // a loaded machine the next step could find its state gone. State that has run out on the test's
+    // clock reads as no state at all, so keeping it longer changes no answer, and takes the wall clock
+    // out of the test. The PEXPIREs go in the decision's own pipeline, right behind its script (sent
+    // later, they came too late on a busy machine); the same steps on another identifier first load
+    // every script they use, so no NOSCRIPT sends a script again in a pipeline of its own.
+    const transport = transportFor(redis);
+    const step = (id: string, at: number, cost: number) => {
+      clock.set(T0 + at);
+      const decision = limiter.limit(id, { cost });
+      const kept = limiter
+        .keys(id)
+        .map((key) => transport.call(["PEXPIRE", key, 60_000], { timeout: 15_000 }));
+      return Promise.all([decision, ...kept]).then(([d]) => d);
+    };
+    for (const [at, cost] of steps) await step("warm-up", at, cost);
     const got: Step[] = [];
     for (const [at, cost] of steps) {
-      clock.set(T0 + at);
-      const d = await limiter.limit("id", { cost });
+      const requests = transport.stats.requests;
+      const d = await step("id", at, cost);
       expect(d.source).toBe("redis");
+      expect(transport.stats.requests - requests).toBe(1); // the script and its PEXPIREs: one pipeline
       got.push([at, cost, d.allowed, d.remaining, d.resetAt - T0, d.retryAfter]);
-      // Keys expire in real time, by TTLs counted on this test's clock (100 ms for a gcra unit here): on
-      // a loaded machine the next step could find its state gone. State that has run out on the test's
-      // clock reads as no state at all, so keeping it longer changes no answer, and takes the wall
-      // clock out of the test.
-      for (const key of limiter.keys("id")) await redis.pexpire(key, 60_000);
     }
     expect(got).toEqual(steps);
   });

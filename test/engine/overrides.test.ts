@@ -385,18 +385,19 @@ describe("maxStale", () => {
 });
 
 describe("what maxStale costs Redis", () => {
-  // a denied identifier hammered at 1000 calls/s for 3 s (injected clock): the requests that reach Redis
+  // a denied identifier hammered at 100 calls/s for 3 s (injected clock): the requests that reach Redis
+  // (each call waits for the one before: 3000 of them took over 20 s on a busy machine, 300 say the same)
   it.each([
-    [{ maxStale: 0 }, 3000],
+    [{ maxStale: 0 }, 300],
     [true, 3],
     [{ maxStale: "10s" }, 1],
     [false, 1],
-  ])("overrides %j: %i of 3000 denials asked Redis", async (overrides, asked) => {
+  ])("overrides %j: %i of 300 denials asked Redis", async (overrides, asked) => {
     const rules = { daily: fixedWindow({ limit: 1, window: "1d" }) };
     const { limiter, clock } = setup({ rules, plans: undefined, overrides: overrides as never });
     await limiter.limit("hammer");
     let redis = 0;
-    for (let t = 1; t <= 3000; t++) {
+    for (let t = 10; t <= 3000; t += 10) {
       clock.set(NOW + t);
       const d = await limiter.limit("hammer");
       expect(d.allowed).toBe(false);
