@@ -192,8 +192,6 @@ export class Leases {
     /** What sends top-ups and refunds (never rejects). */
     private readonly scripts: LeaseScripts,
     private readonly clock: () => number,
-    /** The plan these leases decide under: what their decisions' `plan` says. */
-    readonly plan = "default",
     /**
      * With overrides on, ms a lease is held at most (`overrides.maxStale`): an override set elsewhere
      * reaches this isolate's leased answers within it. 0: no leases.

@@ -311,7 +311,6 @@ export class Limiter {
               scripts.refund(id, units, windowStarts, now, applied),
           },
           () => this.now(),
-          name,
           maxStale,
         );
       plans.set(name, { encoding, leases });
