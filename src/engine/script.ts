@@ -6,8 +6,6 @@
 //    decision, and reservations for leases; it answers 4 integers per rule (and, reserving, the
 //    units reserved and the window each rule counted them in);
 //  - the refund script (lua/refund.lua): gives a lease's unused units back;
-//  - the pool script (lua/pool.lua), on a region's own database: takes from a regional pool, or
-//    deposits units home reserved for it (PoolScript);
 //  - the settle script (lua/settle.lua): charges a decision what it really cost.
 // Every rule is encoded once, when the Limiter is built, under the base rules and under each plan (a
 // PlanEncoding each); a call looks its plan's up and adds its time and cost.
@@ -25,7 +23,6 @@ import {
   GCRA_ONE_RULE_OVERRIDES,
   LIMITER,
   LIMITER_OVERRIDES,
-  POOL,
   REFUND,
   SETTLE,
   SLIDING_WINDOW_ONE_RULE,
@@ -973,7 +970,7 @@ function decode(plan: Applied, result: unknown, reserving: boolean, now: number)
   return decidedBy(decision, plan.rules);
 }
 
-function unexpected(result: unknown): RedisCallError {
+export function unexpected(result: unknown): RedisCallError {
   return new RedisCallError("redis", `edgelimit: unexpected script result ${describe(result)}`);
 }
 
@@ -983,151 +980,4 @@ function binds(candidate: RuleResult, current: RuleResult): boolean {
   if (candidate.allowed !== current.allowed) return !candidate.allowed;
   if (!candidate.allowed) return candidate.retryAfter > current.retryAfter;
   return candidate.remaining < current.remaining;
-}
-
-/** What a regional pool answered to a take (lua/pool.lua). */
-export type PoolTake =
-  | {
-      readonly hit: true;
-      /** Units the pool holds after this one. */
-      readonly units: number;
-      /** Units to reserve at home for the pool (beside the top-up decision's own unit); 0: none. */
-      readonly topUp: number;
-      /** Home's last answer, per rule in rule order: remaining (the pool's units left out) and resetAt. */
-      readonly snapshot: readonly { readonly remaining: number; readonly resetAt: number }[];
-      /** Units taken beside the cost for the caller's lease, counted in `windowStarts`. */
-      readonly extra: number;
-      readonly windowStarts: readonly number[];
-    }
-  | {
-      readonly hit: false;
-      /** Units to reserve at home for the pool beside this decision; 0: none. */
-      readonly want: number;
-      /** Units of a pool past its expiry, taken out for a refund at home, counted in `windowStarts`. */
-      readonly leftover: number;
-      readonly windowStarts: readonly number[];
-    };
-
-/** What a deposit into a regional pool answered: what to refund at home, and in which windows. */
-export interface PoolPut {
-  readonly units: number;
-  /** Units of the pool before the deposit, past their expiry or of other windows. */
-  readonly leftover: number;
-  readonly leftoverWindows: readonly number[];
-  /** Units of the deposit beyond `max` (counted in the deposit's windows). */
-  readonly excess: number;
-}
-
-/** Units home reserved for a pool, with what the pool needs to answer from them. */
-export interface Deposit {
-  readonly units: number;
-  /** Epoch ms (the caller's clock) from which they are no longer handed out. */
-  readonly expiresAt: number;
-  readonly windowStarts: readonly number[];
-  /** Home's answer, per rule in rule order: remaining (the deposit left out) and resetAt. */
-  readonly snapshot: readonly { readonly remaining: number; readonly resetAt: number }[];
-}
-
-/** Windows as the pool stores them: "s1 s2 ...". */
-const joinWindows = (starts: readonly number[]) => starts.map((start) => String(start)).join(" ");
-const splitWindows = (text: unknown, n: number): number[] | undefined => {
-  if (typeof text !== "string") return undefined;
-  if (text === "") return new Array<number>(n).fill(0);
-  const starts = text.split(" ").map(Number);
-  return starts.length === n && starts.every(Number.isSafeInteger) ? starts : undefined;
-};
-
-/**
- * The pool script's calls on one region's database: a pool per identifier and plan, of at most `max`
- * units, each deposit handed out for at most `ttl` ms. Never rejects: a failure resolves to an Error.
- *
- * @example
- * const pool = new PoolScript(transportFor(nearby), { max: 500, ttl: 5000 }, { timeout: 1000, batchWindow: 0, breaker: true });
- * const answer = await pool.take(new RuleKeys("edgelimit", rules).pool("user:42", "default"), 1, Date.now(), rules.length);
- */
-export class PoolScript {
-  private readonly call: CallOptions;
-  private readonly ttl: string;
-  private readonly max: string;
-
-  constructor(
-    private readonly transport: Transport,
-    config: { readonly max: number; readonly ttl: number },
-    options: ScriptCallOptions,
-  ) {
-    this.call = { ...options, script: POOL };
-    this.ttl = String(Math.max(1, Math.ceil(config.ttl)));
-    this.max = String(config.max);
-  }
-
-  /**
-   * Takes `cost` units (0 peeks) from the pool at `key` for a decision over `rules` rules, and up to
-   * `extra` more for the caller's lease.
-   */
-  async take(key: string, cost: number, now: number, rules: number, extra = 0): Promise<PoolTake | Error> {
-    const command = ["EVALSHA", POOL.sha1, "1", key, now.toString(16), "take", this.ttl, this.max];
-    command.push(String(cost), String(extra));
-    return this.ask(command, rules);
-  }
-
-  /**
-   * Takes every unit out of the pool at `key`, expired or not, for a refund at home: answers as a
-   * miss whose `leftover` is what was taken out (`want` 0).
-   */
-  async drain(key: string, now: number, rules: number): Promise<PoolTake | Error> {
-    return this.ask(["EVALSHA", POOL.sha1, "1", key, now.toString(16), "drain", this.ttl, this.max], rules);
-  }
-
-  private async ask(command: string[], rules: number): Promise<PoolTake | Error> {
-    const reply = await this.transport.call(command, this.call);
-    if (!reply.ok) return reply.error;
-    const result = reply.result;
-    if (!Array.isArray(result) || (result.length !== 4 && result.length !== 6)) return unexpected(result);
-    const [hit, a, b, text] = result as [unknown, unknown, unknown, unknown];
-    if (typeof a !== "number" || typeof b !== "number") return unexpected(result);
-    if (hit === 1 && result.length === 6) {
-      const numbers = typeof text === "string" && text !== "" ? text.split(" ").map(Number) : [];
-      const taken = result[4];
-      const windowStarts = splitWindows(result[5], rules);
-      if (numbers.length !== 2 * rules || !numbers.every(Number.isSafeInteger)) return unexpected(result);
-      if (typeof taken !== "number" || windowStarts === undefined) return unexpected(result);
-      const snapshot = [];
-      for (let i = 0; i < rules; i++)
-        snapshot.push({ remaining: numbers[2 * i]!, resetAt: numbers[2 * i + 1]! });
-      return { hit: true, units: a, topUp: b, snapshot, extra: taken, windowStarts };
-    }
-    const windowStarts = b > 0 ? splitWindows(text, rules) : new Array<number>(rules).fill(0);
-    if (hit !== 0 || result.length !== 4 || windowStarts === undefined) return unexpected(result);
-    return { hit: false, want: a, leftover: b, windowStarts };
-  }
-
-  /**
-   * Lets another isolate reserve for the pool at `key`: the reservation a take asked for at `asked`
-   * brought nothing. Resolves true when the pool ran it.
-   */
-  async free(key: string, asked: number): Promise<boolean> {
-    const command = ["EVALSHA", POOL.sha1, "1", key, asked.toString(16), "free", this.ttl, this.max];
-    command.push(String(asked));
-    return (await this.transport.call(command, this.call)).ok;
-  }
-
-  /** Deposits units home reserved into the pool at `key`. */
-  async put(key: string, deposit: Deposit, now: number): Promise<PoolPut | Error> {
-    const snapshot = deposit.snapshot.flatMap((rule) => [String(rule.remaining), String(rule.resetAt)]);
-    const least = Math.min(...deposit.snapshot.map((rule) => rule.remaining));
-    const command = ["EVALSHA", POOL.sha1, "1", key, now.toString(16), "put", this.ttl, this.max];
-    command.push(String(deposit.units), String(deposit.expiresAt), joinWindows(deposit.windowStarts));
-    command.push(snapshot.join(" "), String(least));
-    const reply = await this.transport.call(command, this.call);
-    if (!reply.ok) return reply.error;
-    const result = reply.result;
-    if (!Array.isArray(result) || result.length !== 4) return unexpected(result);
-    const [units, leftover, old, excess] = result as [unknown, unknown, unknown, unknown];
-    if (typeof units !== "number" || typeof leftover !== "number" || typeof excess !== "number")
-      return unexpected(result);
-    const leftoverWindows =
-      leftover > 0 ? splitWindows(old, deposit.windowStarts.length) : deposit.windowStarts.map(() => 0);
-    if (leftoverWindows === undefined) return unexpected(result);
-    return { units, leftover, leftoverWindows, excess };
-  }
 }
