@@ -11,13 +11,8 @@
 //   node --import tsx bench/analytics-cost.ts
 import { Ratelimit } from "@upstash/ratelimit";
 import { Redis } from "@upstash/redis";
-import {
-  type Bridge,
-  connectRedis,
-  type RedisConnection,
-  startBridge,
-  startRedisServer,
-} from "../src/bridge/index.js";
+import { type Bridge, startBridge, startRedisServer } from "../src/bridge/index.js";
+import { connectRedis, type RedisConnection } from "../src/bridge/resp.js";
 import { fixedWindow, Limiter } from "../src/index.js";
 
 const DECISIONS = 1000;

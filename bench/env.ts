@@ -5,7 +5,7 @@ import { spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { join } from "node:path";
 import { Redis } from "@upstash/redis";
-import type { Reply } from "../src/bridge/index.js";
+import { connectRedis, type Reply } from "../src/bridge/resp.js";
 import { bridge, COMPILED, ROOT } from "./load.js";
 
 export interface BenchEnv {
@@ -29,7 +29,7 @@ const ADMIN = /^(info|config|memory|scan|ping|script|flushall|exists|hello|clien
 export async function startEnv(delays: (number | string)[]): Promise<BenchEnv> {
   const redis = await bridge.startRedisServer();
   const token = `bench-${randomUUID()}`;
-  const admin = await bridge.connectRedis(redis.url);
+  const admin = await connectRedis(redis.url);
   const args = [join(ROOT, "bench", "server.mjs"), COMPILED, redis.url, token, ...delays.map(String)];
   const server = spawn(process.execPath, args, { stdio: ["ignore", "inherit", "inherit", "ipc"] });
   const exited = new Promise((resolve) => server.once("exit", resolve));

@@ -11,7 +11,8 @@
 //   node --import tsx bench/lua-cost.ts [--rounds 7] [--ids 2000] [--redis redis://127.0.0.1:6379]
 import { Ratelimit } from "@upstash/ratelimit";
 import type { Redis } from "@upstash/redis";
-import { connectRedis, type RedisConnection, startRedisServer } from "../src/bridge/index.js";
+import { startRedisServer } from "../src/bridge/index.js";
+import { connectRedis, type RedisConnection } from "../src/bridge/resp.js";
 import { stripUnknownShebangFlags } from "../src/bridge/scripts.js";
 import { ONE_RULE_SCRIPTS, SCRIPTS } from "../src/engine/generated/scripts.js";
 import {

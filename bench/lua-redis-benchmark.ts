@@ -14,7 +14,8 @@
 // on): each small script against `return 1`, on a fresh key per call.
 import { spawnSync } from "node:child_process";
 import { availableParallelism } from "node:os";
-import { connectRedis, startRedisServer } from "../src/bridge/index.js";
+import { startRedisServer } from "../src/bridge/index.js";
+import { connectRedis } from "../src/bridge/resp.js";
 import {
   type Command,
   captureOurs,

@@ -9,7 +9,9 @@ import { pathToFileURL } from "node:url";
 
 const runs = Number(process.argv[process.argv.indexOf("--runs") + 1]) || 5;
 const modulePath = process.env.BRIDGE_MODULE ?? new URL("../src/bridge/index.ts", import.meta.url).pathname;
-const { connectRedis, startBridge, startRedisServer } = await import(pathToFileURL(modulePath).href);
+const { startBridge, startRedisServer } = await import(pathToFileURL(modulePath).href);
+// the RESP client is the bridge's own, beside its entry (not exported by it)
+const { connectRedis } = await import(pathToFileURL(modulePath.replace(/index\.ts$/, "resp.ts")).href);
 
 const redis = await startRedisServer();
 const bridge = await startBridge({ redisUrl: redis.url, port: 0, token: "bench" });

@@ -1,14 +1,8 @@
 // A real 3-node Redis Cluster for tests: three redis-server nodes sharing the 16384 slots, and a call
 // that routes a command as a cluster client does (to any node, then where a MOVED points).
 import net from "node:net";
-import {
-  connectRedis,
-  type RedisConnection,
-  RedisError,
-  type RedisServer,
-  type Reply,
-  startRedisServer,
-} from "../src/bridge/index.js";
+import { type RedisServer, startRedisServer } from "../src/bridge/index.js";
+import { connectRedis, type RedisConnection, RedisError, type Reply } from "../src/bridge/resp.js";
 
 export interface ClusterNode {
   server: RedisServer;

@@ -3,9 +3,10 @@ import { describe } from "./duration.js";
 import { CONCURRENCY } from "./generated/scripts.js";
 import { checkPrefix, keyTag } from "./keys.js";
 import { type Transport, transportFor } from "./transport.js";
+import { renamed, ttlOption } from "./ttl.js";
 import { checkClock, checkOptions, checkString, durationMs, positiveMs, readClock } from "./validate.js";
 
-/** What `new Concurrency()` takes. `redis`, `limit` and `lease` are required. */
+/** What `new Concurrency()` takes. `redis`, `limit` and `ttl` are required. */
 export interface ConcurrencyOptions {
   /** An @upstash/redis client (`new Redis({ url, token })`), or the `{ url, token }` of a REST endpoint. */
   redis: unknown;
@@ -17,12 +18,12 @@ export interface ConcurrencyOptions {
    * How long a slot is held at most (ms or a duration such as "30s"): a holder that never releases
    * (a crashed isolate, a lost release) frees its slot after this. Longer than your slowest request.
    */
-  lease: number | string;
+  ttl: number | string;
   /** Ms an acquire waits for Redis before following `onError` (default 1000). */
   timeout?: number;
   /** What an acquire is when Redis fails or times out: "allow" (default, fail open) or "deny". */
   onError?: "allow" | "deny";
-  /** The caller's clock, epoch ms (default `Date.now`). Leases are reckoned by it. */
+  /** The caller's clock, epoch ms (default `Date.now`). Slots' ends are reckoned by it. */
   clock?: () => number;
 }
 
@@ -35,11 +36,11 @@ export interface ConcurrencyDecision {
   /** Slots left free after this one (0 when refused). */
   remaining: number;
   /**
-   * Ms until the oldest holder's lease runs out (0 when allowed): the latest a slot is sure to free;
+   * Ms until the oldest holder's slot runs out (0 when allowed): the latest a slot is sure to free;
    * holders usually release sooner.
    */
   retryAfter: number;
-  /** Epoch ms at which this slot's lease runs out (when refused: when the oldest holder's does). */
+  /** Epoch ms at which this slot's `ttl` runs out (when refused: when the oldest holder's does). */
   resetAt: number;
   /** "redis", or "error" when Redis did not answer and `onError` decided. */
   source: "redis" | "error";
@@ -56,7 +57,8 @@ export interface ConcurrencyDecision {
   error?: Error;
 }
 
-const OPTIONS = ["redis", "prefix", "limit", "lease", "timeout", "onError", "clock"];
+// `lease` is the old name of `ttl`, still read (see ttl.ts)
+const OPTIONS = ["redis", "prefix", "limit", "ttl", "timeout", "onError", "clock", "lease"];
 /** How long a caller refused by `onError: "deny"` is told to wait. */
 const ERROR_RETRY_MS = 1000;
 
@@ -65,7 +67,7 @@ const ERROR_RETRY_MS = 1000;
  * rule limits how many start per period. One round trip to acquire, one to release.
  *
  * @example
- * const inFlight = new Concurrency({ redis: new Redis({ url, token }), limit: 10, lease: "30s" });
+ * const inFlight = new Concurrency({ redis: new Redis({ url, token }), limit: 10, ttl: "30s" });
  * const slot = await inFlight.acquire("user:42");
  * if (!slot.allowed) return tooManyInFlight(slot); // the 429, with Retry-After
  * try { return await handle(request); } finally { ctx.waitUntil(slot.release()); }
@@ -73,9 +75,9 @@ const ERROR_RETRY_MS = 1000;
 export class Concurrency {
   readonly prefix: string;
   readonly limit: number;
-  /** The lease, ms. */
-  readonly lease: number;
-  /** The clock leases are reckoned by (epoch ms). */
+  /** How long a slot is held at most, ms. */
+  readonly ttl: number;
+  /** The clock slots' ends are reckoned by (epoch ms). */
   readonly clock: () => number;
   private readonly transport: Transport;
   private readonly timeout: number;
@@ -91,8 +93,9 @@ export class Concurrency {
       throw new Error(`limit: must be a whole number of holders from 1 to 1000000, got ${describe(limit)}`);
     }
     this.limit = limit;
-    if (options.lease === undefined) throw new Error('lease: is required, e.g. lease: "30s"');
-    this.lease = durationMs(options.lease, "lease");
+    const ttl = ttlOption(options, "Concurrency");
+    if (ttl === undefined) throw new Error('ttl: is required, e.g. ttl: "30s"');
+    this.ttl = durationMs(ttl, "ttl");
     this.timeout = positiveMs(options.timeout ?? 1000, "timeout", { infinite: true });
     const onError = options.onError ?? "allow";
     if (onError !== "allow" && onError !== "deny") {
@@ -102,7 +105,7 @@ export class Concurrency {
     this.clock = checkClock(options.clock ?? Date.now);
   }
 
-  /** The Redis key (a sorted set of lease ids) of `identifier`. */
+  /** The Redis key (a sorted set of slot ids) of `identifier`. */
   key(identifier: string): string {
     return `${this.prefix}:concurrency:${keyTag(checkString(identifier, "identifier"))}`;
   }
@@ -123,7 +126,7 @@ export class Concurrency {
     const release = async (): Promise<boolean> => {
       if (released) return false;
       released = true;
-      // Removing a lease id twice is harmless: a release whose answer was lost is tried once more.
+      // Removing a slot id twice is harmless: a release whose answer was lost is tried once more.
       for (let attempt = 1; ; attempt++) {
         try {
           const freed = await runScript(
@@ -136,14 +139,14 @@ export class Concurrency {
           return freed === 1;
         } catch (error) {
           if (attempt < 2 && mayRetry(error)) continue;
-          // The lease frees the slot by itself; a release is only a courtesy to the next caller.
+          // The slot frees itself when its ttl runs out; a release is only a courtesy to the next caller.
           return false;
         }
       }
     };
     const base = { limit: this.limit, rule: "concurrency" as const, leaseId, release };
     try {
-      const args = ["acquire", String(now), leaseId, String(this.limit), String(this.lease)];
+      const args = ["acquire", String(now), leaseId, String(this.limit), String(this.ttl)];
       const [allowed, remaining, retryAfter] = ints4(
         await runScript(this.transport, CONCURRENCY, [key], args, this.timeout),
       );
@@ -153,7 +156,7 @@ export class Concurrency {
         allowed: allowed === 1,
         remaining,
         retryAfter,
-        resetAt: now + (allowed === 1 ? this.lease : retryAfter),
+        resetAt: now + (allowed === 1 ? this.ttl : retryAfter),
         source: "redis",
       };
     } catch (error) {
@@ -175,3 +178,11 @@ export class Concurrency {
     return readClock(this.clock);
   }
 }
+
+// `concurrency.lease`, the old name of `concurrency.ttl`: still read, not in the types.
+Object.defineProperty(Concurrency.prototype, "lease", {
+  get(this: Concurrency): number {
+    renamed("Concurrency");
+    return this.ttl;
+  },
+});

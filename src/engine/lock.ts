@@ -3,6 +3,7 @@ import { describe } from "./duration.js";
 import { LOCK } from "./generated/scripts.js";
 import { checkPrefix, keyTag } from "./keys.js";
 import { type Transport, transportFor } from "./transport.js";
+import { renamed, ttlOption } from "./ttl.js";
 import {
   checkClock,
   checkOptions,
@@ -18,7 +19,7 @@ import {
  * expired key as long as no caller's clock runs this far behind another's (see lua/lock.lua).
  */
 export const FENCE_MARGIN_MS = 3_600_000;
-const DEFAULT_LEASE_MS = 30_000;
+const DEFAULT_TTL_MS = 30_000;
 /** First and longest pause between two tries of an `acquire` that waits. */
 const POLL_FIRST_MS = 10;
 const POLL_MAX_MS = 500;
@@ -30,10 +31,10 @@ export interface LockOptions {
   /** Key namespace (default "edgelimit"): 1-64 characters of A-Z a-z 0-9 _ . : - */
   prefix?: string;
   /** How long a hold lasts unless extended (default "30s"); up to 2^31 - 1 ms. */
-  lease?: number | string;
+  ttl?: number | string;
   /** Ms a call waits for Redis before it counts as failed (default 1000). */
   timeout?: number;
-  /** The caller's clock, epoch ms (default `Date.now`). Leases and fences are reckoned by it. */
+  /** The caller's clock, epoch ms (default `Date.now`). Holds' ends and fences are reckoned by it. */
   clock?: () => number;
 }
 
@@ -43,8 +44,8 @@ export interface AcquireOptions {
   owner?: string;
   /** How long to keep trying while another owner holds it (default 0: answer at once). */
   wait?: number | string;
-  /** This hold's lease (default: the Lock's). */
-  lease?: number | string;
+  /** How long this hold lasts unless extended (default: the Lock's `ttl`). */
+  ttl?: number | string;
 }
 
 /** The outcome of {@link Lock.acquire}. */
@@ -76,7 +77,7 @@ export interface ReleaseResult {
   released: boolean;
   /** The depth still held by `owner` (0: the lock is free). */
   count: number;
-  /** Set when Redis failed or timed out: the lease still runs out on its own. */
+  /** Set when Redis failed or timed out: the hold still runs out on its own (its `ttl`). */
   error?: Error;
 }
 
@@ -94,11 +95,11 @@ export interface ExtendResult {
 export interface WithLockOptions {
   /** The owner (default: a random id). Re-entry works when the caller already holds it as this owner. */
   owner?: string;
-  /** The lease (default: the Lock's); renewed at a third of it while `fn` runs. */
-  lease?: number | string;
+  /** How long the hold lasts (default: the Lock's `ttl`); renewed at a third of it while `fn` runs. */
+  ttl?: number | string;
   /** How long to wait for the lock (default 0). */
   wait?: number | string;
-  /** Renew the lease while `fn` runs (default true). Without it, `signal` aborts when the lease runs out. */
+  /** Renew the hold while `fn` runs (default true). Without it, `signal` aborts when its `ttl` runs out. */
   renew?: boolean;
   /**
    * Keeps the work alive past the response on runtimes that stop it otherwise: `ctx.waitUntil` on
@@ -125,22 +126,23 @@ export class LockLostError extends Error {
   override readonly name = "LockLostError";
 }
 
-const OPTIONS = ["redis", "prefix", "lease", "timeout", "clock"];
+// `lease` is the old name of `ttl`, still read (see ttl.ts)
+const OPTIONS = ["redis", "prefix", "ttl", "timeout", "clock", "lease"];
 
 /**
- * A reentrant lock with a lease, a fencing token and renewal, kept in Redis (one hash per name).
+ * A reentrant lock with a time to live, a fencing token and renewal, kept in Redis (one hash per name).
  *
  * @example
- * const lock = new Lock({ redis: new Redis({ url, token }), lease: "30s" });
+ * const lock = new Lock({ redis: new Redis({ url, token }), ttl: "30s" });
  * await lock.withLock("invoice:42", async (signal, fence) => {
  *   await db.write({ invoice: 42, fence }, { signal }); // the store refuses a fence older than its last
  * });
  */
 export class Lock {
   readonly prefix: string;
-  /** The default lease, ms. */
-  readonly lease: number;
-  /** The clock leases are reckoned by (epoch ms). */
+  /** How long a hold lasts unless extended or given its own `ttl`, ms. */
+  readonly ttl: number;
+  /** The clock holds' ends are reckoned by (epoch ms). */
   readonly clock: () => number;
   private readonly transport: Transport;
   private readonly timeout: number;
@@ -150,7 +152,7 @@ export class Lock {
     // transportFor checks what the object is (a client or { url, token }) and throws naming `redis`.
     this.transport = transportFor(options.redis);
     this.prefix = checkPrefix(options.prefix ?? "edgelimit");
-    this.lease = options.lease === undefined ? DEFAULT_LEASE_MS : durationMs(options.lease, "lease");
+    this.ttl = ttlMs(ttlOption(options, "Lock"), DEFAULT_TTL_MS);
     this.timeout = positiveMs(options.timeout ?? 1000, "timeout", { infinite: true });
     this.clock = checkClock(options.clock ?? Date.now);
   }
@@ -163,7 +165,7 @@ export class Lock {
   /**
    * Takes the lock for `owner`, or re-enters it (count + 1) when `owner` holds it already. When another
    * owner holds it, answers `acquired: false` at once, or keeps trying for up to `wait`, pausing between
-   * tries with exponential backoff and jitter (never past the holder's lease). Never rejects for Redis
+   * tries with exponential backoff and jitter (never past the end of the holder's hold). Never rejects for Redis
    * trouble: the result carries `error` instead.
    *
    * @example
@@ -173,7 +175,7 @@ export class Lock {
   async acquire(name: string, options: AcquireOptions = {}): Promise<LockResult> {
     const key = this.key(name);
     const owner = options.owner === undefined ? crypto.randomUUID() : checkString(options.owner, "owner");
-    const lease = options.lease === undefined ? this.lease : durationMs(options.lease, "lease");
+    const ttl = ttlMs(ttlOption(options, "lock.acquire"), this.ttl);
     const wait = options.wait === undefined || options.wait === 0 ? 0 : durationMs(options.wait, "wait");
     const deadline = Date.now() + wait;
     // Every try of this call carries one id: a retry after a lost answer is not a second re-entry.
@@ -182,17 +184,15 @@ export class Lock {
       const now = this.now();
       let result: LockResult;
       try {
-        const [ok, fence, count, expires] = ints4(
-          await this.run(key, "acquire", now, owner, lease, attemptId),
-        );
+        const [ok, fence, count, expires] = ints4(await this.run(key, "acquire", now, owner, ttl, attemptId));
         result = { acquired: ok === 1, owner, fence, count, expiresAt: expires };
       } catch (error) {
         result = { acquired: false, owner, fence: 0, count: 0, expiresAt: 0, error: asError(error) };
       }
       const left = deadline - Date.now();
       if (result.acquired || left <= 0) return result;
-      // Backoff with jitter: contenders spread out instead of polling in step; the holder's lease end
-      // is the latest worth sleeping to, since the lock is free by then if nobody renews it.
+      // Backoff with jitter: contenders spread out instead of polling in step; the end of the holder's
+      // hold is the latest worth sleeping to, since the lock is free by then if nobody renews it.
       const backoff = Math.min(POLL_MAX_MS, POLL_FIRST_MS * 2 ** Math.min(attempt, 10));
       let pause = backoff / 2 + Math.random() * (backoff / 2);
       if (result.expiresAt > now) pause = Math.min(pause, result.expiresAt - now + 1);
@@ -210,7 +210,7 @@ export class Lock {
   async release(name: string, options: { owner: string }): Promise<ReleaseResult> {
     const key = this.key(name);
     const owner = checkString(options?.owner, "owner");
-    // A release whose answer is lost would leave the lock to its lease: it is tried once more, with one
+    // A release whose answer is lost would leave the lock until its ttl runs out: it is tried once more, with one
     // id for both tries, so that a first try that did get through is not counted twice.
     const releaseId = crypto.randomUUID();
     for (let attempt = 1; ; attempt++) {
@@ -225,18 +225,18 @@ export class Lock {
   }
 
   /**
-   * Pushes the end of `owner`'s hold to now + `lease` (ms or a duration; default the Lock's lease).
+   * Pushes the end of `owner`'s hold to now + `ttl` (ms or a duration; default the Lock's `ttl`).
    * Never shortens it. `{ extended: false }` when `owner` does not hold the lock.
    *
    * @example
-   * const { extended, expiresAt } = await lock.extend("report", { owner: "worker-1", lease: 500 });
+   * const { extended, expiresAt } = await lock.extend("report", { owner: "worker-1", ttl: 500 });
    */
-  async extend(name: string, options: { owner: string; lease?: number | string }): Promise<ExtendResult> {
+  async extend(name: string, options: { owner: string; ttl?: number | string }): Promise<ExtendResult> {
     const key = this.key(name);
     const owner = checkString(options?.owner, "owner");
-    const lease = options.lease === undefined ? this.lease : durationMs(options.lease, "lease");
+    const ttl = ttlMs(ttlOption(options, "lock.extend"), this.ttl);
     try {
-      const [ok, , , expires] = ints4(await this.run(key, "extend", this.now(), owner, lease));
+      const [ok, , , expires] = ints4(await this.run(key, "extend", this.now(), owner, ttl));
       return { extended: ok === 1, expiresAt: ok === 1 ? expires : 0 };
     } catch (error) {
       return { extended: false, expiresAt: 0, error: asError(error) };
@@ -244,11 +244,11 @@ export class Lock {
   }
 
   /**
-   * Runs `fn(signal, fence)` holding the lock, renews the lease at a third of its length while `fn`
+   * Runs `fn(signal, fence)` holding the lock, renews the hold at a third of its `ttl` while `fn`
    * runs, and releases it afterwards, however `fn` ends. `signal` aborts (with a LockLostError) the
-   * moment the hold is known to be lost: Redis says another owner has it, or the lease ran out before a
+   * moment the hold is known to be lost: Redis says another owner has it, or its ttl ran out before a
    * renewal got through. `fn` should stop writing then; the fence is what keeps a late write out.
-   * The lease's end is timed by a timer, which can fire a little before the Lock's clock reaches it:
+   * The hold's end is timed by a timer, which can fire a little before the Lock's clock reaches it:
    * `signal` may abort just before another owner can take the lock, never on purpose after. Early is
    * the safe side (`fn` stops while the lock is still its own); a busy event loop can fire the timer
    * late, and the fence covers that.
@@ -257,7 +257,7 @@ export class Lock {
    * @example
    * await lock.withLock("nightly", async (signal, fence) => {
    *   for (const batch of batches) { signal.throwIfAborted(); await store.put(batch, { fence }); }
-   * }, { lease: "10s", waitUntil: (p) => ctx.waitUntil(p) });
+   * }, { ttl: "10s", waitUntil: (p) => ctx.waitUntil(p) });
    */
   withLock<T>(
     name: string,
@@ -280,7 +280,7 @@ export class Lock {
     if (typeof fn !== "function") throw new TypeError(`fn: expected a function, got ${describe(fn)}`);
     const generated = options.owner === undefined;
     const owner = generated ? crypto.randomUUID() : checkString(options.owner, "owner");
-    const lease = options.lease === undefined ? this.lease : durationMs(options.lease, "lease");
+    const ttl = ttlMs(ttlOption(options, "lock.withLock"), this.ttl);
     const renew = options.renew ?? true;
     if (typeof renew !== "boolean")
       throw new TypeError(`renew: expected true or false, got ${describe(renew)}`);
@@ -291,7 +291,7 @@ export class Lock {
       );
     }
     this.key(name);
-    const run = this.hold(name, fn, { owner, generated, lease, renew, wait: options.wait });
+    const run = this.hold(name, fn, { owner, generated, ttl, renew, wait: options.wait });
     waitUntil?.(run.catch(() => {}));
     return run;
   }
@@ -302,20 +302,20 @@ export class Lock {
     options: {
       owner: string;
       generated: boolean;
-      lease: number;
+      ttl: number;
       renew: boolean;
       wait: number | string | undefined;
     },
   ): Promise<T> {
-    const { owner, lease, renew } = options;
+    const { owner, ttl, renew } = options;
     const got = await this.acquire(name, {
       owner,
-      lease,
+      ttl,
       ...(options.wait === undefined ? {} : { wait: options.wait }),
     });
     if (!got.acquired) {
       // The try whose answer was lost may have taken the lock; nobody else knows this owner, so give it
-      // back rather than leave it to its lease. (A caller's own owner may hold it legitimately: not that.)
+      // back rather than leave it until its ttl runs out. (A caller's own owner may hold it legitimately: not that.)
       if (got.error !== undefined && options.generated) await this.release(name, { owner });
       const why = got.error
         ? `Redis did not answer (${got.error.message})`
@@ -331,33 +331,33 @@ export class Lock {
       if (controller.signal.aborted) return;
       controller.abort(new LockLostError(`lock ${describe(name)}: ${why}`));
     };
-    // The hold is gone once its lease has run out by our clock, whatever a renewal still in flight says.
+    // The hold is gone once its ttl has run out by our clock, whatever a renewal still in flight says.
     const armLapse = () => {
       clearTimeout(lapseTimer);
       lapseTimer = setTimeout(
-        () => lost("the lease ran out before it could be renewed"),
+        () => lost("the hold ran out before it could be renewed"),
         Math.max(0, Math.min(MAX_TIMER_MS, expiresAt - this.clock())),
       );
     };
     const scheduleRenewal = (ms: number) => {
       renewTimer = setTimeout(async () => {
         if (stopped || controller.signal.aborted) return;
-        const result = await this.extend(name, { owner, lease });
+        const result = await this.extend(name, { owner, ttl });
         if (stopped || controller.signal.aborted) return;
         if (result.extended) {
           expiresAt = result.expiresAt;
           armLapse();
-          scheduleRenewal(lease / 3);
+          scheduleRenewal(ttl / 3);
         } else if (result.error === undefined) {
-          lost("another owner holds it now (the lease had run out)");
+          lost("another owner holds it now (the hold had run out)");
         } else {
-          // Not known to be lost yet: try again soon, while the lease lasts.
-          scheduleRenewal(Math.max(1, Math.min(lease / 3, (expiresAt - this.clock()) / 3)));
+          // Not known to be lost yet: try again soon, while the hold lasts.
+          scheduleRenewal(Math.max(1, Math.min(ttl / 3, (expiresAt - this.clock()) / 3)));
         }
       }, ms);
     };
     armLapse();
-    if (renew) scheduleRenewal(lease / 3);
+    if (renew) scheduleRenewal(ttl / 3);
     try {
       return await fn(controller.signal, got.fence);
     } finally {
@@ -372,8 +372,8 @@ export class Lock {
     return readClock(this.clock);
   }
 
-  private run(key: string, op: string, now: number, owner: string, lease: number, id = ""): Promise<unknown> {
-    const args = [op, String(now), ownerArg(owner), String(lease), String(FENCE_MARGIN_MS), id];
+  private run(key: string, op: string, now: number, owner: string, ttl: number, id = ""): Promise<unknown> {
+    const args = [op, String(now), ownerArg(owner), String(ttl), String(FENCE_MARGIN_MS), id];
     return runScript(this.transport, LOCK, [key], args, this.timeout);
   }
 }
@@ -382,6 +382,19 @@ export class Lock {
 function ownerArg(owner: string): string {
   return keyTag(owner).slice(1, -1);
 }
+
+/** `ttl` in ms, or `otherwise` when not given. */
+function ttlMs(ttl: number | string | undefined, otherwise: number): number {
+  return ttl === undefined ? otherwise : durationMs(ttl, "ttl");
+}
+
+// `lock.lease`, the old name of `lock.ttl`: still read, not in the types.
+Object.defineProperty(Lock.prototype, "lease", {
+  get(this: Lock): number {
+    renamed("Lock");
+    return this.ttl;
+  },
+});
 
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));

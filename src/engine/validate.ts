@@ -37,7 +37,7 @@ export function issueText(issue: Issue): string {
  * stray field.
  *
  * @example
- * checkOptions(options, "Lock", ["redis", "prefix", "lease", "timeout", "clock"]);
+ * checkOptions(options, "Lock", ["redis", "prefix", "ttl", "timeout", "clock"]);
  */
 export function checkOptions(options: unknown, what: string, fields: readonly string[]): void {
   if (options === null || typeof options !== "object") throw new Error(`${what}: expected an options object`);

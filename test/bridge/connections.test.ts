@@ -7,14 +7,8 @@ import http from "node:http";
 import net from "node:net";
 import { Redis } from "@upstash/redis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import {
-  type Bridge,
-  connectRedis,
-  type RedisConnection,
-  type RedisServer,
-  startBridge,
-  startRedisServer,
-} from "../../src/bridge/index.js";
+import { type Bridge, type RedisServer, startBridge, startRedisServer } from "../../src/bridge/index.js";
+import { connectRedis, type RedisConnection } from "../../src/bridge/resp.js";
 
 const token = "connections-test";
 let server: RedisServer;

@@ -5,14 +5,15 @@ import { Ratelimit } from "@upstash/ratelimit";
 import { Redis, type RedisConfigNodejs } from "@upstash/redis";
 import { afterAll, beforeAll, describe, expect, inject, it, vi } from "vitest";
 import { parseCliArgs, USAGE, UsageError } from "../../src/bridge/cli-args.js";
+import { startBridge, startRedisServer } from "../../src/bridge/index.js";
 import {
   connectRedis,
+  encodeCommands,
   type RedisConnection,
   RedisError,
-  startBridge,
-  startRedisServer,
-} from "../../src/bridge/index.js";
-import { encodeCommands, type Reply, RespParser } from "../../src/bridge/resp.js";
+  type Reply,
+  RespParser,
+} from "../../src/bridge/resp.js";
 import { stripUnknownShebangFlags } from "../../src/bridge/scripts.js";
 
 const redisUrl = inject("redisUrl");

@@ -8,14 +8,8 @@ import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { Redis } from "@upstash/redis";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
-import {
-  type Bridge,
-  connectRedis,
-  type RedisConnection,
-  type RedisServer,
-  startBridge,
-  startRedisServer,
-} from "../../src/bridge/index.js";
+import { type Bridge, type RedisServer, startBridge, startRedisServer } from "../../src/bridge/index.js";
+import { connectRedis, type RedisConnection } from "../../src/bridge/resp.js";
 import { analyticsConfig } from "../../src/engine/analytics.js";
 import {
   type Decision,

@@ -2,7 +2,7 @@
 // so the cluster runs it (after at most one MOVED redirect) instead of refusing it with CROSSSLOT.
 import { Redis } from "@upstash/redis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { RedisError } from "../../src/bridge/index.js";
+import { RedisError } from "../../src/bridge/resp.js";
 import { SCRIPTS } from "../../src/engine/generated/scripts.js";
 import { RuleKeys } from "../../src/engine/keys.js";
 import { limiterArgs } from "../../src/engine/script.js";

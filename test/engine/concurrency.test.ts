@@ -2,8 +2,8 @@
 // injected clock, leases that free the slots of holders that never release, and the cap under 256
 // concurrent callers on several instances.
 import { Redis } from "@upstash/redis";
-import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
-import { connectRedis, type RedisConnection } from "../../src/bridge/index.js";
+import { afterAll, beforeAll, describe, expect, inject, it, vi } from "vitest";
+import { connectRedis, type RedisConnection } from "../../src/bridge/resp.js";
 import { Concurrency, type ConcurrencyDecision } from "../../src/engine/concurrency.js";
 import { bridgeRedis, manualClock, T0, uniquePrefix } from "../support.js";
 
@@ -21,7 +21,7 @@ function limiterWith(options: Partial<ConstructorParameters<typeof Concurrency>[
     redis: bridgeRedis(),
     prefix: uniquePrefix("conc"),
     limit: 3,
-    lease: 1000,
+    ttl: 1000,
     clock,
     ...options,
   });
@@ -91,7 +91,7 @@ describe("slots", () => {
   });
 
   it("keeps a TTL on its key no longer than the lease", async () => {
-    const { concurrency } = limiterWith({ lease: "5s" });
+    const { concurrency } = limiterWith({ ttl: "5s" });
     const slots = await Promise.all([1, 2, 3].map(() => concurrency.acquire("ttl")));
     await slots[0]!.release();
     const keys = (await direct.call("KEYS", `${concurrency.prefix}:*`)) as Buffer[];
@@ -106,8 +106,8 @@ describe("slots", () => {
 
   it("keeps the longer TTL when another instance uses a shorter lease", async () => {
     const prefix = uniquePrefix("conc-ttl");
-    const long = new Concurrency({ redis: bridgeRedis(), prefix, limit: 5, lease: "1h" });
-    const short = new Concurrency({ redis: bridgeRedis(), prefix, limit: 5, lease: "1s" });
+    const long = new Concurrency({ redis: bridgeRedis(), prefix, limit: 5, ttl: "1h" });
+    const short = new Concurrency({ redis: bridgeRedis(), prefix, limit: 5, ttl: "1s" });
     await long.acquire("mixed");
     await short.acquire("mixed");
     expect(Number(await direct.call("PTTL", long.key("mixed")))).toBeGreaterThan(3_500_000);
@@ -122,7 +122,7 @@ describe("under load", () => {
       { length: 4 },
       // A generous timeout: this is about the cap, and a machine this busy can take over 1 s to answer
       // (an acquire that times out follows onError "allow" and is not counted against the cap).
-      () => new Concurrency({ redis: bridgeRedis(), prefix, limit, lease: "30s", timeout: 15_000 }),
+      () => new Concurrency({ redis: bridgeRedis(), prefix, limit, ttl: "30s", timeout: 15_000 }),
     );
     // Phase 1: every caller holds what it got until all have an answer: exactly `limit` get a slot.
     const first = await Promise.all(
@@ -173,7 +173,7 @@ describe("when Redis fails", () => {
   const dead = () => new Redis({ url: "http://127.0.0.1:1", token: "x", enableTelemetry: false });
 
   it("follows onError: allow (default) lets the request in, deny refuses it", async () => {
-    const open = new Concurrency({ redis: dead(), limit: 1, lease: "10s", clock: () => T0 });
+    const open = new Concurrency({ redis: dead(), limit: 1, ttl: "10s", clock: () => T0 });
     const allowed = await open.acquire("k");
     expect(pick(allowed)).toEqual({
       allowed: true,
@@ -189,7 +189,7 @@ describe("when Redis fails", () => {
     const closed = new Concurrency({
       redis: dead(),
       limit: 1,
-      lease: "10s",
+      ttl: "10s",
       onError: "deny",
       clock: () => T0,
     });
@@ -201,26 +201,45 @@ describe("when Redis fails", () => {
 describe("bad input", () => {
   const redis = bridgeRedis();
   it.each([0, -1, 1.5, Number.NaN, "10", 1_000_001])("refuses a limit of %s", (limit) => {
-    expect(() => new Concurrency({ redis, limit: limit as number, lease: 1000 })).toThrow(/^limit: /);
+    expect(() => new Concurrency({ redis, limit: limit as number, ttl: 1000 })).toThrow(/^limit: /);
   });
-  it.each([0, -1, Number.NaN, 2 ** 31, "0s", "later", undefined])("refuses a lease of %s", (lease) => {
-    expect(() => new Concurrency({ redis, limit: 1, lease: lease as number })).toThrow(/^lease: /);
+  it.each([0, -1, Number.NaN, 2 ** 31, "0s", "later", undefined])("refuses a ttl of %s", (ttl) => {
+    expect(() => new Concurrency({ redis, limit: 1, ttl: ttl as number })).toThrow(/^ttl: /);
+  });
+  it("still reads `lease`, the old name of `ttl`, warning once per process", async () => {
+    const warn = vi.spyOn(console, "warn").mockImplementation(() => {});
+    try {
+      const { concurrency } = limiterWith({ ttl: undefined, lease: "2s" } as never);
+      expect(concurrency.ttl).toBe(2000);
+      expect((concurrency as unknown as { lease: number }).lease).toBe(2000);
+      expect(await concurrency.acquire("old")).toMatchObject({ allowed: true, resetAt: T0 + 2000 });
+      expect(() => new Concurrency({ redis, limit: 1, ttl: 1, lease: 1 } as never)).toThrow(
+        /^ttl: given twice, as ttl and as lease \(its old name\): keep ttl only$/,
+      );
+      expect(warn.mock.calls).toEqual([
+        [
+          "edgelimit: Concurrency: the option `lease` is now `ttl` (the same duration); rename it, the old name will go",
+        ],
+      ]);
+    } finally {
+      warn.mockRestore();
+    }
   });
   it("names the other fields", async () => {
-    expect(() => new Concurrency({ redis: null, limit: 1, lease: 1 })).toThrow(/^redis: /);
-    expect(() => new Concurrency({ redis, limit: 1, lease: 1, onError: "maybe" as "allow" })).toThrow(
+    expect(() => new Concurrency({ redis: null, limit: 1, ttl: 1 })).toThrow(/^redis: /);
+    expect(() => new Concurrency({ redis, limit: 1, ttl: 1, onError: "maybe" as "allow" })).toThrow(
       /^onError: /,
     );
-    expect(() => new Concurrency({ redis, limit: 1, lease: 1, timeout: -5 })).toThrow(/^timeout: /);
-    expect(() => new Concurrency({ redis, limit: 1, lease: 1, rules: {} } as never)).toThrow(/^rules: not a/);
-    const concurrency = new Concurrency({ redis, limit: 1, lease: 1 });
+    expect(() => new Concurrency({ redis, limit: 1, ttl: 1, timeout: -5 })).toThrow(/^timeout: /);
+    expect(() => new Concurrency({ redis, limit: 1, ttl: 1, rules: {} } as never)).toThrow(/^rules: not a/);
+    const concurrency = new Concurrency({ redis, limit: 1, ttl: 1 });
     await expect(concurrency.acquire(42 as unknown as string)).rejects.toThrow(/^identifier: /);
     await expect(concurrency.acquire("")).rejects.toThrow(/^identifier: must not be empty/);
   });
   it.each([-1, Number.NaN, Number.POSITIVE_INFINITY, "1700000040000"])(
     "refuses a clock that returns %s, naming it, before any call to Redis",
     async (now) => {
-      const concurrency = new Concurrency({ redis, limit: 1, lease: 1, clock: () => now as number });
+      const concurrency = new Concurrency({ redis, limit: 1, ttl: 1, clock: () => now as number });
       await expect(concurrency.acquire("k")).rejects.toThrow(
         /^clock: returned .*, expected epoch milliseconds \(0 or more\)$/,
       );

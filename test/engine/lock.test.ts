@@ -3,15 +3,9 @@
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { Redis } from "@upstash/redis";
-import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
-import {
-  type Bridge,
-  connectRedis,
-  type RedisConnection,
-  RedisError,
-  type Reply,
-  startBridge,
-} from "../../src/bridge/index.js";
+import { afterAll, beforeAll, describe, expect, inject, it, vi } from "vitest";
+import { type Bridge, startBridge } from "../../src/bridge/index.js";
+import { connectRedis, type RedisConnection, RedisError, type Reply } from "../../src/bridge/resp.js";
 import { Concurrency } from "../../src/engine/concurrency.js";
 import { FENCE_MARGIN_MS, Lock, LockLostError, LockUnavailableError } from "../../src/engine/lock.js";
 import { type Cluster, startCluster } from "../cluster.js";
@@ -32,7 +26,7 @@ function lockWith(options: Partial<ConstructorParameters<typeof Lock>[0]> = {}) 
   const lock = new Lock({
     redis: bridgeRedis(),
     prefix: uniquePrefix("lock"),
-    lease: 1000,
+    ttl: 1000,
     clock,
     ...options,
   });
@@ -133,7 +127,7 @@ describe("a lost answer", () => {
       const lock = new Lock({
         redis: bridgeRedis(hop.url),
         prefix: uniquePrefix("lost"),
-        lease: "10s",
+        ttl: "10s",
         clock: manualClock(),
       });
       // Redis must know the script already, or the cut request would only have met NOSCRIPT.
@@ -153,7 +147,7 @@ describe("a lost answer", () => {
     const hop = await startCutHop(inject("bridgeUrl"));
     try {
       const prefix = uniquePrefix("lost-release");
-      const lock = new Lock({ redis: bridgeRedis(hop.url), prefix, lease: "1h", clock: manualClock() });
+      const lock = new Lock({ redis: bridgeRedis(hop.url), prefix, ttl: "1h", clock: manualClock() });
       await lock.acquire("r", { owner: "o" });
       await lock.acquire("r", { owner: "o" });
       hop.cutNext = '"release"';
@@ -175,7 +169,7 @@ describe("a lost answer", () => {
     const hop = await startCutHop(inject("bridgeUrl"));
     try {
       const prefix = uniquePrefix("lost-with");
-      const lock = new Lock({ redis: bridgeRedis(hop.url), prefix, lease: "1h" });
+      const lock = new Lock({ redis: bridgeRedis(hop.url), prefix, ttl: "1h" });
       expect((await lock.acquire("warm-up")).acquired).toBe(true);
       hop.cutNext = '"acquire"';
       const attempt = lock.withLock("w", () => "ran");
@@ -248,14 +242,14 @@ describe("leases and fences", () => {
   });
 
   it("extends in milliseconds, never shortens, and only for the owner", async () => {
-    const { lock, clock } = lockWith({ lease: 250 });
+    const { lock, clock } = lockWith({ ttl: 250 });
     await lock.acquire("e", { owner: "o" });
     clock.set(T0 + 200);
-    expect(await lock.extend("e", { owner: "o", lease: 120 })).toEqual({
+    expect(await lock.extend("e", { owner: "o", ttl: 120 })).toEqual({
       extended: true,
       expiresAt: T0 + 320,
     });
-    expect(await lock.extend("e", { owner: "o", lease: 1 })).toEqual({ extended: true, expiresAt: T0 + 320 });
+    expect(await lock.extend("e", { owner: "o", ttl: 1 })).toEqual({ extended: true, expiresAt: T0 + 320 });
     expect(await lock.extend("e", { owner: "x" })).toEqual({ extended: false, expiresAt: 0 });
     clock.set(T0 + 319);
     expect((await lock.acquire("e", { owner: "x" })).acquired).toBe(false);
@@ -263,7 +257,7 @@ describe("leases and fences", () => {
   });
 
   it("puts a TTL on every key it writes, in every state", async () => {
-    const { lock, clock } = lockWith({ lease: 1000 });
+    const { lock, clock } = lockWith({ ttl: 1000 });
     const check = async () => {
       const all = await ttls(lock.prefix);
       expect(Object.keys(all).length).toBeGreaterThan(0);
@@ -274,7 +268,7 @@ describe("leases and fences", () => {
     await lock.acquire("t1", { owner: "o" });
     await check();
     await lock.acquire("t1", { owner: "o" });
-    await lock.extend("t1", { owner: "o", lease: 500 });
+    await lock.extend("t1", { owner: "o", ttl: 500 });
     await check();
     await lock.release("t1", { owner: "o" });
     await lock.release("t1", { owner: "o" });
@@ -290,20 +284,53 @@ describe("leases and fences", () => {
 describe("bad input", () => {
   const redis = bridgeRedis();
   it.each([0, -1, Number.NaN, 2 ** 31, Number.POSITIVE_INFINITY, 1.5, "0s", "soon", null])(
-    "refuses a lease of %s, naming the field",
-    async (lease) => {
-      expect(() => new Lock({ redis, lease: lease as number })).toThrow(/^lease: /);
+    "refuses a ttl of %s, naming the field",
+    async (ttl) => {
+      expect(() => new Lock({ redis, ttl: ttl as number })).toThrow(/^ttl: /);
       const lock = new Lock({ redis });
-      await expect(lock.acquire("n", { lease: lease as number })).rejects.toThrow(/^lease: /);
-      await expect(lock.extend("n", { owner: "o", lease: lease as number })).rejects.toThrow(/^lease: /);
-      await expect(lock.withLock("n", () => {}, { lease: lease as number })).rejects.toThrow(/^lease: /);
+      await expect(lock.acquire("n", { ttl: ttl as number })).rejects.toThrow(/^ttl: /);
+      await expect(lock.extend("n", { owner: "o", ttl: ttl as number })).rejects.toThrow(/^ttl: /);
+      await expect(lock.withLock("n", () => {}, { ttl: ttl as number })).rejects.toThrow(/^ttl: /);
     },
   );
 
-  it("accepts the largest lease a timer can hold", () => {
-    expect(new Lock({ redis, lease: 2 ** 31 - 1 }).lease).toBe(2 ** 31 - 1);
-    expect(new Lock({ redis }).lease).toBe(30_000);
-    expect(new Lock({ redis, lease: "2.5s" }).lease).toBe(2500);
+  it("accepts the largest ttl a timer can hold", () => {
+    expect(new Lock({ redis, ttl: 2 ** 31 - 1 }).ttl).toBe(2 ** 31 - 1);
+    expect(new Lock({ redis }).ttl).toBe(30_000);
+    expect(new Lock({ redis, ttl: "2.5s" }).ttl).toBe(2500);
+  });
+
+  it("still reads `lease`, the old name of `ttl`, everywhere, warning once per process", async () => {
+    const warn = vi.spyOn(console, "warn").mockImplementation(() => {});
+    try {
+      const { lock, clock } = lockWith({ ttl: undefined, lease: 400 } as never);
+      expect(lock.ttl).toBe(400);
+      expect((lock as unknown as { lease: number }).lease).toBe(400);
+      const old = (options: object) => options as never;
+      expect(await lock.acquire("old", old({ owner: "o", lease: "2s" }))).toMatchObject({
+        acquired: true,
+        expiresAt: T0 + 2000,
+      });
+      clock.set(T0 + 1000);
+      expect(await lock.extend("old", old({ owner: "o", lease: 1500 }))).toEqual({
+        extended: true,
+        expiresAt: T0 + 2500,
+      });
+      expect(await lock.withLock("old2", (_signal, fence) => fence, old({ lease: 100, renew: false }))).toBe(
+        T0 + 1000,
+      );
+      expect(() => new Lock({ redis, ttl: 1, lease: 1 } as never)).toThrow(
+        /^ttl: given twice, as ttl and as lease \(its old name\): keep ttl only$/,
+      );
+      await expect(lock.acquire("old", old({ ttl: 1, lease: 1 }))).rejects.toThrow(/^ttl: given twice/);
+      expect(warn.mock.calls).toEqual([
+        [
+          "edgelimit: Lock: the option `lease` is now `ttl` (the same duration); rename it, the old name will go",
+        ],
+      ]);
+    } finally {
+      warn.mockRestore();
+    }
   });
 
   it("names the field of every other mistake", async () => {
@@ -348,7 +375,7 @@ describe("mutual exclusion", () => {
     // A generous timeout: a release abandoned on a busy machine would leave the lock to its lease.
     const locks = Array.from(
       { length: 8 },
-      () => new Lock({ redis: bridgeRedis(), prefix, lease: "10s", timeout: 15_000 }),
+      () => new Lock({ redis: bridgeRedis(), prefix, ttl: "10s", timeout: 15_000 }),
     );
     const intervals: { start: number; end: number; fence: number }[] = [];
     let holders = 0;
@@ -385,9 +412,9 @@ describe("mutual exclusion", () => {
 describe("withLock", () => {
   it("holds the lock past several leases while renewing, then releases it", async () => {
     const prefix = uniquePrefix("renew");
-    const lease = 1000;
-    const lock = new Lock({ redis: bridgeRedis(), prefix, lease });
-    const rival = new Lock({ redis: bridgeRedis(), prefix, lease });
+    const ttl = 1000;
+    const lock = new Lock({ redis: bridgeRedis(), prefix, ttl });
+    const rival = new Lock({ redis: bridgeRedis(), prefix, ttl });
     let rivalWins = 0;
     let rivalTries = 0;
     let aborted = false;
@@ -396,7 +423,7 @@ describe("withLock", () => {
         aborted = true;
       });
       // four leases; the rival tries every 100 ms and must never get in
-      const until = Date.now() + 4 * lease;
+      const until = Date.now() + 4 * ttl;
       while (Date.now() < until) {
         await new Promise((resolve) => setTimeout(resolve, 100));
         rivalTries += 1;
@@ -416,7 +443,7 @@ describe("withLock", () => {
   // holder's one ms before its lease ends and free at the end, exactly.
   it("without renewal the lease runs out: signal aborts and a rival gets in", async () => {
     const clock = manualClock();
-    const lock = new Lock({ redis: bridgeRedis(), prefix: uniquePrefix("norenew"), lease: 200, clock });
+    const lock = new Lock({ redis: bridgeRedis(), prefix: uniquePrefix("norenew"), ttl: 200, clock });
     const result = await lock.withLock(
       "short",
       async (signal, fence) => {
@@ -437,7 +464,7 @@ describe("withLock", () => {
     );
     expect(result).toEqual({
       lost: true,
-      why: 'lock "short": the lease ran out before it could be renewed',
+      why: 'lock "short": the hold ran out before it could be renewed',
       early: [false, T0 + 200],
       rival: [true, T0 + 200],
       fence: T0,
@@ -448,7 +475,7 @@ describe("withLock", () => {
     const prefix = uniquePrefix("stolen");
     let offset = 0;
     const clock = () => Date.now() + offset;
-    const lock = new Lock({ redis: bridgeRedis(), prefix, lease: 3000, clock });
+    const lock = new Lock({ redis: bridgeRedis(), prefix, ttl: 3000, clock });
     let stolenFence = 0;
     const reason = await lock.withLock("x", async (signal, fence) => {
       offset += 3000; // by the shared clock the lease has run out: a rival takes over
@@ -473,10 +500,10 @@ describe("withLock", () => {
     });
     const prefix = uniquePrefix("cut");
     const clock = manualClock();
-    // A timeout well past the lease: the acquire before the cut may be slow on a busy machine, and the
+    // A timeout well past the ttl: the acquire before the cut may be slow on a busy machine, and the
     // abort never waits for a renewal in flight (after the cut each is refused at once anyway).
-    const lock = new Lock({ redis: bridgeRedis(bridge.url), prefix, lease: 600, timeout: 2000, clock });
-    const watcher = new Lock({ redis: bridgeRedis(), prefix, lease: 600, clock });
+    const lock = new Lock({ redis: bridgeRedis(bridge.url), prefix, ttl: 600, timeout: 2000, clock });
+    const watcher = new Lock({ redis: bridgeRedis(), prefix, ttl: 600, clock });
     const outcome = await lock.withLock("cut", async (signal, fence) => {
       await bridge.close();
       await new Promise((resolve) => signal.addEventListener("abort", resolve));
@@ -496,7 +523,7 @@ describe("withLock", () => {
     });
     expect(outcome).toEqual({
       lost: true,
-      why: 'lock "cut": the lease ran out before it could be renewed',
+      why: 'lock "cut": the hold ran out before it could be renewed',
       early: [false, T0 + 600],
       free: true,
       fences: [T0, T0 + 600],
@@ -504,7 +531,7 @@ describe("withLock", () => {
   });
 
   it("re-enters a hold of the same owner, and leaves it held afterwards", async () => {
-    const { lock } = lockWith({ lease: "1h" });
+    const { lock } = lockWith({ ttl: "1h" });
     const outer = await lock.acquire("nest", { owner: "o" });
     const inner = await lock.withLock("nest", async (_signal, fence) => fence, { owner: "o" });
     expect(inner).toBe(outer.fence);
@@ -518,14 +545,14 @@ describe("withLock", () => {
       const prefix = uniquePrefix("sigstop");
       // The acquire before the stop may be slow on a busy machine; a renewal after it hangs until its
       // timeout, and the abort does not wait for it.
-      const lock = new Lock({ redis: bridgeRedis(bridge.url), prefix, lease: 900, timeout: 2000 });
+      const lock = new Lock({ redis: bridgeRedis(bridge.url), prefix, ttl: 900, timeout: 2000 });
       const outcome = await lock.withLock("frozen", async (signal) => {
         bridge.signal("SIGSTOP"); // renewals now get no answer at all
         await new Promise((resolve) => signal.addEventListener("abort", resolve));
         return { lost: signal.reason instanceof LockLostError, why: (signal.reason as Error).message };
       });
       expect(outcome.lost).toBe(true);
-      expect(outcome.why).toMatch(/the lease ran out before it could be renewed/);
+      expect(outcome.why).toMatch(/the hold ran out before it could be renewed/);
     } finally {
       bridge.signal("SIGCONT");
       await bridge.stop();
@@ -561,8 +588,8 @@ describe("withLock", () => {
 
   it("waits for a holder to finish (acquire with wait polls with backoff)", async () => {
     const prefix = uniquePrefix("wait");
-    const a = new Lock({ redis: bridgeRedis(), prefix, lease: "10s" });
-    const b = new Lock({ redis: bridgeRedis(), prefix, lease: "10s" });
+    const a = new Lock({ redis: bridgeRedis(), prefix, ttl: "10s" });
+    const b = new Lock({ redis: bridgeRedis(), prefix, ttl: "10s" });
     await a.acquire("w", { owner: "a" });
     const waiting = b.acquire("w", { owner: "b", wait: "5s" });
     setTimeout(() => void a.release("w", { owner: "a" }), 100);
@@ -623,7 +650,7 @@ describe("on a 3-node Redis Cluster", () => {
 
   it("locks names on every node: reentrancy, refusal, takeover with a larger fence, a TTL on every key", async () => {
     const clock = manualClock();
-    const lock = new Lock({ redis: clusterRedis(), prefix: "cl", lease: 1000, clock });
+    const lock = new Lock({ redis: clusterRedis(), prefix: "cl", ttl: 1000, clock });
     const names = ["a", "b", "c", "d", "e", "f", " ", "{x}", "n".repeat(5000)];
     const slots = await Promise.all(
       names.map((name) => cluster.nodes[0]!.conn.call("CLUSTER", "KEYSLOT", lock.key(name))),
@@ -649,7 +676,7 @@ describe("on a 3-node Redis Cluster", () => {
   });
 
   it("runs withLock and the concurrency cap through the cluster", async () => {
-    const lock = new Lock({ redis: clusterRedis(), prefix: "cl2", lease: 1000 });
+    const lock = new Lock({ redis: clusterRedis(), prefix: "cl2", ttl: 1000 });
     let renewedPast = false;
     await lock.withLock("job", async (signal) => {
       await new Promise((resolve) => setTimeout(resolve, 2200)); // past two leases
@@ -658,8 +685,7 @@ describe("on a 3-node Redis Cluster", () => {
     expect(renewedPast).toBe(true);
 
     const instances = [0, 1, 2].map(
-      () =>
-        new Concurrency({ redis: clusterRedis(), prefix: "cl3", limit: 4, lease: "30s", timeout: 15_000 }),
+      () => new Concurrency({ redis: clusterRedis(), prefix: "cl3", limit: 4, ttl: "30s", timeout: 15_000 }),
     );
     for (const id of ["a", "b", "c"]) {
       const slots = await Promise.all(Array.from({ length: 30 }, (_, i) => instances[i % 3]!.acquire(id)));

@@ -4,7 +4,8 @@
 // each decision costs Redis with plans configured (INFO commandstats of a redis-server of this file's own).
 import { Redis } from "@upstash/redis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { connectRedis, type RedisConnection, startBridge, startRedisServer } from "../../src/bridge/index.js";
+import { startBridge, startRedisServer } from "../../src/bridge/index.js";
+import { connectRedis, type RedisConnection } from "../../src/bridge/resp.js";
 import {
   fixedWindow,
   gcra,

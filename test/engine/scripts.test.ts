@@ -3,7 +3,8 @@
 // sliding window's lagging caller, and the dispatcher's reservation.
 import { Redis } from "@upstash/redis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { connectRedis, type RedisConnection, startBridge, startRedisServer } from "../../src/bridge/index.js";
+import { startBridge, startRedisServer } from "../../src/bridge/index.js";
+import { connectRedis, type RedisConnection } from "../../src/bridge/resp.js";
 import { SCRIPTS } from "../../src/engine/generated/scripts.js";
 import { RuleKeys } from "../../src/engine/keys.js";
 import { limiterArgs } from "../../src/engine/script.js";

@@ -274,12 +274,12 @@ describe("{ url, token }: the Upstash REST protocol, no client library", () => {
   it("serves the Lock and the concurrency limiter too", async () => {
     const redis = { url: inject("bridgeUrl"), token: inject("bridgeToken") };
     const prefix = uniquePrefix("literal-lock");
-    const lock = new Lock({ redis, prefix, lease: "5s" });
+    const lock = new Lock({ redis, prefix, ttl: "5s" });
     const held = await lock.acquire("job", { owner: "a" });
     expect(held).toMatchObject({ acquired: true, owner: "a" });
     expect(await lock.acquire("job", { owner: "b" })).toMatchObject({ acquired: false });
     expect(await lock.release("job", { owner: "a" })).toMatchObject({ released: true });
-    const inFlight = new Concurrency({ redis, prefix, limit: 1, lease: "5s" });
+    const inFlight = new Concurrency({ redis, prefix, limit: 1, ttl: "5s" });
     expect(await inFlight.acquire("k")).toMatchObject({ allowed: true, remaining: 0 });
     expect(await inFlight.acquire("k")).toMatchObject({ allowed: false, remaining: 0 });
   });
@@ -329,7 +329,7 @@ describe("an @upstash/redis client: read once, never asked to send", () => {
       /^redis: cannot read the REST URL and token of this client.*pass \{ url, token \} instead$/;
     expect(() => new Limiter({ redis: custom, rules })).toThrow(message);
     expect(() => new Lock({ redis: custom })).toThrow(message);
-    expect(() => new Concurrency({ redis: custom, limit: 1, lease: "5s" })).toThrow(message);
+    expect(() => new Concurrency({ redis: custom, limit: 1, ttl: "5s" })).toThrow(message);
     const stripped = bridgeRedis();
     (stripped as unknown as { client: { baseUrl?: string } }).client.baseUrl = undefined;
     expect(() => new Limiter({ redis: stripped, rules })).toThrow(message);

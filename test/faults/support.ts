@@ -5,7 +5,8 @@
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import net from "node:net";
-import { connectRedis, type RedisServer, startRedisServer } from "../../src/bridge/index.js";
+import { type RedisServer, startRedisServer } from "../../src/bridge/index.js";
+import { connectRedis } from "../../src/bridge/resp.js";
 
 const children = new Set<ChildProcess>();
 process.once("exit", () => {

@@ -46,12 +46,12 @@ export type ConcurrencyLimitOptions<E extends Env = Env> = (
  * until its response body has been streamed to the end, or the client went away (the body was
  * cancelled), or the handler threw; then the slot is given back off the request path. When every slot
  * is taken the answer is a 429 application/problem+json with Retry-After: the time until the oldest
- * holder's lease runs out, the latest a slot is sure to be free. A holder that never gives its slot
- * back (a crashed isolate) loses it when its lease runs out.
+ * holder's slot runs out (its `ttl`), the latest a slot is sure to be free. A holder that never gives
+ * its slot back (a crashed isolate) loses it when its `ttl` runs out.
  *
  * @example
  * const app = new Hono<{ Variables: ConcurrencyVariables }>();
- * app.use("/reports/*", concurrencyLimit({ redis, limit: 2, lease: "60s", key: (c) => c.req.header("x-api-key") }));
+ * app.use("/reports/*", concurrencyLimit({ redis, limit: 2, ttl: "60s", key: (c) => c.req.header("x-api-key") }));
  */
 export const concurrencyLimit = <E extends Env = Env>(
   options: ConcurrencyLimitOptions<E>,

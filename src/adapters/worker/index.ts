@@ -209,7 +209,7 @@ function limitedRoute(
       redis,
       prefix: config.prefix,
       limit: route.concurrency.limit,
-      lease: route.concurrency.lease,
+      ttl: route.concurrency.lease,
       ...(route.timeout === undefined ? {} : { timeout: route.timeout }),
       ...(route.onError === undefined ? {} : { onError: route.onError }),
     }),

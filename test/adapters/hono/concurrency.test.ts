@@ -36,7 +36,7 @@ function setup(limit = 2) {
     redis: bridgeRedis(),
     prefix: uniquePrefix("hono-conc"),
     limit,
-    lease: "30s",
+    ttl: "30s",
     clock,
   });
   const released: Promise<unknown>[] = [];
@@ -138,7 +138,7 @@ describe("concurrencyLimit", () => {
         redis: bridgeRedis(),
         prefix: uniquePrefix("hono-conc-opts"),
         limit: 1,
-        lease: 5000,
+        ttl: 5000,
         clock: () => T0,
         key: (c) => c.req.header("x-user"),
       }),
@@ -165,7 +165,7 @@ describe("concurrencyLimit", () => {
       concurrencyLimit({
         redis: dead,
         limit: 1,
-        lease: "10s",
+        ttl: "10s",
         onError: "deny",
         key: () => "secret-api-key",
         log: (event) => events.push(event),
@@ -188,7 +188,7 @@ describe("concurrencyLimit", () => {
         redis: bridgeRedis(hop.url),
         prefix: uniquePrefix("hono-conc-lost"),
         limit: 1,
-        lease: "1h",
+        ttl: "1h",
         onError: "deny",
       });
       await (await concurrency.acquire("warm-up")).release(); // the script is known: the cut one runs
@@ -221,7 +221,7 @@ describe("concurrencyLimit", () => {
       redis: bridgeRedis(),
       prefix: uniquePrefix("hono-conc-shadow"),
       limit: 1,
-      lease: "30s",
+      ttl: "30s",
       clock: manualClock(),
     });
     const events: ConcurrencyEvent[] = [];
@@ -256,17 +256,17 @@ describe("concurrencyLimit", () => {
   });
 
   it("validates its options", () => {
-    expect(() => concurrencyLimit({ redis: bridgeRedis(), limit: 0, lease: 1, key: () => "k" })).toThrow(
+    expect(() => concurrencyLimit({ redis: bridgeRedis(), limit: 0, ttl: 1, key: () => "k" })).toThrow(
       /^limit: /,
     );
     expect(() =>
-      concurrencyLimit({ redis: bridgeRedis(), limit: 1, lease: 1, key: "k" as unknown as () => string }),
+      concurrencyLimit({ redis: bridgeRedis(), limit: 1, ttl: 1, key: "k" as unknown as () => string }),
     ).toThrow(/^key: /);
     expect(() =>
       concurrencyLimit({
         redis: bridgeRedis(),
         limit: 1,
-        lease: 1,
+        ttl: 1,
         key: () => "k",
         mode: "loud" as "shadow",
       }),

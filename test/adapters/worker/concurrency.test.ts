@@ -186,8 +186,8 @@ describe("Lock.withLock inside workerd", () => {
       enableTelemetry: false,
     });
     const prefix = `tw-lock-${crypto.randomUUID().slice(0, 8)}`;
-    const lock = new Lock({ redis, prefix, lease: 600 });
-    const rival = new Lock({ redis, prefix, lease: 600 });
+    const lock = new Lock({ redis, prefix, ttl: 600 });
+    const rival = new Lock({ redis, prefix, ttl: 600 });
     const pending: Promise<unknown>[] = [];
     let fence = 0;
     let signal: AbortSignal | undefined;
