@@ -56,8 +56,10 @@ export interface LimiterOptions {
    * The circuit breaker (default `{ failures: 5, cooldown: 1000, maxCooldown: 4000 }`), or `false`.
    * After `failures` consecutive failed calls, decisions follow `onError` at once without asking Redis;
    * after `cooldown` ms one decision probes Redis: success closes the breaker, failure reopens it with
-   * the cooldown doubled up to `maxCooldown`. It belongs to the Redis client, not to this Limiter:
-   * every Limiter on one client shares it (one per isolate on Workers).
+   * the cooldown doubled up to `maxCooldown`. It belongs to the connection, not to this Limiter: every
+   * user of one Redis shares it (one per isolate). `redis: { url, token, breaker }` sets it; this option
+   * sets it when the connection does not, first come first served, and is otherwise ignored with a
+   * warning (see docs/failures.md). `false` keeps this Limiter's decisions out of it.
    */
   breaker?: BreakerOptions | false;
   /**

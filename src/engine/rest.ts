@@ -7,6 +7,7 @@
 // request path touches the client, except its read-your-writes token, through its public accessor.
 
 import type { Reply, Sender } from "./batch.js";
+import type { BreakerOptions } from "./breaker.js";
 import { describe } from "./duration.js";
 import { RedisCallError } from "./errors.js";
 
@@ -16,6 +17,11 @@ export interface RestConnection {
   url: string;
   /** The REST token, `UPSTASH_REDIS_REST_TOKEN`. */
   token: string;
+  /**
+   * The circuit breaker of this Redis (default `{ failures: 5, cooldown: 1000, maxCooldown: 4000 }`), or
+   * `false`: shared by every Limiter, Lock and Concurrency on it in this isolate (see docs/failures.md).
+   */
+  breaker?: BreakerOptions | false;
 }
 
 /** Where and how requests go, settled at construction. */
@@ -41,7 +47,7 @@ interface UpstashClient {
   readYourWritesSyncToken?: unknown;
 }
 
-const FIELDS = ["url", "token"];
+const FIELDS = ["url", "token", "breaker"];
 const EXPECTED =
   "expected an @upstash/redis client or { url, token } (UPSTASH_REDIS_REST_URL and UPSTASH_REDIS_REST_TOKEN)";
 
@@ -65,7 +71,7 @@ export function endpointOf(redis: unknown): Endpoint {
   for (const field of Object.keys(redis)) {
     if (!FIELDS.includes(field)) {
       throw new Error(
-        `redis.${field}: not a field of { url, token }; for a client's options, pass the client`,
+        `redis.${field}: not a field of { url, token, breaker }; for a client's options, pass the client`,
       );
     }
   }

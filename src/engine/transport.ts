@@ -1,6 +1,7 @@
 // The one way this library talks to Redis. One Transport per Redis, per isolate, shared by every
 // Limiter, Lock and concurrency limiter built on it: per @upstash/redis client object (a WeakMap keyed
-// by the client), or per URL and token for `{ url, token }` (see `transportFor`). It
+// by the client), or per URL and token for `{ url, token }` (see `transportFor`). The breaker is the
+// connection's, not a Limiter's: one per transport. It
 //  - batches the commands issued in one tick (or batching window) into one `/pipeline` request;
 //  - sends that request at most once, through the REST sender (rest.ts), which never retries;
 //  - gives every call its own timeout, and aborts the request once no call waits on it;
@@ -12,7 +13,7 @@
 import { type Batch, Batcher, type Reply, type Sender, type Waiter } from "./batch.js";
 import { type Admission, BREAKER_DEFAULTS, Breaker, type BreakerOptions, breakerOptions } from "./breaker.js";
 import { RedisCallError } from "./errors.js";
-import { endpointOf, isClient, restSender } from "./rest.js";
+import { endpointOf, isClient, type RestConnection, restSender } from "./rest.js";
 
 /** A Lua script the transport can load when Redis answers NOSCRIPT. */
 export interface Script {
@@ -57,9 +58,10 @@ export interface TransportStats {
  */
 export class Transport {
   readonly stats: TransportStats = { requests: 0, sent: 0, refused: 0 };
-  /** The breaker of this Redis; `undefined` only for a transport built with `breaker: false`. */
+  /** The breaker of this Redis; `undefined` when the connection says `breaker: false`. */
   breaker: Breaker | undefined;
-  private breakerExplicit = false;
+  /** Who set the breaker (see `configureBreaker`). */
+  private breakerSetBy: number = DEFAULT;
   private readonly batchers = new Map<number, Batcher>();
   private readonly sender: Sender;
   /** The batcher of window 0, the one nearly every call uses. */
@@ -77,28 +79,35 @@ export class Transport {
     this.tick = this.batcher(0);
     const breaker = options.breaker;
     this.breaker = breaker === false ? undefined : new Breaker(breakerOptions(breaker ?? {}), this.now);
-    this.breakerExplicit = breaker !== undefined;
+    this.breakerSetBy = breaker === undefined ? DEFAULT : CONNECTION;
   }
 
   /**
-   * Sets the breaker's options for every user of this Redis. Options left undefined accept what is
-   * there; two different explicit settings on one Redis are a configuration error.
+   * Sets the breaker of this Redis, for every user of it. The connection's own setting (`{ url, token,
+   * breaker }`) outranks a Limiter's `breaker` option, which outranks the default; between two settings
+   * of one rank the first stays. A setting that is not used says so once per process, never throws:
+   * two Limiters on one Redis may well have been written apart. Options left undefined accept what is
+   * there. Throws, naming the field, only for options that are wrong in themselves.
    */
-  configureBreaker(options: BreakerOptions | undefined): void {
+  configureBreaker(options: BreakerOptions | false | undefined, from: "connection" | "limiter"): void {
     if (options === undefined) return;
-    const wanted = breakerOptions(options);
+    let wanted: Required<BreakerOptions> | undefined;
+    try {
+      wanted = options === false ? undefined : breakerOptions(options);
+    } catch (error) {
+      if (from === "limiter") throw error;
+      throw new Error(`redis.${(error as Error).message}`);
+    }
+    const rank = from === "connection" ? CONNECTION : LIMITER;
     const current = this.breaker?.options;
-    if (current && sameOptions(current, wanted)) {
-      this.breakerExplicit = true;
-      return;
+    if (sameOptions(current, wanted)) {
+      this.breakerSetBy = Math.max(this.breakerSetBy, rank);
+    } else if (rank > this.breakerSetBy) {
+      this.breaker = wanted && new Breaker(wanted, this.now);
+      this.breakerSetBy = rank;
+    } else {
+      notUsed(current, wanted, from);
     }
-    if (this.breakerExplicit) {
-      throw new Error(
-        `breaker: this Redis client already has a breaker with ${JSON.stringify(current)}; the breaker belongs to the Redis (the client, or the URL and token), so give every Limiter on one Redis the same breaker options`,
-      );
-    }
-    this.breaker = new Breaker(wanted, this.now);
-    this.breakerExplicit = true;
   }
 
   /** Sends one command and resolves with its result or a typed failure; never rejects. */
@@ -320,15 +329,16 @@ export const MAX_CONNECTIONS = 256;
  * The transport shared by everything built on this Redis: one per @upstash/redis client object, and
  * one per URL and token for `{ url, token }` (so one per isolate on Workers). Throws an Error naming
  * the field when `redis` cannot be used (`redis.url: ...`); a client whose URL and token cannot be read
- * is refused, never used through its own retrying requests. `breaker` sets the breaker's options (see
- * `configureBreaker`).
+ * is refused, never used through its own retrying requests. The breaker is the one `{ url, token,
+ * breaker }` gives, else the one `options.breaker` (a Limiter's) gives, else the first set on this
+ * Redis before (see `configureBreaker`).
  *
  * `{ url, token }` literals share by value, not by object: a Worker that writes the object afresh for
  * each Limiter, Lock or request still has one breaker and one pipeline per Redis. The token is part of
  * the key because it is what the requests carry (another token may be another user of the database).
  *
  * @example
- * const transport = transportFor({ url, token }, { breaker: { failures: 5, cooldown: 1000 } });
+ * const transport = transportFor({ url, token, breaker: { failures: 5, cooldown: 1000 } });
  */
 export function transportFor(redis: unknown, options: { breaker?: BreakerOptions } = {}): Transport {
   let transport: Transport | undefined;
@@ -347,12 +357,38 @@ export function transportFor(redis: unknown, options: { breaker?: BreakerOptions
     connections.set(key, transport);
     if (connections.size > MAX_CONNECTIONS) connections.delete(connections.keys().next().value!);
   }
-  transport.configureBreaker(options.breaker);
+  if (!isClient(redis)) transport.configureBreaker((redis as RestConnection).breaker, "connection");
+  transport.configureBreaker(options.breaker, "limiter");
   return transport;
 }
 
-function sameOptions(a: Required<BreakerOptions>, b: Required<BreakerOptions>): boolean {
+/** Who set a transport's breaker, weakest first. */
+const DEFAULT = 0;
+const LIMITER = 1;
+const CONNECTION = 2;
+
+function sameOptions(
+  a: Required<BreakerOptions> | undefined,
+  b: Required<BreakerOptions> | undefined,
+): boolean {
+  if (a === undefined || b === undefined) return a === b;
   return a.failures === b.failures && a.cooldown === b.cooldown && a.maxCooldown === b.maxCooldown;
+}
+
+let warned = false;
+
+/** Says once per process that a breaker setting is not used, and where the breaker is set. */
+function notUsed(
+  current: Required<BreakerOptions> | undefined,
+  wanted: Required<BreakerOptions> | undefined,
+  from: "connection" | "limiter",
+): void {
+  if (warned) return;
+  warned = true;
+  const given = from === "limiter" ? "a Limiter's breaker option" : "another { url, token, breaker }";
+  console.warn(
+    `edgelimit: breaker: this Redis already has its breaker ${JSON.stringify(current ?? false)}; ${given} (${JSON.stringify(wanted ?? false)}) is not used. The breaker belongs to the connection, one per Redis per isolate: set it once, as redis: { url, token, breaker } (see docs/failures.md)`,
+  );
 }
 
 function monotonic(): number {

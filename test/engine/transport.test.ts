@@ -208,22 +208,74 @@ describe("transport breaker, on a stalled hop", () => {
   });
 });
 
-describe("breaker options on a shared client", () => {
+describe("the breaker belongs to the connection", () => {
   const rules = { r: fixedWindow({ limit: 1, window: "1s" }) };
-  it("takes the first explicit setting; a different explicit one is an error naming breaker", () => {
-    const redis = bridgeRedis();
+  const url = "http://127.0.0.1:9"; // nothing is sent: building asks nothing of Redis
+  const defaults = { failures: 5, cooldown: 1000, maxCooldown: 4000 };
+
+  it("is set by { url, token, breaker }, for the Limiter, the Lock and Concurrency alike", () => {
+    const token = `conn-${crypto.randomUUID()}`;
+    const redis = { url, token, breaker: { failures: 2, cooldown: 300 } };
+    new Lock({ redis });
+    const transport = transportFor({ url, token });
+    expect(transport.breaker?.options).toEqual({ failures: 2, cooldown: 300, maxCooldown: 4000 });
     new Limiter({ redis, rules });
-    new Limiter({ redis, rules, breaker: { failures: 3 } });
-    new Limiter({ redis, rules, breaker: { failures: 3 } });
-    new Limiter({ redis, rules });
-    new Limiter({ redis, rules, breaker: false });
-    expect(transportFor(redis).breaker?.options).toEqual({ failures: 3, cooldown: 1000, maxCooldown: 4000 });
-    expect(() => new Limiter({ redis, rules, breaker: { failures: 4 } })).toThrow(
-      /breaker: this Redis client already has a breaker with \{"failures":3,"cooldown":1000,"maxCooldown":4000\}/,
+    new Concurrency({ redis, limit: 1, ttl: "1s" });
+    expect(transportFor({ url, token })).toBe(transport);
+    expect(transport.breaker?.options).toEqual({ failures: 2, cooldown: 300, maxCooldown: 4000 });
+
+    const off = `off-${crypto.randomUUID()}`;
+    new Concurrency({ redis: { url, token: off, breaker: false }, limit: 1, ttl: "1s" });
+    expect(transportFor({ url, token: off }).breaker).toBeUndefined();
+    expect(transportFor({ url, token: `plain-${crypto.randomUUID()}` }).breaker?.options).toEqual(defaults);
+  });
+
+  it("refuses wrong connection options naming redis.breaker, and a wrong Limiter option naming breaker", () => {
+    expect(() => transportFor({ url, token: "t", breaker: { cooldown: 0 } })).toThrow(
+      /^redis\.breaker\.cooldown: must be a positive number of milliseconds/,
+    );
+    expect(() => new Lock({ redis: { url, token: "t", breaker: { failure: 3 } } })).toThrow(
+      /^redis\.breaker\.failure: not a breaker option/,
     );
     expect(() => new Limiter({ redis: bridgeRedis(), rules, breaker: { cooldown: 0 } })).toThrow(
-      /breaker\.cooldown/,
+      /^breaker\.cooldown/,
     );
+  });
+
+  it("a Limiter's option sets it when the connection does not; one not used is a warning, never a throw", () => {
+    const warn = vi.spyOn(console, "warn").mockImplementation(() => {});
+    try {
+      // on a client, the first Limiter's setting stays; a different one later is not used
+      const redis = bridgeRedis();
+      new Limiter({ redis, rules });
+      expect(transportFor(redis).breaker?.options).toEqual(defaults);
+      new Limiter({ redis, rules, breaker: { failures: 3 } });
+      new Limiter({ redis, rules, breaker: { failures: 3 } });
+      new Limiter({ redis, rules });
+      new Limiter({ redis, rules, breaker: false }); // its own decisions stay out; the breaker stays
+      expect(warn).not.toHaveBeenCalled();
+      const limiter = new Limiter({ redis, rules, breaker: { failures: 4 } });
+      expect(limiter).toBeInstanceOf(Limiter);
+      expect(transportFor(redis).breaker?.options).toEqual({ ...defaults, failures: 3 });
+      expect(warn.mock.calls).toEqual([
+        [
+          'edgelimit: breaker: this Redis already has its breaker {"failures":3,"cooldown":1000,"maxCooldown":4000}; a Limiter\'s breaker option ({"failures":4,"cooldown":1000,"maxCooldown":4000}) is not used. The breaker belongs to the connection, one per Redis per isolate: set it once, as redis: { url, token, breaker } (see docs/failures.md)',
+        ],
+      ]);
+
+      // the connection's setting wins over a Limiter's, whichever comes first; then the first stays
+      const token = `rank-${crypto.randomUUID()}`;
+      new Limiter({ redis: { url, token }, rules, breaker: { failures: 7 } });
+      expect(transportFor({ url, token }).breaker?.options).toEqual({ ...defaults, failures: 7 });
+      new Lock({ redis: { url, token, breaker: { failures: 2 } } });
+      expect(transportFor({ url, token }).breaker?.options).toEqual({ ...defaults, failures: 2 });
+      new Limiter({ redis: { url, token }, rules, breaker: { failures: 9 } });
+      new Lock({ redis: { url, token, breaker: false } });
+      expect(transportFor({ url, token }).breaker?.options).toEqual({ ...defaults, failures: 2 });
+      expect(warn).toHaveBeenCalledTimes(1); // once per process
+    } finally {
+      warn.mockRestore();
+    }
   });
 
   it("is typed on the decision: a RedisCallError with a kind", async () => {
@@ -305,7 +357,11 @@ describe("{ url, token }: the Upstash REST protocol, no client library", () => {
     ["an empty token", { url, token: "" }, /^redis\.token: .*got an empty string/],
     ["a token that is a number", { url, token: 42 }, /^redis\.token: .*got number/],
     ["a token with its newline", { url, token: "s3cret\n" }, /^redis\.token: .*line break/],
-    ["another field", { url, token: "t", retry: 3 }, /^redis\.retry: not a field of \{ url, token \}/],
+    [
+      "another field",
+      { url, token: "t", retry: 3 },
+      /^redis\.retry: not a field of \{ url, token, breaker \}/,
+    ],
   ];
   it.each(bad)("refuses %s, naming the field and never the token", (_, redis, message) => {
     expect(() => transportFor(redis)).toThrow(message);
