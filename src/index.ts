@@ -7,6 +7,7 @@
 export {
   fixedWindow,
   type GcraOptions,
+  type GcraRule,
   gcra,
   type PlanConfig,
   type Rule,
@@ -15,17 +16,20 @@ export {
   slidingLog,
   slidingWindow,
   type TokenBucketOptions,
+  type TokenBucketRule,
   tokenBucket,
   type WindowOptions,
+  type WindowRule,
 } from "./engine/algorithms.js";
 export type {
   Analytics,
   AnalyticsOptions,
   AnalyticsReport,
   BreakerReport,
+  DecisionSource,
   ReportRange,
 } from "./engine/analytics.js";
-export type { BreakerOptions } from "./engine/breaker.js";
+export type { BreakerOptions, BreakerState } from "./engine/breaker.js";
 export type { Duration } from "./engine/duration.js";
 export { RedisCallError, type RedisErrorKind } from "./engine/errors.js";
 export type { LeaseOptions, WaitUntil } from "./engine/leases.js";
