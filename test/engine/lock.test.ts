@@ -3,7 +3,7 @@
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { Redis } from "@upstash/redis";
-import { afterAll, beforeAll, describe, expect, inject, it, vi } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, inject, it, vi } from "vitest";
 import { type Bridge, startBridge } from "../../src/bridge/index.js";
 import { connectRedis, type RedisConnection, RedisError, type Reply } from "../../src/bridge/resp.js";
 import { Concurrency } from "../../src/engine/concurrency.js";
@@ -410,44 +410,64 @@ describe("mutual exclusion", () => {
 });
 
 describe("withLock", () => {
-  it("holds the lock past several leases while renewing, then releases it", async () => {
-    const prefix = uniquePrefix("renew");
-    const ttl = 1000;
-    const lock = new Lock({ redis: bridgeRedis(), prefix, ttl });
-    const rival = new Lock({ redis: bridgeRedis(), prefix, ttl });
-    let rivalWins = 0;
-    let rivalTries = 0;
-    let aborted = false;
-    const fence = await lock.withLock("long", async (signal, fence) => {
-      signal.addEventListener("abort", () => {
-        aborted = true;
-      });
-      // four leases; the rival tries every 100 ms and must never get in
-      const until = Date.now() + 4 * ttl;
-      while (Date.now() < until) {
-        await new Promise((resolve) => setTimeout(resolve, 100));
-        rivalTries += 1;
-        if ((await rival.acquire("long", { owner: "rival" })).acquired) rivalWins += 1;
-      }
-      return fence;
-    });
-    expect(rivalTries).toBeGreaterThan(3);
-    expect({ rivalWins, aborted }).toEqual({ rivalWins: 0, aborted: false });
-    const after = await rival.acquire("long", { owner: "rival" });
-    expect(after.acquired).toBe(true);
-    expect(after.fence).toBeGreaterThan(fence);
+  afterEach(() => {
+    vi.useRealTimers();
   });
 
-  // The lease's end is timed by a timer, which can fire a little before the clock reaches it (the safe
+  // Renewals and the hold's end are timers: the tests move fake timers (real I/O still goes to Redis)
+  // and the Lock's clock together, so every renewal lands at an exact moment.
+  it("holds the lock past several ttls, renewing at a third of it, then releases it", async () => {
+    const prefix = uniquePrefix("renew");
+    const clock = manualClock();
+    const ttl = 900;
+    const lock = new Lock({ redis: bridgeRedis(), prefix, ttl, clock });
+    const rival = new Lock({ redis: bridgeRedis(), prefix, ttl, clock });
+    const extend = vi.spyOn(lock, "extend");
+    vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"] });
+    try {
+      // each step: [the renewal's new end, the end the rival is refused until, signal aborted]
+      const steps: [number, number, boolean][] = [];
+      const fence = await lock.withLock("long", async (signal, fence) => {
+        for (let step = 1; step <= 12; step++) {
+          clock.set(T0 + step * 300);
+          await vi.advanceTimersByTimeAsync(300); // the renewal timer fires: one extend
+          const renewed = await extend.mock.results.at(-1)!.value;
+          const rivalTry = await rival.acquire("long", { owner: "rival" });
+          steps.push([renewed.expiresAt, rivalTry.acquired ? 0 : rivalTry.expiresAt, signal.aborted]);
+        }
+        return fence;
+      });
+      expect(fence).toBe(T0);
+      expect(extend).toHaveBeenCalledTimes(12);
+      // four ttls held: every renewal pushes the end to now + ttl, and the rival never gets in
+      expect(steps).toEqual(
+        Array.from({ length: 12 }, (_, i) => [T0 + (i + 1) * 300 + ttl, T0 + (i + 1) * 300 + ttl, false]),
+      );
+      // released: the rival takes it at once, with the next fence
+      expect(await rival.acquire("long", { owner: "rival" })).toMatchObject({
+        acquired: true,
+        fence: T0 + 3600,
+      });
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  // The hold's end is timed by a timer, which can fire a little before the clock reaches it (the safe
   // side). So the tests below hold the clock and move it by hand: after the abort, the lock is still the
-  // holder's one ms before its lease ends and free at the end, exactly.
-  it("without renewal the lease runs out: signal aborts and a rival gets in", async () => {
+  // holder's one ms before its hold ends and free at the end, exactly.
+  it("without renewal the hold runs out: signal aborts and a rival gets in", async () => {
     const clock = manualClock();
     const lock = new Lock({ redis: bridgeRedis(), prefix: uniquePrefix("norenew"), ttl: 200, clock });
+    vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"] });
     const result = await lock.withLock(
       "short",
       async (signal, fence) => {
-        await new Promise((resolve) => signal.addEventListener("abort", resolve));
+        await vi.advanceTimersByTimeAsync(199);
+        const before = signal.aborted;
+        await vi.advanceTimersByTimeAsync(1);
+        vi.useRealTimers();
+        expect([before, signal.aborted]).toEqual([false, true]);
         clock.set(T0 + 199);
         const early = await lock.acquire("short", { owner: "rival" });
         clock.set(T0 + 200);
@@ -473,23 +493,30 @@ describe("withLock", () => {
 
   it("aborts signal when a renewal finds another owner holding the lock", async () => {
     const prefix = uniquePrefix("stolen");
-    let offset = 0;
-    const clock = () => Date.now() + offset;
+    const clock = manualClock();
     const lock = new Lock({ redis: bridgeRedis(), prefix, ttl: 3000, clock });
-    let stolenFence = 0;
-    const reason = await lock.withLock("x", async (signal, fence) => {
-      offset += 3000; // by the shared clock the lease has run out: a rival takes over
-      const rival = await lock.acquire("x", { owner: "rival" });
-      expect(rival.acquired).toBe(true);
-      expect(rival.fence).toBeGreaterThan(fence);
-      stolenFence = rival.fence;
-      await new Promise((resolve) => signal.addEventListener("abort", resolve));
-      return signal.reason as Error;
-    });
-    expect(reason).toBeInstanceOf(LockLostError);
-    expect(reason.message).toMatch(/another owner holds it/);
-    // the final release did not take the rival's lock away
-    expect(await lock.acquire("x", { owner: "rival" })).toMatchObject({ count: 2, fence: stolenFence });
+    vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"] });
+    try {
+      let stolenFence = 0;
+      const reason = await lock.withLock("x", async (signal, fence) => {
+        clock.set(T0 + 3000); // by the shared clock the hold has run out: a rival takes over
+        const rival = await lock.acquire("x", { owner: "rival" });
+        expect(rival).toMatchObject({ acquired: true, fence: T0 + 3000 });
+        expect(fence).toBe(T0);
+        stolenFence = rival.fence;
+        await vi.advanceTimersByTimeAsync(999);
+        expect(signal.aborted).toBe(false);
+        await vi.advanceTimersByTimeAsync(1); // the renewal, at a third of the ttl, finds the rival
+        await new Promise((resolve) => signal.addEventListener("abort", resolve));
+        return signal.reason as Error;
+      });
+      expect(reason).toBeInstanceOf(LockLostError);
+      expect(reason.message).toBe('lock "x": another owner holds it now (the hold had run out)');
+      // the final release did not take the rival's lock away
+      expect(await lock.acquire("x", { owner: "rival" })).toMatchObject({ count: 2, fence: stolenFence });
+    } finally {
+      vi.useRealTimers();
+    }
   });
 
   it("aborts signal when renewals fail because the bridge is gone", async () => {
@@ -504,10 +531,15 @@ describe("withLock", () => {
     // abort never waits for a renewal in flight (after the cut each is refused at once anyway).
     const lock = new Lock({ redis: bridgeRedis(bridge.url), prefix, ttl: 600, timeout: 2000, clock });
     const watcher = new Lock({ redis: bridgeRedis(), prefix, ttl: 600, clock });
+    vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"] });
     const outcome = await lock.withLock("cut", async (signal, fence) => {
       await bridge.close();
-      await new Promise((resolve) => signal.addEventListener("abort", resolve));
-      // no renewal got through: the lock is the holder's until its lease ends, and free from then on;
+      await vi.advanceTimersByTimeAsync(599); // renewals are tried, and fail
+      const before = signal.aborted;
+      await vi.advanceTimersByTimeAsync(1);
+      vi.useRealTimers();
+      expect([before, signal.aborted]).toEqual([false, true]);
+      // no renewal got through: the lock is the holder's until its hold ends, and free from then on;
       // the watcher, on the shared bridge, gets it with a newer fence
       clock.set(T0 + 599);
       const early = await watcher.acquire("cut", { owner: "watcher" });
@@ -676,13 +708,26 @@ describe("on a 3-node Redis Cluster", () => {
   });
 
   it("runs withLock and the concurrency cap through the cluster", async () => {
-    const lock = new Lock({ redis: clusterRedis(), prefix: "cl2", ttl: 1000 });
-    let renewedPast = false;
-    await lock.withLock("job", async (signal) => {
-      await new Promise((resolve) => setTimeout(resolve, 2200)); // past two leases
-      renewedPast = !signal.aborted && !(await lock.acquire("job", { owner: "rival" })).acquired;
-    });
-    expect(renewedPast).toBe(true);
+    const clock = manualClock();
+    const lock = new Lock({ redis: clusterRedis(), prefix: "cl2", ttl: 900, clock });
+    const extend = vi.spyOn(lock, "extend");
+    vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"] });
+    const ends: number[] = [];
+    try {
+      await lock.withLock("job", async (signal) => {
+        // past two ttls, renewing every 300 ms: the rival is refused until each renewal's end
+        for (let step = 1; step <= 7; step++) {
+          clock.set(T0 + step * 300);
+          await vi.advanceTimersByTimeAsync(300);
+          await extend.mock.results.at(-1)!.value;
+          const rival = await lock.acquire("job", { owner: "rival" });
+          ends.push(signal.aborted || rival.acquired ? 0 : rival.expiresAt);
+        }
+      });
+    } finally {
+      vi.useRealTimers();
+    }
+    expect(ends).toEqual([1, 2, 3, 4, 5, 6, 7].map((step) => T0 + step * 300 + 900));
 
     const instances = [0, 1, 2].map(
       () => new Concurrency({ redis: clusterRedis(), prefix: "cl3", limit: 4, ttl: "30s", timeout: 15_000 }),
