@@ -2,7 +2,7 @@
 // origin whose /gate/ID responses stay open until the test opens them: a slot is held while a body
 // streams, and given back when it has been read to the end or the client went away (cancelled it).
 import { Redis } from "@upstash/redis/cloudflare";
-import { describe, expect, inject, test } from "vitest";
+import { describe, expect, inject, test, vi } from "vitest";
 import worker, { type Env } from "../../../src/adapters/worker/index.js";
 import { Lock } from "../../../src/engine/lock.js";
 import { config, envFor } from "./support.js";
@@ -179,6 +179,8 @@ describe('the "concurrency" route option', () => {
 });
 
 describe("Lock.withLock inside workerd", () => {
+  // The renewal timers are faked and the Lock's clock moved with them (real I/O still goes to Redis):
+  // every renewal lands at an exact moment, with no sleeping through ttls.
   test("renewal keeps running after the response through ctx.waitUntil, then the lock is released", async () => {
     const redis = new Redis({
       url: inject("bridgeUrl"),
@@ -186,38 +188,59 @@ describe("Lock.withLock inside workerd", () => {
       enableTelemetry: false,
     });
     const prefix = `tw-lock-${crypto.randomUUID().slice(0, 8)}`;
-    const lock = new Lock({ redis, prefix, ttl: 600 });
-    const rival = new Lock({ redis, prefix, ttl: 600 });
-    const pending: Promise<unknown>[] = [];
-    let fence = 0;
-    let signal: AbortSignal | undefined;
-    // What a fetch handler does: start the work, hand it to waitUntil, answer at once.
-    const handler = () => {
-      void lock
-        .withLock(
-          "job",
-          async (s, f) => {
-            signal = s;
-            fence = f;
-            await new Promise((resolve) => setTimeout(resolve, 2000)); // over three leases
-          },
-          { waitUntil: (p) => void pending.push(p) },
-        )
-        .catch(() => {});
-      return new Response("accepted", { status: 202 });
-    };
-    expect(handler().status).toBe(202);
-    expect(pending.length).toBe(1);
-    const tries: boolean[] = [];
-    for (let i = 0; i < 6; i++) {
-      await new Promise((resolve) => setTimeout(resolve, 250));
-      tries.push((await rival.acquire("job", { owner: "rival" })).acquired);
+    const T0 = 1_700_000_040_000;
+    let now = T0;
+    const clock = () => now;
+    const lock = new Lock({ redis, prefix, ttl: 600, clock });
+    const rival = new Lock({ redis, prefix, ttl: 600, clock });
+    const extend = vi.spyOn(lock, "extend");
+    vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"] });
+    try {
+      const pending: Promise<unknown>[] = [];
+      let fence = 0;
+      let signal: AbortSignal | undefined;
+      let finish!: () => void;
+      const done = new Promise<void>((resolve) => {
+        finish = resolve;
+      });
+      // What a fetch handler does: start the work, hand it to waitUntil, answer at once.
+      const handler = () => {
+        void lock
+          .withLock(
+            "job",
+            async (s, f) => {
+              signal = s;
+              fence = f;
+              await done; // the work outlives the response, over three ttls
+            },
+            { waitUntil: (p) => void pending.push(p) },
+          )
+          .catch(() => {});
+        return new Response("accepted", { status: 202 });
+      };
+      expect(handler().status).toBe(202);
+      expect(pending.length).toBe(1);
+      await vi.waitFor(() => expect(signal).toBeDefined());
+      expect(fence).toBe(T0);
+      // a renewal every 200 ms (a third of the ttl); the rival is refused until each renewal's end
+      const ends: number[] = [];
+      for (let step = 1; step <= 9; step++) {
+        now = T0 + step * 200;
+        await vi.advanceTimersByTimeAsync(200);
+        await extend.mock.results.at(-1)!.value;
+        const tried = await rival.acquire("job", { owner: "rival" });
+        ends.push(tried.acquired ? 0 : tried.expiresAt);
+      }
+      expect(ends).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9].map((step) => T0 + step * 200 + 600));
+      finish();
+      await Promise.all(pending);
+      expect(signal?.aborted).toBe(false);
+      expect(await rival.acquire("job", { owner: "rival" })).toMatchObject({
+        acquired: true,
+        fence: T0 + 1800,
+      });
+    } finally {
+      vi.useRealTimers();
     }
-    expect(tries).toEqual([false, false, false, false, false, false]);
-    await Promise.all(pending);
-    expect(signal?.aborted).toBe(false);
-    const after = await rival.acquire("job", { owner: "rival" });
-    expect(after.acquired).toBe(true);
-    expect(after.fence).toBeGreaterThan(fence);
   });
 });
