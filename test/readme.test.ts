@@ -251,7 +251,7 @@ describe("the docs' TypeScript, as a consumer compiles it", () => {
 
   it("the bridge's .d.ts does need @types/node, as the README says", () => {
     const bridge = { origin: "bridge", code: 'export * from "edgelimit/bridge";' };
-    expect(typecheck("bridge-without-node", [bridge], [])).toMatch(/Cannot find name 'Buffer'/);
+    expect(typecheck("bridge-without-node", [bridge], [])).toMatch(/Cannot find namespace 'NodeJS'/);
     for (const page of ["README.md", "docs/bridge.md"]) {
       expect(text(page), page).toMatch(/edgelimit\/bridge[^\n]*@types\/node|@types\/node[^\n]*bridge/);
     }
