@@ -8,7 +8,10 @@ import { checkClock, checkOptions, checkString, durationMs, positiveMs, readCloc
 
 /** What `new Concurrency()` takes. `redis`, `limit` and `ttl` are required. */
 export interface ConcurrencyOptions {
-  /** An @upstash/redis client (`new Redis({ url, token })`), or the `{ url, token }` of a REST endpoint. */
+  /**
+   * An @upstash/redis client (`new Redis({ url, token })`), or the `{ url, token }` of a REST endpoint,
+   * with `breaker` for the circuit breaker of that Redis (see docs/failures.md).
+   */
   redis: unknown;
   /** Key namespace (default "edgelimit"): 1-64 characters of A-Z a-z 0-9 _ . : - */
   prefix?: string;

@@ -26,7 +26,10 @@ const POLL_MAX_MS = 500;
 
 /** What `new Lock()` takes. Only `redis` is required. */
 export interface LockOptions {
-  /** An @upstash/redis client (`new Redis({ url, token })`), or the `{ url, token }` of a REST endpoint. */
+  /**
+   * An @upstash/redis client (`new Redis({ url, token })`), or the `{ url, token }` of a REST endpoint,
+   * with `breaker` for the circuit breaker of that Redis (see docs/failures.md).
+   */
   redis: unknown;
   /** Key namespace (default "edgelimit"): 1-64 characters of A-Z a-z 0-9 _ . : - */
   prefix?: string;

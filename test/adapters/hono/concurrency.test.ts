@@ -2,7 +2,7 @@
 // body streams and given back at its end, when the client cancels it, or when the handler throws.
 import { Redis } from "@upstash/redis";
 import { Hono } from "hono";
-import { describe, expect, inject, it } from "vitest";
+import { describe, expect, inject, it, vi } from "vitest";
 import {
   type ConcurrencyEvent,
   type ConcurrencyVariables,
@@ -271,5 +271,24 @@ describe("concurrencyLimit", () => {
         mode: "loud" as "shadow",
       }),
     ).toThrow(/^mode: /);
+  });
+
+  it("builds its Concurrency from `lease`, the old name of `ttl`, with one warning", async () => {
+    const warn = vi.spyOn(console, "warn").mockImplementation(() => {});
+    try {
+      const app = new Hono();
+      const options = { redis: bridgeRedis(), prefix: uniquePrefix("old-lease"), limit: 1, lease: "2s" };
+      app.use("/", concurrencyLimit({ ...options, key: () => "k", clock: () => T0 } as never));
+      app.get("/", (c) => c.json(c.get("concurrency" as never)));
+      const slot = await (await app.request("/")).json();
+      expect(slot).toMatchObject({ allowed: true, resetAt: T0 + 2000 });
+      expect(warn.mock.calls).toEqual([
+        [
+          "edgelimit: Concurrency: the option `lease` is now `ttl` (the same duration); rename it, the old name will go",
+        ],
+      ]);
+    } finally {
+      warn.mockRestore();
+    }
   });
 });
