@@ -15,6 +15,11 @@ import { type Admission, BREAKER_DEFAULTS, Breaker, type BreakerOptions, breaker
 import { RedisCallError } from "./errors.js";
 import { endpointOf, isClient, type RestConnection, restSender } from "./rest.js";
 
+/** Who set a transport's breaker, weakest first. */
+const DEFAULT = 0;
+const LIMITER = 1;
+const CONNECTION = 2;
+
 /** A Lua script the transport can load when Redis answers NOSCRIPT. */
 export interface Script {
   text: string;
@@ -361,11 +366,6 @@ export function transportFor(redis: unknown, options: { breaker?: BreakerOptions
   transport.configureBreaker(options.breaker, "limiter");
   return transport;
 }
-
-/** Who set a transport's breaker, weakest first. */
-const DEFAULT = 0;
-const LIMITER = 1;
-const CONNECTION = 2;
 
 function sameOptions(
   a: Required<BreakerOptions> | undefined,
