@@ -261,8 +261,8 @@ async function readConfig(file) {
       throw new Error(`cannot read ${file} (${error.code ?? error.message})`);
     }
     if (!file.endsWith(".jsonc")) return { text, source: file };
-    // One JSONC reader for both scripts: src/http/jsonc.ts (check-config uses it too).
-    const { stripJsonc } = await fromSrc("../src/http/jsonc.ts");
+    // One JSONC reader for both scripts: src/adapters/worker/jsonc.ts (check-config uses it too).
+    const { stripJsonc } = await fromSrc("../src/adapters/worker/jsonc.ts");
     return { text: stripJsonc(text), source: file };
   }
   const path = join(root, "wrangler.toml");
@@ -476,7 +476,7 @@ async function main() {
   } catch (error) {
     return fail(error.message);
   }
-  const { parseConfig } = await fromSrc("../src/http/config.ts");
+  const { parseConfig } = await fromSrc("../src/adapters/worker/config.ts");
   const parsed = parseConfig(config.text);
   if (!parsed.ok) {
     const count = `${parsed.errors.length} problem${parsed.errors.length === 1 ? "" : "s"}`;

@@ -43,10 +43,10 @@ import { Limiter } from "../../engine/limiter.js";
 import type { Override, Overrides } from "../../engine/overrides.js";
 import type { RestConnection } from "../../engine/rest.js";
 import { transportFor } from "../../engine/transport.js";
-import type { AnalyticsConfig, RouteConfig } from "../../http/config.js";
 import { PROBLEM_JSON } from "../../http/headers.js";
 import { clientKey, cookie, identifierOf } from "../../http/identity.js";
 import type { IpAddress } from "../../http/ip.js";
+import type { AnalyticsConfig, RouteConfig } from "./config.js";
 import { loginPage, type OpsRoute, opsPage, type RouteReport, STYLE } from "./ops-page.js";
 
 /** The largest override body accepted, in bytes: a plan name, or a few rules' fields, fit many times over. */

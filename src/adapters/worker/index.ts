@@ -12,13 +12,10 @@ import { Hono } from "hono/tiny";
 import { Concurrency } from "../../engine/concurrency.js";
 import { Limiter, type LimiterOptions } from "../../engine/limiter.js";
 import type { RestConnection } from "../../engine/rest.js";
-import { type EdgelimitConfig, parseConfig, type RouteConfig } from "../../http/config.js";
 import { failureLog } from "../../http/error-log.js";
 import { PROBLEM_JSON } from "../../http/headers.js";
 import { clientIp, identify } from "../../http/identity.js";
 import type { IpAddress } from "../../http/ip.js";
-import { forward } from "../../http/proxy.js";
-import { type RegionsConfig, type RequestLocation, regionOf } from "../../http/regions.js";
 import {
   compileRoutes,
   formMethods,
@@ -30,6 +27,9 @@ import { usageLog } from "../../http/usage.js";
 import { type ConcurrencyVariables, concurrencyLimit } from "../hono/concurrency.js";
 import { type RateLimitVariables, rateLimit } from "../hono/index.js";
 import { type AdminRoute, admin } from "./admin.js";
+import { type EdgelimitConfig, parseConfig, type RouteConfig } from "./config.js";
+import { forward } from "./proxy.js";
+import { type RegionsConfig, type RequestLocation, regionOf } from "./regions.js";
 
 /** The Worker's bindings. */
 export interface Env {

@@ -1,7 +1,7 @@
 import { describe, expect, test } from "vitest";
-import { parseConfig } from "../../src/http/config.js";
-import { parseIp } from "../../src/http/ip.js";
-import { regionOf } from "../../src/http/regions.js";
+import { parseConfig } from "../../../src/adapters/worker/config.js";
+import { regionOf } from "../../../src/adapters/worker/regions.js";
+import { parseIp } from "../../../src/http/ip.js";
 
 const login = {
   name: "login",

@@ -14,9 +14,9 @@
 //                                               continent; optional for the default database
 //   }
 // }
-import { NAME } from "../engine/algorithms.js";
-import { describe, readDuration } from "../engine/duration.js";
-import { type Issue, MAX_TIMER_MS } from "../engine/validate.js";
+import { NAME } from "../../engine/algorithms.js";
+import { describe, readDuration } from "../../engine/duration.js";
+import { type Issue, MAX_TIMER_MS } from "../../engine/validate.js";
 
 /** Units a pool may hold for one identifier in one region (the Limiter's `region.pool`). */
 export interface PoolConfig {

@@ -49,16 +49,16 @@ import {
   type PlanConfig,
   type Rule,
   type RuleConfig,
-} from "../engine/algorithms.js";
-import { describe, readDuration } from "../engine/duration.js";
-import { PREFIX } from "../engine/keys.js";
-import { checkLease, type LeaseConfig } from "../engine/leases.js";
-import { type Issue, MAX_TIMER_MS } from "../engine/validate.js";
-import { type KeySpec, parseKeySpec } from "./identity.js";
-import { IpSet, parseRange } from "./ip.js";
+} from "../../engine/algorithms.js";
+import { describe, readDuration } from "../../engine/duration.js";
+import { PREFIX } from "../../engine/keys.js";
+import { checkLease, type LeaseConfig } from "../../engine/leases.js";
+import { type Issue, MAX_TIMER_MS } from "../../engine/validate.js";
+import { type KeySpec, parseKeySpec } from "../../http/identity.js";
+import { IpSet, parseRange } from "../../http/ip.js";
+import { parsePathPattern, type RouteMatch } from "../../http/routes.js";
+import { checkUsageSource, type UsageSource } from "../../http/usage.js";
 import { checkPool, checkRegions, type PoolConfig, type RegionsConfig } from "./regions.js";
-import { parsePathPattern, type RouteMatch } from "./routes.js";
-import { checkUsageSource, type UsageSource } from "./usage.js";
 
 /** One route: the requests it matches, who they are counted by, and the rules they are held to. */
 export interface RouteConfig {
