@@ -18,7 +18,7 @@
 //       "cost": 1,                             units per request
 //       "timeout": "1s",                       how long a decision waits for Redis (Limiter default 1000 ms)
 //       "onError": "allow",                    or "deny": the decision when Redis fails or times out
-//       "concurrency": { "limit": 10, "lease": "30s" },
+//       "concurrency": { "limit": 10, "ttl": "30s" },
 //                                              optional: at most 10 requests of one key in flight at once
 //       "lease": { "max": 50, "ttl": "1s" },   optional: answer hot identifiers from units held per isolate
 //       "plans": { "pro": { "perMinute": { "limit": 1000 } } },
@@ -78,8 +78,8 @@ export interface RouteConfig {
   readonly onError?: "allow" | "deny";
   /** Leases for hot identifiers (the Limiter's `lease` option; off when absent). */
   readonly lease?: LeaseConfig;
-  /** At most `limit` requests per key in flight, each slot held at most `lease` ms (off when absent). */
-  readonly concurrency?: { readonly limit: number; readonly lease: number };
+  /** At most `limit` requests per key in flight, each slot held at most `ttl` ms (off when absent). */
+  readonly concurrency?: { readonly limit: number; readonly ttl: number };
   /** What each plan changes in the rules (the Limiter's `plans`); none when absent. */
   readonly plans?: Readonly<Record<string, PlanConfig>>;
   /** Per-key overrides stored in Redis (the Limiter's `overrides`, maxStale in ms); off when absent. */
@@ -148,12 +148,26 @@ const objectMessage =
     return "is required";
   };
 
-function strict<const E extends v.ObjectEntries>(what: string, entries: E) {
+/**
+ * A strict object of `entries`. `renamed` maps a field's old name to the refusal that names its new one:
+ * an old config says what to change rather than that a field is unknown.
+ */
+function strict<const E extends v.ObjectEntries>(
+  what: string,
+  entries: E,
+  renamed: Readonly<Record<string, string>> = {},
+) {
   const message = objectMessage(what, Object.keys(entries));
+  const old = Object.fromEntries(
+    Object.entries(renamed).map(([field, refusal]) => [
+      field,
+      v.optional(v.custom<never>(() => false, refusal)),
+    ]),
+  );
   // valibot takes an array for an object; a list where one object belongs is a mistake worth naming.
   return v.pipe(
     v.custom<unknown>((input) => !Array.isArray(input), message),
-    v.strictObject(entries, message),
+    v.strictObject({ ...old, ...entries } as E, message),
   );
 }
 
@@ -434,13 +448,18 @@ const route = strict("a route object such as { name, match, key, rules }", {
   onError: v.optional(v.picklist(["allow", "deny"], (issue) => `must be "allow" or "deny"${got(issue)}`)),
   lease: v.optional(lease),
   concurrency: v.optional(
-    strict('an object such as { "limit": 10, "lease": "30s" }', {
-      limit: v.pipe(
-        positiveWhole,
-        v.maxValue(1_000_000, (issue) => `must be at most 1000000${got(issue)}`),
-      ),
-      lease: timerDuration,
-    }),
+    strict(
+      'an object such as { "limit": 10, "ttl": "30s" }',
+      {
+        limit: v.pipe(
+          positiveWhole,
+          v.maxValue(1_000_000, (issue) => `must be at most 1000000${got(issue)}`),
+        ),
+        ttl: timerDuration,
+      },
+      // "lease" means units held per isolate on a route (its "lease"); a slot's longest hold is a ttl
+      { lease: 'renamed: use "ttl", the longest a slot is held (e.g. "ttl": "30s")' },
+    ),
   ),
   plans: v.optional(plans),
   overrides: v.optional(overrides),

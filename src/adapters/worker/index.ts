@@ -209,7 +209,8 @@ function limitedRoute(
       redis,
       prefix: config.prefix,
       limit: route.concurrency.limit,
-      lease: route.concurrency.lease,
+      // Concurrency's own name for the longest a slot is held (the route's "ttl")
+      lease: route.concurrency.ttl,
       ...(route.timeout === undefined ? {} : { timeout: route.timeout }),
       ...(route.onError === undefined ? {} : { onError: route.onError }),
     }),

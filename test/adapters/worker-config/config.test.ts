@@ -407,8 +407,20 @@ describe("rule and lease problems, each at its own path", () => {
       ["routes[0].lease.ttl: must be at most 2147483647 ms, got 2147483648"],
     ],
     [
-      { ...base, routes: [{ ...login, concurrency: { limit: 1, lease: "soon" } }] },
-      [`routes[0].concurrency.lease: "soon" ${notDuration}`],
+      { ...base, routes: [{ ...login, concurrency: { limit: 1, ttl: "soon" } }] },
+      [`routes[0].concurrency.ttl: "soon" ${notDuration}`],
+    ],
+    // a slot's longest hold was once "lease" (the word a route's units held per isolate keep)
+    [
+      { ...base, routes: [{ ...login, concurrency: { limit: 1, lease: "30s" } }] },
+      [
+        'routes[0].concurrency.lease: renamed: use "ttl", the longest a slot is held (e.g. "ttl": "30s")',
+        "routes[0].concurrency.ttl: is required",
+      ],
+    ],
+    [
+      { ...base, routes: [{ ...login, concurrency: { limit: 1, ttl: "30s", lease: "30s" } }] },
+      ['routes[0].concurrency.lease: renamed: use "ttl", the longest a slot is held (e.g. "ttl": "30s")'],
     ],
   ])("%j", (input, expected) => {
     expect(errorsOf(input)).toEqual(expected);
