@@ -50,15 +50,17 @@ import {
   type Rule,
   type RuleConfig,
 } from "../../engine/algorithms.js";
+import { checkAnalytics, type AnalyticsConfig as EngineAnalytics } from "../../engine/analytics.js";
 import { describe, readDuration } from "../../engine/duration.js";
 import { PREFIX } from "../../engine/keys.js";
 import { checkLease, type LeaseConfig } from "../../engine/leases.js";
+import { checkOverrides, type OverridesConfig } from "../../engine/overrides.js";
 import { type Issue, MAX_TIMER_MS } from "../../engine/validate.js";
 import { type KeySpec, parseKeySpec } from "../../http/identity.js";
 import { IpSet, parseRange } from "../../http/ip.js";
 import { parsePathPattern, type RouteMatch } from "../../http/routes.js";
 import { checkUsageSource, type UsageSource } from "../../http/usage.js";
-import { checkPool, checkRegions, type PoolConfig, type RegionsConfig } from "./regions.js";
+import { checkRegions, type PoolConfig, type RegionsConfig } from "./regions.js";
 
 /** One route: the requests it matches, who they are counted by, and the rules they are held to. */
 export interface RouteConfig {
@@ -83,7 +85,7 @@ export interface RouteConfig {
   /** What each plan changes in the rules (the Limiter's `plans`); none when absent. */
   readonly plans?: Readonly<Record<string, PlanConfig>>;
   /** Per-key overrides stored in Redis (the Limiter's `overrides`, maxStale in ms); off when absent. */
-  readonly overrides?: { readonly maxStale?: number };
+  readonly overrides?: OverridesConfig;
   /** Where the response states the request's real cost; `cost` is then the reservation. Off when absent. */
   readonly settle?: UsageSource;
   /** This route's regional pool (regions.pool when absent), or false: home alone in every region. */
@@ -112,22 +114,8 @@ export interface EdgelimitConfig {
   readonly regions?: RegionsConfig;
 }
 
-/** The config's `analytics`, durations in ms; a field left out is the Limiter's default. */
-export interface AnalyticsConfig {
-  /** How often an isolate writes its counts to Redis. */
-  readonly flushEvery?: number;
-  /** How many identifiers, most denied first, are kept per minute. */
-  readonly top?: number;
-  /** How long the counts stay in Redis. */
-  readonly retention?: number;
-}
-
-/** The bounds of the config's analytics fields. */
-export const ANALYTICS_BOUNDS = {
-  flushEvery: { min: 1_000, max: 3_600_000 },
-  top: { min: 1, max: 100 },
-  retention: { min: 3_600_000, max: 90 * 86_400_000 },
-} as const;
+/** The config's `analytics`: the Limiter's, durations in ms, defaults filled in, named by each route. */
+export type AnalyticsConfig = Omit<EngineAnalytics, "name">;
 
 /** The outcome of `parseConfig`: the config, or every problem found, each as "path: message". */
 export type ConfigResult =
@@ -333,72 +321,24 @@ const plans = v.pipe(
   v.record(v.string(), v.unknown(), plansMessage),
 );
 
+// The Limiter's own checks of `overrides` and `analytics`, their issues under the config's fields.
 const overrides = v.pipe(
   v.unknown(),
-  checked<unknown, boolean | { maxStale?: number }>((value) => {
-    if (typeof value === "boolean") return { value };
-    if (value === null || typeof value !== "object" || Array.isArray(value)) {
-      const message = `must be true, false or an object such as { "maxStale": "1s" }, got ${describe(value)}`;
-      return { issues: [{ path: [], message }] };
-    }
-    const issues: Issue[] = Object.keys(value)
-      .filter((field) => field !== "maxStale")
-      .map((field) => ({ path: [field], message: "is not a known field; use maxStale" }));
-    const { maxStale } = value as { maxStale?: unknown };
-    if (maxStale === undefined) return issues.length > 0 ? { issues } : { value: {} };
-    const read = readDuration(maxStale);
-    if (!("ms" in read)) issues.push({ path: ["maxStale"], message: read.message });
-    else if (read.ms > MAX_TIMER_MS) {
-      issues.push({
-        path: ["maxStale"],
-        message: `must be at most ${MAX_TIMER_MS} ms (about 24.8 days), got ${read.ms}`,
-      });
-    }
-    return issues.length > 0 || !("ms" in read) ? { issues } : { value: { maxStale: read.ms } };
+  checked<unknown, OverridesConfig | undefined>((value) => {
+    const result = checkOverrides(value);
+    return result.issues === undefined ? { value: result.overrides } : { issues: result.issues };
   }),
 );
 
-const ANALYTICS_FIELDS = ["flushEvery", "top", "retention"] as const;
-
-// true (the Limiter's defaults), false (off, as when left out) or { flushEvery, top, retention }.
+// Each route's counts go under the route's name, so the block takes no name of its own.
 const analytics = v.pipe(
   v.unknown(),
-  checked<unknown, AnalyticsConfig | false>((value) => {
-    if (value === true) return { value: {} };
-    if (value === false) return { value: false };
-    if (value === null || typeof value !== "object" || Array.isArray(value)) {
-      const message = `must be true, false or an object such as { "flushEvery": "5s", "top": 20, "retention": "7d" }, got ${describe(value)}`;
-      return { issues: [{ path: [], message }] };
-    }
-    const fields = value as Record<string, unknown>;
-    const issues: Issue[] = Object.keys(fields)
-      .filter((field) => !(ANALYTICS_FIELDS as readonly string[]).includes(field))
-      .map((field) => ({
-        path: [field],
-        message: `is not a known field; use ${ANALYTICS_FIELDS.join(", ")}`,
-      }));
-    const out: { flushEvery?: number; top?: number; retention?: number } = {};
-    for (const field of ["flushEvery", "retention"] as const) {
-      if (fields[field] === undefined) continue;
-      const { min, max } = ANALYTICS_BOUNDS[field];
-      const read = readDuration(fields[field]);
-      if (!("ms" in read)) issues.push({ path: [field], message: read.message });
-      else if (read.ms < min || read.ms > max) {
-        const message = `must be from ${min} ms (${field === "flushEvery" ? '"1s"' : '"1h"'}) to ${max} ms (${field === "flushEvery" ? '"1h"' : '"90d"'}), got ${describe(fields[field])}`;
-        issues.push({ path: [field], message });
-      } else out[field] = read.ms;
-    }
-    if (fields.top !== undefined) {
-      const { min, max } = ANALYTICS_BOUNDS.top;
-      const top = fields.top;
-      if (typeof top !== "number" || !Number.isInteger(top) || top < min || top > max) {
-        issues.push({
-          path: ["top"],
-          message: `must be a whole number from ${min} to ${max}, got ${describe(top)}`,
-        });
-      } else out.top = top;
-    }
-    return issues.length > 0 ? { issues } : { value: out };
+  checked<unknown, AnalyticsConfig | undefined>((value) => {
+    const result = checkAnalytics(value, { named: false });
+    if (result.issues !== undefined) return { issues: result.issues };
+    if (result.analytics === undefined) return { value: undefined };
+    const { name: _, ...config } = result.analytics;
+    return { value: config };
   }),
 );
 
@@ -423,8 +363,8 @@ const routePool = v.pipe(
   v.unknown(),
   checked<unknown, PoolConfig | false>((value) => {
     if (value === false) return { value };
-    const result = checkPool(value);
-    return result.issues === undefined ? { value: result.pool } : { issues: result.issues };
+    const result = checkLease(value);
+    return result.issues === undefined ? { value: result.lease } : { issues: result.issues };
   }),
 );
 
@@ -548,14 +488,11 @@ export function parseConfig(input: unknown): ConfigResult {
     ok: true,
     config: {
       ...output,
-      // false is the same as leaving it out
-      ...(analytics === false || analytics === undefined ? {} : { analytics }),
+      // off (false) is the same as leaving it out
+      ...(analytics === undefined ? {} : { analytics }),
       routes: output.routes.map(({ overrides, ...route }) => ({
         ...route,
-        // false is the same as leaving it out; true is the Limiter's defaults
-        ...(overrides === false || overrides === undefined
-          ? {}
-          : { overrides: overrides === true ? {} : overrides }),
+        ...(overrides === undefined ? {} : { overrides }),
       })) as RouteConfig[],
       allow: IpSet.from(output.allow),
       deny: IpSet.from(output.deny),
