@@ -26,7 +26,7 @@ import {
 import { usageLog } from "../../http/usage.js";
 import { type ConcurrencyVariables, concurrencyLimit } from "../hono/concurrency.js";
 import { type RateLimitVariables, rateLimit } from "../hono/index.js";
-import { type AdminRoute, admin } from "./admin.js";
+import { type AdminApp, type AdminRoute, adminApp, underAdmin } from "./admin.js";
 import { type EdgelimitConfig, parseConfig, type RouteConfig } from "./config.js";
 import { forward } from "./proxy.js";
 import { type RegionsConfig, type RequestLocation, regionOf } from "./regions.js";
@@ -58,6 +58,8 @@ type Setup =
       readonly routes: readonly LimitedRoute[];
       /** The routes compiled for matching, once with the setup. */
       readonly table: RouteTable<LimitedRoute>;
+      /** The admin API and the ops page: a sub-app the requests under adminPath are handed to. */
+      readonly admin: AdminApp;
     }
   | { readonly ok: false; readonly errors: readonly string[] };
 
@@ -125,7 +127,16 @@ function buildSetup(raw: unknown, url: string | undefined, token: string | undef
     // the Upstash REST protocol, spoken by the engine itself: no Redis client library in the bundle
     const redis: RestConnection = { url: url!, token: token! };
     const routes = config.routes.map((route) => limitedRoute(route, config, redis, regional));
-    return { ok: true, config, routes, table: compileRoutes(routes) };
+    const admin = adminApp({
+      token: typeof env.EDGELIMIT_ADMIN_TOKEN === "string" ? env.EDGELIMIT_ADMIN_TOKEN : undefined,
+      adminPath: config.adminPath,
+      routes,
+      analytics: config.analytics,
+      // its Redis: wrong tokens are counted per address there, and ended sessions kept
+      redis,
+      prefix: config.prefix,
+    });
+    return { ok: true, config, routes, table: compileRoutes(routes), admin };
   } catch (error) {
     return { ok: false, errors: [`edgelimit could not start: ${(error as Error).message}`] };
   }
@@ -266,7 +277,7 @@ app.use(async (c, next) => {
     console.error(`edgelimit is misconfigured:\n  ${setup.errors.join("\n  ")}`);
     return c.text("edgelimit is misconfigured", 500);
   }
-  const { config, routes, table } = setup;
+  const { config, table } = setup;
   const ip = clientIp(c.req.raw.headers);
   // Deny wins over allow: an address in both is refused.
   if (ip && config.deny.has(ip)) {
@@ -274,11 +285,9 @@ app.use(async (c, next) => {
   }
   const path = normalizePath(new URL(c.req.url).pathname);
   const adminPath = config.adminPath;
+  // the admin sub-app, mounted at the admin path (matched normalized, as every route is)
   if (path === adminPath || path.startsWith(`${adminPath}/`)) {
-    // its Redis: wrong tokens are counted per address there, and ended sessions kept
-    const redis = { url: c.env.UPSTASH_REDIS_REST_URL!, token: c.env.UPSTASH_REDIS_REST_TOKEN! };
-    const context = { ip, redis, prefix: config.prefix };
-    return admin(c.req.raw, c.env?.EDGELIMIT_ADMIN_TOKEN, adminPath, routes, config.analytics, context);
+    return setup.admin.fetch(underAdmin(c.req.raw, adminPath));
   }
   c.set("config", config);
   c.set("ip", ip);
