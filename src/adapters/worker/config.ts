@@ -218,7 +218,7 @@ const duration = v.pipe(
   }),
 );
 
-// A duration a timer waits out (a timeout, a slot's lease): at most what setTimeout holds.
+// A duration a timer waits out (a timeout, a slot's ttl): at most what setTimeout holds.
 const timerDuration = v.pipe(
   duration,
   v.maxValue(MAX_TIMER_MS, (issue) => `must be at most ${MAX_TIMER_MS} ms (about 24.8 days)${got(issue)}`),
