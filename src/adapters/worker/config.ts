@@ -114,8 +114,11 @@ export interface EdgelimitConfig {
   readonly regions?: RegionsConfig;
 }
 
-/** The config's `analytics`: the Limiter's, durations in ms, defaults filled in, named by each route. */
-export type AnalyticsConfig = Omit<EngineAnalytics, "name">;
+/**
+ * The config's `analytics`: the fields given, durations in ms; one left out is the Limiter's default.
+ * Each route's Limiter names its counts by the route.
+ */
+export type AnalyticsConfig = Partial<Omit<EngineAnalytics, "name">>;
 
 /** The outcome of `parseConfig`: the config, or every problem found, each as "path: message". */
 export type ConfigResult =
@@ -330,15 +333,19 @@ const overrides = v.pipe(
   }),
 );
 
-// Each route's counts go under the route's name, so the block takes no name of its own.
+// Each route's counts go under the route's name, so the block takes no name of its own. The fields
+// given come back in ms; those left out stay out (each Limiter fills in its defaults).
 const analytics = v.pipe(
   v.unknown(),
   checked<unknown, AnalyticsConfig | undefined>((value) => {
     const result = checkAnalytics(value, { named: false });
     if (result.issues !== undefined) return { issues: result.issues };
     if (result.analytics === undefined) return { value: undefined };
-    const { name: _, ...config } = result.analytics;
-    return { value: config };
+    const given = value === true ? [] : Object.keys(value as object);
+    const { analytics } = result;
+    return {
+      value: Object.fromEntries(given.map((field) => [field, analytics[field as keyof AnalyticsConfig]])),
+    };
   }),
 );
 
