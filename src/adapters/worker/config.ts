@@ -1,7 +1,10 @@
 // The Worker's configuration: one JSON document (the EDGELIMIT_CONFIG var), validated in full before any
 // request is served. Every problem is reported at once, each with the path of the field at fault
 // (`routes[1].rules.burst.capacity: must be a positive whole number, got 0`), so one deploy fixes all.
-// Unknown fields are errors too: a misspelt option must not be silently ignored.
+// Unknown fields are errors too: a misspelt option must not be silently ignored. What a route hands its
+// Limiter (rules, plans, lease, overrides, analytics, a regional pool) is checked by the engine's own
+// checks (checkRule, checkPlans, checkLease, checkOverrides, checkAnalytics), their issues reported
+// here under the config's paths: one check and one message, in the library and in the Worker alike.
 //
 // {
 //   "origin": "https://api.example.com",      required; scheme + host (+ port), no path

@@ -3,7 +3,8 @@
 // (UPSTASH_REDIS_REST_URL, UPSTASH_REDIS_REST_TOKEN), plus one secret per regional database (its
 // tokenSecret). The config's fields are documented in config.ts and regions.ts.
 //
-// request ─▶ config (parsed once per isolate) ─▶ deny list (403) ─▶ first matching route
+// request ─▶ config (parsed once per isolate) ─▶ deny list (403) ─▶ under adminPath: the admin
+//            sub-app (admin.ts) ─▶ first matching route
 //         ─▶ allow list / no route: straight to the origin
 //         ─▶ route: identity ─▶ region (request.cf) ─▶ the route's rateLimit middleware for that
 //            region (429 / 401 / headers) ─▶ origin
