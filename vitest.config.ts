@@ -16,7 +16,7 @@ const SLOW = [
   // tsc, wrangler deploy --dry-run, a package build, node children
   "test/readme.test.ts",
   "test/consumer.test.ts",
-  "test/http/check-config.test.ts",
+  "test/adapters/worker-config/check-config.test.ts",
   // the TypeScript compiler and esbuild over a consumer's view of the built package
   "test/exports.test.ts",
   // several redis-servers, delay proxies and the real clock; processes killed, stopped, restarted

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // npm run check-config [FILE]: validates an edgelimit Worker config offline, with the same parser the
-// Worker runs (src/http/config.ts). Prints OK (and, with regions, the secret each database's token is
+// Worker runs (src/adapters/worker/config.ts). Prints OK (and, with regions, the secret each database's token is
 // read from), or every problem with the path of the field at fault
 // (every problem of every rule, not only the first); exits 1 on problems, 2 on usage errors.
 //
@@ -56,7 +56,7 @@ async function readConfig(file) {
   }
   const source = file === "-" ? "stdin" : file;
   const jsonc = file === "-" || file.endsWith(".jsonc");
-  const { stripJsonc } = jsonc ? await fromSrc("../src/http/jsonc.ts") : {};
+  const { stripJsonc } = jsonc ? await fromSrc("../src/adapters/worker/jsonc.ts") : {};
   try {
     return { value: JSON.parse(jsonc ? stripJsonc(text) : text), source };
   } catch (error) {
@@ -90,7 +90,7 @@ async function main() {
     console.error(`${config.source}: 1 problem\n  ${config.syntax}`);
     return 1;
   }
-  const { parseConfig } = await fromSrc("../src/http/config.ts");
+  const { parseConfig } = await fromSrc("../src/adapters/worker/config.ts");
   const result = parseConfig(config.value);
   if (!result.ok) {
     const count = result.errors.length;

@@ -261,8 +261,8 @@ async function readConfig(file) {
       throw new Error(`cannot read ${file} (${error.code ?? error.message})`);
     }
     if (!file.endsWith(".jsonc")) return { text, source: file };
-    // One JSONC reader for both scripts: src/http/jsonc.ts (check-config uses it too).
-    const { stripJsonc } = await fromSrc("../src/http/jsonc.ts");
+    // One JSONC reader for both scripts: src/adapters/worker/jsonc.ts (check-config uses it too).
+    const { stripJsonc } = await fromSrc("../src/adapters/worker/jsonc.ts");
     return { text: stripJsonc(text), source: file };
   }
   const path = join(root, "wrangler.toml");
@@ -476,7 +476,7 @@ async function main() {
   } catch (error) {
     return fail(error.message);
   }
-  const { parseConfig } = await fromSrc("../src/http/config.ts");
+  const { parseConfig } = await fromSrc("../src/adapters/worker/config.ts");
   const parsed = parseConfig(config.text);
   if (!parsed.ok) {
     const count = `${parsed.errors.length} problem${parsed.errors.length === 1 ? "" : "s"}`;
@@ -534,8 +534,9 @@ async function main() {
   const value = JSON.stringify(json).replaceAll("'", "\\u0027");
   // A development token for the admin API: printed below, so never one that guards anything real.
   const adminToken = process.env.EDGELIMIT_ADMIN_TOKEN || `dev-${randomUUID()}`;
-  if (!/^[\x21-\x7e]+$/.test(adminToken) || adminToken.includes("'")) {
-    return fail("EDGELIMIT_ADMIN_TOKEN: must be printable ASCII with no spaces or '", 2);
+  // a bearer token (RFC 6750), as the admin API reads one; none holds a ' or a space
+  if (!/^[A-Za-z0-9._~+/-]+=*$/.test(adminToken)) {
+    return fail("EDGELIMIT_ADMIN_TOKEN: must be a bearer token: A-Z a-z 0-9 - . _ ~ + /, = at its end", 2);
   }
   writeFileSync(
     envFile,

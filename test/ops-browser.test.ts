@@ -11,8 +11,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { type Browser, type BrowserContext, chromium, type Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { parseConfig } from "../src/adapters/worker/config.js";
 import { opsPage } from "../src/adapters/worker/ops-page.js";
-import { parseConfig } from "../src/http/config.js";
 import { type StartedWorker, startWorker } from "./started-worker.js";
 
 const CHROMIUM = "/usr/bin/chromium";

@@ -27,7 +27,7 @@ import { join, relative } from "node:path";
 import { promisify } from "node:util";
 import ts from "typescript";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
-import { parseConfig } from "../src/http/config.js";
+import { parseConfig } from "../src/adapters/worker/config.js";
 import { QUOTA_EXCEEDED } from "../src/http/headers.js";
 
 const root = join(import.meta.dirname, "..");

@@ -12,7 +12,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Redis } from "@upstash/redis";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
-import { parseConfig } from "../src/http/config.js";
+import { parseConfig } from "../src/adapters/worker/config.js";
 import { fixedWindow, Limiter } from "../src/index.js";
 import { ownBridge } from "./own-bridge.js";
 import { type StartedWorker, startWorker } from "./started-worker.js";

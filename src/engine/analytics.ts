@@ -25,6 +25,7 @@ import { endpointOf } from "./rest.js";
 import { sha256Hex } from "./sha256.js";
 import type { Transport } from "./transport.js";
 import type { Decision } from "./types.js";
+import { type Issue, issuesText } from "./validate.js";
 
 /** `analytics` option of a Limiter: `true` takes every default. */
 export interface AnalyticsOptions {
@@ -121,52 +122,75 @@ const NO_ERRORS: Record<RedisErrorKind, 0> = {
 
 /**
  * Validates the `analytics` option: undefined or false (off), true (defaults), or the options object;
- * else throws an Error naming the field (`analytics.top: ...`).
+ * else throws an Error naming the field (`analytics.top: ...`), every problem separated by "; ".
  *
  * @example
  * analyticsConfig({ flushEvery: "5s" }) // { flushEvery: 5000, top: 20, retention: 604800000, name: "default" }
  */
 export function analyticsConfig(value: unknown): AnalyticsConfig | undefined {
-  if (value === undefined || value === false) return undefined;
+  const checked = checkAnalytics(value);
+  if (checked.issues === undefined) return checked.analytics;
+  throw new Error(issuesText(["analytics"], checked.issues));
+}
+
+/**
+ * Validates the `analytics` option and reports every problem: the config with its defaults (undefined:
+ * off), or the issues, each with its path inside the option (`["top"]`, or `[]` for a value of the wrong
+ * kind). `named: false` refuses `name` too, for a caller that names the counts itself.
+ *
+ * @example
+ * checkAnalytics({ top: 0 }).issues // [{ path: ["top"], message: "must be a whole number from 1 to 100, got 0" }]
+ */
+export function checkAnalytics(
+  value: unknown,
+  { named = true }: { named?: boolean } = {},
+):
+  | { readonly analytics: AnalyticsConfig | undefined; readonly issues?: undefined }
+  | { readonly analytics?: undefined; readonly issues: readonly Issue[] } {
+  if (value === undefined || value === false) return { analytics: undefined };
+  const fields = named ? FIELDS : FIELDS.filter((field) => field !== "name");
   if (value === true) value = {};
   if (value === null || typeof value !== "object" || Array.isArray(value)) {
-    throw new Error(
-      `analytics: expected true, false or { flushEvery, top, retention, name }, got ${describe(value)}`,
-    );
+    const message = `expected true, false or { ${fields.join(", ")} }, got ${describe(value)}`;
+    return { issues: [{ path: [], message }] };
   }
-  for (const field of Object.keys(value)) {
-    if (!FIELDS.includes(field)) {
-      throw new Error(`analytics.${field}: not an analytics option; it takes ${FIELDS.join(", ")}`);
-    }
-  }
+  const issues: Issue[] = Object.keys(value)
+    .filter((field) => !fields.includes(field))
+    .map((field) => ({ path: [field], message: `not an analytics option; it takes ${fields.join(", ")}` }));
   const options = value as AnalyticsOptions;
   const flushEvery = boundedDuration(
     options.flushEvery ?? "10s",
-    "analytics.flushEvery",
+    "flushEvery",
     1000,
     HOUR,
     "1s",
     "1h",
+    issues,
   );
   const retention = boundedDuration(
     options.retention ?? "7d",
-    "analytics.retention",
+    "retention",
     HOUR,
     90 * 24 * HOUR,
     "1h",
     "90d",
+    issues,
   );
   const top = options.top ?? 20;
   if (typeof top !== "number" || !Number.isInteger(top) || top < 1 || top > 100) {
-    throw new Error(`analytics.top: must be a whole number from 1 to 100, got ${describe(top)}`);
+    issues.push({ path: ["top"], message: `must be a whole number from 1 to 100, got ${describe(top)}` });
   }
-  const name = options.name ?? "default";
+  const name = (named ? options.name : undefined) ?? "default";
   if (typeof name !== "string" || !NAME.test(name)) {
-    throw new Error(`analytics.name: must be 1-64 characters of A-Z a-z 0-9 _ . : - (got ${describe(name)})`);
+    issues.push({
+      path: ["name"],
+      message: `must be 1-64 characters of A-Z a-z 0-9 _ . : - (got ${describe(name)})`,
+    });
   }
-  return { flushEvery, top, retention, name };
+  return issues.length > 0 ? { issues } : { analytics: { flushEvery, top, retention, name } };
 }
 
+/** A duration from `min` to `max` ms; else an issue at `field` and 0. */
 function boundedDuration(
   value: unknown,
   field: string,
@@ -174,13 +198,14 @@ function boundedDuration(
   max: number,
   minText: string,
   maxText: string,
+  issues: Issue[],
 ): number {
   const read = readDuration(value);
-  if ("message" in read) throw new Error(`${field}: ${read.message}`);
-  if (read.ms < min || read.ms > max) {
-    throw new Error(`${field}: must be from ${minText} to ${maxText}, got ${describe(value)}`);
-  }
-  return read.ms;
+  if ("message" in read) issues.push({ path: [field], message: read.message });
+  else if (read.ms < min || read.ms > max) {
+    issues.push({ path: [field], message: `must be from ${minText} to ${maxText}, got ${describe(value)}` });
+  } else return read.ms;
+  return 0;
 }
 
 /** A decision's observer: analytics and `onDecision`, called once per decision, on every path. */

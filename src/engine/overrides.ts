@@ -30,7 +30,7 @@ import { RedisCallError } from "./errors.js";
 import { checkIdentifier, type RuleKeys } from "./keys.js";
 import { limiterArgs } from "./script.js";
 import type { Transport } from "./transport.js";
-import { type Issue, issueText, MAX_TIMER_MS } from "./validate.js";
+import { type Issue, issuesText, issueText, MAX_TIMER_MS } from "./validate.js";
 
 /** What the Limiter's `overrides` option takes beside `true`. */
 export interface OverridesOptions {
@@ -95,29 +95,54 @@ const RETRY_PAUSE_MS = 100;
 
 /**
  * Validates the Limiter's `overrides` option: undefined/false (off), true, or `{ maxStale }`. Throws
- * naming the field (`overrides.maxStale: ...`).
+ * naming the field (`overrides.maxStale: ...`), every problem separated by "; ".
  *
  * @example
  * overridesConfig({ maxStale: "5s" }) // { maxStale: 5000 }
  */
 export function overridesConfig(value: unknown): OverridesConfig | undefined {
-  if (value === undefined || value === false) return undefined;
-  if (value === true) return { maxStale: DEFAULT_MAX_STALE };
+  const checked = checkOverrides(value);
+  if (checked.issues === undefined) return checked.overrides;
+  throw new Error(issuesText(["overrides"], checked.issues));
+}
+
+/**
+ * Validates the `overrides` option and reports every problem: the config (undefined: off), or the
+ * issues, each with its path inside the option (`["maxStale"]`, or `[]` for a value of the wrong kind).
+ *
+ * @example
+ * checkOverrides({ maxStale: "soon" }).issues
+ * // [{ path: ["maxStale"], message: '"soon" is not a duration; use milliseconds or a string like ...' }]
+ */
+export function checkOverrides(
+  value: unknown,
+):
+  | { readonly overrides: OverridesConfig | undefined; readonly issues?: undefined }
+  | { readonly overrides?: undefined; readonly issues: readonly Issue[] } {
+  if (value === undefined || value === false) return { overrides: undefined };
+  if (value === true) return { overrides: { maxStale: DEFAULT_MAX_STALE } };
   if (value === null || typeof value !== "object" || Array.isArray(value)) {
-    throw new Error(`overrides: expected true, false or { maxStale }, got ${describe(value)}`);
+    return {
+      issues: [{ path: [], message: `expected true, false or { maxStale }, got ${describe(value)}` }],
+    };
   }
-  for (const key of Object.keys(value)) {
-    if (key !== "maxStale") throw new Error(`overrides.${key}: not an overrides option; it takes maxStale`);
-  }
+  const issues: Issue[] = Object.keys(value)
+    .filter((key) => key !== "maxStale")
+    .map((key) => ({ path: [key], message: "not an overrides option; it takes maxStale" }));
   const maxStale = (value as { maxStale?: unknown }).maxStale;
-  if (maxStale === undefined) return { maxStale: DEFAULT_MAX_STALE };
-  if (maxStale === 0) return { maxStale: 0 };
-  const read = readDuration(maxStale);
-  if ("message" in read) throw new Error(`overrides.maxStale: ${read.message}`);
-  if (read.ms > MAX_TIMER_MS) {
-    throw new Error(`overrides.maxStale: must be at most ${MAX_TIMER_MS} ms, got ${describe(maxStale)}`);
+  let ms = DEFAULT_MAX_STALE;
+  if (maxStale === 0) ms = 0;
+  else if (maxStale !== undefined) {
+    const read = readDuration(maxStale);
+    if ("message" in read) issues.push({ path: ["maxStale"], message: read.message });
+    else if (read.ms > MAX_TIMER_MS) {
+      issues.push({
+        path: ["maxStale"],
+        message: `must be at most ${MAX_TIMER_MS} ms, got ${describe(maxStale)}`,
+      });
+    } else ms = read.ms;
   }
-  return { maxStale: read.ms };
+  return issues.length > 0 ? { issues } : { overrides: { maxStale: ms } };
 }
 
 /**

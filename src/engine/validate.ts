@@ -33,6 +33,28 @@ export function issueText(issue: Issue): string {
 }
 
 /**
+ * `issues` re-rooted under `at`: an option's issues as its owner sees them.
+ *
+ * @example
+ * under(["region", "pool"], checkLease(pool).issues ?? []) // [{ path: ["region", "pool", "max"], ... }]
+ */
+export function under(at: readonly (string | number)[], issues: readonly Issue[]): Issue[] {
+  return issues.map((issue) => ({ path: [...at, ...issue.path], message: issue.message }));
+}
+
+/**
+ * Every issue as one line (issueText) under `at`, separated by "; ": the message of the Error an
+ * option's throwing check raises, so it reports every problem, not only the first.
+ *
+ * @example
+ * issuesText(["overrides"], [{ path: ["maxStale"], message: "must be at most 2147483647 ms, got 9e9" }])
+ * // "overrides.maxStale: must be at most 2147483647 ms, got 9e9"
+ */
+export function issuesText(at: readonly (string | number)[], issues: readonly Issue[]): string {
+  return under(at, issues).map(issueText).join("; ");
+}
+
+/**
  * Refuses anything but an options object whose fields are all among `fields`, naming `what` or the
  * stray field.
  *

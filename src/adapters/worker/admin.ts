@@ -1,7 +1,9 @@
-// The Worker's admin API: per-key overrides of a route's limits, changed at runtime. Served under the
-// config's adminPath, only when the secret EDGELIMIT_ADMIN_TOKEN is set (404 for the whole path
-// otherwise), to `Authorization: Bearer <token>` (401 otherwise). Never forwarded to the origin and
-// never counted by a route.
+// The Worker's admin API: per-key overrides of a route's limits, changed at runtime. A Hono sub-app
+// (adminApp) the Worker mounts at the config's adminPath, serving only when the secret
+// EDGELIMIT_ADMIN_TOKEN is set (404 for the whole path otherwise), the overrides to
+// `Authorization: Bearer <token>` through Hono's bearerAuth (401 otherwise; the token is then an RFC 6750
+// bearer token, of A-Z a-z 0-9 - . _ ~ + / and = at its end). Never forwarded to the origin and never
+// counted by a route.
 //
 //   PUT    {admin}/overrides/<route>?key=<value>   body { "plan": "pro" } | { "rules": {...}, "expiresAt": ms }
 //                                                  200 with the override as stored
@@ -36,6 +38,10 @@
 // operator never handles hashes. Every refusal is a problem+json whose detail starts with the field at
 // fault; nothing is stored on any refusal. Every answer is `Cache-Control: no-store`.
 
+import type { Context } from "hono";
+import { bearerAuth } from "hono/bearer-auth";
+import { HTTPException } from "hono/http-exception";
+import { Hono } from "hono/tiny";
 import { slidingLog } from "../../engine/algorithms.js";
 import type { BreakerReport } from "../../engine/analytics.js";
 import { RedisCallError } from "../../engine/errors.js";
@@ -43,10 +49,10 @@ import { Limiter } from "../../engine/limiter.js";
 import type { Override, Overrides } from "../../engine/overrides.js";
 import type { RestConnection } from "../../engine/rest.js";
 import { transportFor } from "../../engine/transport.js";
-import type { AnalyticsConfig, RouteConfig } from "../../http/config.js";
 import { PROBLEM_JSON } from "../../http/headers.js";
-import { clientKey, cookie, identifierOf } from "../../http/identity.js";
+import { clientIp, clientKey, cookie, identifierOf } from "../../http/identity.js";
 import type { IpAddress } from "../../http/ip.js";
+import type { AnalyticsConfig, RouteConfig } from "./config.js";
 import { loginPage, type OpsRoute, opsPage, type RouteReport, STYLE } from "./ops-page.js";
 
 /** The largest override body accepted, in bytes: a plan name, or a few rules' fields, fit many times over. */
@@ -67,10 +73,8 @@ export const WRONG_TOKENS = 5;
 /** Ms a session's Redis call waits (off the request path of any decision). */
 const SESSION_TIMEOUT = 5000;
 
-/** What the Worker knows of a request and its Redis beside the config (all optional in tests). */
+/** The Worker's Redis beside the config (all optional in tests). */
 export interface AdminContext {
-  /** The client's address as the Worker determined it (clientIp). */
-  readonly ip?: IpAddress | undefined;
   /** The Worker's Redis: wrong tokens are counted and ended sessions kept there. */
   readonly redis?: RestConnection;
   /** The config's key prefix. */
@@ -227,9 +231,10 @@ class Throttle {
   private readonly limiter: Limiter | undefined;
   private readonly id: string;
 
-  constructor(context: AdminContext) {
+  /** `ip`: the client's address, as the Worker determines it (clientIp). */
+  constructor(context: AdminContext, ip: IpAddress | undefined) {
     // ":admin:" first: a route's identifiers start with its name, which never holds a ":"
-    this.id = `:admin:${context.ip === undefined ? "unknown" : clientKey(context.ip)}`;
+    this.id = `:admin:${ip === undefined ? "unknown" : clientKey(ip)}`;
     const { redis, prefix } = context;
     if (redis === undefined || prefix === undefined) return;
     const cacheKey = JSON.stringify([redis.url, redis.token, prefix]);
@@ -367,29 +372,127 @@ function failure(error: unknown): Response {
   return problem(400, (error as Error).message);
 }
 
+/** What the admin sub-app is built from: the Worker's setup, and its Redis beside it. */
+export interface AdminOptions extends AdminContext {
+  /** EDGELIMIT_ADMIN_TOKEN; unset or empty: nothing is served under the admin path. */
+  readonly token: string | undefined;
+  /** The config's adminPath, lowercase (links and the cookie's Path name it). */
+  readonly adminPath: string;
+  readonly routes: readonly AdminRoute[];
+  /** The config's analytics (its retention bounds `minutes`). */
+  readonly analytics?: AnalyticsConfig | undefined;
+}
+
+type AdminEnv = { Variables: { throttle: Throttle; wait: number | undefined } };
+/** The admin sub-app ({@link adminApp}). */
+export type AdminApp = Hono<AdminEnv>;
+
+const UNAUTHORIZED = 'authorization: send "Authorization: Bearer <EDGELIMIT_ADMIN_TOKEN>"';
+const BEARER_CHALLENGE = 'Bearer realm="edgelimit"';
+// RFC 6750's b64token: what a bearer token may hold (Hono's bearerAuth reads no other).
+const B64TOKEN = /^[A-Za-z0-9._~+/-]+=*$/;
+
 /**
- * Answers one request under the admin path (`normalizedPath` is it, or starts with it and "/").
+ * The admin API and the ops page, as a Hono app whose paths start at the admin path: `/`, `/analytics`,
+ * `/login`, `/logout` (the ops page: bearer, Basic or a session), `/overrides/<route>` (Hono's
+ * bearerAuth). The Worker mounts it: a request whose normalized path is under adminPath is handed to
+ * {@link underAdmin}'s request, its path from there on.
  *
  * @example
- * if (path === adminPath || path.startsWith(`${adminPath}/`)) return admin(request, token, adminPath, routes);
+ * const api = adminApp({ token: env.EDGELIMIT_ADMIN_TOKEN, adminPath: "/_edgelimit", routes });
+ * return api.fetch(underAdmin(request, "/_edgelimit"));
  */
-export async function admin(
-  request: Request,
-  token: string | undefined,
-  adminPath: string,
-  routes: readonly AdminRoute[],
-  analytics?: AnalyticsConfig,
-  context: AdminContext = {},
-): Promise<Response> {
-  if (!token) return problem(404, "path: nothing is served here");
-  const url = new URL(request.url);
-  if (url.searchParams.has("token")) {
-    return problem(
-      400,
-      `token: never put the token in a URL (URLs are logged and kept in history); send "Authorization: Bearer <token>", use HTTP Basic, or log in at ${adminPath}/`,
-    );
+export function adminApp(options: AdminOptions): AdminApp {
+  const { token, adminPath, routes, analytics } = options;
+  const api = new Hono<AdminEnv>();
+  api.use(async (c, next) => {
+    if (!token) return problem(404, "path: nothing is served here");
+    if (new URL(c.req.url).searchParams.has("token")) {
+      return problem(
+        400,
+        `token: never put the token in a URL (URLs are logged and kept in history); send "Authorization: Bearer <token>", use HTTP Basic, or log in at ${adminPath}/`,
+      );
+    }
+    c.set("throttle", new Throttle(options, clientIp(c.req.raw.headers)));
+    return next();
+  });
+  if (!token) return api;
+  if (!B64TOKEN.test(token)) {
+    api.use(async () => {
+      console.error(
+        "edgelimit: admin API: EDGELIMIT_ADMIN_TOKEN is not a bearer token (A-Z a-z 0-9 - . _ ~ + /, = at its end); nothing is served",
+      );
+      return problem(503, "EDGELIMIT_ADMIN_TOKEN: not a bearer token; set one of A-Z a-z 0-9 - . _ ~ + /");
+    });
+    return api;
   }
-  // The route name as sent (the admin path itself is matched lowercased, as every request path is).
+
+  // the ops page and its JSON: the token by bearer, Basic or a session cookie (pageAuthorized)
+  api.all("/", (c) => page(c.req.raw, token, adminPath, routes, options, c.get("throttle")));
+  api.all("/analytics", (c) =>
+    analyticsJson(c.req.raw, token, routes, analytics, options, c.get("throttle")),
+  );
+  api.all("/login", (c) => login(c.req.raw, token, adminPath, options, c.get("throttle")));
+  api.all("/logout", (c) => logout(c.req.raw, token, adminPath, options));
+
+  // everything else: the bearer alone, each wrong one counted; a throttled address is refused first,
+  // the right token included (answering it would tell a guess from a hit)
+  const refused = (c: Context<AdminEnv>) => {
+    const wait = c.get("wait");
+    return wait === undefined ? problem(401, UNAUTHORIZED) : tooMany(wait);
+  };
+  api.use(
+    bearerAuth({
+      realm: "edgelimit",
+      verifyToken: async (given, c: Context<AdminEnv>) => {
+        const throttle = c.get("throttle");
+        const wait = await throttle.blocked();
+        c.set("wait", wait);
+        if (wait !== undefined) return false;
+        const right = await same(given, token);
+        if (!right) await throttle.wrong();
+        return right;
+      },
+      noAuthenticationHeader: { message: () => problem(401, UNAUTHORIZED) },
+      // not "Bearer <b64token>": another scheme is simply unauthorized; a bearer of other characters
+      // can never be the token, but is a wrong try all the same
+      invalidAuthenticationHeader: {
+        wwwAuthenticateHeader: BEARER_CHALLENGE,
+        message: async (c: Context<AdminEnv>) => {
+          if (/^bearer[ \t]+[^ \t]/i.test(c.req.header("authorization") ?? "")) {
+            const throttle = c.get("throttle");
+            const wait = await throttle.blocked();
+            c.set("wait", wait);
+            if (wait === undefined) await throttle.wrong();
+          }
+          return refused(c);
+        },
+      },
+      invalidToken: { wwwAuthenticateHeader: BEARER_CHALLENGE, message: refused },
+    }),
+  );
+  api.all("/overrides", () => problem(404, `route: required, as in ${adminPath}/overrides/<route>`));
+  api.all("/overrides/:route", (c) => overrides(c.req.raw, c.req.param("route"), routes));
+  api.all("*", () => problem(404, `path: not found; use ${adminPath}/overrides/<route>?key=<value>`));
+  // bearerAuth's refusals are thrown; anything else is the Worker's to answer
+  api.onError((error) => {
+    if (error instanceof HTTPException) return error.getResponse();
+    throw error;
+  });
+  return api;
+}
+
+/**
+ * `request` as the admin sub-app sees it: its path from the admin path on (`/`, `/overrides/api`),
+ * each segment as sent (the admin path itself is matched lowercased, as every request path is, by
+ * the caller), the query kept.
+ *
+ * @example
+ * underAdmin(new Request("https://w.example/_EdgeLimit/overrides/api?key=a"), "/_edgelimit").url
+ * // "https://w.example/overrides/api?key=a"
+ */
+export function underAdmin(request: Request, adminPath: string): Request {
+  const url = new URL(request.url);
   const segments = url.pathname.split("/").filter((segment) => segment !== "");
   const rest = segments.slice(adminPath.split("/").length - 1).map((segment) => {
     try {
@@ -398,29 +501,14 @@ export async function admin(
       return segment;
     }
   });
-  const throttle = new Throttle(context);
-  if (rest.length === 0) return page(request, token, adminPath, routes, context, throttle);
-  if (rest.length === 1 && rest[0] === "analytics") {
-    return analyticsJson(request, token, routes, analytics, context, throttle);
-  }
-  if (rest.length === 1 && rest[0] === "login") return login(request, token, adminPath, context, throttle);
-  if (rest.length === 1 && rest[0] === "logout") return logout(request, token, adminPath, context);
-  const header = request.headers.get("authorization");
-  const bearerGiven = /^bearer[ \t]+[^ \t]/i.test(header ?? "");
-  const wait = bearerGiven ? await throttle.blocked() : undefined;
-  if (wait !== undefined) return tooMany(wait);
-  if (!(await authorized(header, token))) {
-    if (bearerGiven) await throttle.wrong();
-    return problem(401, 'authorization: send "Authorization: Bearer <EDGELIMIT_ADMIN_TOKEN>"', {
-      "WWW-Authenticate": 'Bearer realm="edgelimit"',
-    });
-  }
-  if (rest[0] !== "overrides" || rest.length > 2) {
-    return problem(404, `path: not found; use ${adminPath}/overrides/<route>?key=<value>`);
-  }
-  const name = rest[1];
+  url.pathname = `/${rest.map(encodeURIComponent).join("/")}`;
+  return new Request(url, request);
+}
+
+/** One override request, past the bearer: `<route>` by name, `?key=` the value its key reads. */
+async function overrides(request: Request, name: string, routes: readonly AdminRoute[]): Promise<Response> {
+  const url = new URL(request.url);
   const names = routes.map((route) => route.name).join(", ");
-  if (name === undefined) return problem(404, `route: required, as in ${adminPath}/overrides/<route>`);
   const route = routes.find((candidate) => candidate.name === name);
   if (route === undefined) {
     return problem(404, `route: no route is named ${quoted(name)}; the routes are ${names || "none"}`);

@@ -3,7 +3,8 @@
 // (UPSTASH_REDIS_REST_URL, UPSTASH_REDIS_REST_TOKEN), plus one secret per regional database (its
 // tokenSecret). The config's fields are documented in config.ts and regions.ts.
 //
-// request ─▶ config (parsed once per isolate) ─▶ deny list (403) ─▶ first matching route
+// request ─▶ config (parsed once per isolate) ─▶ deny list (403) ─▶ under adminPath: the admin
+//            sub-app (admin.ts) ─▶ first matching route
 //         ─▶ allow list / no route: straight to the origin
 //         ─▶ route: identity ─▶ region (request.cf) ─▶ the route's rateLimit middleware for that
 //            region (429 / 401 / headers) ─▶ origin
@@ -12,13 +13,10 @@ import { Hono } from "hono/tiny";
 import { Concurrency } from "../../engine/concurrency.js";
 import { Limiter, type LimiterOptions } from "../../engine/limiter.js";
 import type { RestConnection } from "../../engine/rest.js";
-import { type EdgelimitConfig, parseConfig, type RouteConfig } from "../../http/config.js";
 import { failureLog } from "../../http/error-log.js";
 import { PROBLEM_JSON } from "../../http/headers.js";
 import { clientIp, identify } from "../../http/identity.js";
 import type { IpAddress } from "../../http/ip.js";
-import { forward } from "../../http/proxy.js";
-import { type RegionsConfig, type RequestLocation, regionOf } from "../../http/regions.js";
 import {
   compileRoutes,
   formMethods,
@@ -29,7 +27,10 @@ import {
 import { usageLog } from "../../http/usage.js";
 import { type ConcurrencyVariables, concurrencyLimit } from "../hono/concurrency.js";
 import { type RateLimitVariables, rateLimit } from "../hono/index.js";
-import { type AdminRoute, admin } from "./admin.js";
+import { type AdminApp, type AdminRoute, adminApp, underAdmin } from "./admin.js";
+import { type EdgelimitConfig, parseConfig, type RouteConfig } from "./config.js";
+import { forward } from "./proxy.js";
+import { type RegionsConfig, type RequestLocation, regionOf } from "./regions.js";
 
 /** The Worker's bindings. */
 export interface Env {
@@ -58,6 +59,8 @@ type Setup =
       readonly routes: readonly LimitedRoute[];
       /** The routes compiled for matching, once with the setup. */
       readonly table: RouteTable<LimitedRoute>;
+      /** The admin API and the ops page: a sub-app the requests under adminPath are handed to. */
+      readonly admin: AdminApp;
     }
   | { readonly ok: false; readonly errors: readonly string[] };
 
@@ -125,7 +128,16 @@ function buildSetup(raw: unknown, url: string | undefined, token: string | undef
     // the Upstash REST protocol, spoken by the engine itself: no Redis client library in the bundle
     const redis: RestConnection = { url: url!, token: token! };
     const routes = config.routes.map((route) => limitedRoute(route, config, redis, regional));
-    return { ok: true, config, routes, table: compileRoutes(routes) };
+    const admin = adminApp({
+      token: typeof env.EDGELIMIT_ADMIN_TOKEN === "string" ? env.EDGELIMIT_ADMIN_TOKEN : undefined,
+      adminPath: config.adminPath,
+      routes,
+      analytics: config.analytics,
+      // its Redis: wrong tokens are counted per address there, and ended sessions kept
+      redis,
+      prefix: config.prefix,
+    });
+    return { ok: true, config, routes, table: compileRoutes(routes), admin };
   } catch (error) {
     return { ok: false, errors: [`edgelimit could not start: ${(error as Error).message}`] };
   }
@@ -209,7 +221,7 @@ function limitedRoute(
       redis,
       prefix: config.prefix,
       limit: route.concurrency.limit,
-      ttl: route.concurrency.lease,
+      ttl: route.concurrency.ttl,
       ...(route.timeout === undefined ? {} : { timeout: route.timeout }),
       ...(route.onError === undefined ? {} : { onError: route.onError }),
     }),
@@ -265,7 +277,7 @@ app.use(async (c, next) => {
     console.error(`edgelimit is misconfigured:\n  ${setup.errors.join("\n  ")}`);
     return c.text("edgelimit is misconfigured", 500);
   }
-  const { config, routes, table } = setup;
+  const { config, table } = setup;
   const ip = clientIp(c.req.raw.headers);
   // Deny wins over allow: an address in both is refused.
   if (ip && config.deny.has(ip)) {
@@ -273,11 +285,9 @@ app.use(async (c, next) => {
   }
   const path = normalizePath(new URL(c.req.url).pathname);
   const adminPath = config.adminPath;
+  // the admin sub-app, mounted at the admin path (matched normalized, as every route is)
   if (path === adminPath || path.startsWith(`${adminPath}/`)) {
-    // its Redis: wrong tokens are counted per address there, and ended sessions kept
-    const redis = { url: c.env.UPSTASH_REDIS_REST_URL!, token: c.env.UPSTASH_REDIS_REST_TOKEN! };
-    const context = { ip, redis, prefix: config.prefix };
-    return admin(c.req.raw, c.env?.EDGELIMIT_ADMIN_TOKEN, adminPath, routes, config.analytics, context);
+    return setup.admin.fetch(underAdmin(c.req.raw, adminPath));
   }
   c.set("config", config);
   c.set("ip", ip);

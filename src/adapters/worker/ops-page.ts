@@ -3,8 +3,9 @@
 // Content-Security-Policy) and an inline SVG chart. Every string is escaped where it is written, so an
 // identifier or a path a client chose shows as text. Numbers a test (or a person) reads sit in data-*
 // attributes and titles beside the text that shows them.
-import type { RouteConfig } from "../../http/config.js";
+
 import type { KeySpec } from "../../http/identity.js";
+import type { RouteConfig } from "./config.js";
 
 /** The counts of one route over the window asked for: its Limiter's `analytics.report()`, and `shadowDenied`. */
 export interface RouteReport {

@@ -185,6 +185,46 @@ describe("on only with the secret, and only to its bearer", () => {
     expect(old.status).toBe(200);
     expect(((await old.json()) as { url: string }).url).toBe("/_edgelimit/overrides/api"); // the origin's echo
   });
+
+  test("the API is found however its path is spelt, as routes are; the route name as sent", async () => {
+    const env = adminEnv([route("header:x-api-key")]);
+    for (const path of [
+      "/_EdgeLimit/overrides/api",
+      "//_edgelimit//overrides/%61pi/",
+      "/_edgelimit/overrides/api/",
+    ]) {
+      const response = await admin(env, "GET", path);
+      expect(response.status, path).toBe(200);
+      expect(await response.json()).toEqual({ items: [], next: null });
+    }
+    expect(await problemOf(await admin(env, "GET", "/_edgelimit/overrides/API"), 404)).toBe(
+      'route: no route is named "API"; the routes are api',
+    );
+    expect(await problemOf(await admin(env, "GET", "/_edgelimit/overrides/a%2Fb"), 404)).toBe(
+      'route: no route is named "a/b"; the routes are api',
+    );
+    expect(await problemOf(await admin(env, "GET", "/_edgelimit/overrides/"), 404)).toBe(
+      "route: required, as in /_edgelimit/overrides/<route>",
+    );
+    expect(await problemOf(await admin(env, "GET", "/_edgelimit/overrides/api/x"), 404)).toBe(
+      "path: not found; use /_edgelimit/overrides/<route>?key=<value>",
+    );
+  });
+
+  test("an admin token that is no bearer token (RFC 6750) serves nothing, and says why", async () => {
+    const env = adminEnv([route("header:x-api-key")], {}, "not a bearer token!");
+    const errors = vi.spyOn(console, "error").mockImplementation(() => {});
+    try {
+      for (const path of ["/_edgelimit/", "/_edgelimit/overrides/api"]) {
+        expect(await problemOf(await admin(env, "GET", path), 503)).toBe(
+          "EDGELIMIT_ADMIN_TOKEN: not a bearer token; set one of A-Z a-z 0-9 - . _ ~ + /",
+        );
+      }
+      expect(errors).toHaveBeenCalled();
+    } finally {
+      errors.mockRestore();
+    }
+  });
 });
 
 describe("PUT, GET, DELETE and the list", () => {

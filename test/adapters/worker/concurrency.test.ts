@@ -39,7 +39,7 @@ function routeEnv(limit: number) {
         match: { path: "/*" },
         key: "ip",
         rules: generous,
-        concurrency: { limit, lease: "30s" },
+        concurrency: { limit, ttl: "30s" },
       },
     ]),
   );
@@ -135,7 +135,7 @@ describe('the "concurrency" route option', () => {
           key: "ip",
           rules: generous,
           mode: "shadow",
-          concurrency: { limit: 1, lease: "30s" },
+          concurrency: { limit: 1, ttl: "30s" },
         },
       ]),
     );
@@ -162,7 +162,7 @@ describe('the "concurrency" route option', () => {
 
   test("a bad concurrency option is a configuration error naming the field", async () => {
     const env = envFor(
-      config([{ name: "r", key: "ip", rules: generous, concurrency: { limit: 0, lease: "soon" } }]),
+      config([{ name: "r", key: "ip", rules: generous, concurrency: { limit: 0, ttl: "soon" } }]),
     );
     const errors: string[] = [];
     const original = console.error;
@@ -174,7 +174,7 @@ describe('the "concurrency" route option', () => {
       console.error = original;
     }
     expect(errors.join("\n")).toMatch(/routes\[0\]\.concurrency\.limit: must be a positive whole number/);
-    expect(errors.join("\n")).toMatch(/routes\[0\]\.concurrency\.lease: /);
+    expect(errors.join("\n")).toMatch(/routes\[0\]\.concurrency\.ttl: /);
   });
 });
 

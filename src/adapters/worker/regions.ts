@@ -1,7 +1,8 @@
 // The Worker's regional databases: which one a request's location picks, and the pool each route keeps
-// there (the Limiter's `region: { redis, pool }`). Home stays UPSTASH_REDIS_REST_URL; a region adds a
-// database near some of Cloudflare's locations, chosen from `request.cf` (its colo first, then its
-// continent), with a default for the rest. Checked here, reported by config.ts at each field's path.
+// there (the Limiter's `region: { redis, pool }`, the pool checked by the Limiter's own check). Home
+// stays UPSTASH_REDIS_REST_URL; a region adds a database near some of Cloudflare's locations, chosen
+// from `request.cf` (its colo first, then its continent), with a default for the rest. Checked here,
+// reported by config.ts at each field's path.
 //
 // "regions": {
 //   "pool": { "max": 500, "ttl": "5s" },        required: what each route may hold in a region's database
@@ -14,16 +15,13 @@
 //                                               continent; optional for the default database
 //   }
 // }
-import { NAME } from "../engine/algorithms.js";
-import { describe, readDuration } from "../engine/duration.js";
-import { type Issue, MAX_TIMER_MS } from "../engine/validate.js";
+import { NAME } from "../../engine/algorithms.js";
+import { describe } from "../../engine/duration.js";
+import { checkLease, type LeaseConfig } from "../../engine/leases.js";
+import { type Issue, under } from "../../engine/validate.js";
 
-/** Units a pool may hold for one identifier in one region (the Limiter's `region.pool`). */
-export interface PoolConfig {
-  readonly max: number;
-  /** Ms a pool's units are held before they are given back or expire. */
-  readonly ttl: number;
-}
+/** Units a pool may hold for one identifier in one region: the Limiter's `region.pool`, ttl in ms. */
+export type PoolConfig = LeaseConfig;
 
 /** Where a request is, as Cloudflare says in `request.cf`. */
 export interface RequestLocation {
@@ -56,8 +54,6 @@ export interface RegionsConfig {
 export const CONTINENTS = ["AF", "AN", "AS", "EU", "NA", "OC", "SA", "T1"] as const;
 const COLO = /^[A-Z]{3}$/;
 const SECRET = /^[A-Za-z_][A-Za-z0-9_]*$/;
-/** The most units one pool may hold. */
-export const MAX_POOL = 100_000;
 
 const isObject = (value: unknown): value is Record<string, unknown> =>
   value !== null && typeof value === "object" && !Array.isArray(value);
@@ -66,47 +62,6 @@ function unknownFields(value: Record<string, unknown>, fields: readonly string[]
   return Object.keys(value)
     .filter((field) => !fields.includes(field))
     .map((field) => ({ path: [...at, field], message: `is not a known field; use ${fields.join(", ")}` }));
-}
-
-/**
- * Checks a pool's `{ max, ttl }` (the top-level one, or a route's own), issues at their paths under `at`.
- *
- * @example
- * checkPool({ max: 500, ttl: "5s" }); // { pool: { max: 500, ttl: 5000 } }
- */
-export function checkPool(
-  value: unknown,
-  at: (string | number)[] = [],
-): { readonly pool: PoolConfig; readonly issues?: undefined } | { readonly issues: readonly Issue[] } {
-  if (!isObject(value)) {
-    return {
-      issues: [
-        {
-          path: at,
-          message: `must be an object such as { "max": 500, "ttl": "5s" }, got ${describe(value)}`,
-        },
-      ],
-    };
-  }
-  const issues: Issue[] = unknownFields(value, ["max", "ttl"], at);
-  const { max, ttl } = value;
-  if (max === undefined) issues.push({ path: [...at, "max"], message: "is required" });
-  else if (typeof max !== "number" || !Number.isInteger(max) || max < 1 || max > MAX_POOL) {
-    issues.push({
-      path: [...at, "max"],
-      message: `must be a whole number of units from 1 to ${MAX_POOL}, got ${describe(max)}`,
-    });
-  }
-  const read = ttl === undefined ? { message: "is required" } : readDuration(ttl);
-  if ("message" in read) issues.push({ path: [...at, "ttl"], message: read.message });
-  else if (read.ms < 1 || read.ms > MAX_TIMER_MS) {
-    issues.push({
-      path: [...at, "ttl"],
-      message: `must be from 1 ms to ${MAX_TIMER_MS} ms (about 24.8 days), got ${describe(ttl)}`,
-    });
-  }
-  if (issues.length > 0 || !("ms" in read)) return { issues };
-  return { pool: { max: max as number, ttl: read.ms } };
 }
 
 function checkUrl(value: unknown): string | undefined {
@@ -146,10 +101,11 @@ export function checkRegions(
     };
   }
   const issues: Issue[] = unknownFields(value, ["pool", "default", "databases"], []);
-  const pool = value.pool === undefined ? undefined : checkPool(value.pool, ["pool"]);
+  // the Limiter's own check of its region.pool
+  const pool = value.pool === undefined ? undefined : checkLease(value.pool);
   if (pool === undefined)
     issues.push({ path: ["pool"], message: 'is required, e.g. { "max": 500, "ttl": "5s" }' });
-  else if (pool.issues) issues.push(...pool.issues);
+  else issues.push(...under(["pool"], pool.issues ?? []));
 
   const fallback = value.default;
   const databases: Record<string, RegionDatabase> = {};
@@ -211,7 +167,7 @@ export function checkRegions(
   if (issues.length > 0 || pool === undefined || pool.issues) return { issues };
   return {
     regions: {
-      pool: pool.pool,
+      pool: pool.lease,
       ...(fallback === undefined ? {} : { default: fallback as string }),
       databases,
       colos,

@@ -1,6 +1,6 @@
 // The JSONC reader `npm start` and `npm run check-config` share.
 import { describe, expect, it } from "vitest";
-import { stripJsonc } from "../../src/http/jsonc.js";
+import { stripJsonc } from "../../../src/adapters/worker/jsonc.js";
 
 describe("stripJsonc", () => {
   it("drops comments and trailing commas, also with a comment between the comma and the bracket", () => {

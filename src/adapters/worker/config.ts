@@ -1,7 +1,10 @@
 // The Worker's configuration: one JSON document (the EDGELIMIT_CONFIG var), validated in full before any
 // request is served. Every problem is reported at once, each with the path of the field at fault
 // (`routes[1].rules.burst.capacity: must be a positive whole number, got 0`), so one deploy fixes all.
-// Unknown fields are errors too: a misspelt option must not be silently ignored.
+// Unknown fields are errors too: a misspelt option must not be silently ignored. What a route hands its
+// Limiter (rules, plans, lease, overrides, analytics, a regional pool) is checked by the engine's own
+// checks (checkRule, checkPlans, checkLease, checkOverrides, checkAnalytics), their issues reported
+// here under the config's paths: one check and one message, in the library and in the Worker alike.
 //
 // {
 //   "origin": "https://api.example.com",      required; scheme + host (+ port), no path
@@ -18,7 +21,7 @@
 //       "cost": 1,                             units per request
 //       "timeout": "1s",                       how long a decision waits for Redis (Limiter default 1000 ms)
 //       "onError": "allow",                    or "deny": the decision when Redis fails or times out
-//       "concurrency": { "limit": 10, "lease": "30s" },
+//       "concurrency": { "limit": 10, "ttl": "30s" },
 //                                              optional: at most 10 requests of one key in flight at once
 //       "lease": { "max": 50, "ttl": "1s" },   optional: answer hot identifiers from units held per isolate
 //       "plans": { "pro": { "perMinute": { "limit": 1000 } } },
@@ -49,16 +52,18 @@ import {
   type PlanConfig,
   type Rule,
   type RuleConfig,
-} from "../engine/algorithms.js";
-import { describe, readDuration } from "../engine/duration.js";
-import { PREFIX } from "../engine/keys.js";
-import { checkLease, type LeaseConfig } from "../engine/leases.js";
-import { type Issue, MAX_TIMER_MS } from "../engine/validate.js";
-import { type KeySpec, parseKeySpec } from "./identity.js";
-import { IpSet, parseRange } from "./ip.js";
-import { checkPool, checkRegions, type PoolConfig, type RegionsConfig } from "./regions.js";
-import { parsePathPattern, type RouteMatch } from "./routes.js";
-import { checkUsageSource, type UsageSource } from "./usage.js";
+} from "../../engine/algorithms.js";
+import { checkAnalytics, type AnalyticsConfig as EngineAnalytics } from "../../engine/analytics.js";
+import { describe, readDuration } from "../../engine/duration.js";
+import { PREFIX } from "../../engine/keys.js";
+import { checkLease, type LeaseConfig } from "../../engine/leases.js";
+import { checkOverrides, type OverridesConfig } from "../../engine/overrides.js";
+import { type Issue, MAX_TIMER_MS } from "../../engine/validate.js";
+import { type KeySpec, parseKeySpec } from "../../http/identity.js";
+import { IpSet, parseRange } from "../../http/ip.js";
+import { parsePathPattern, type RouteMatch } from "../../http/routes.js";
+import { checkUsageSource, type UsageSource } from "../../http/usage.js";
+import { checkRegions, type PoolConfig, type RegionsConfig } from "./regions.js";
 
 /** One route: the requests it matches, who they are counted by, and the rules they are held to. */
 export interface RouteConfig {
@@ -78,12 +83,12 @@ export interface RouteConfig {
   readonly onError?: "allow" | "deny";
   /** Leases for hot identifiers (the Limiter's `lease` option; off when absent). */
   readonly lease?: LeaseConfig;
-  /** At most `limit` requests per key in flight, each slot held at most `lease` ms (off when absent). */
-  readonly concurrency?: { readonly limit: number; readonly lease: number };
+  /** At most `limit` requests per key in flight, each slot held at most `ttl` ms (off when absent). */
+  readonly concurrency?: { readonly limit: number; readonly ttl: number };
   /** What each plan changes in the rules (the Limiter's `plans`); none when absent. */
   readonly plans?: Readonly<Record<string, PlanConfig>>;
   /** Per-key overrides stored in Redis (the Limiter's `overrides`, maxStale in ms); off when absent. */
-  readonly overrides?: { readonly maxStale?: number };
+  readonly overrides?: OverridesConfig;
   /** Where the response states the request's real cost; `cost` is then the reservation. Off when absent. */
   readonly settle?: UsageSource;
   /** This route's regional pool (regions.pool when absent), or false: home alone in every region. */
@@ -112,22 +117,11 @@ export interface EdgelimitConfig {
   readonly regions?: RegionsConfig;
 }
 
-/** The config's `analytics`, durations in ms; a field left out is the Limiter's default. */
-export interface AnalyticsConfig {
-  /** How often an isolate writes its counts to Redis. */
-  readonly flushEvery?: number;
-  /** How many identifiers, most denied first, are kept per minute. */
-  readonly top?: number;
-  /** How long the counts stay in Redis. */
-  readonly retention?: number;
-}
-
-/** The bounds of the config's analytics fields. */
-export const ANALYTICS_BOUNDS = {
-  flushEvery: { min: 1_000, max: 3_600_000 },
-  top: { min: 1, max: 100 },
-  retention: { min: 3_600_000, max: 90 * 86_400_000 },
-} as const;
+/**
+ * The config's `analytics`: the fields given, durations in ms; one left out is the Limiter's default.
+ * Each route's Limiter names its counts by the route.
+ */
+export type AnalyticsConfig = Partial<Omit<EngineAnalytics, "name">>;
 
 /** The outcome of `parseConfig`: the config, or every problem found, each as "path: message". */
 export type ConfigResult =
@@ -148,12 +142,26 @@ const objectMessage =
     return "is required";
   };
 
-function strict<const E extends v.ObjectEntries>(what: string, entries: E) {
+/**
+ * A strict object of `entries`. `renamed` maps a field's old name to the refusal that names its new one:
+ * an old config says what to change rather than that a field is unknown.
+ */
+function strict<const E extends v.ObjectEntries>(
+  what: string,
+  entries: E,
+  renamed: Readonly<Record<string, string>> = {},
+) {
   const message = objectMessage(what, Object.keys(entries));
+  const old = Object.fromEntries(
+    Object.entries(renamed).map(([field, refusal]) => [
+      field,
+      v.optional(v.custom<never>(() => false, refusal)),
+    ]),
+  );
   // valibot takes an array for an object; a list where one object belongs is a mistake worth naming.
   return v.pipe(
     v.custom<unknown>((input) => !Array.isArray(input), message),
-    v.strictObject(entries, message),
+    v.strictObject({ ...old, ...entries } as E, message),
   );
 }
 
@@ -216,7 +224,7 @@ const duration = v.pipe(
   }),
 );
 
-// A duration a timer waits out (a timeout, a slot's lease): at most what setTimeout holds.
+// A duration a timer waits out (a timeout, a slot's ttl): at most what setTimeout holds.
 const timerDuration = v.pipe(
   duration,
   v.maxValue(MAX_TIMER_MS, (issue) => `must be at most ${MAX_TIMER_MS} ms (about 24.8 days)${got(issue)}`),
@@ -319,72 +327,28 @@ const plans = v.pipe(
   v.record(v.string(), v.unknown(), plansMessage),
 );
 
+// The Limiter's own checks of `overrides` and `analytics`, their issues under the config's fields.
 const overrides = v.pipe(
   v.unknown(),
-  checked<unknown, boolean | { maxStale?: number }>((value) => {
-    if (typeof value === "boolean") return { value };
-    if (value === null || typeof value !== "object" || Array.isArray(value)) {
-      const message = `must be true, false or an object such as { "maxStale": "1s" }, got ${describe(value)}`;
-      return { issues: [{ path: [], message }] };
-    }
-    const issues: Issue[] = Object.keys(value)
-      .filter((field) => field !== "maxStale")
-      .map((field) => ({ path: [field], message: "is not a known field; use maxStale" }));
-    const { maxStale } = value as { maxStale?: unknown };
-    if (maxStale === undefined) return issues.length > 0 ? { issues } : { value: {} };
-    const read = readDuration(maxStale);
-    if (!("ms" in read)) issues.push({ path: ["maxStale"], message: read.message });
-    else if (read.ms > MAX_TIMER_MS) {
-      issues.push({
-        path: ["maxStale"],
-        message: `must be at most ${MAX_TIMER_MS} ms (about 24.8 days), got ${read.ms}`,
-      });
-    }
-    return issues.length > 0 || !("ms" in read) ? { issues } : { value: { maxStale: read.ms } };
+  checked<unknown, OverridesConfig | undefined>((value) => {
+    const result = checkOverrides(value);
+    return result.issues === undefined ? { value: result.overrides } : { issues: result.issues };
   }),
 );
 
-const ANALYTICS_FIELDS = ["flushEvery", "top", "retention"] as const;
-
-// true (the Limiter's defaults), false (off, as when left out) or { flushEvery, top, retention }.
+// Each route's counts go under the route's name, so the block takes no name of its own. The fields
+// given come back in ms; those left out stay out (each Limiter fills in its defaults).
 const analytics = v.pipe(
   v.unknown(),
-  checked<unknown, AnalyticsConfig | false>((value) => {
-    if (value === true) return { value: {} };
-    if (value === false) return { value: false };
-    if (value === null || typeof value !== "object" || Array.isArray(value)) {
-      const message = `must be true, false or an object such as { "flushEvery": "5s", "top": 20, "retention": "7d" }, got ${describe(value)}`;
-      return { issues: [{ path: [], message }] };
-    }
-    const fields = value as Record<string, unknown>;
-    const issues: Issue[] = Object.keys(fields)
-      .filter((field) => !(ANALYTICS_FIELDS as readonly string[]).includes(field))
-      .map((field) => ({
-        path: [field],
-        message: `is not a known field; use ${ANALYTICS_FIELDS.join(", ")}`,
-      }));
-    const out: { flushEvery?: number; top?: number; retention?: number } = {};
-    for (const field of ["flushEvery", "retention"] as const) {
-      if (fields[field] === undefined) continue;
-      const { min, max } = ANALYTICS_BOUNDS[field];
-      const read = readDuration(fields[field]);
-      if (!("ms" in read)) issues.push({ path: [field], message: read.message });
-      else if (read.ms < min || read.ms > max) {
-        const message = `must be from ${min} ms (${field === "flushEvery" ? '"1s"' : '"1h"'}) to ${max} ms (${field === "flushEvery" ? '"1h"' : '"90d"'}), got ${describe(fields[field])}`;
-        issues.push({ path: [field], message });
-      } else out[field] = read.ms;
-    }
-    if (fields.top !== undefined) {
-      const { min, max } = ANALYTICS_BOUNDS.top;
-      const top = fields.top;
-      if (typeof top !== "number" || !Number.isInteger(top) || top < min || top > max) {
-        issues.push({
-          path: ["top"],
-          message: `must be a whole number from ${min} to ${max}, got ${describe(top)}`,
-        });
-      } else out.top = top;
-    }
-    return issues.length > 0 ? { issues } : { value: out };
+  checked<unknown, AnalyticsConfig | undefined>((value) => {
+    const result = checkAnalytics(value, { named: false });
+    if (result.issues !== undefined) return { issues: result.issues };
+    if (result.analytics === undefined) return { value: undefined };
+    const given = value === true ? [] : Object.keys(value as object);
+    const { analytics } = result;
+    return {
+      value: Object.fromEntries(given.map((field) => [field, analytics[field as keyof AnalyticsConfig]])),
+    };
   }),
 );
 
@@ -409,8 +373,8 @@ const routePool = v.pipe(
   v.unknown(),
   checked<unknown, PoolConfig | false>((value) => {
     if (value === false) return { value };
-    const result = checkPool(value);
-    return result.issues === undefined ? { value: result.pool } : { issues: result.issues };
+    const result = checkLease(value);
+    return result.issues === undefined ? { value: result.lease } : { issues: result.issues };
   }),
 );
 
@@ -434,13 +398,18 @@ const route = strict("a route object such as { name, match, key, rules }", {
   onError: v.optional(v.picklist(["allow", "deny"], (issue) => `must be "allow" or "deny"${got(issue)}`)),
   lease: v.optional(lease),
   concurrency: v.optional(
-    strict('an object such as { "limit": 10, "lease": "30s" }', {
-      limit: v.pipe(
-        positiveWhole,
-        v.maxValue(1_000_000, (issue) => `must be at most 1000000${got(issue)}`),
-      ),
-      lease: timerDuration,
-    }),
+    strict(
+      'an object such as { "limit": 10, "ttl": "30s" }',
+      {
+        limit: v.pipe(
+          positiveWhole,
+          v.maxValue(1_000_000, (issue) => `must be at most 1000000${got(issue)}`),
+        ),
+        ttl: timerDuration,
+      },
+      // "lease" means units held per isolate on a route (its "lease"); a slot's longest hold is a ttl
+      { lease: 'renamed: use "ttl", the longest a slot is held (e.g. "ttl": "30s")' },
+    ),
   ),
   plans: v.optional(plans),
   overrides: v.optional(overrides),
@@ -529,14 +498,11 @@ export function parseConfig(input: unknown): ConfigResult {
     ok: true,
     config: {
       ...output,
-      // false is the same as leaving it out
-      ...(analytics === false || analytics === undefined ? {} : { analytics }),
+      // off (false) is the same as leaving it out
+      ...(analytics === undefined ? {} : { analytics }),
       routes: output.routes.map(({ overrides, ...route }) => ({
         ...route,
-        // false is the same as leaving it out; true is the Limiter's defaults
-        ...(overrides === false || overrides === undefined
-          ? {}
-          : { overrides: overrides === true ? {} : overrides }),
+        ...(overrides === undefined ? {} : { overrides }),
       })) as RouteConfig[],
       allow: IpSet.from(output.allow),
       deny: IpSet.from(output.deny),

@@ -1,6 +1,6 @@
 // A route's "settle" in the Worker's config: where the response states what the request cost.
 import { describe, expect, test } from "vitest";
-import { parseConfig } from "../../src/http/config.js";
+import { parseConfig } from "../../../src/adapters/worker/config.js";
 
 const route = (extra: Record<string, unknown>) => ({
   origin: "https://api.example.com",

@@ -5,7 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 
-const script = join(import.meta.dirname, "../../scripts/check-config.mjs");
+const script = join(import.meta.dirname, "../../../scripts/check-config.mjs");
 const dir = mkdtempSync(join(tmpdir(), "check-config-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
