@@ -697,7 +697,7 @@ Object.defineProperty(Limiter.prototype, asyncDispose, {
 });
 
 /**
- * Calls `waitUntil` at once with a promise that settles as the one later given to the returned
+ * Calls `waitUntil` at once with a promise that ends as the one later given to the returned
  * function; throws, naming the option, when `waitUntil` itself throws.
  */
 function handOver(waitUntil: WaitUntil): (settlement: Promise<Settlement>) => void {

@@ -32,6 +32,9 @@ import {
 import type { Transport } from "./transport.js";
 import type { Decision } from "./types.js";
 
+/** What the regional tier runs on the region's database: the pool script's calls (pool-script.ts). */
+export type PoolStore = Pick<PoolScript, "take" | "put" | "free" | "drain">;
+
 /** Pools whose deposits a tier remembers, to take back their leftovers (the oldest forgotten first). */
 const MAX_TRACKED = 10_000;
 
@@ -95,7 +98,7 @@ export class RegionalTier extends Tier implements Upstream {
   private readonly count: number;
 
   constructor(
-    private readonly pool: PoolScript,
+    private readonly pool: PoolStore,
     config: TierConfig,
     home: Home,
     readonly stats: RegionStats,

@@ -48,6 +48,9 @@ export interface Upstream {
   ): Promise<Reservation | Error>;
 }
 
+/** What home runs, as RuleScripts sends it: decisions, reservations, refunds. */
+export type HomeScripts = Pick<RuleScripts, "decide" | "reserve" | "refund">;
+
 /**
  * Home under one plan: the limiter script, where every unit is created, and the refund script, where
  * every tier's leftovers go back.
@@ -61,7 +64,7 @@ export class Home implements Upstream {
   private readonly none: readonly number[];
 
   constructor(
-    private readonly scripts: RuleScripts,
+    private readonly scripts: HomeScripts,
     readonly plan: PlanEncoding,
   ) {
     this.none = plan.rules.map(() => 0);
