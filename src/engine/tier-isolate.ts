@@ -19,6 +19,8 @@ import {
   type Home,
   holdsTat,
   leasable,
+  low,
+  size,
   Tier,
   type TierConfig,
   type Upstream,
@@ -157,7 +159,7 @@ export class IsolateTier extends Tier {
     if (seen === undefined || seen.lease !== undefined) return 0;
     // One reservation at a time: concurrent decisions would each reserve as much, and give it back.
     if (seen.asking !== undefined && now - seen.asking < this.config.ttl) return 0;
-    const units = Math.min(this.config.max, Math.floor(seen.estimate));
+    const units = size(this.config, seen.estimate);
     if (units > 0) seen.asking = now;
     return units;
   }
@@ -291,10 +293,9 @@ export class IsolateTier extends Tier {
     waitUntil: WaitUntil | undefined,
   ): void {
     if (this.disposed) return;
-    const low = Math.min(Math.floor(this.config.max / 4), Math.ceil(seen.estimate / 8));
     // about a ttl's traffic, like a fresh lease: a slow identifier is topped up a little
-    const want = Math.min(this.config.max, Math.floor(seen.estimate)) - lease.units - 1;
-    if (lease.units > low || want < 1) return;
+    const want = size(this.config, seen.estimate) - lease.units - 1;
+    if (lease.units > low(this.config, seen.estimate) || want < 1) return;
     // The top-up's own unit is taken without the script's half rule: only while home, as last seen,
     // has plenty left, so that the last units of a quota are still decided at home.
     const homeLeft =

@@ -226,6 +226,19 @@ export function estimate(demand: Demand, now: number, ttl: number): number {
   return (demand.previous * (ttl - into)) / ttl + demand.current;
 }
 
+/** Units a tier asks for at `demand`: about a ttl's traffic, at most `max` (none for an identifier seen once). */
+export function size(config: TierConfig, demand: number): number {
+  return Math.min(config.max, Math.floor(demand));
+}
+
+/**
+ * Units held at or under which a warm tier asks for a top-up: about an eighth of a ttl's traffic, at
+ * most a quarter of `max`. The top-up asks for `size - held - 1` beside its own unit.
+ */
+export function low(config: TierConfig, demand: number): number {
+  return Math.min(Math.floor(config.max / 4), Math.ceil(demand / 8));
+}
+
 /** The decision with `units` more remaining under every rule (units a tier holds for the identifier). */
 export function withHeld(decision: Decision, units: number): Decision {
   if (units === 0) return decision;
