@@ -221,7 +221,19 @@ export class Limiter {
    * units deposited, units given back to home, refunds that failed, units reserved that never reached
    * a pool (they stay consumed at home until its state expires).
    */
-  get region(): { readonly stats: Readonly<RegionStats> } | undefined {
+  get region():
+    | {
+        readonly stats: {
+          readonly hits: number;
+          readonly misses: number;
+          readonly errors: number;
+          readonly deposited: number;
+          readonly refunded: number;
+          readonly refundsFailed: number;
+          readonly lost: number;
+        };
+      }
+    | undefined {
     return this.regional && { stats: this.regional.stats };
   }
 
