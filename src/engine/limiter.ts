@@ -20,14 +20,7 @@ import { type RegionOptions, regionPool } from "./region.js";
 import { type Counted, type PlanEncoding, RuleScripts } from "./script.js";
 import { Home, type Upstream, type WaitUntil } from "./tier.js";
 import { IsolateTier } from "./tier-isolate.js";
-import {
-  deletePools,
-  poolKey,
-  RegionalTier,
-  type RegionStats,
-  regionStats,
-  servesRegion,
-} from "./tier-region.js";
+import { deletePools, poolKey, RegionalTier, RegionalTiers, servesRegion } from "./tier-region.js";
 import { type Transport, transportFor } from "./transport.js";
 import { type Decision, decidedBy, type RuleResult, type Settlement } from "./types.js";
 import { checkClock, checkOptions, issueText, positiveMs, readClock } from "./validate.js";
@@ -213,8 +206,8 @@ export class Limiter {
    * Limiter was built without `overrides`).
    */
   readonly overrides: Overrides;
-  /** With `region`: the region's database (for `reset`) and its tiers' counters. */
-  private readonly regional: { readonly transport: Transport; readonly stats: RegionStats } | undefined;
+  /** With `region`: the region's database (for `reset`) and its tiers. */
+  private readonly regional: { readonly transport: Transport; readonly tiers: RegionalTiers } | undefined;
 
   /**
    * With `region`, its counters (for tests and reports): answers from the pool, misses, failed asks,
@@ -234,7 +227,7 @@ export class Limiter {
         };
       }
     | undefined {
-    return this.regional && { stats: this.regional.stats };
+    return this.regional && { stats: this.regional.tiers.stats };
   }
 
   /** The decisions' counts: `report()` reads them, `flush()` writes this isolate's (see docs/analytics.md). */
@@ -317,7 +310,7 @@ export class Limiter {
         script: new PoolScript(regional, pool, { timeout, batchWindow, breaker: breaker !== false }),
         config: pool,
       };
-      this.regional = { transport: regional, stats: regionStats() };
+      this.regional = { transport: regional, tiers: new RegionalTiers() };
     }
     // the tiers read the caller's clock as decisions do
     const clock = this.clock;
@@ -327,7 +320,7 @@ export class Limiter {
       const home = new Home(this.scripts, encoding);
       const region =
         pools && servesRegion(encoding.rules, maxStale)
-          ? new RegionalTier(pools.script, pools.config, home, this.regional!.stats, now, maxStale)
+          ? new RegionalTier(pools.script, pools.config, home, this.regional!.tiers, now, maxStale)
           : undefined;
       const isolate = lease && new IsolateTier(lease, home, region ?? home, now, maxStale);
       plans.set(name, {

@@ -53,9 +53,21 @@ export interface RegionStats {
   lost: number;
 }
 
-/** Counters at zero. */
-export function regionStats(): RegionStats {
-  return { hits: 0, misses: 0, errors: 0, deposited: 0, refunded: 0, refundsFailed: 0, lost: 0 };
+/**
+ * A Limiter's regional tiers, one per plan: the counters they share, and each other, so that a
+ * decision under one plan also takes back the expired deposits of the others.
+ */
+export class RegionalTiers {
+  readonly stats: RegionStats = {
+    hits: 0,
+    misses: 0,
+    errors: 0,
+    deposited: 0,
+    refunded: 0,
+    refundsFailed: 0,
+    lost: 0,
+  };
+  readonly all: RegionalTier[] = [];
 }
 
 /**
@@ -89,24 +101,27 @@ export async function deletePools(
  * and fills the pool from home's answer.
  *
  * @example
- * const region = new RegionalTier(poolScript, { max: 500, ttl: 5000 }, home, regionStats(), clock);
+ * const region = new RegionalTier(poolScript, { max: 500, ttl: 5000 }, home, new RegionalTiers(), clock);
  * const answer = await region.reserve("user:42", 1, now, undefined); // source "region" on a hit
  */
 export class RegionalTier extends Tier implements Upstream {
   /** The pools this tier deposited into, by key, until their units stop being handed out. */
   private readonly deposits = new Map<string, { identifier: string; expiresAt: number }>();
   private readonly count: number;
+  readonly stats: RegionStats;
 
   constructor(
     private readonly pool: PoolStore,
     config: TierConfig,
     home: Home,
-    readonly stats: RegionStats,
+    private readonly tiers: RegionalTiers,
     clock: () => number,
     maxStale = Number.POSITIVE_INFINITY,
   ) {
     super(config, home, clock, maxStale);
     this.count = home.plan.rules.length;
+    this.stats = tiers.stats;
+    tiers.all.push(this);
   }
 
   protected get holding(): boolean {
@@ -132,7 +147,7 @@ export class RegionalTier extends Tier implements Upstream {
     want: number | undefined,
     waitUntil?: WaitUntil,
   ): Promise<Reservation | Error> {
-    if (now >= this.nextExpiry) this.sweep(now, waitUntil);
+    for (const tier of this.tiers.all) if (now >= tier.nextExpiry) tier.sweep(now, waitUntil);
     const answer = await this.pool.take(this.key(identifier), cost, now, this.count, want ?? 0);
     if (answer instanceof Error) {
       this.stats.errors += 1;

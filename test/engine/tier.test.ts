@@ -9,7 +9,7 @@ import type { Deposit, PoolPut, PoolTake } from "../../src/engine/pool-script.js
 import type { Applied, PlanEncoding, Reservation } from "../../src/engine/script.js";
 import { estimate, Home, type HomeScripts, withHeld } from "../../src/engine/tier.js";
 import { IsolateTier } from "../../src/engine/tier-isolate.js";
-import { type PoolStore, RegionalTier, regionStats } from "../../src/engine/tier-region.js";
+import { type PoolStore, RegionalTier, RegionalTiers } from "../../src/engine/tier-region.js";
 import { type Decision, decidedBy } from "../../src/engine/types.js";
 
 /** The start of a minute: a fixed window of 1m starts here. */
@@ -373,7 +373,7 @@ describe("the regional tier (units in the region's database)", () => {
     const pool = fakePool();
     const home = new Home(fake.scripts, encoding(RULES));
     const clock = { now };
-    const tier = new RegionalTier(pool.pool, config, home, regionStats(), () => clock.now);
+    const tier = new RegionalTier(pool.pool, config, home, new RegionalTiers(), () => clock.now);
     return { fake, pool, tier, clock };
   }
 
@@ -528,7 +528,7 @@ describe("the regional tier (units in the region's database)", () => {
     } as unknown as HomeScripts;
     const T = T0 + 1000;
     const home = new Home(scripts, encoding(RULES));
-    const tier = new RegionalTier(pool.pool, { max: 20, ttl: 5000 }, home, regionStats(), () => T);
+    const tier = new RegionalTier(pool.pool, { max: 20, ttl: 5000 }, home, new RegionalTiers(), () => T);
     pool.takes.push({ hit: false, want: 4, leftover: 0, windowStarts: [0] });
     const waited: Promise<unknown>[] = [];
     const answer = (await tier.reserve("a", 1, T, 2, (p) => void waited.push(p))) as Reservation;
@@ -537,6 +537,42 @@ describe("the regional tier (units in the region's database)", () => {
     expect(answer.decision).toMatchObject({ plan: "custom", remaining: 30 });
     expect(tier.stats).toMatchObject({ lost: 4, deposited: 0 });
     expect(pool.calls.slice(1)).toEqual([["free", KEY, T]]);
+  });
+
+  it("takes back another plan's expired deposits at a decision under this one", async () => {
+    const fake = fakeHome();
+    const pool = fakePool();
+    const tiers = new RegionalTiers();
+    const T = T0 + 1000;
+    const base = new RegionalTier(
+      pool.pool,
+      { max: 20, ttl: 5000 },
+      new Home(fake.scripts, encoding(RULES)),
+      tiers,
+      () => T,
+    );
+    const pro = new RegionalTier(
+      pool.pool,
+      { max: 20, ttl: 5000 },
+      new Home(fake.scripts, encoding(RULES, "pro")),
+      tiers,
+      () => T,
+    );
+    const waited: Promise<unknown>[] = [];
+    const waitUntil = (p: Promise<unknown>) => void waited.push(p);
+    pool.takes.push({ hit: false, want: 6, leftover: 0, windowStarts: [0] });
+    await base.reserve("a", 1, T, undefined, waitUntil);
+    await Promise.all(waited);
+    pool.takes.push({ hit: false, want: 0, leftover: 2, windowStarts: [T0] });
+    await pro.reserve("b", 1, T + 5000, undefined, waitUntil);
+    await Promise.all(waited);
+    expect(pool.calls.filter((call) => call[0] === "take").map((call) => call.slice(1, 4))).toEqual([
+      [KEY, 1, T],
+      [KEY, 0, T + 5000],
+      ["t:{=b}:pool.pro", 1, T + 5000],
+    ]);
+    expect(fake.refunds.map((r) => [r.identifier, r.units, r.applied.name])).toEqual([["a", 2, "default"]]);
+    expect(tiers.stats).toMatchObject({ misses: 2, deposited: 6, refunded: 2 });
   });
 
   it("on dispose drains every pool it deposited into", async () => {
