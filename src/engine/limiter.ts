@@ -13,11 +13,14 @@ import type { BreakerOptions } from "./breaker.js";
 import { DenyCache } from "./deny-cache.js";
 import { describe } from "./duration.js";
 import { checkIdentifier, checkPrefix, RuleKeys } from "./keys.js";
-import { type LeaseOptions, Leases, leaseConfig, type WaitUntil } from "./leases.js";
+import { type LeaseOptions, leaseConfig } from "./leases.js";
 import { Overrides, type OverridesOptions, overridesConfig } from "./overrides.js";
 import { PoolScript } from "./pool-script.js";
-import { Region, type RegionOptions, regionPool } from "./region.js";
-import { type Counted, type PlanEncoding, type Reservation, RuleScripts } from "./script.js";
+import { type RegionOptions, regionPool } from "./region.js";
+import { type Counted, type PlanEncoding, RuleScripts } from "./script.js";
+import { Home, type Upstream, type WaitUntil } from "./tier.js";
+import { IsolateTier } from "./tier-isolate.js";
+import { deletePools, poolKey, RegionalTier, RegionalTiers, servesRegion } from "./tier-region.js";
 import { type Transport, transportFor } from "./transport.js";
 import { type Decision, decidedBy, type RuleResult, type Settlement } from "./types.js";
 import { checkClock, checkOptions, issueText, positiveMs, readClock } from "./validate.js";
@@ -129,8 +132,8 @@ interface Ticket {
   readonly owner: Limiter;
   readonly identifier: string;
   readonly cost: number;
-  /** Set for a decision a lease answered: settled against that lease where it can be. */
-  readonly leases: Leases | undefined;
+  /** Set for a decision the isolate tier answered: settled against its lease where it can be. */
+  readonly isolate: IsolateTier | undefined;
   /** Set for a decision a regional pool answered: where home counted the pool's units. */
   readonly counted?: Counted;
   settled: boolean;
@@ -140,10 +143,16 @@ const TICKET: unique symbol = Symbol("edgelimit.ticket");
 /** The descriptor every ticket is defined with (its value set each time). */
 const ticketProperty: PropertyDescriptor = { value: undefined, enumerable: false };
 
-/** One plan of a Limiter ("default": the base rules): its encoding, and its leases when leasing. */
+/**
+ * One plan of a Limiter ("default": the base rules): its encoding, and the steps of its pipeline past
+ * the deny cache: the isolate tier (with `lease`), then the regional tier (with `region`), then home.
+ */
 interface Plan {
   readonly encoding: PlanEncoding;
-  readonly leases: Leases | undefined;
+  readonly isolate: IsolateTier | undefined;
+  readonly region: RegionalTier | undefined;
+  /** Where a decision goes past the isolate tier (the regional tier, or home); undefined: no tier, home's plain decision. */
+  readonly upstream: Upstream | undefined;
 }
 
 /** How long a caller is told to wait after a decision denied by `onError: "deny"`. */
@@ -190,7 +199,7 @@ export class Limiter {
   readonly clock: () => number;
   private readonly ruleKeys: RuleKeys;
   private readonly scripts: RuleScripts;
-  /** Per plan ("default" included): what its decisions send, and its leases when leasing. */
+  /** Per plan ("default" included): what its decisions send, and its tiers. */
   private readonly plans: ReadonlyMap<string, Plan>;
   /** Every plan of this Limiter, for the message of an unknown one. */
   private readonly planNames: string;
@@ -199,16 +208,28 @@ export class Limiter {
    * Limiter was built without `overrides`).
    */
   readonly overrides: Overrides;
-  /** The regional pools, with `region`. */
-  private readonly pools: Region | undefined;
+  /** With `region`: the region's database (for `reset`) and its tiers. */
+  private readonly regional: { readonly transport: Transport; readonly tiers: RegionalTiers } | undefined;
 
   /**
    * With `region`, its counters (for tests and reports): answers from the pool, misses, failed asks,
    * units deposited, units given back to home, refunds that failed, units reserved that never reached
    * a pool (they stay consumed at home until its state expires).
    */
-  get region(): { readonly stats: Readonly<Region["stats"]> } | undefined {
-    return this.pools && { stats: this.pools.stats };
+  get region():
+    | {
+        readonly stats: {
+          readonly hits: number;
+          readonly misses: number;
+          readonly errors: number;
+          readonly deposited: number;
+          readonly refunded: number;
+          readonly refundsFailed: number;
+          readonly lost: number;
+        };
+      }
+    | undefined {
+    return this.regional && { stats: this.regional.tiers.stats };
   }
 
   /** The decisions' counts: `report()` reads them, `flush()` writes this isolate's (see docs/analytics.md). */
@@ -277,6 +298,7 @@ export class Limiter {
     }
     const lease =
       options.lease === undefined || options.lease === false ? undefined : leaseConfig(options.lease);
+    let pools: { script: PoolScript; config: { max: number; ttl: number } } | undefined;
     if (options.region !== undefined) {
       const pool = regionPool(options.region);
       const nearby = options.region.redis;
@@ -286,37 +308,29 @@ export class Limiter {
       } catch (error) {
         throw new Error(`region.${(error as Error).message}`);
       }
-      this.pools = new Region(
-        new PoolScript(regional, pool, { timeout, batchWindow, breaker: breaker !== false }),
-        pool,
-        this.scripts,
-        regional,
-        () => this.now(),
-        maxStale,
-        timeout,
-      );
+      pools = {
+        script: new PoolScript(regional, pool, { timeout, batchWindow, breaker: breaker !== false }),
+        config: pool,
+      };
+      this.regional = { transport: regional, tiers: new RegionalTiers() };
     }
+    // the tiers read the caller's clock as decisions do
+    const clock = this.clock;
+    const now = () => readClock(clock);
     const plans = new Map<string, Plan>();
     for (const [name, encoding] of this.scripts.plans) {
-      const scripts = this.scripts;
-      const leases =
-        lease &&
-        new Leases(
-          lease,
-          encoding.rules,
-          {
-            // with a region, a lease's top-up asks the region's pool first
-            reserve: (id, cost, now, want, waitUntil) =>
-              this.pools?.serves(encoding)
-                ? this.topUpRegional(this.pools, encoding, id, cost, now, want, waitUntil)
-                : scripts.reserve(id, cost, now, want, encoding),
-            refund: (id, units, windowStarts, now, applied) =>
-              scripts.refund(id, units, windowStarts, now, applied),
-          },
-          () => this.now(),
-          maxStale,
-        );
-      plans.set(name, { encoding, leases });
+      const home = new Home(this.scripts, encoding);
+      const region =
+        pools && servesRegion(encoding.rules, maxStale)
+          ? new RegionalTier(pools.script, pools.config, home, this.regional!.tiers, now, maxStale)
+          : undefined;
+      const isolate = lease && new IsolateTier(lease, home, region ?? home, now, maxStale);
+      plans.set(name, {
+        encoding,
+        isolate,
+        region,
+        upstream: isolate || region ? (region ?? home) : undefined,
+      });
     }
     this.plans = plans;
     // the configs as given, copied: set() resolves an override's fields over them
@@ -353,7 +367,7 @@ export class Limiter {
         clock: () => this.now(),
         forget: (identifier) => {
           this.cache?.delete(identifier);
-          for (const plan of this.plans.values()) plan.leases?.release(identifier);
+          for (const plan of this.plans.values()) plan.isolate?.release(identifier);
         },
       },
     );
@@ -394,7 +408,11 @@ export class Limiter {
     });
   }
 
-  /** `limit()` before its observer: from the deny cache, a lease, or Redis. */
+  /**
+   * `limit()` before its observer: the pipeline. Each step answers or passes on: the deny cache, the
+   * isolate tier (a lease in this isolate's memory), then past it the regional tier (a pool in the
+   * region's database) and home, one call each.
+   */
   private decideOne(identifier: string, options: LimitOptions | undefined): Promise<Decision> {
     checkIdentifier(identifier);
     const cost = options?.cost ?? 1;
@@ -409,13 +427,11 @@ export class Limiter {
     if (waitUntil !== undefined && typeof waitUntil !== "function") {
       throw new TypeError(`waitUntil: expected a function such as ctx.waitUntil, got ${describe(waitUntil)}`);
     }
-    // A lease answers on the spot: it never waits on a request, this one's or another's.
-    const leased = plan.leases?.answer(identifier, cost, now, waitUntil);
-    if (leased) return Promise.resolve(this.ticket(leased, identifier, cost, plan.leases));
-    const region = this.pools;
-    if (region?.serves(plan.encoding))
-      return this.decideRegional(region, plan, identifier, cost, now, waitUntil);
-    return this.decide(plan, identifier, cost, now, waitUntil);
+    // The isolate tier answers on the spot: it never waits on a request, this one's or another's.
+    const leased = plan.isolate?.answer(identifier, cost, now, waitUntil);
+    if (leased) return Promise.resolve(this.ticket(leased, identifier, cost, plan.isolate));
+    if (plan.upstream === undefined) return this.decide(plan.encoding, identifier, cost, now);
+    return this.passOn(plan, plan.upstream, identifier, cost, now, waitUntil);
   }
 
   /**
@@ -428,9 +444,8 @@ export class Limiter {
    */
   async dispose(): Promise<void> {
     await Promise.all([
-      ...[...this.plans.values()].map((plan) => plan.leases?.dispose()),
+      ...[...this.plans.values()].flatMap((plan) => [plan.isolate?.dispose(), plan.region?.dispose()]),
       this.counter?.dispose(),
-      this.pools?.dispose(),
     ]);
   }
 
@@ -446,16 +461,16 @@ export class Limiter {
     this.cache?.delete(identifier);
     const now = this.now();
     const keys = new Set<string>();
-    for (const { encoding, leases } of this.plans.values()) {
-      leases?.drop(identifier);
+    for (const { encoding, isolate } of this.plans.values()) {
+      isolate?.drop(identifier);
       for (const key of encoding.keys.all(identifier, now)) keys.add(key);
     }
     const reply = await this.transport.call(["DEL", ...keys], { timeout: this.timeout, breaker: false });
     if (!reply.ok) throw reply.error;
-    await this.pools?.reset(
-      identifier,
-      [...this.plans.values()].map((plan) => plan.encoding),
-    );
+    if (this.regional !== undefined) {
+      const pools = [...this.plans.values()].map((plan) => poolKey(plan.encoding, identifier));
+      await deletePools(this.regional.transport, pools, this.timeout);
+    }
   }
 
   /**
@@ -481,48 +496,65 @@ export class Limiter {
     );
   }
 
-  /** Asks Redis; the Decision comes in the transport call's own promise (no async layers around it). */
-  private decide(
-    plan: Plan,
-    identifier: string,
-    cost: number,
-    now: number,
-    waitUntil?: WaitUntil,
-  ): Promise<Decision> {
-    const encoding = plan.encoding;
-    if (plan.leases === undefined) {
-      return this.scripts.decide(
-        identifier,
-        cost,
-        now,
-        (decision) => {
-          if (decision instanceof Error)
-            return this.ticket(this.failure(decision, now, encoding), identifier, cost);
-          if (!decision.allowed) this.cache?.set(identifier, Math.max(cost, 1), now, decision, encoding.name);
-          return this.ticket(decision, identifier, cost);
-        },
-        encoding,
-      );
-    }
-    return this.decideLeasing(plan.leases, encoding, identifier, cost, now, waitUntil);
+  /** Home's plain decision (no tier): the Decision comes in the transport call's own promise (no async layers around it). */
+  private decide(encoding: PlanEncoding, identifier: string, cost: number, now: number): Promise<Decision> {
+    return this.scripts.decide(
+      identifier,
+      cost,
+      now,
+      (decision) =>
+        decision instanceof Error
+          ? this.ticket(this.failure(decision, now, encoding), identifier, cost)
+          : this.answered(decision, identifier, cost, now, encoding),
+      encoding,
+    );
   }
 
-  /** With leases on, the decision also reserves units for the identifier's lease (see Leases). */
-  private async decideLeasing(
-    leases: Leases,
-    encoding: PlanEncoding,
+  /**
+   * Past the isolate tier: the regional tier (its pool answers, or passes on home) or home, reserving
+   * in the same call what the isolate tier wants for its lease, which it keeps from the answer.
+   */
+  private async passOn(
+    plan: Plan,
+    upstream: Upstream,
     identifier: string,
     cost: number,
     now: number,
     waitUntil: WaitUntil | undefined,
   ): Promise<Decision> {
-    const want = leases.want(identifier, cost, now);
-    const reservation = await this.scripts.reserve(identifier, cost, now, want, encoding);
+    const { encoding, isolate } = plan;
+    const reservation = await upstream.reserve(
+      identifier,
+      cost,
+      now,
+      isolate?.want(identifier, cost, now),
+      waitUntil,
+    );
     if (reservation instanceof Error)
       return this.ticket(this.failure(reservation, now, encoding), identifier, cost);
-    const decision = reservation.decision;
-    if (!decision.allowed) this.cache?.set(identifier, Math.max(cost, 1), now, decision, encoding.name);
-    return this.ticket(leases.settle(identifier, reservation, now, waitUntil), identifier, cost);
+    const decision = isolate ? isolate.fill(identifier, reservation, now, waitUntil) : reservation.decision;
+    // a pool's answer was counted at home in the windows of the pool's units
+    const counted =
+      decision.source === "region"
+        ? { applied: encoding, starts: reservation.windowStarts, counts: encoding.rules.map(() => 0) }
+        : undefined;
+    return this.answered(decision, identifier, cost, now, encoding, counted);
+  }
+
+  /** The end of a decision from home or the region: a denial is cached, an admission ticketed. */
+  private answered(
+    decision: Decision,
+    identifier: string,
+    cost: number,
+    now: number,
+    encoding: PlanEncoding,
+    counted?: Counted,
+  ): Decision {
+    if (!decision.allowed) {
+      this.cache?.set(identifier, Math.max(cost, 1), now, decision, encoding.name);
+      return decision;
+    }
+    return this.ticket(decision, identifier, cost, undefined, counted);
   }
 
   /** Remembers, on an admitted `decision`, whose it is and what it cost, for settle(). */
@@ -530,11 +562,11 @@ export class Limiter {
     decision: Decision,
     identifier: string,
     cost: number,
-    leases?: Leases,
+    isolate?: IsolateTier,
     counted?: Counted,
   ): Decision {
     if (!decision.allowed) return decision;
-    ticketProperty.value = { owner: this, identifier, cost, leases, counted, settled: false };
+    ticketProperty.value = { owner: this, identifier, cost, isolate, counted, settled: false };
     return Object.defineProperty(decision, TICKET, ticketProperty);
   }
 
@@ -604,12 +636,12 @@ export class Limiter {
       // units given back may admit what a cached denial would refuse
       if (difference < 0) this.cache?.delete(identifier);
       let counted: Counted;
-      if (ticket.leases !== undefined) {
-        const taken = ticket.leases.settleAnswer(identifier, decision, difference, now);
-        if (taken === true) return done({ difference, via: "lease" });
+      const isolate = ticket.isolate;
+      if (isolate !== undefined) {
+        if (isolate.charge(identifier, decision, difference, now)) return done({ difference, via: "lease" });
         // the rules the lease's units were reserved under (a custom override's too), in its windows
         const { applied } = this.scripts.counted(decision);
-        counted = { applied, starts: taken ?? [], counts: applied.rules.map(() => 0) };
+        counted = { applied, starts: isolate.windowsOf(decision), counts: applied.rules.map(() => 0) };
       } else {
         counted = ticket.counted ?? this.scripts.counted(decision);
       }
@@ -627,80 +659,6 @@ export class Limiter {
       handOff?.(Promise.reject(error));
       throw error;
     }
-  }
-
-  /**
-   * With a region: the region's pool first (one round trip to its database), which may also fill this
-   * isolate's lease; on a miss, home decides as without a region, reserving in the same EVALSHA what
-   * the pool asked for and the lease's share.
-   */
-  private async decideRegional(
-    region: Region,
-    plan: Plan,
-    identifier: string,
-    cost: number,
-    now: number,
-    waitUntil: WaitUntil | undefined,
-  ): Promise<Decision> {
-    const { encoding, leases } = plan;
-    const leaseWant = leases?.want(identifier, cost, now) ?? 0;
-    const taken = await region.take(identifier, cost, now, encoding, waitUntil, leaseWant);
-    if (typeof taken !== "number") {
-      const answer = leases ? leases.settle(identifier, taken, now, waitUntil) : taken.decision;
-      // counted at home, in the windows of the pool's units
-      const counted = { applied: encoding, starts: taken.windowStarts, counts: encoding.rules.map(() => 0) };
-      return this.ticket(answer, identifier, cost, undefined, counted);
-    }
-    if (taken === 0 && leases === undefined) return this.decide(plan, identifier, cost, now, waitUntil);
-    const reservation = await this.scripts.reserve(identifier, cost, now, taken + leaseWant, encoding);
-    if (reservation instanceof Error) {
-      if (taken > 0) region.free(identifier, now, encoding, waitUntil);
-      return this.ticket(this.failure(reservation, now, encoding), identifier, cost);
-    }
-    const decision = reservation.decision;
-    if (!decision.allowed) this.cache?.set(identifier, Math.max(cost, 1), now, decision, encoding.name);
-    const rest =
-      taken > 0 ? region.settle(identifier, reservation, taken, now, encoding, waitUntil) : reservation;
-    const answer = leases ? leases.settle(identifier, rest, now, waitUntil) : rest.decision;
-    return this.ticket(answer, identifier, cost);
-  }
-
-  /** A lease's top-up with a region: from the region's pool first, else from home (filling the pool too). */
-  private async topUpRegional(
-    region: Region,
-    encoding: PlanEncoding,
-    identifier: string,
-    cost: number,
-    now: number,
-    want: number,
-    waitUntil: WaitUntil | undefined,
-  ): Promise<Reservation | Error> {
-    const taken = await region.take(identifier, cost, now, encoding, waitUntil, want);
-    if (typeof taken !== "number") return taken;
-    return this.reserveHome(region, encoding, identifier, cost, now, taken, want, waitUntil);
-  }
-
-  /**
-   * `cost` units from home, reserving `forPool` more for the region's pool (deposited off the request
-   * path) and `forLease` for this isolate's lease: what comes back as `reserved` is the lease's.
-   */
-  private async reserveHome(
-    region: Region,
-    encoding: PlanEncoding,
-    identifier: string,
-    cost: number,
-    now: number,
-    forPool: number,
-    forLease: number,
-    waitUntil: WaitUntil | undefined,
-  ): Promise<Reservation | Error> {
-    const reservation = await this.scripts.reserve(identifier, cost, now, forPool + forLease, encoding);
-    if (forPool === 0) return reservation;
-    if (reservation instanceof Error) {
-      region.free(identifier, now, encoding, waitUntil);
-      return reservation;
-    }
-    return region.settle(identifier, reservation, forPool, now, encoding, waitUntil);
   }
 
   private failure(error: unknown, now: number, plan: PlanEncoding): Decision {
@@ -746,7 +704,7 @@ Object.defineProperty(Limiter.prototype, asyncDispose, {
 });
 
 /**
- * Calls `waitUntil` at once with a promise that settles as the one later given to the returned
+ * Calls `waitUntil` at once with a promise that ends as the one later given to the returned
  * function; throws, naming the option, when `waitUntil` itself throws.
  */
 function handOver(waitUntil: WaitUntil): (settlement: Promise<Settlement>) => void {

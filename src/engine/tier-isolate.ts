@@ -1,0 +1,444 @@
+// The isolate tier (tier.ts), its units kept in this isolate's memory: a lease per hot identifier, whose
+// units answer its decisions here with no request until they run out or expire.
+//
+// - Reserving: a decision that passes on asks for up to `want` more units in the same call (home's
+//   EVALSHA, or the regional pool's take); the lease starts from what comes back (fill).
+// - Sizing: about rate × ttl for this identifier in this isolate (the demand estimate), at most `max`,
+//   and 0 for an identifier seen once.
+// - Answering: a decision whose cost the lease covers takes it from the lease: allowed, with the
+//   headers home last gave minus what this isolate has used since. It never awaits anything.
+// - Topping up: a hot lease running low asks its upstream for more in the background (refill).
+// - Refunds: units left when a lease expires (or is dropped on a denial, or the Limiter is disposed)
+//   go back home under the rules they were reserved under.
+import type { Rule } from "./algorithms.js";
+import type { Applied, Reservation } from "./script.js";
+import {
+  type Demand,
+  estimate,
+  fromHeld,
+  type Home,
+  holdsTat,
+  leasable,
+  low,
+  size,
+  Tier,
+  type TierConfig,
+  type Upstream,
+  type WaitUntil,
+  withHeld,
+} from "./tier.js";
+import type { Decision, RuleResult } from "./types.js";
+
+/** Unused units of one identifier to give back. */
+interface Refund {
+  readonly identifier: string;
+  readonly units: number;
+  /**
+   * Per rule, the start of the window the units were counted in (fixed and sliding windows); for gcra
+   * and the token bucket the TAT they held once taken (a refund gives back no units since earned back).
+   */
+  readonly windowStarts: readonly number[];
+  /** The rules the units were reserved under: given back under them, never under another plan's. */
+  readonly applied: Applied;
+}
+
+/**
+ * The lease a decision answered here came from, for `charge`: a module-private symbol, not enumerable
+ * (a copy of the decision carries none; cheaper than a WeakMap entry).
+ */
+const ANSWERED_FROM: unique symbol = Symbol("edgelimit.lease");
+const answeredFrom: PropertyDescriptor = { value: undefined, enumerable: false };
+
+/** Identifiers whose rate is tracked, least recently seen out first (their lease is refunded). */
+const MAX_TRACKED = 10_000;
+
+/** One identifier's units held here. */
+interface Held {
+  /** Units still held. */
+  units: number;
+  expiresAt: number;
+  /** Every rule's outcome as home last gave it, the held units counted as remaining. */
+  snapshot: Record<string, RuleResult>;
+  /** Units handed out since the snapshot. */
+  used: number;
+  windowStarts: readonly number[];
+  /**
+   * The plan name and rules the units were reserved under: the tier's plan's, or those of an override
+   * stored for the identifier (a custom one's own rules). Its answers say and state them.
+   */
+  plan: string;
+  rules: readonly Rule[];
+}
+
+/** One identifier as this isolate saw it: its demand and its lease. */
+interface Seen extends Demand {
+  /** Units seen over the last ttl before the decision in progress: the size of the next lease. */
+  estimate: number;
+  /** When a reservation for it went out and has not come back (concurrent decisions ask for none). */
+  asking: number | undefined;
+  lease: Held | undefined;
+}
+
+/**
+ * The isolate tier of one Limiter under one plan (a Limiter with plans has one per plan, so a lease is
+ * per identifier and plan: its units, windows and snapshot are those of the plan it was reserved under).
+ *
+ * @example
+ * const isolate = new IsolateTier({ max: 50, ttl: 1000 }, home, upstream, clock);
+ * const answer = isolate.answer("user:42", 1, now, waitUntil); // a Decision from the lease, or undefined
+ */
+export class IsolateTier extends Tier {
+  private readonly seen = new Map<string, Seen>();
+  private readonly held = new Map<string, Held>();
+  /** Whether this tier may hold units at all (not under a sliding log rule: see `leasable`). */
+  private readonly leasable: boolean;
+  private readonly rules: readonly Rule[];
+  /**
+   * Counters for tests and reports: units reserved (top-ups included), answers given here, units given
+   * back, and refunds that failed (their units stay consumed until the state expires).
+   */
+  readonly stats = { reserved: 0, answered: 0, refunded: 0, refundsFailed: 0 };
+
+  constructor(
+    config: TierConfig,
+    home: Home,
+    /** Where top-ups go: the regional tier, or home. */
+    private readonly upstream: Upstream,
+    clock: () => number,
+    maxStale = Number.POSITIVE_INFINITY,
+  ) {
+    super(config, home, clock, maxStale);
+    this.rules = home.plan.rules;
+    this.leasable = leasable(this.rules);
+  }
+
+  /** Leases held now (for tests and reports). */
+  get size(): number {
+    return this.held.size;
+  }
+
+  protected get holding(): boolean {
+    return this.held.size > 0;
+  }
+
+  /**
+   * The decision for `cost` units from the identifier's lease, or undefined to pass on. Records the
+   * demand, and refunds expired leases (through `waitUntil` when given).
+   */
+  answer(identifier: string, cost: number, now: number, waitUntil?: WaitUntil): Decision | undefined {
+    if (now >= this.nextExpiry) this.sweep(now, waitUntil);
+    let seen = this.seen.get(identifier);
+    if (seen === undefined) {
+      seen = { start: now, current: 0, previous: 0, estimate: 0, asking: undefined, lease: undefined };
+      this.seen.set(identifier, seen);
+      if (this.seen.size > MAX_TRACKED) this.forget(this.seen.keys().next().value as string, now, waitUntil);
+    } else {
+      this.seen.delete(identifier);
+      this.seen.set(identifier, seen);
+    }
+    seen.estimate = estimate(seen, now, this.config.ttl);
+    seen.current += cost;
+    const lease = seen.lease;
+    if (lease === undefined || lease.units < Math.max(cost, 1)) return undefined;
+    lease.units -= cost;
+    lease.used += cost;
+    this.stats.answered += 1;
+    const decision = fromLease(lease, now);
+    answeredFrom.value = lease;
+    Object.defineProperty(decision, ANSWERED_FROM, answeredFrom);
+    if (lease.units === 0) this.detach(identifier, seen);
+    else this.refill(identifier, seen, lease, now, waitUntil);
+    return decision;
+  }
+
+  /** Units to reserve beside the `cost` of a decision passing on now. */
+  want(identifier: string, cost: number, now: number): number {
+    if (!this.leasable || this.disposed || cost === 0 || this.maxStale <= 0) return 0;
+    const seen = this.seen.get(identifier);
+    // A lease still holding units (fewer than this cost) is used first: no second one beside it.
+    if (seen === undefined || seen.lease !== undefined) return 0;
+    // One reservation at a time: concurrent decisions would each reserve as much, and give it back.
+    if (seen.asking !== undefined && now - seen.asking < this.config.ttl) return 0;
+    const units = size(this.config, seen.estimate);
+    if (units > 0) seen.asking = now;
+    return units;
+  }
+
+  /**
+   * Fills the identifier's lease from the answer to a decision that asked for what `want` said, and
+   * returns the decision to give the caller.
+   * A denial drops the identifier's lease (its units are refunded); an admission with `reserved`
+   * units starts one. The `remaining` that comes back leaves out every unit taken, reserved ones
+   * included; the caller is told what this identifier can still have: that, plus what this isolate
+   * holds for it.
+   */
+  fill(
+    identifier: string,
+    { decision, reserved, windowStarts }: Reservation,
+    now: number,
+    waitUntil?: WaitUntil,
+  ): Decision {
+    const seen = this.seen.get(identifier);
+    if (seen !== undefined) seen.asking = undefined;
+    if (!decision.allowed) {
+      if (seen?.lease) this.giveBackAll([this.detach(identifier, seen)], now, waitUntil);
+      return decision;
+    }
+    if (reserved > 0) this.stats.reserved += reserved;
+    const lease = seen?.lease;
+    // Units held before this answer, and reserved by it, are this identifier's to use (or on their way back).
+    const answer = withHeld(decision, (lease?.units ?? 0) + reserved);
+    if (seen === undefined || this.disposed) {
+      // Forgotten while the request was out (evicted), or disposed since: the reserved units go straight back.
+      if (reserved > 0)
+        this.refund(identifier, reserved, windowStarts, now, this.appliedOf(decision), waitUntil);
+      return answer;
+    }
+    if (lease !== undefined) {
+      // A decision whose cost the lease could not cover, or a second reservation that crossed the
+      // first. Units that would take the lease past `max`, or that were counted in another window, go back.
+      const keep = joins(lease, decision, windowStarts)
+        ? Math.min(reserved, this.config.max - lease.units)
+        : 0;
+      lease.snapshot = answer.rules;
+      lease.used = 0;
+      if (keep > 0) join(lease, windowStarts);
+      lease.units += keep;
+      if (reserved > keep)
+        this.refund(identifier, reserved - keep, windowStarts, now, this.appliedOf(decision), waitUntil);
+      return answer;
+    }
+    if (reserved > 0) this.start(identifier, seen, reserved, answer, windowStarts, now, waitUntil);
+    return answer;
+  }
+
+  /**
+   * Charges a decision answered here `difference` more units (actual - cost, not 0; fewer when
+   * negative) against its lease where it can: units given back rejoin the lease while it lives (it
+   * holds units counted in the same windows); extra units come out of it when it holds that many.
+   * Returns whether the lease took it; when not, `windowsOf` says where the units were counted.
+   */
+  charge(identifier: string, decision: Decision, difference: number, now: number): boolean {
+    const lease = leaseOf(decision);
+    if (lease === undefined) return false;
+    const live = !this.disposed && this.held.get(identifier) === lease && now < lease.expiresAt;
+    if (!live || (difference > 0 && lease.units < difference)) return false;
+    lease.units -= difference;
+    lease.used += difference;
+    if (lease.units === 0) this.detach(identifier, this.seen.get(identifier)!);
+    return true;
+  }
+
+  /** Per rule, where the units of a decision answered here were counted (empty for one it did not answer). */
+  windowsOf(decision: Decision): readonly number[] {
+    return leaseOf(decision)?.windowStarts ?? [];
+  }
+
+  /** Forgets the identifier's lease without a refund (its state at home was deleted). */
+  drop(identifier: string): void {
+    const seen = this.seen.get(identifier);
+    if (seen?.lease) this.detach(identifier, seen);
+  }
+
+  /**
+   * Ends the identifier's lease and gives its unused units back (through `waitUntil` when given, else
+   * in the background): its override changed here, and the next decision must be home's.
+   */
+  release(identifier: string, waitUntil?: WaitUntil): void {
+    const seen = this.seen.get(identifier);
+    if (seen?.lease) this.giveBackAll([this.detach(identifier, seen)], this.clock(), waitUntil);
+  }
+
+  /** Gives back every lease's unused units now; resolves once every refund is done. Leases no more. */
+  async dispose(): Promise<void> {
+    this.stop();
+    const now = this.clock();
+    const refunds: Refund[] = [];
+    for (const [identifier, seen] of this.seen) {
+      if (seen.lease) refunds.push(this.detach(identifier, seen));
+    }
+    this.giveBackAll(refunds, now, undefined);
+    await this.drained();
+  }
+
+  /** Refunds every lease expired at `now`. */
+  sweep(now: number, waitUntil?: WaitUntil): void {
+    const refunds: Refund[] = [];
+    let next = Number.POSITIVE_INFINITY;
+    for (const [identifier, lease] of this.held) {
+      if (lease.expiresAt <= now) {
+        const seen = this.seen.get(identifier);
+        if (seen) refunds.push(this.detach(identifier, seen));
+      } else if (lease.expiresAt < next) {
+        next = lease.expiresAt;
+      }
+    }
+    this.nextExpiry = next;
+    this.giveBackAll(refunds, now, waitUntil);
+  }
+
+  /**
+   * Tops a hot lease up before it runs dry, in the background (through `waitUntil` when given): when
+   * it holds no more than about an eighth of a ttl's traffic (at most a quarter of `max`), one decision
+   * of cost 1 goes upstream reserving about a ttl's traffic (at most `max` held) for the lease, which
+   * then lives a ttl from then. Without it, every decision arriving while the next reservation is on
+   * its way would pass on by itself. No answer waits on it. One reservation or top-up per identifier is
+   * on its way at a time.
+   */
+  private refill(
+    identifier: string,
+    seen: Seen,
+    lease: Held,
+    now: number,
+    waitUntil: WaitUntil | undefined,
+  ): void {
+    if (this.disposed) return;
+    // about a ttl's traffic, like a fresh lease: a slow identifier is topped up a little
+    const want = size(this.config, seen.estimate) - lease.units - 1;
+    if (lease.units > low(this.config, seen.estimate) || want < 1) return;
+    // The top-up's own unit is taken without the script's half rule: only while home, as last seen,
+    // has plenty left, so that the last units of a quota are still decided at home.
+    const homeLeft =
+      Math.min(...Object.values(lease.snapshot).map((rule) => rule.remaining)) - lease.used - lease.units;
+    if (homeLeft < 2 * this.config.max) return;
+    if (seen.asking !== undefined && now - seen.asking < this.config.ttl) return;
+    seen.asking = now;
+    // a decision of cost 1 reserving `want` more, all for the lease
+    const sent = this.upstream.reserve(identifier, 1, now, want, waitUntil).then((answer) => {
+      seen.asking = undefined;
+      if (!(answer instanceof Error)) this.topUp(identifier, answer, now, waitUntil);
+    });
+    this.track(sent, waitUntil);
+  }
+
+  /** A top-up's answer: its unit and the reserved ones join the lease (or start a new one). */
+  private topUp(
+    identifier: string,
+    { decision, reserved, windowStarts }: Reservation,
+    now: number,
+    waitUntil?: WaitUntil,
+  ): void {
+    const seen = this.seen.get(identifier);
+    const units = decision.allowed ? 1 + reserved : 0;
+    if (units > 0) this.stats.reserved += units;
+    if (!decision.allowed) {
+      if (seen?.lease) this.giveBackAll([this.detach(identifier, seen)], now, waitUntil);
+      return;
+    }
+    const lease = seen?.lease;
+    if (seen === undefined || this.disposed) {
+      this.refund(identifier, units, windowStarts, now, this.appliedOf(decision), waitUntil);
+      return;
+    }
+    if (lease === undefined) {
+      this.start(identifier, seen, units, withHeld(decision, units), windowStarts, now, waitUntil);
+      return;
+    }
+    const keep = joins(lease, decision, windowStarts) ? Math.min(units, this.config.max - lease.units) : 0;
+    if (keep > 0) join(lease, windowStarts);
+    lease.units += keep;
+    lease.snapshot = withHeld(decision, lease.units).rules;
+    lease.used = 0;
+    // a lease topped up lives a ttl from then (what is left of the old units is at most a quarter of max)
+    if (keep > 0) lease.expiresAt = this.expiry(now, lease.rules, windowStarts);
+    if (units > keep)
+      this.refund(identifier, units - keep, windowStarts, now, this.appliedOf(decision), waitUntil);
+  }
+
+  private start(
+    identifier: string,
+    seen: Seen,
+    units: number,
+    answer: Decision,
+    windowStarts: readonly number[],
+    now: number,
+    waitUntil: WaitUntil | undefined,
+  ): void {
+    const rules = answer.decidedBy ?? this.rules;
+    const held: Held = {
+      units,
+      expiresAt: this.expiry(now, rules, windowStarts),
+      snapshot: answer.rules,
+      used: 0,
+      windowStarts,
+      plan: answer.plan,
+      rules,
+    };
+    seen.lease = held;
+    this.held.set(identifier, held);
+    if (held.expiresAt < this.nextExpiry) this.nextExpiry = held.expiresAt;
+    if (waitUntil === undefined) this.arm();
+  }
+
+  private giveBackAll(refunds: readonly Refund[], now: number, waitUntil: WaitUntil | undefined): void {
+    for (const { identifier, units, windowStarts, applied } of refunds) {
+      if (units > 0) this.refund(identifier, units, windowStarts, now, applied, waitUntil);
+    }
+  }
+
+  /** Ends a lease here and says what is left of it. */
+  private detach(identifier: string, seen: Seen): Refund {
+    const lease = seen.lease!;
+    seen.lease = undefined;
+    this.held.delete(identifier);
+    const applied = { name: lease.plan, rules: lease.rules };
+    return { identifier, units: lease.units, windowStarts: lease.windowStarts, applied };
+  }
+
+  /** The rules a decision was decided by, which its reserved units were counted under. */
+  private appliedOf(decision: Decision): Applied {
+    return { name: decision.plan, rules: decision.decidedBy ?? this.rules };
+  }
+
+  private forget(identifier: string, now: number, waitUntil: WaitUntil | undefined): void {
+    const seen = this.seen.get(identifier);
+    if (seen?.lease) this.giveBackAll([this.detach(identifier, seen)], now, waitUntil);
+    this.seen.delete(identifier);
+  }
+}
+
+/** The lease a decision answered here came from. */
+function leaseOf(decision: Decision): Held | undefined {
+  return (decision as { [ANSWERED_FROM]?: Held })[ANSWERED_FROM];
+}
+
+/**
+ * Whether units a decision reserved in `windowStarts` may join `lease`: counted in the same windows
+ * (a gcra or token bucket rule's TAT may differ: see join), under the same rules (an override changed
+ * in between: they go back instead).
+ */
+function joins(lease: Held, decision: Decision, windowStarts: readonly number[]): boolean {
+  return (
+    decision.plan === lease.plan &&
+    (decision.decidedBy ?? lease.rules) === lease.rules &&
+    windowStarts.every((start, i) => start === lease.windowStarts[i] || holdsTat(lease.rules[i]!))
+  );
+}
+
+/**
+ * Units reserved in `windowStarts` join `lease`: a gcra rule's units then hold the earlier of the two
+ * TATs, so that a refund never gives back more than the first units still hold (less, at worst).
+ */
+function join(lease: Held, windowStarts: readonly number[]): void {
+  lease.windowStarts = lease.windowStarts.map((start, i) =>
+    holdsTat(lease.rules[i]!) ? Math.min(start, windowStarts[i]!) : start,
+  );
+}
+
+/** An admission from a lease: what home last said, minus what this isolate has used since. */
+function fromLease(lease: Held, now: number): Decision {
+  return fromHeld(
+    lease.rules,
+    (rule) => {
+      const last = lease.snapshot[rule.name]!;
+      return {
+        limit: last.limit,
+        remaining: Math.max(0, last.remaining - lease.used),
+        resetAt: last.resetAt,
+      };
+    },
+    "lease",
+    lease.plan,
+    now,
+  );
+}

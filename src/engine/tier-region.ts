@@ -1,0 +1,343 @@
+// The regional tier (tier.ts), its units kept in a database near the region's isolates (lua/pool.lua):
+// a pool per identifier and plan, shared by every isolate of the region.
+//
+// - Answering: a decision asks the pool first (one EVALSHA on the region's database): it takes the
+//   cost when the pool holds it and has not expired (`source: "region"`), and up to what the isolate
+//   tier above wants for its lease; else the pool says "miss" and the decision passes on home, whose
+//   answer is the truth.
+// - Filling: on a miss the pool says how many units to reserve for it at home in the same EVALSHA:
+//   about the region's demand for the identifier over the last ttl (the pool script keeps the
+//   region's estimate), at most `max`, and only to one isolate of the region at a time (until its
+//   deposit or a ttl). The pool's share is deposited off the request path (waitUntil, else in the
+//   background); the rest goes up to the isolate tier.
+// - Topping up: a hit that leaves the pool low asks its isolate to reserve a top-up at home in the
+//   background, so that a warm identifier keeps being answered in the region.
+// - Refunds: the first isolate that finds a pool past its expiry with units left takes them out (the
+//   pool script does it atomically, so only one does) and gives them back at home; an isolate that
+//   deposited into a pool asks it once it expires (sweep). A pool nobody asks again expires with its
+//   units, which stay consumed at home until home's state expires: fewer admissions, never more.
+import type { RedisCallError } from "./errors.js";
+import type { PoolScript } from "./pool-script.js";
+import type { PlanEncoding, Reservation } from "./script.js";
+import {
+  fromHeld,
+  type Home,
+  leasable,
+  Tier,
+  type TierConfig,
+  type Upstream,
+  type WaitUntil,
+  withHeld,
+} from "./tier.js";
+import type { Transport } from "./transport.js";
+import type { Decision } from "./types.js";
+
+/** What the regional tier runs on the region's database: the pool script's calls (pool-script.ts). */
+export type PoolStore = Pick<PoolScript, "take" | "put" | "free" | "drain">;
+
+/** Pools whose deposits a tier remembers, to take back their leftovers (the oldest forgotten first). */
+const MAX_TRACKED = 10_000;
+
+/**
+ * The counters of a Limiter's regional tiers (one per plan, sharing them): answers from the pool,
+ * misses, failed asks, units deposited, units given back to home, refunds that failed, and units
+ * reserved for a pool that never reached it (they stay consumed at home until its state expires).
+ */
+export interface RegionStats {
+  hits: number;
+  misses: number;
+  errors: number;
+  deposited: number;
+  refunded: number;
+  refundsFailed: number;
+  lost: number;
+}
+
+/**
+ * A Limiter's regional tiers, one per plan: the counters they share, and each other, so that a
+ * decision under one plan also takes back the expired deposits of the others.
+ */
+export class RegionalTiers {
+  readonly stats: RegionStats = {
+    hits: 0,
+    misses: 0,
+    errors: 0,
+    deposited: 0,
+    refunded: 0,
+    refundsFailed: 0,
+    lost: 0,
+  };
+  readonly all: RegionalTier[] = [];
+}
+
+/**
+ * Whether decisions under `rules` go through the region: only where units may be held (see
+ * `leasable`), and not with `overrides: { maxStale: 0 }` (no answer may come from anywhere but home).
+ */
+export function servesRegion(rules: PlanEncoding["rules"], maxStale: number): boolean {
+  return maxStale > 0 && leasable(rules);
+}
+
+/** The identifier's pool key under `plan` in the region's database. */
+export function poolKey(plan: PlanEncoding, identifier: string): string {
+  return plan.keys.pool(identifier, plan.name);
+}
+
+/**
+ * Deletes the pools at `keys` in the region's database (no refund: the state at home is gone too).
+ * Rejects when the region's database fails.
+ */
+export async function deletePools(
+  transport: Transport,
+  keys: readonly string[],
+  timeout: number,
+): Promise<void> {
+  const reply = await transport.call(["DEL", ...keys], { timeout, breaker: false });
+  if (!reply.ok) throw reply.error;
+}
+
+/**
+ * The regional tier of one Limiter under one plan: answers from the region's pool, or passes on home
+ * and fills the pool from home's answer.
+ *
+ * @example
+ * const region = new RegionalTier(poolScript, { max: 500, ttl: 5000 }, home, new RegionalTiers(), clock);
+ * const answer = await region.reserve("user:42", 1, now, undefined); // source "region" on a hit
+ */
+export class RegionalTier extends Tier implements Upstream {
+  /** The pools this tier deposited into, by key, until their units stop being handed out. */
+  private readonly deposits = new Map<string, { identifier: string; expiresAt: number }>();
+  private readonly count: number;
+  readonly stats: RegionStats;
+
+  constructor(
+    private readonly pool: PoolStore,
+    config: TierConfig,
+    home: Home,
+    private readonly tiers: RegionalTiers,
+    clock: () => number,
+    maxStale = Number.POSITIVE_INFINITY,
+  ) {
+    super(config, home, clock, maxStale);
+    this.count = home.plan.rules.length;
+    this.stats = tiers.stats;
+    tiers.all.push(this);
+  }
+
+  protected get holding(): boolean {
+    return this.deposits.size > 0;
+  }
+
+  /** The identifier's pool key in the region's database. */
+  key(identifier: string): string {
+    return poolKey(this.home.plan, identifier);
+  }
+
+  /**
+   * Asks the identifier's pool for `cost` units, and up to `want` more for the isolate tier's lease:
+   * when the pool answers, the Decision (`source: "region"`) and the units taken for the lease; else
+   * home's answer to the decision, which also reserves what the pool asked for (deposited here) and
+   * what `want` asked for (left in `reserved`). A failure of the region's database passes on home as
+   * without a region.
+   */
+  async reserve(
+    identifier: string,
+    cost: number,
+    now: number,
+    want: number | undefined,
+    waitUntil?: WaitUntil,
+  ): Promise<Reservation | Error> {
+    for (const tier of this.tiers.all) if (now >= tier.nextExpiry) tier.sweep(now, waitUntil);
+    const answer = await this.pool.take(this.key(identifier), cost, now, this.count, want ?? 0);
+    if (answer instanceof Error) {
+      this.stats.errors += 1;
+      return this.passOn(identifier, cost, now, want, 0, waitUntil);
+    }
+    if (!answer.hit) {
+      this.stats.misses += 1;
+      if (answer.leftover > 0)
+        this.refund(identifier, answer.leftover, answer.windowStarts, now, this.home.plan, waitUntil);
+      return this.passOn(identifier, cost, now, want, answer.want, waitUntil);
+    }
+    this.stats.hits += 1;
+    if (answer.topUp > 0) this.topUp(identifier, answer.topUp, now, waitUntil);
+    // the lease's units are this identifier's too: the isolate tier tells the caller them as remaining
+    const plan = this.home.plan;
+    const decision = fromHeld(
+      plan.rules,
+      (rule, i) => {
+        const { remaining, resetAt } = answer.snapshot[i]!;
+        return { limit: rule.limit, remaining: remaining + answer.units, resetAt };
+      },
+      "region",
+      plan.name,
+      now,
+    );
+    return { decision, reserved: answer.extra, windowStarts: answer.windowStarts };
+  }
+
+  /**
+   * Home decides, reserving `forPool` units for the pool beside what the isolate tier wants: the
+   * pool's share is deposited, the rest goes up.
+   */
+  private async passOn(
+    identifier: string,
+    cost: number,
+    now: number,
+    want: number | undefined,
+    forPool: number,
+    waitUntil: WaitUntil | undefined,
+  ): Promise<Reservation | Error> {
+    if (forPool === 0) return this.home.reserve(identifier, cost, now, want);
+    const reservation = await this.home.reserve(identifier, cost, now, forPool + (want ?? 0));
+    if (reservation instanceof Error) {
+      this.free(identifier, now, waitUntil);
+      return reservation;
+    }
+    return this.keep(identifier, reservation, forPool, now, waitUntil);
+  }
+
+  /**
+   * Takes the pool's share, `forPool` units, of home's answer and deposits it off the request path.
+   * Returns what is left for the isolate tier, with the decision the caller is told: home's, plus the
+   * units now on their way to the pool.
+   */
+  private keep(
+    identifier: string,
+    reservation: Reservation,
+    forPool: number,
+    now: number,
+    waitUntil: WaitUntil | undefined,
+  ): Reservation {
+    const { decision, reserved, windowStarts } = reservation;
+    const share = decision.allowed ? Math.min(forPool, reserved) : 0;
+    if (share === 0) {
+      this.free(identifier, now, waitUntil);
+      return reservation;
+    }
+    // An override applied other rules at home: its units are not this plan's to pool (nor to refund
+    // under this plan's keys); they stay consumed until home's state expires.
+    if (decision.plan !== this.home.plan.name) {
+      this.stats.lost += share;
+      this.free(identifier, now, waitUntil);
+      return { decision, reserved: reserved - share, windowStarts };
+    }
+    this.track(this.put(identifier, share, windowStarts, decision, now, !waitUntil), waitUntil);
+    return { decision: withHeld(decision, share), reserved: reserved - share, windowStarts };
+  }
+
+  /**
+   * The reservation the pool asked this isolate for at `now` brought it nothing (home denied, failed,
+   * or had nothing to spare): lets another isolate of the region ask, off the request path.
+   */
+  private free(identifier: string, now: number, waitUntil: WaitUntil | undefined): void {
+    this.track(this.unmark(identifier, now), waitUntil);
+  }
+
+  private async unmark(identifier: string, now: number): Promise<void> {
+    await this.pool.free(this.key(identifier), now);
+  }
+
+  /**
+   * Takes back what is left in every pool this tier deposited into, expired or not (other isolates of
+   * the region refill it from home at their next miss), stops its timer, and resolves once every
+   * deposit, top-up and refund sent so far is done.
+   */
+  async dispose(): Promise<void> {
+    this.stop();
+    // a deposit still on its way is remembered when it lands: drain again until none is left
+    do {
+      this.takeBack(this.clock(), undefined, true);
+      await this.drained();
+    } while (this.deposits.size > 0);
+  }
+
+  sweep(now: number, waitUntil?: WaitUntil): void {
+    this.takeBack(now, waitUntil, false);
+  }
+
+  /**
+   * Every pool this tier deposited into whose units are no longer handed out at `now`: asks it for
+   * nothing (a take of 0), which takes out what is left for a refund at home, unless another isolate
+   * did, or deposited again since. With `all` (dispose), every pool it deposited into, drained.
+   */
+  private takeBack(now: number, waitUntil: WaitUntil | undefined, all: boolean): void {
+    let next = Number.POSITIVE_INFINITY;
+    for (const [key, entry] of this.deposits) {
+      if (entry.expiresAt > now && !all) {
+        next = Math.min(next, entry.expiresAt);
+        continue;
+      }
+      this.deposits.delete(key);
+      const asked = all ? this.pool.drain(key, now, this.count) : this.pool.take(key, 0, now, this.count);
+      this.track(
+        asked.then((answer) => {
+          if (answer instanceof Error || answer.hit || answer.leftover === 0) return;
+          return this.giveBack(entry.identifier, answer.leftover, answer.windowStarts, now, this.home.plan);
+        }),
+        waitUntil,
+      );
+    }
+    this.nextExpiry = next;
+  }
+
+  /** A hit left the pool low: one decision of cost 1 goes home reserving `want` more, all for the pool. */
+  private topUp(identifier: string, want: number, now: number, waitUntil: WaitUntil | undefined): void {
+    this.track(
+      this.home.reserve(identifier, 1, now, want).then((answer) => {
+        if (answer instanceof Error || !answer.decision.allowed) return this.unmark(identifier, now);
+        if (answer.decision.plan !== this.home.plan.name) {
+          this.stats.lost += 1 + answer.reserved;
+          return this.unmark(identifier, now);
+        }
+        const units = 1 + answer.reserved;
+        return this.put(identifier, units, answer.windowStarts, answer.decision, now, !waitUntil);
+      }),
+      waitUntil,
+    );
+  }
+
+  /** Deposits units home reserved; what the pool cannot keep goes back home. */
+  private async put(
+    identifier: string,
+    units: number,
+    windowStarts: readonly number[],
+    decision: Decision,
+    now: number,
+    /** No waitUntil: a timer takes back the pool's leftovers once it expires. */
+    background: boolean,
+  ): Promise<void> {
+    const plan = this.home.plan;
+    const snapshot = plan.rules.map((rule) => {
+      const outcome = decision.rules[rule.name]!;
+      return { remaining: outcome.remaining, resetAt: outcome.resetAt };
+    });
+    const expiresAt = Math.floor(this.expiry(now, plan.rules, windowStarts));
+    const key = this.key(identifier);
+    const put = await this.pool.put(key, { units, expiresAt, windowStarts, snapshot }, now);
+    if (put instanceof Error) {
+      // Refused before it was sent (the region's breaker is open): the units never left, give them back.
+      // Any other failure may have reached the pool: giving them back too could admit them twice.
+      if ((put as RedisCallError).kind === "breaker-open")
+        await this.giveBack(identifier, units, windowStarts, now, plan);
+      else this.stats.lost += units;
+      return;
+    }
+    this.stats.deposited += units - put.excess;
+    this.remember(key, identifier, expiresAt, background);
+    const back: Promise<void>[] = [];
+    if (put.leftover > 0) back.push(this.giveBack(identifier, put.leftover, put.leftoverWindows, now, plan));
+    if (put.excess > 0) back.push(this.giveBack(identifier, put.excess, windowStarts, now, plan));
+    await Promise.all(back);
+  }
+
+  /** Notes a pool deposited into, to take back what is left of it once it expires (see sweep). */
+  private remember(key: string, identifier: string, expiresAt: number, background: boolean): void {
+    this.deposits.delete(key);
+    this.deposits.set(key, { identifier, expiresAt });
+    // the oldest is forgotten: whoever asks that pool next takes its leftovers out
+    if (this.deposits.size > MAX_TRACKED) this.deposits.delete(this.deposits.keys().next().value!);
+    if (expiresAt < this.nextExpiry) this.nextExpiry = expiresAt;
+    if (background) this.arm();
+  }
+}

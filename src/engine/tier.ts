@@ -1,0 +1,299 @@
+// The tier: units home already consumed, held nearer the caller, so that decisions are answered with
+// fewer round trips (none from an isolate's memory, one to a region's database). The lease tree has it
+// at two levels, each the same idea over another store:
+//
+//   home (one EVALSHA) ─▶ regional tier (tier-region.ts: units in the region's database, lua/pool.lua)
+//                            ─▶ isolate tier (tier-isolate.ts: units in this isolate's memory)
+//
+// Every tier
+// - holds units reserved at home under every rule at once, or none (the limiter script never gives
+//   more than half of what the tightest rule has left, so the last units are decided at home);
+// - sizes what it asks for by its demand estimate: units seen over the last ttl, at most `max`;
+// - hands units out only until its expiry: a ttl (and `overrides.maxStale`), and never past the end of
+//   a window they were counted in (see expiry);
+// - asks its upstream (the next step of the pipeline: the regional tier, or home) for a top-up before
+//   it runs dry, off the request path;
+// - takes back what is left once expired and refunds it at home, under the rules the units were
+//   reserved under, through `waitUntil` when the caller gives one, else from a timer.
+// A unit is only ever created at home: a tier hands out, or gives back, units home took first.
+import type { Rule } from "./algorithms.js";
+import type { Applied, PlanEncoding, Reservation, RuleScripts } from "./script.js";
+import { type Decision, decidedBy, type RuleResult } from "./types.js";
+import { MAX_TIMER_MS } from "./validate.js";
+
+/** Hands a promise to the runtime so that it may finish after the response (`ctx.waitUntil`). */
+export type WaitUntil = (promise: Promise<unknown>) => void;
+
+/** A tier's size: at most `max` units held per identifier, each for at most `ttl` ms. */
+export interface TierConfig {
+  readonly max: number;
+  readonly ttl: number;
+}
+
+/**
+ * The next step of the pipeline, where a tier's units come from: the regional tier, or home. Never
+ * rejects: a failure resolves to an Error.
+ */
+export interface Upstream {
+  /**
+   * Decides `cost` units of `identifier` at `now`, reserving up to `want` more for the tier asking
+   * (`reserved` in the answer); `want` undefined: nobody above holds units, a plain decision.
+   */
+  reserve(
+    identifier: string,
+    cost: number,
+    now: number,
+    want: number | undefined,
+    waitUntil?: WaitUntil,
+  ): Promise<Reservation | Error>;
+}
+
+/** What home runs, as RuleScripts sends it: decisions, reservations, refunds. */
+export type HomeScripts = Pick<RuleScripts, "decide" | "reserve" | "refund">;
+
+/**
+ * Home under one plan: the limiter script, where every unit is created, and the refund script, where
+ * every tier's leftovers go back.
+ *
+ * @example
+ * const home = new Home(scripts, scripts.plans.get("default")!);
+ * const answer = await home.reserve("user:42", 1, Date.now(), 10); // a Reservation, or an Error
+ */
+export class Home implements Upstream {
+  /** A plain decision's windows: none were reserved in. */
+  private readonly none: readonly number[];
+
+  constructor(
+    private readonly scripts: HomeScripts,
+    readonly plan: PlanEncoding,
+  ) {
+    this.none = plan.rules.map(() => 0);
+  }
+
+  reserve(
+    identifier: string,
+    cost: number,
+    now: number,
+    want: number | undefined,
+  ): Promise<Reservation | Error> {
+    if (want !== undefined) return this.scripts.reserve(identifier, cost, now, want, this.plan);
+    // nobody holds units: the plain decision (a one-rule script where one serves)
+    return this.scripts.decide(
+      identifier,
+      cost,
+      now,
+      (decision) =>
+        decision instanceof Error ? decision : { decision, reserved: 0, windowStarts: this.none },
+      this.plan,
+    );
+  }
+
+  /** Gives `units` back under the rules they were reserved under (default: this plan's). Resolves true when home ran it. */
+  refund(
+    identifier: string,
+    units: number,
+    windowStarts: readonly number[],
+    now: number,
+    applied: Applied = this.plan,
+  ): Promise<boolean> {
+    return this.scripts.refund(identifier, units, windowStarts, now, applied);
+  }
+}
+
+/** What a tier does at both levels: its refunds, its expiries, its timer, the work it has on its way. */
+export abstract class Tier {
+  /** Refunds, top-ups and deposits on their way (dispose waits for them). */
+  protected readonly pending = new Set<Promise<unknown>>();
+  /** The earliest expiry of the units held: a decision at or after it sweeps first. */
+  protected nextExpiry = Number.POSITIVE_INFINITY;
+  protected disposed = false;
+  private timer: ReturnType<typeof setTimeout> | undefined;
+  /** Counters for tests and reports; every tier counts the units it gave back and the refunds that failed. */
+  abstract readonly stats: { refunded: number; refundsFailed: number };
+
+  constructor(
+    readonly config: TierConfig,
+    /** Where refunds go. */
+    protected readonly home: Home,
+    protected readonly clock: () => number,
+    /**
+     * With overrides on, ms units are held at most (`overrides.maxStale`): an override set elsewhere
+     * reaches this tier's answers within it. 0: this tier holds nothing.
+     */
+    protected readonly maxStale = Number.POSITIVE_INFINITY,
+  ) {}
+
+  /** Takes back every expired unit at `now` for a refund. */
+  abstract sweep(now: number, waitUntil?: WaitUntil): void;
+  /** Whether it holds anything a timer should sweep. */
+  protected abstract get holding(): boolean;
+
+  /**
+   * When units reserved at `now` in `windowStarts` under `rules` are no longer handed out: a ttl (and
+   * maxStale) later, and never past the end of a window rule's window they were counted in (a unit of
+   * that window handed out in the next one would let the next one hold more than its limit).
+   */
+  protected expiry(now: number, rules: readonly Rule[], windowStarts: readonly number[]): number {
+    let expiresAt = now + Math.min(this.config.ttl, this.maxStale);
+    rules.forEach((rule, i) => {
+      if (windowed(rule)) expiresAt = Math.min(expiresAt, windowStarts[i]! + rule.window);
+    });
+    return expiresAt;
+  }
+
+  /** Refunds units at home, off the request path, counting what came back and what failed. */
+  protected refund(
+    identifier: string,
+    units: number,
+    windowStarts: readonly number[],
+    now: number,
+    applied: Applied,
+    waitUntil: WaitUntil | undefined,
+  ): void {
+    this.track(this.giveBack(identifier, units, windowStarts, now, applied), waitUntil);
+  }
+
+  /** Gives units back at home, where they were counted (the refund script). */
+  protected async giveBack(
+    identifier: string,
+    units: number,
+    windowStarts: readonly number[],
+    now: number,
+    applied: Applied,
+  ): Promise<void> {
+    const ok = await this.home.refund(identifier, units, windowStarts, now, applied);
+    if (ok) this.stats.refunded += units;
+    else this.stats.refundsFailed += 1;
+  }
+
+  /** Keeps `promise` until it is done, handing it to `waitUntil` when given. */
+  protected track(promise: Promise<unknown>, waitUntil: WaitUntil | undefined): void {
+    this.pending.add(promise);
+    promise.finally(() => this.pending.delete(promise));
+    waitUntil?.(promise);
+  }
+
+  /** Resolves once everything on its way is done (what lands meanwhile included). */
+  protected async drained(): Promise<void> {
+    while (this.pending.size > 0) await Promise.all([...this.pending]);
+  }
+
+  /** Stops the timer and takes no more units. */
+  protected stop(): void {
+    this.disposed = true;
+    if (this.timer !== undefined) clearTimeout(this.timer);
+    this.timer = undefined;
+  }
+
+  /** Node (no waitUntil): a timer that sweeps expired units when no decision comes to do it. Unref'd. */
+  protected arm(): void {
+    if (this.timer !== undefined || this.disposed || !this.holding) return;
+    const wait = Math.max(1, Math.min(MAX_TIMER_MS, this.nextExpiry - this.clock()));
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      this.sweep(this.clock());
+      this.arm();
+    }, wait);
+    (this.timer as { unref?: () => void }).unref?.();
+  }
+}
+
+/**
+ * Units seen per identifier, in two buckets of ttl ms: the demand estimate a tier sizes its
+ * reservations by. lua/pool.lua keeps the same two buckets for a region, in its database, so that
+ * every isolate of the region counts into one estimate.
+ */
+export interface Demand {
+  /** Start of the current bucket, and the units seen in it and the one before. */
+  start: number;
+  current: number;
+  previous: number;
+}
+
+/** Units seen over the last `ttl` at `now`: the current bucket, and the older one weighted by its overlap. */
+export function estimate(demand: Demand, now: number, ttl: number): number {
+  const elapsed = now - demand.start;
+  if (elapsed >= 2 * ttl) {
+    demand.previous = 0;
+    demand.current = 0;
+    demand.start = now;
+  } else if (elapsed >= ttl) {
+    demand.previous = demand.current;
+    demand.current = 0;
+    demand.start += ttl;
+  }
+  const into = Math.min(ttl, Math.max(0, now - demand.start));
+  return (demand.previous * (ttl - into)) / ttl + demand.current;
+}
+
+/** Units a tier asks for at `demand`: about a ttl's traffic, at most `max` (none for an identifier seen once). */
+export function size(config: TierConfig, demand: number): number {
+  return Math.min(config.max, Math.floor(demand));
+}
+
+/**
+ * Units held at or under which a warm tier asks for a top-up: about an eighth of a ttl's traffic, at
+ * most a quarter of `max`. The top-up asks for `size - held - 1` beside its own unit.
+ */
+export function low(config: TierConfig, demand: number): number {
+  return Math.min(Math.floor(config.max / 4), Math.ceil(demand / 8));
+}
+
+/** The decision with `units` more remaining under every rule (units a tier holds for the identifier). */
+export function withHeld(decision: Decision, units: number): Decision {
+  if (units === 0) return decision;
+  const rules: Record<string, RuleResult> = {};
+  for (const [name, rule] of Object.entries(decision.rules))
+    rules[name] = { ...rule, remaining: rule.remaining + units };
+  const held = { ...decision, remaining: decision.remaining + units, rules };
+  return decision.decidedBy === undefined ? held : decidedBy(held, decision.decidedBy);
+}
+
+/**
+ * An admission from held units: every rule at `remaining(rule, i)`, bound by the least; `source`
+ * says which tier answered.
+ */
+export function fromHeld(
+  rules: readonly Rule[],
+  remaining: (
+    rule: Rule,
+    i: number,
+  ) => { readonly limit: number; readonly remaining: number; readonly resetAt: number },
+  source: "lease" | "region",
+  plan: string,
+  now: number,
+): Decision {
+  const out: Record<string, RuleResult> = {};
+  let binding = rules[0]!.name;
+  let least = Number.POSITIVE_INFINITY;
+  rules.forEach((rule, i) => {
+    const { limit, remaining: left, resetAt } = remaining(rule, i);
+    out[rule.name] = { allowed: true, limit, remaining: left, resetAt, retryAfter: 0 };
+    if (left < least) {
+      least = left;
+      binding = rule.name;
+    }
+  });
+  const b = out[binding]!;
+  const decision: Decision = { ...b, retryAfter: 0, rule: binding, source, plan, decidedAt: now, rules: out };
+  return decidedBy(decision, rules);
+}
+
+/** A rule that counts units in windows (fixed and sliding windows): held units end with their window. */
+export function windowed(rule: Rule): rule is Rule & { readonly window: number } {
+  return rule.algorithm === "fixedWindow" || rule.algorithm === "slidingWindow";
+}
+
+/**
+ * Whether units may be held under `rules`. Not with a sliding log: it stamps every unit with the time
+ * it was admitted, and a unit handed out later from a tier would carry an earlier stamp and leave the
+ * log early, letting a later window hold more than the limit.
+ */
+export function leasable(rules: readonly Rule[]): boolean {
+  return !rules.some((rule) => rule.algorithm === "slidingLog");
+}
+
+/** A gcra or token bucket rule: what its units hold is a TAT, not a window start. */
+export function holdsTat(rule: Rule): boolean {
+  return rule.algorithm === "gcra" || rule.algorithm === "tokenBucket";
+}

@@ -1,0 +1,597 @@
+// The tier at both levels of the lease tree, with no Redis: the isolate tier (units in memory) and the
+// regional tier (units in the region's database) against fake home scripts and a fake pool script,
+// with the clock moved by hand. Exact numbers: every unit is accounted for.
+import { describe, expect, it } from "vitest";
+import { compileRule, fixedWindow, gcra, type Rule } from "../../src/engine/algorithms.js";
+import { RedisCallError } from "../../src/engine/errors.js";
+import { RuleKeys } from "../../src/engine/keys.js";
+import type { Deposit, PoolPut, PoolTake } from "../../src/engine/pool-script.js";
+import type { Applied, PlanEncoding, Reservation } from "../../src/engine/script.js";
+import { estimate, Home, type HomeScripts, withHeld } from "../../src/engine/tier.js";
+import { IsolateTier } from "../../src/engine/tier-isolate.js";
+import { type PoolStore, RegionalTier, RegionalTiers } from "../../src/engine/tier-region.js";
+import { type Decision, decidedBy } from "../../src/engine/types.js";
+
+/** The start of a minute: a fixed window of 1m starts here. */
+const T0 = 1_700_000_040_000;
+const MINUTE = 60_000;
+
+const perMinute = compileRule("perMinute", fixedWindow({ limit: 100, window: "1m" }));
+/** The plan's rules: one array, as a Limiter's decisions carry them (a lease compares them by identity). */
+const RULES: readonly Rule[] = [perMinute];
+
+function encoding(rules: readonly Rule[], name = "default"): PlanEncoding {
+  return {
+    name,
+    rules,
+    keys: new RuleKeys("t", rules),
+    args: [],
+    one: undefined,
+    count: String(rules.length),
+  };
+}
+
+/** An admission of one fixed-window rule with `remaining` left, decided at `now`. */
+function admission(rules: readonly Rule[], remaining: number, now: number, plan = "default"): Decision {
+  const rule = rules[0]!;
+  const outcome = { allowed: true, limit: rule.limit, remaining, resetAt: T0 + MINUTE, retryAfter: 0 };
+  const decision: Decision = {
+    ...outcome,
+    rule: rule.name,
+    source: "redis",
+    plan,
+    decidedAt: now,
+    rules: { [rule.name]: outcome },
+  };
+  return decidedBy(decision, rules);
+}
+
+function denial(rules: readonly Rule[], now: number): Decision {
+  const rule = rules[0]!;
+  const outcome = {
+    allowed: false,
+    limit: rule.limit,
+    remaining: 0,
+    resetAt: T0 + MINUTE,
+    retryAfter: T0 + MINUTE - now,
+  };
+  const decision: Decision = {
+    ...outcome,
+    rule: rule.name,
+    source: "redis",
+    plan: "default",
+    decidedAt: now,
+    rules: { [rule.name]: outcome },
+  };
+  return decidedBy(decision, rules);
+}
+
+interface Refunded {
+  identifier: string;
+  units: number;
+  windowStarts: readonly number[];
+  now: number;
+  applied: Applied;
+}
+
+/**
+ * Home as a fixed window of `limit` a minute: a reservation takes the cost and at most half of what
+ * is left after it (the limiter script's rule); a refund gives units back to the window they name.
+ */
+function fakeHome(limit = 100) {
+  let used = 0;
+  let windowStart = T0;
+  const reserves: [string, number, number, number][] = [];
+  const decides: [string, number, number][] = [];
+  const refunds: Refunded[] = [];
+  const take = (cost: number, want: number, now: number): Reservation => {
+    const start = now - (now % MINUTE);
+    if (start !== windowStart) {
+      windowStart = start;
+      used = 0;
+    }
+    const left = limit - used;
+    if (cost > left) return { decision: denial(RULES, now), reserved: 0, windowStarts: [0] };
+    const reserved = Math.min(want, Math.floor((left - cost) / 2));
+    used += cost + reserved;
+    return { decision: admission(RULES, limit - used, now), reserved, windowStarts: [start] };
+  };
+  const scripts = {
+    decide(identifier: string, cost: number, now: number, then: (d: Decision | Error) => unknown) {
+      decides.push([identifier, cost, now]);
+      return Promise.resolve(then(take(cost, 0, now).decision));
+    },
+    reserve(identifier: string, cost: number, now: number, want: number) {
+      reserves.push([identifier, cost, now, want]);
+      return Promise.resolve(take(cost, want, now));
+    },
+    refund(
+      identifier: string,
+      units: number,
+      windowStarts: readonly number[],
+      now: number,
+      applied: Applied,
+    ) {
+      refunds.push({ identifier, units, windowStarts, now, applied });
+      if (windowStarts[0] === windowStart) used -= units;
+      return Promise.resolve(true);
+    },
+  } as unknown as HomeScripts;
+  return { scripts, reserves, decides, refunds, used: () => used };
+}
+
+/** The Limiter's pipeline past the deny cache, for one isolate tier whose upstream is home. */
+async function decide(tier: IsolateTier, home: Home, identifier: string, cost: number, now: number) {
+  const leased = tier.answer(identifier, cost, now);
+  if (leased) return leased;
+  const reservation = await home.reserve(identifier, cost, now, tier.want(identifier, cost, now));
+  if (reservation instanceof Error) throw reservation;
+  return tier.fill(identifier, reservation, now);
+}
+
+describe("the demand estimate", () => {
+  it("counts units seen over the last ttl, the older bucket weighted by its overlap", () => {
+    const demand = { start: T0, current: 0, previous: 0 };
+    demand.current = 40;
+    expect(estimate(demand, T0 + 999, 1000)).toBe(40);
+    // a ttl later the 40 are the previous bucket, counted for the part of the ttl still behind now
+    expect(estimate(demand, T0 + 1250, 1000)).toBe(30);
+    expect(demand).toEqual({ start: T0 + 1000, current: 0, previous: 40 });
+    demand.current = 8;
+    expect(estimate(demand, T0 + 1750, 1000)).toBe(18);
+    // two ttls of silence forget everything
+    expect(estimate(demand, T0 + 4000, 1000)).toBe(0);
+    expect(demand).toEqual({ start: T0 + 4000, current: 0, previous: 0 });
+  });
+});
+
+describe("the isolate tier (units in memory)", () => {
+  it("sizes a lease by the demand it saw, and answers from it with home's numbers minus what it used", async () => {
+    const fake = fakeHome();
+    const home = new Home(fake.scripts, encoding(RULES));
+    const tier = new IsolateTier({ max: 10, ttl: 1000 }, home, home, () => T0);
+    const answers: [string, number][] = [];
+    for (let i = 0; i < 5; i++) {
+      const d = await decide(tier, home, "a", 1, T0 + i);
+      answers.push([d.source, d.remaining]);
+    }
+    // 1: seen once, no lease. 2: one unit seen before, a lease of 1 (remaining 97 at home, 98 told).
+    // 3: from the lease, which runs dry. 4: three seen, a lease of 3. 5: from it.
+    expect(answers).toEqual([
+      ["redis", 99],
+      ["redis", 98],
+      ["lease", 97],
+      ["redis", 96],
+      ["lease", 95],
+    ]);
+    expect(fake.reserves).toEqual([
+      ["a", 1, T0, 0],
+      ["a", 1, T0 + 1, 1],
+      ["a", 1, T0 + 3, 3],
+    ]);
+    expect(fake.used()).toBe(7);
+    expect(tier.stats).toMatchObject({ reserved: 4, answered: 2 });
+    expect(tier.size).toBe(1);
+    await tier.dispose();
+    // the 2 units left go back to the window they were counted in
+    expect(fake.refunds).toEqual([
+      {
+        identifier: "a",
+        units: 2,
+        windowStarts: [T0],
+        now: T0,
+        applied: { name: "default", rules: RULES },
+      },
+    ]);
+    expect(fake.used()).toBe(5);
+    expect(tier.want("a", 1, T0 + 10)).toBe(0);
+  });
+
+  it("ends a lease with the window its units were counted in, and gives them back to that window", async () => {
+    const fake = fakeHome();
+    const home = new Home(fake.scripts, encoding(RULES));
+    let now = T0 + 55_000;
+    const tier = new IsolateTier({ max: 10, ttl: 10_000 }, home, home, () => now);
+    const waited: Promise<unknown>[] = [];
+    const waitUntil = (p: Promise<unknown>) => void waited.push(p);
+    expect(tier.answer("a", 1, now, waitUntil)).toBeUndefined();
+    tier.fill("a", { decision: admission(RULES, 90, now), reserved: 5, windowStarts: [T0] }, now, waitUntil);
+    now = T0 + MINUTE - 1; // a ttl would reach past the window's end
+    expect(tier.answer("a", 1, now, waitUntil)).toMatchObject({ source: "lease", remaining: 94 });
+    now = T0 + MINUTE;
+    expect(tier.answer("a", 1, now, waitUntil)).toBeUndefined();
+    expect(tier.size).toBe(0);
+    await Promise.all(waited);
+    expect(fake.refunds).toEqual([
+      {
+        identifier: "a",
+        units: 4,
+        windowStarts: [T0],
+        now: T0 + MINUTE,
+        applied: { name: "default", rules: RULES },
+      },
+    ]);
+    expect(tier.stats).toMatchObject({ refunded: 4, refundsFailed: 0 });
+  });
+
+  it("gives units back under the rules they were reserved under: an override's, not the plan's", async () => {
+    const fake = fakeHome();
+    const home = new Home(fake.scripts, encoding(RULES));
+    const tier = new IsolateTier({ max: 10, ttl: 1000 }, home, home, () => T0 + 10);
+    const custom = [compileRule("perMinute", fixedWindow({ limit: 50, window: "1m" }))];
+    tier.answer("a", 1, T0);
+    const told = tier.fill(
+      "a",
+      { decision: admission(custom, 40, T0, "custom"), reserved: 6, windowStarts: [T0] },
+      T0,
+    );
+    expect(told).toMatchObject({ plan: "custom", remaining: 46 });
+    const leased = tier.answer("a", 1, T0 + 1)!;
+    expect(leased).toMatchObject({ source: "lease", plan: "custom", limit: 50, remaining: 45 });
+    expect(leased.decidedBy).toBe(custom);
+    tier.release("a");
+    await tier.dispose();
+    expect(fake.refunds).toHaveLength(1);
+    expect(fake.refunds[0]).toMatchObject({ units: 5, windowStarts: [T0], now: T0 + 10 });
+    expect(fake.refunds[0]!.applied.name).toBe("custom");
+    expect(fake.refunds[0]!.applied.rules).toBe(custom);
+  });
+
+  it("drops the lease on a denial and gives its units back", async () => {
+    const fake = fakeHome();
+    const home = new Home(fake.scripts, encoding(RULES));
+    const tier = new IsolateTier({ max: 10, ttl: 1000 }, home, home, () => T0);
+    tier.answer("a", 1, T0);
+    tier.fill("a", { decision: admission(RULES, 90, T0), reserved: 5, windowStarts: [T0] }, T0);
+    tier.answer("a", 1, T0 + 1);
+    tier.answer("a", 1, T0 + 2);
+    // a cost the lease cannot cover passes on, and home denies it
+    expect(tier.answer("a", 4, T0 + 3)).toBeUndefined();
+    const d = denial(RULES, T0 + 3);
+    expect(tier.fill("a", { decision: d, reserved: 0, windowStarts: [0] }, T0 + 3)).toBe(d);
+    expect(tier.size).toBe(0);
+    await tier.dispose();
+    expect(fake.refunds.map((r) => [r.units, r.now])).toEqual([[3, T0 + 3]]);
+  });
+
+  it("tops a hot lease up from its upstream before it runs dry, off the request path", async () => {
+    const fake = fakeHome();
+    const home = new Home(fake.scripts, encoding(RULES));
+    const asked: [string, number, number, number | undefined][] = [];
+    const upstream = {
+      reserve(identifier: string, cost: number, now: number, want: number | undefined) {
+        asked.push([identifier, cost, now, want]);
+        return Promise.resolve({
+          decision: admission(RULES, 50, now),
+          reserved: want!,
+          windowStarts: [T0],
+        });
+      },
+    };
+    const T = T0 + 1000;
+    const tier = new IsolateTier({ max: 8, ttl: 1000 }, home, upstream, () => T);
+    for (let i = 0; i < 16; i++) expect(tier.answer("a", 1, T + i)).toBeUndefined();
+    tier.fill("a", { decision: admission(RULES, 60, T + 15), reserved: 8, windowStarts: [T0] }, T + 15);
+    const waited: Promise<unknown>[] = [];
+    const waitUntil = (p: Promise<unknown>) => void waited.push(p);
+    const remaining: number[] = [];
+    for (let i = 16; i <= 21; i++) remaining.push(tier.answer("a", 1, T + i, waitUntil)!.remaining);
+    expect(remaining).toEqual([67, 66, 65, 64, 63, 62]);
+    // at 2 units left (a quarter of max; an eighth of 21 seen is more), a decision of cost 1 asks for
+    // about a ttl's traffic: min(8, 21) - 2 held - its own 1 = 5
+    expect(asked).toEqual([["a", 1, T + 21, 5]]);
+    expect(waited).toHaveLength(1);
+    await Promise.all(waited);
+    // its unit and the 5 join the lease (8 units), told from the top-up's answer: 50 + 8 held
+    expect(tier.answer("a", 1, T + 22)).toMatchObject({ source: "lease", remaining: 57 });
+    expect(tier.stats).toMatchObject({ reserved: 14, answered: 7 });
+    expect(fake.reserves).toEqual([]);
+  });
+
+  it("charges an answer's difference against its lease, or says where its units were counted", async () => {
+    const fake = fakeHome();
+    const home = new Home(fake.scripts, encoding(RULES));
+    const tier = new IsolateTier({ max: 10, ttl: 1000 }, home, home, () => T0);
+    tier.answer("a", 1, T0);
+    tier.fill("a", { decision: admission(RULES, 90, T0), reserved: 5, windowStarts: [T0] }, T0);
+    const d = tier.answer("a", 2, T0 + 1)!; // 3 left
+    expect(tier.charge("a", d, -1, T0 + 2)).toBe(true); // 4 left
+    expect(tier.charge("a", d, 3, T0 + 3)).toBe(true); // 1 left
+    expect(tier.charge("a", d, 2, T0 + 4)).toBe(false); // more than it holds: home settles it
+    expect(tier.windowsOf(d)).toEqual([T0]);
+    // a copy carries no lease
+    expect(tier.charge("a", { ...d }, -1, T0 + 4)).toBe(false);
+    expect(tier.windowsOf({ ...d })).toEqual([]);
+    expect(tier.answer("a", 1, T0 + 5)).toMatchObject({ source: "lease" });
+    expect(tier.size).toBe(0);
+    await tier.dispose();
+    expect(fake.refunds).toEqual([]);
+  });
+
+  it("holds nothing under a sliding log, nor with maxStale 0", () => {
+    const fake = fakeHome();
+    const log = compileRule("log", { algorithm: "slidingLog", limit: 100, window: 60_000 });
+    const logged = new IsolateTier(
+      { max: 10, ttl: 1000 },
+      new Home(fake.scripts, encoding([log])),
+      new Home(fake.scripts, encoding([log])),
+      () => T0,
+    );
+    const home = new Home(fake.scripts, encoding(RULES));
+    const fresh = new IsolateTier({ max: 10, ttl: 1000 }, home, home, () => T0, 0);
+    for (const tier of [logged, fresh]) {
+      for (let i = 0; i < 10; i++) tier.answer("a", 1, T0 + i);
+      expect(tier.want("a", 1, T0 + 10)).toBe(0);
+    }
+  });
+
+  it("a lease under gcra ends a ttl on, whatever its TAT", () => {
+    const fake = fakeHome();
+    const rate = compileRule("rate", gcra({ limit: 10, period: "1s" }));
+    const home = new Home(fake.scripts, encoding([rate]));
+    const tier = new IsolateTier({ max: 10, ttl: 1000 }, home, home, () => T0);
+    tier.answer("a", 1, T0);
+    tier.fill("a", { decision: admission([rate], 5, T0), reserved: 3, windowStarts: [T0 + 800] }, T0);
+    expect(tier.answer("a", 1, T0 + 999)).toMatchObject({ source: "lease" });
+    expect(tier.answer("a", 1, T0 + 1000)).toBeUndefined();
+  });
+});
+
+/** A pool script whose replies the test gives, one a call, and that records what it was asked. */
+function fakePool() {
+  const calls: unknown[][] = [];
+  const takes: (PoolTake | Error)[] = [];
+  const puts: (PoolPut | Error)[] = [];
+  const pool: PoolStore = {
+    take(key: string, cost: number, now: number, rules: number, extra?: number) {
+      calls.push(["take", key, cost, now, rules, extra ?? 0]);
+      return Promise.resolve(takes.shift() ?? { hit: false, want: 0, leftover: 0, windowStarts: [0] });
+    },
+    drain(key: string, now: number) {
+      calls.push(["drain", key, now]);
+      return Promise.resolve({ hit: false, want: 0, leftover: 0, windowStarts: [0] } as PoolTake);
+    },
+    put(key: string, deposit: Deposit, now: number) {
+      calls.push(["put", key, deposit, now]);
+      return Promise.resolve(
+        puts.shift() ?? { units: deposit.units, leftover: 0, leftoverWindows: [0], excess: 0 },
+      );
+    },
+    free(key: string, asked: number) {
+      calls.push(["free", key, asked]);
+      return Promise.resolve(true);
+    },
+  };
+  return { pool, calls, takes, puts };
+}
+
+describe("the regional tier (units in the region's database)", () => {
+  const KEY = "t:{=a}:pool.default";
+
+  function regional(now = T0 + 1000, config = { max: 20, ttl: 5000 }) {
+    const fake = fakeHome();
+    const pool = fakePool();
+    const home = new Home(fake.scripts, encoding(RULES));
+    const clock = { now };
+    const tier = new RegionalTier(pool.pool, config, home, new RegionalTiers(), () => clock.now);
+    return { fake, pool, tier, clock };
+  }
+
+  it("answers from the pool: home's remaining as of the deposit plus what the pool holds, and the lease's share", async () => {
+    const { fake, pool, tier } = regional();
+    const T = T0 + 1000;
+    pool.takes.push({
+      hit: true,
+      units: 7,
+      topUp: 0,
+      snapshot: [{ remaining: 40, resetAt: T0 + MINUTE }],
+      extra: 2,
+      windowStarts: [T0],
+    });
+    const answer = (await tier.reserve("a", 1, T, 3)) as Reservation;
+    expect(answer.decision).toEqual({
+      allowed: true,
+      limit: 100,
+      remaining: 47,
+      resetAt: T0 + MINUTE,
+      retryAfter: 0,
+      rule: "perMinute",
+      source: "region",
+      plan: "default",
+      decidedAt: T,
+      rules: { perMinute: { allowed: true, limit: 100, remaining: 47, resetAt: T0 + MINUTE, retryAfter: 0 } },
+    });
+    expect(answer.decision.decidedBy).toEqual(RULES);
+    expect(answer.reserved).toBe(2);
+    expect(answer.windowStarts).toEqual([T0]);
+    expect(pool.calls).toEqual([["take", KEY, 1, T, 1, 3]]);
+    expect(fake.reserves).toEqual([]);
+    expect(tier.stats).toMatchObject({ hits: 1, misses: 0 });
+  });
+
+  it("on a miss passes on home, reserving the pool's want beside the lease's, and deposits the pool's share", async () => {
+    const { fake, pool, tier } = regional();
+    const T = T0 + 1000;
+    pool.takes.push({ hit: false, want: 6, leftover: 0, windowStarts: [0] });
+    const waited: Promise<unknown>[] = [];
+    const answer = (await tier.reserve("a", 1, T, 3, (p) => void waited.push(p))) as Reservation;
+    // home took 1 + 9 (half of 99 is more): 90 left; 6 go to the pool, 3 up to the lease
+    expect(fake.reserves).toEqual([["a", 1, T, 9]]);
+    expect(answer.reserved).toBe(3);
+    expect(answer.decision).toMatchObject({ source: "redis", remaining: 96 });
+    await Promise.all(waited);
+    expect(pool.calls[1]).toEqual([
+      "put",
+      KEY,
+      {
+        units: 6,
+        expiresAt: T + 5000,
+        windowStarts: [T0],
+        snapshot: [{ remaining: 90, resetAt: T0 + MINUTE }],
+      },
+      T,
+    ]);
+    expect(tier.stats).toMatchObject({ misses: 1, deposited: 6 });
+  });
+
+  it("clamps a deposit's expiry to the window its units were counted in", async () => {
+    const T = T0 + 58_000;
+    const { pool, tier } = regional(T);
+    pool.takes.push({ hit: false, want: 4, leftover: 0, windowStarts: [0] });
+    const waited: Promise<unknown>[] = [];
+    await tier.reserve("a", 1, T, undefined, (p) => void waited.push(p));
+    await Promise.all(waited);
+    expect((pool.calls[1]![2] as Deposit).expiresAt).toBe(T0 + MINUTE);
+  });
+
+  it("refunds a pool's expired leftovers at home, in the windows they were counted in", async () => {
+    const { fake, pool, tier } = regional();
+    const T = T0 + 1000;
+    pool.takes.push({ hit: false, want: 0, leftover: 4, windowStarts: [T0 - MINUTE] });
+    const waited: Promise<unknown>[] = [];
+    const answer = (await tier.reserve("a", 1, T, undefined, (p) => void waited.push(p))) as Reservation;
+    // nothing to reserve for anyone: home's plain decision
+    expect(fake.decides).toEqual([["a", 1, T]]);
+    expect(answer).toMatchObject({ reserved: 0, decision: { source: "redis", remaining: 99 } });
+    await Promise.all(waited);
+    expect(fake.refunds.map((r) => [r.identifier, r.units, r.windowStarts, r.now, r.applied.name])).toEqual([
+      ["a", 4, [T0 - MINUTE], T, "default"],
+    ]);
+    expect(tier.stats).toMatchObject({ refunded: 4, refundsFailed: 0 });
+  });
+
+  it("passes on home as without a region when the region's database fails", async () => {
+    const { fake, pool, tier } = regional();
+    const T = T0 + 1000;
+    pool.takes.push(new RedisCallError("timeout", "timed out"));
+    pool.takes.push(new RedisCallError("timeout", "timed out"));
+    await tier.reserve("a", 1, T, undefined);
+    await tier.reserve("a", 1, T, 5);
+    expect(fake.decides).toEqual([["a", 1, T]]);
+    expect(fake.reserves).toEqual([["a", 1, T, 5]]);
+    expect(tier.stats).toMatchObject({ errors: 2, misses: 0, hits: 0 });
+  });
+
+  it("lets another isolate ask when home had nothing for the pool", async () => {
+    const { fake, pool, tier } = regional();
+    const T = T0 + 1000;
+    const waited: Promise<unknown>[] = [];
+    // 99 used: home denies a cost of 2
+    await fake.scripts.reserve("b", 99, T, 0);
+    pool.takes.push({ hit: false, want: 6, leftover: 0, windowStarts: [0] });
+    const answer = (await tier.reserve("a", 2, T, undefined, (p) => void waited.push(p))) as Reservation;
+    expect(answer.decision.allowed).toBe(false);
+    await Promise.all(waited);
+    expect(pool.calls.slice(1)).toEqual([["free", KEY, T]]);
+    expect(tier.stats.deposited).toBe(0);
+  });
+
+  it("tops a low pool up from home in the background, and takes back what it deposited once expired", async () => {
+    const { fake, pool, tier, clock } = regional();
+    const T = T0 + 1000;
+    pool.takes.push({
+      hit: true,
+      units: 1,
+      topUp: 5,
+      snapshot: [{ remaining: 40, resetAt: T0 + MINUTE }],
+      extra: 0,
+      windowStarts: [T0],
+    });
+    const waited: Promise<unknown>[] = [];
+    const waitUntil = (p: Promise<unknown>) => void waited.push(p);
+    await tier.reserve("a", 1, T, undefined, waitUntil);
+    await Promise.all(waited);
+    // a decision of cost 1 reserving 5 more, all 6 for the pool
+    expect(fake.reserves).toEqual([["a", 1, T, 5]]);
+    expect((pool.calls[1]![2] as Deposit).units).toBe(6);
+    expect(tier.stats).toMatchObject({ hits: 1, deposited: 6 });
+    // at the deposit's expiry the next decision first asks the pool for nothing, taking its leftovers out
+    clock.now = T + 5000;
+    pool.takes.push({ hit: false, want: 0, leftover: 3, windowStarts: [T0] });
+    await tier.reserve("a", 1, T + 5000, undefined, waitUntil);
+    await Promise.all(waited);
+    expect(pool.calls[2]).toEqual(["take", KEY, 0, T + 5000, 1, 0]);
+    expect(fake.refunds.map((r) => [r.units, r.windowStarts, r.now])).toEqual([[3, [T0], T + 5000]]);
+    expect(tier.stats.refunded).toBe(3);
+  });
+
+  it("counts units home reserved under an override's rules as lost: not this plan's to pool", async () => {
+    const pool = fakePool();
+    const custom = [compileRule("perMinute", fixedWindow({ limit: 50, window: "1m" }))];
+    const scripts = {
+      reserve: (_id: string, _cost: number, now: number, want: number) =>
+        Promise.resolve({
+          decision: admission(custom, 30, now, "custom"),
+          reserved: want,
+          windowStarts: [T0],
+        }),
+    } as unknown as HomeScripts;
+    const T = T0 + 1000;
+    const home = new Home(scripts, encoding(RULES));
+    const tier = new RegionalTier(pool.pool, { max: 20, ttl: 5000 }, home, new RegionalTiers(), () => T);
+    pool.takes.push({ hit: false, want: 4, leftover: 0, windowStarts: [0] });
+    const waited: Promise<unknown>[] = [];
+    const answer = (await tier.reserve("a", 1, T, 2, (p) => void waited.push(p))) as Reservation;
+    await Promise.all(waited);
+    expect(answer.reserved).toBe(2);
+    expect(answer.decision).toMatchObject({ plan: "custom", remaining: 30 });
+    expect(tier.stats).toMatchObject({ lost: 4, deposited: 0 });
+    expect(pool.calls.slice(1)).toEqual([["free", KEY, T]]);
+  });
+
+  it("takes back another plan's expired deposits at a decision under this one", async () => {
+    const fake = fakeHome();
+    const pool = fakePool();
+    const tiers = new RegionalTiers();
+    const T = T0 + 1000;
+    const base = new RegionalTier(
+      pool.pool,
+      { max: 20, ttl: 5000 },
+      new Home(fake.scripts, encoding(RULES)),
+      tiers,
+      () => T,
+    );
+    const pro = new RegionalTier(
+      pool.pool,
+      { max: 20, ttl: 5000 },
+      new Home(fake.scripts, encoding(RULES, "pro")),
+      tiers,
+      () => T,
+    );
+    const waited: Promise<unknown>[] = [];
+    const waitUntil = (p: Promise<unknown>) => void waited.push(p);
+    pool.takes.push({ hit: false, want: 6, leftover: 0, windowStarts: [0] });
+    await base.reserve("a", 1, T, undefined, waitUntil);
+    await Promise.all(waited);
+    pool.takes.push({ hit: false, want: 0, leftover: 2, windowStarts: [T0] });
+    await pro.reserve("b", 1, T + 5000, undefined, waitUntil);
+    await Promise.all(waited);
+    expect(pool.calls.filter((call) => call[0] === "take").map((call) => call.slice(1, 4))).toEqual([
+      [KEY, 1, T],
+      [KEY, 0, T + 5000],
+      ["t:{=b}:pool.pro", 1, T + 5000],
+    ]);
+    expect(fake.refunds.map((r) => [r.identifier, r.units, r.applied.name])).toEqual([["a", 2, "default"]]);
+    expect(tiers.stats).toMatchObject({ misses: 2, deposited: 6, refunded: 2 });
+  });
+
+  it("on dispose drains every pool it deposited into", async () => {
+    const { pool, tier } = regional();
+    const T = T0 + 1000;
+    pool.takes.push({ hit: false, want: 6, leftover: 0, windowStarts: [0] });
+    await tier.reserve("a", 1, T, undefined, () => {});
+    await tier.dispose();
+    expect(pool.calls.map((call) => call[0])).toEqual(["take", "put", "drain"]);
+  });
+});
+
+describe("withHeld", () => {
+  it("adds the units held to every rule's remaining and keeps the rules that decided", () => {
+    const d = admission(RULES, 10, T0);
+    const held = withHeld(d, 5);
+    expect(held.remaining).toBe(15);
+    expect(held.rules.perMinute!.remaining).toBe(15);
+    expect(held.decidedBy).toBe(d.decidedBy);
+    expect(withHeld(d, 0)).toBe(d);
+  });
+});
