@@ -139,6 +139,11 @@ const ENTRIES: Record<string, Entry> = {
     values: ["clientIp", "createMiddleware"],
     types: ["VercelRateLimitOptions"],
   },
+  "edgelimit/upstash": {
+    src: "src/adapters/upstash/index.ts",
+    values: ["Analytics", "IpDenyList", "MultiRegionRatelimit", "Ratelimit"],
+    types: ["Algorithm", "AnalyticsConfig", "Duration", "MultiRegionRatelimitConfig", "RatelimitConfig"],
+  },
   "edgelimit/bridge": {
     src: "src/bridge/index.ts",
     values: ["RedisError", "connectRedis", "freePort", "startBridge", "startRedisServer"],
