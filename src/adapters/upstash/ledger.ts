@@ -15,11 +15,11 @@ interface Held {
   readonly cost: number;
 }
 
-/** What a refund settles: `decision`, at `actual` units instead of what it took. */
+/** What a refund gives back: `decision`, whole (settled to 0), then `rest` units charged again. */
 export interface Giveback {
   readonly owner: Limiter;
   readonly decision: Decision;
-  readonly actual: number;
+  readonly rest: number;
 }
 
 export class Ledger {
@@ -45,7 +45,7 @@ export class Ledger {
       const { owner, decision, cost } = held.pop()!;
       const back = Math.min(units, cost);
       units -= back;
-      out.push({ owner, decision, actual: cost - back });
+      out.push({ owner, decision, rest: cost - back });
     }
     if (held !== undefined && held.length === 0) this.entries.delete(identifier);
     return out;

@@ -17,6 +17,9 @@ export interface MultiRegionRatelimitConfig extends CommonConfig {
   dynamicLimits?: boolean;
 }
 
+/** How long a deposit in the region's pool may be handed out. */
+const POOL_TTL_MS = 5000;
+
 interface Pingable {
   ping(): Promise<unknown>;
 }
@@ -32,7 +35,8 @@ interface Pingable {
  * });
  */
 export class MultiRegionRatelimit extends RatelimitBase {
-  private region: unknown;
+  /** The database decisions are asked from first, once chosen (home's own pools need none). */
+  private readonly chosen: { region?: unknown };
 
   constructor(config: MultiRegionRatelimitConfig) {
     if (config === null || typeof config !== "object") {
@@ -42,22 +46,20 @@ export class MultiRegionRatelimit extends RatelimitBase {
     if (!Array.isArray(databases) || databases.length === 0) {
       throw new Error("redis: expected an array of @upstash/redis clients, home first");
     }
-    const limit = config.limiter?.().limit ?? 1;
+    const chosen: { region?: unknown } = {};
+    const limit = typeof config.limiter === "function" ? config.limiter().limit : 1;
+    const pool = { max: Math.max(1, Math.floor(limit / 10)), ttl: POOL_TTL_MS };
     super(
       { ...config, dynamicLimits: false },
       {
         primary: databases[0],
-        limiterOptions: (): Pick<LimiterOptions, "redis" | "region"> => {
-          const region = this?.region;
-          return region === undefined
+        limiterOptions: (): Pick<LimiterOptions, "redis" | "region"> =>
+          chosen.region === undefined
             ? { redis: databases[0] }
-            : {
-                redis: databases[0],
-                region: { redis: region, pool: { max: Math.max(1, Math.floor(limit / 10)), ttl: 5000 } },
-              };
-        },
+            : { redis: databases[0], region: { redis: chosen.region, pool } },
       },
     );
+    this.chosen = chosen;
     if (databases.length > 1) void this.chooseRegion(databases);
   }
 
@@ -74,7 +76,7 @@ export class MultiRegionRatelimit extends RatelimitBase {
       answers.map((answer) => answer.then((a) => (Number.isFinite(a.ms) ? a : never()))),
     );
     if (fastest.index === 0) return;
-    this.region = databases[fastest.index];
+    this.chosen.region = databases[fastest.index];
     this.rebuild();
   }
 

@@ -336,46 +336,78 @@ export abstract class RatelimitBase {
       // a bucket never holds more than its limit: such a rate is denied and takes nothing, as a peek
       const peek = await limiter.limit(identifier, { cost: 0 });
       if (peek.source === "error") return this.failed(peek);
-      return rate === 0
-        ? this.answer(peek, true)
-        : { ...this.answer(peek, false), remaining: peek.remaining };
+      return this.answer(peek, rate === 0);
     }
-    const cost = Math.min(rate, limit);
-    const decision = await limiter.limit(identifier, { cost });
+    if (rate > limit) {
+      // past the limit itself: the whole limit, and the rest as a debt, as the peer counts it; denied
+      const taken = await this.takeOver(limiter, identifier, limit, rate - limit);
+      if (taken.source === "error") return this.failed(taken);
+      if (taken.allowed) return this.answer(taken, false);
+      return this.overshoot(limiter, identifier, taken, rate);
+    }
+    const decision = await limiter.limit(identifier, { cost: rate });
     if (decision.source === "error") return this.failed(decision);
     if (decision.allowed) {
-      if (rate > cost) {
-        // past the limit itself: counted, as the peer counts it, and denied
-        await limiter.settle(decision, rate);
-        return { ...this.answer(decision, false), remaining: 0 };
-      }
-      this.ledger.hold(identifier, limiter, decision, cost);
+      this.ledger.hold(identifier, limiter, decision, rate);
       return this.answer(decision, true);
     }
-    if (this.spec.countsOvershoot && decision.source === "redis" && decision.remaining > 0) {
-      // The peer's windows count a charge larger than the room left, although they deny it (code that
-      // charges after the fact, then stops at getRemaining() = 0, relies on it): take the room, then
-      // settle that decision at the whole rate, the rest charged past the limit.
-      const room = await limiter.limit(identifier, { cost: decision.remaining });
-      if (room.allowed && room.source !== "error") await limiter.settle(room, rate);
-      return { ...this.answer(decision, false), remaining: 0 };
+    return this.overshoot(limiter, identifier, decision, rate);
+  }
+
+  /**
+   * A denied charge of `rate`. The peer's windows count a charge larger than the room left, although
+   * they deny it (code that charges after the fact, then stops at getRemaining() = 0, relies on it):
+   * the room is taken, the rest charged past the limit as a debt.
+   */
+  private async overshoot(
+    limiter: Limiter,
+    identifier: string,
+    denied: Decision,
+    rate: number,
+  ): Promise<RatelimitResponse> {
+    if (this.spec.countsOvershoot && denied.source === "redis" && denied.remaining > 0) {
+      await this.takeOver(limiter, identifier, denied.remaining, rate - denied.remaining);
     }
-    return this.answer(decision, false);
+    return this.answer(denied, false);
+  }
+
+  /**
+   * Takes `units` (held for a refund) and charges `debt` more past the limit: a peek and the charge
+   * share one request (the peek first), then the peek is settled at the debt.
+   */
+  private async takeOver(
+    limiter: Limiter,
+    identifier: string,
+    units: number,
+    debt: number,
+  ): Promise<Decision> {
+    const [peek, taken] = await Promise.all([
+      limiter.limit(identifier, { cost: 0 }),
+      limiter.limit(identifier, { cost: units }),
+    ]);
+    if (taken.allowed && taken.source !== "error") {
+      this.ledger.hold(identifier, limiter, taken, units);
+      if (peek.allowed && peek.source !== "error") await limiter.settle(peek, debt);
+    }
+    return taken;
   }
 
   /**
    * Gives `units` back to `identifier`: from the decisions this instance admitted for it here (their
-   * units go back where they were counted), newest first, at most what they took.
+   * units go back where they were counted), newest first, at most what they took. A decision settles
+   * once, so one given back in part is given back whole and its rest charged again (held in turn).
    */
   private async refund(limiter: Limiter, identifier: string, units: number): Promise<RatelimitResponse> {
-    await Promise.all(
-      this.ledger
-        .take(identifier, units)
-        .map(({ owner, decision, actual }) => owner.settle(decision, actual)),
-    );
+    const givebacks = this.ledger.take(identifier, units);
+    await Promise.all(givebacks.map(({ owner, decision }) => owner.settle(decision, 0)));
+    for (const { owner, rest } of givebacks) {
+      if (rest === 0) continue;
+      const again = await owner.limit(identifier, { cost: rest });
+      if (again.allowed && again.source !== "error") this.ledger.hold(identifier, owner, again, rest);
+    }
     const peek = await limiter.limit(identifier, { cost: 0 });
     if (peek.source === "error") return this.failed(peek);
-    return this.answer(peek, true);
+    return { ...this.answer(peek, true), remaining: peek.remaining };
   }
 
   /** A decision that failed open: a timeout (or the open breaker) answers as the peer's timeout does. */
@@ -387,11 +419,12 @@ export abstract class RatelimitBase {
     return timedOut();
   }
 
+  /** The peer's answer: a denied request has nothing left, as the peer says it. */
   private answer(decision: Decision, success: boolean): RatelimitResponse {
     return {
       success,
       limit: decision.limit,
-      remaining: decision.remaining,
+      remaining: success ? decision.remaining : 0,
       reset: this.resetOf(decision, success),
       pending: Promise.resolve(),
       ...(decision.source === "cache" ? { reason: "cacheBlock" as const } : {}),

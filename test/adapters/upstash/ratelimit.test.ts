@@ -65,7 +65,7 @@ describe("Ratelimit: exact counts", () => {
     expect(after).toMatchObject({ success: true, limit: 5, remaining: 0 });
     // a rate above maxTokens is denied and takes nothing
     clock.set(T0 + 10_000);
-    expect(await ratelimit.limit("b", { rate: 6 })).toMatchObject({ success: false, remaining: 5 });
+    expect(await ratelimit.limit("b", { rate: 6 })).toMatchObject({ success: false, remaining: 0 });
     expect((await ratelimit.getRemaining("b")).remaining).toBe(5);
   });
 
@@ -99,8 +99,25 @@ describe("Ratelimit: the peer's semantics kept", () => {
     const refund = await ratelimit.limit("r", { rate: -3 });
     expect(refund).toMatchObject({ success: true, remaining: 3 });
     expect((await ratelimit.getRemaining("r")).remaining).toBe(3);
-    // a decision gives back once: the 6's other 3 stay charged; the 4 go back, and nothing more
-    expect(await ratelimit.limit("r", { rate: -20 })).toMatchObject({ success: true, remaining: 7 });
+    // then the rest, across both decisions: 10 back in all, never more than was charged
+    expect(await ratelimit.limit("r", { rate: -20 })).toMatchObject({ success: true, remaining: 10 });
+    expect(await ratelimit.limit("r", { rate: -1 })).toMatchObject({ success: true, remaining: 10 });
+  });
+
+  it("refunds in sequence, and after a charge past the limit itself", async () => {
+    const { ratelimit } = build(Ratelimit.slidingWindow(10, "1 h"));
+    await ratelimit.limit("s", { rate: 8 });
+    await ratelimit.limit("s", { rate: -2 });
+    expect((await ratelimit.getRemaining("s")).remaining).toBe(4);
+    await ratelimit.limit("s", { rate: -3 });
+    expect((await ratelimit.getRemaining("s")).remaining).toBe(7);
+    expect(await ratelimit.limit("s", { rate: 5 })).toMatchObject({ success: true, remaining: 2 });
+
+    // 11 on a limit of 10: counted (10, and 1 past the limit), denied; 5 back leaves room for 4
+    expect(await ratelimit.limit("o", { rate: 11 })).toMatchObject({ success: false, remaining: 0 });
+    expect((await ratelimit.limit("o")).success).toBe(false);
+    await ratelimit.limit("o", { rate: -5 });
+    expect((await ratelimit.getRemaining("o")).remaining).toBe(4);
   });
 
   it("rate 0 answers and counts nothing", async () => {
