@@ -3,6 +3,7 @@
 //
 //   npm run build
 //   node scripts/peer-suite.mjs --peer <checkout of upstash/ratelimit-js> [--dir /tmp/peer-suite] [--bun 1.3.6]
+//                               [--against @upstash/ratelimit]
 //
 // The peer's test files (src/**/*.test.ts and src/test_utils.ts) are copied to a scratch directory;
 // the modules of the peer's they import are replaced there by short modules that export this
@@ -11,7 +12,9 @@
 // redis-servers, each behind this package's REST bridge, stand in for the peer's databases
 // (UPSTASH_REDIS_REST_*, and US1_, APN_, EU2_ for its multi-region tests). Prints bun's tally, and
 // exits with bun's status. The peer's checkout may be a work tree or a bare git directory; nothing
-// from it is written into this repository.
+// from it is written into this repository. `--against @upstash/ratelimit` runs the same files, through
+// the same replacements, against the peer's published package (this repository's devDependency): the
+// reference tally, so a test that fails there too is not the entry's to pass.
 
 import { execFileSync, spawn } from "node:child_process";
 import { existsSync, mkdirSync, readdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
@@ -28,6 +31,11 @@ if (!args.peer) {
 const peer = resolve(args.peer);
 const dir = resolve(args.dir ?? "/tmp/peer-suite");
 const bunVersion = args.bun ?? "1.3.6";
+const against = args.against ?? "edgelimit/upstash";
+if (against !== "edgelimit/upstash" && against !== "@upstash/ratelimit") {
+  console.error("--against: edgelimit/upstash (default) or @upstash/ratelimit");
+  process.exit(2);
+}
 if (!existsSync(join(root, "dist/adapters/upstash/index.js"))) {
   console.error("dist/adapters/upstash/index.js is missing: run `npm run build` first");
   process.exit(2);
@@ -51,7 +59,7 @@ if (existsSync(join(peer, "src"))) {
 }
 
 // What the tests import of the peer's, as this package's entry. Paths from src/.
-const ENTRY = "edgelimit/upstash";
+const ENTRY = against;
 const internal = (name) =>
   `export function ${name}(): never {\n  throw new Error("${name}: an internal of @upstash/ratelimit, not part of its API");\n}\n`;
 const SHIMS = {
@@ -73,7 +81,10 @@ const SHIMS = {
     `export const DenyListExtension = "denyList"; export const IpDenyListKey = "ipDenyList"; export const IpDenyListStatusKey = "ipDenyListStatus";`,
     "",
   ].join("\n"),
-  "duration.ts": `export { durationMs as ms } from "${join(root, "dist/adapters/upstash/duration.js")}";\n`,
+  "duration.ts":
+    against === "edgelimit/upstash"
+      ? `export { durationMs as ms } from "${join(root, "dist/adapters/upstash/duration.js")}";\n`
+      : internal("ms"),
   "hash.ts": internal("safeEval"),
   "lua-scripts/hash.ts": `export const SCRIPTS = {}; export const RESET_SCRIPT = {};\n`,
   "deny-list/index.ts": `export * from "./deny-list";\n`,
@@ -100,6 +111,8 @@ if (!existsSync(join(dir, "node_modules/.bin/bun"))) {
 for (const [name, target] of [
   ["edgelimit", root],
   ["@upstash/redis", join(root, "node_modules/@upstash/redis")],
+  ["@upstash/ratelimit", join(root, "node_modules/@upstash/ratelimit")],
+  ["@upstash/core-analytics", join(root, "node_modules/@upstash/core-analytics")],
 ]) {
   const link = join(dir, "node_modules", name);
   rmSync(link, { recursive: true, force: true });
