@@ -92,6 +92,8 @@ export interface RatelimitConfig extends CommonConfig {
 /** How long a dynamic limit read from Redis is trusted. */
 const DYNAMIC_FRESH_MS = 1000;
 const CACHE_ENTRIES = 10_000;
+/** Limiters kept at once, one per limit in force (the configured one, dynamic ones). */
+const MAX_LIMITERS = 4;
 
 /** What the peer answers when its timeout wins the race. */
 function timedOut(): RatelimitResponse {
@@ -119,6 +121,8 @@ export abstract class RatelimitBase {
   private readonly recorder: Recorder | undefined;
   private readonly denyList: DenyList | undefined;
   private readonly dynamicLimits: boolean;
+  /** With the ephemeral cache: identifiers denied, until when (bounded, oldest first out). */
+  private readonly blocked: Map<string, number> | undefined;
   private dynamic: { value: number | null; readAt: number } | undefined;
 
   protected constructor(
@@ -144,6 +148,7 @@ export abstract class RatelimitBase {
     }
     this.timeout = timeout === 0 ? Number.POSITIVE_INFINITY : timeout;
     this.cache = config.ephemeralCache !== false;
+    this.blocked = this.cache ? new Map() : undefined;
     if (this.spec.name === "cachedFixedWindow" && !this.cache) {
       throw new Error("ephemeralCache: cachedFixedWindow answers from the cache; leave it on");
     }
@@ -182,6 +187,12 @@ export abstract class RatelimitBase {
             : false,
       });
       this.limiters.set(limit, limiter);
+      // a dynamic limit that keeps changing keeps only the latest few Limiters (their deny caches)
+      if (this.limiters.size > MAX_LIMITERS) {
+        const [oldest, retired] = this.limiters.entries().next().value!;
+        this.limiters.delete(oldest);
+        void retired.dispose();
+      }
     }
     return limiter;
   }
@@ -230,7 +241,7 @@ export abstract class RatelimitBase {
     } else {
       response = await this.decide(identifier, rate);
     }
-    if (this.recorder !== undefined && response.reason !== "timeout") {
+    if (this.recorder !== undefined) {
       const written = this.recorder.record(
         response.reason === "denyList" ? response.deniedValue! : identifier,
         response.reason === "denyList" ? "denied" : response.success,
@@ -275,6 +286,7 @@ export abstract class RatelimitBase {
    */
   resetUsedTokens = async (identifier: string): Promise<void> => {
     this.ledger.forget(identifier);
+    this.blocked?.delete(identifier);
     await this.limiterAt(await this.currentLimit()).reset(identifier);
     for (const limiter of this.limiters.values()) await limiter.reset(identifier).catch(() => {});
   };
@@ -327,11 +339,48 @@ export abstract class RatelimitBase {
     return { dynamicLimit: stored === null || stored === undefined ? null : Number(stored) };
   };
 
-  /** One decision of `rate` units (below 0: a refund) under the limit in force. */
+  /**
+   * One decision of `rate` units (below 0: a refund) under the limit in force. As the peer's cache
+   * does, a denied identifier is denied here, with no request, until the denial's reset, for any
+   * positive rate and across dynamic limit changes; a refund or a reset lifts it.
+   */
   private async decide(identifier: string, rate: number): Promise<RatelimitResponse> {
     const limit = await this.currentLimit();
     const limiter = this.limiterAt(limit);
-    if (rate < 0) return this.refund(limiter, identifier, -rate);
+    if (rate < 0) {
+      this.blocked?.delete(identifier);
+      return this.refund(limiter, identifier, -rate);
+    }
+    if (rate > 0 && this.blocked !== undefined) {
+      const until = this.blocked.get(identifier);
+      if (until !== undefined && until > this.clock()) {
+        return {
+          success: false,
+          limit,
+          remaining: 0,
+          reset: until,
+          pending: Promise.resolve(),
+          reason: "cacheBlock",
+        };
+      }
+      if (until !== undefined) this.blocked.delete(identifier);
+    }
+    const response = await this.charge(limiter, identifier, rate, limit);
+    if (!response.success && rate > 0 && this.blocked !== undefined && response.reset > this.clock()) {
+      this.blocked.delete(identifier);
+      this.blocked.set(identifier, response.reset);
+      if (this.blocked.size > CACHE_ENTRIES) this.blocked.delete(this.blocked.keys().next().value!);
+    }
+    return response;
+  }
+
+  /** `rate` units (0 or more) under `limit`. */
+  private async charge(
+    limiter: Limiter,
+    identifier: string,
+    rate: number,
+    limit: number,
+  ): Promise<RatelimitResponse> {
     if (rate === 0 || (rate > limit && !this.spec.countsOvershoot)) {
       // a bucket never holds more than its limit: such a rate is denied and takes nothing, as a peek
       const peek = await limiter.limit(identifier, { cost: 0 });
