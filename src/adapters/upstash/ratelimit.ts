@@ -482,13 +482,16 @@ export abstract class RatelimitBase {
 
   /**
    * The peer's `reset`: a window's end for the windows; for a denied request, when it could be
-   * admitted; for a token bucket, when it is full again.
+   * admitted (a rate above a bucket's size: the next interval); for a token bucket, when it is full.
    */
   private resetOf(decision: Decision, admitted: boolean): number {
     if (!admitted && Number.isFinite(decision.retryAfter) && decision.retryAfter > 0) {
       return decision.decidedAt + decision.retryAfter;
     }
-    if (this.spec.name === "tokenBucket") return decision.resetAt;
+    if (this.spec.name === "tokenBucket") {
+      // a rate the bucket can never hold: as the peer, its next interval
+      return admitted ? decision.resetAt : decision.decidedAt + this.spec.window;
+    }
     const window = this.spec.window;
     return (Math.floor(decision.decidedAt / window) + 1) * window;
   }

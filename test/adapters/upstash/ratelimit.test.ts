@@ -65,8 +65,16 @@ describe("Ratelimit: exact counts", () => {
     expect(after).toMatchObject({ success: true, limit: 5, remaining: 0 });
     // a rate above maxTokens is denied and takes nothing
     clock.set(T0 + 10_000);
-    expect(await ratelimit.limit("b", { rate: 6 })).toMatchObject({ success: false, remaining: 0 });
+    expect(await ratelimit.limit("b", { rate: 6 })).toMatchObject({
+      success: false,
+      remaining: 0,
+      reset: T0 + 11_000,
+    });
     expect((await ratelimit.getRemaining("b")).remaining).toBe(5);
+    // then blocked in the isolate until that reset, as the peer's cache blocks it, for any rate
+    expect(await ratelimit.limit("b")).toMatchObject({ success: false, reason: "cacheBlock" });
+    clock.set(T0 + 11_000);
+    expect(await ratelimit.limit("b")).toMatchObject({ success: true, remaining: 4 });
   });
 
   it('"1 w" is a week', async () => {
@@ -196,5 +204,30 @@ describe("Ratelimit: keys beside the peer's", () => {
     expect(keys.length).toBe(1);
     expect(keys[0]!.startsWith(`${prefix}:`)).toBe(false);
     expect(keys[0]!.startsWith(`el-upstash.${prefix}:`)).toBe(true);
+  });
+});
+
+describe("a consumer of the peer's API, unchanged", () => {
+  // What LangChain's UpstashRatelimitHandler does: a request limit checked before each LLM call, a
+  // token limit checked with getRemaining() before it and charged with the tokens used after it.
+  async function llmCall(
+    requests: Ratelimit,
+    tokens: Ratelimit,
+    user: string,
+    used: number,
+  ): Promise<"served" | "too many requests" | "out of tokens"> {
+    if (!(await requests.limit(user)).success) return "too many requests";
+    if ((await tokens.getRemaining(user)).remaining <= 0) return "out of tokens";
+    await tokens.limit(user, { rate: used });
+    return "served";
+  }
+
+  it("stops a user once the tokens used pass the limit, charging the call that overshot", async () => {
+    const requests = build(Ratelimit.fixedWindow(10, "1 h")).ratelimit;
+    const tokens = build(Ratelimit.fixedWindow(1000, "1 h")).ratelimit;
+    const seen = [];
+    for (const used of [400, 400, 400, 400]) seen.push(await llmCall(requests, tokens, "user:7", used));
+    expect(seen).toEqual(["served", "served", "served", "out of tokens"]);
+    expect((await tokens.getRemaining("user:7")).remaining).toBe(0);
   });
 });
