@@ -25,7 +25,9 @@ const args = Object.fromEntries(
   process.argv.slice(2).flatMap((arg, i, all) => (arg.startsWith("--") ? [[arg.slice(2), all[i + 1]]] : [])),
 );
 if (!args.peer) {
-  console.error("usage: node scripts/peer-suite.mjs --peer <checkout of upstash/ratelimit-js> [--dir D] [--bun V]");
+  console.error(
+    "usage: node scripts/peer-suite.mjs --peer <checkout of upstash/ratelimit-js> [--dir D] [--bun V]",
+  );
   process.exit(2);
 }
 const peer = resolve(args.peer);
@@ -45,7 +47,10 @@ if (!existsSync(join(root, "dist/adapters/upstash/index.js"))) {
 rmSync(join(dir, "src"), { recursive: true, force: true });
 mkdirSync(join(dir, "src"), { recursive: true });
 if (existsSync(join(peer, "src"))) {
-  execFileSync("sh", ["-c", `cd "${peer}" && find src -name '*.test.ts' -o -name test_utils.ts | cpio -pdm "${dir}" 2>/dev/null`]);
+  execFileSync("sh", [
+    "-c",
+    `cd "${peer}" && find src -name '*.test.ts' -o -name test_utils.ts | cpio -pdm "${dir}" 2>/dev/null`,
+  ]);
 } else {
   const files = execFileSync("git", ["--git-dir", peer, "ls-tree", "-r", "--name-only", "HEAD", "src"], {
     encoding: "utf8",
@@ -88,7 +93,12 @@ const SHIMS = {
   "hash.ts": internal("safeEval"),
   "lua-scripts/hash.ts": `export const SCRIPTS = {}; export const RESET_SCRIPT = {};\n`,
   "deny-list/index.ts": `export * from "./deny-list";\n`,
-  "deny-list/deny-list.ts": ["checkDenyList", "checkDenyListCache", "defaultDeniedResponse", "resolveLimitPayload"]
+  "deny-list/deny-list.ts": [
+    "checkDenyList",
+    "checkDenyListCache",
+    "defaultDeniedResponse",
+    "resolveLimitPayload",
+  ]
     .map(internal)
     .join(""),
   "deny-list/ip-deny-list.ts": `import { IpDenyList } from "${ENTRY}";\nexport const { updateIpDenyList, disableIpDenyList, ThresholdError } = IpDenyList;\n`,
