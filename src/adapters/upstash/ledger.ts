@@ -6,7 +6,7 @@
 import type { Decision, Limiter } from "../../index.js";
 
 /** Decisions held per identifier: a refund reaches at most this far back. */
-const PER_IDENTIFIER = 32;
+const PER_IDENTIFIER = 16;
 
 interface Held {
   readonly owner: Limiter;

@@ -92,6 +92,8 @@ export interface RatelimitConfig extends CommonConfig {
 /** How long a dynamic limit read from Redis is trusted. */
 const DYNAMIC_FRESH_MS = 1000;
 const CACHE_ENTRIES = 10_000;
+/** Identifiers whose admitted decisions are held for a refund (the ones charged last). */
+const LEDGER_IDENTIFIERS = 1000;
 /** Limiters kept at once, one per limit in force (the configured one, dynamic ones). */
 const MAX_LIMITERS = 4;
 
@@ -117,7 +119,7 @@ export abstract class RatelimitBase {
   private readonly cache: boolean;
   protected readonly clock: () => number;
   private readonly limiters = new Map<number, Limiter>();
-  private readonly ledger = new Ledger(CACHE_ENTRIES);
+  private readonly ledger = new Ledger(LEDGER_IDENTIFIERS);
   private readonly recorder: Recorder | undefined;
   private readonly denyList: DenyList | undefined;
   private readonly dynamicLimits: boolean;
