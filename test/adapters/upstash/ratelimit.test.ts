@@ -231,3 +231,18 @@ describe("a consumer of the peer's API, unchanged", () => {
     expect((await tokens.getRemaining("user:7")).remaining).toBe(0);
   });
 });
+
+describe("bounded in the isolate", () => {
+  it("blocks at most 10,000 denied identifiers, the latest", async () => {
+    // a rate above the bucket is denied with one peek each: 10,050 decisions, one pipeline
+    const { ratelimit } = build(Ratelimit.tokenBucket(1, "1 h", 1));
+    const ids = Array.from({ length: 10_050 }, (_, i) => `id:${i}`);
+    const responses = await Promise.all(ids.map((id) => ratelimit.limit(id, { rate: 2 })));
+    expect(responses.every((r) => !r.success && r.reason === undefined)).toBe(true);
+    const blocked = (ratelimit as unknown as { blocked: Map<string, number> }).blocked;
+    expect(blocked.size).toBe(10_000);
+    expect(blocked.has("id:49")).toBe(false);
+    expect(blocked.has("id:50")).toBe(true);
+    expect(await ratelimit.limit("id:10049")).toMatchObject({ success: false, reason: "cacheBlock" });
+  });
+});
