@@ -5,6 +5,7 @@ import { Redis } from "@upstash/redis";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { MultiRegionRatelimit } from "../../../src/adapters/upstash/index.js";
 import { type Bridge, startBridge } from "../../../src/bridge/index.js";
+import { startCutHop } from "../../cut-hop.js";
 import { failOnUnhandledRejections } from "../../own-bridge.js";
 import { uniquePrefix } from "../../support.js";
 
@@ -69,5 +70,40 @@ describe("MultiRegionRatelimit over three databases", () => {
     expect(admitted).toBeLessThanOrEqual(20);
     // units parked in the other regions' pools (a tenth of the limit each) are all that may be missing
     expect(admitted).toBeGreaterThanOrEqual(16);
+  });
+});
+
+describe("MultiRegionRatelimit: the region is the fastest database", () => {
+  it("with home 40 ms away, decisions come from the nearest database's pool, never past the limit", async () => {
+    const hop = await startCutHop(bridges[0]!.url);
+    try {
+      hop.delay = 40;
+      const token = inject("bridgeToken");
+      const redis = [hop.url, bridges[1]!.url, bridges[2]!.url].map(
+        (url) => new Redis({ url, token, enableTelemetry: false }),
+      );
+      const prefix = uniquePrefix("multi-near");
+      const ratelimit = new MultiRegionRatelimit({
+        redis,
+        prefix,
+        limiter: MultiRegionRatelimit.fixedWindow(20, "1 w"),
+        timeout: 15_000,
+      });
+      const chosen = (ratelimit as unknown as { chosen: { region?: unknown } }).chosen;
+      const deadline = Date.now() + 10_000;
+      while (chosen.region === undefined && Date.now() < deadline) {
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      }
+      expect([redis[1], redis[2]]).toContain(chosen.region);
+      let admitted = 0;
+      for (let i = 0; i < 30; i++) if ((await ratelimit.limit("user:3")).success) admitted += 1;
+      expect(admitted).toBe(20);
+      // the region's pool holds the identifier's units; home was asked for fewer than the decisions
+      const region = chosen.region as Redis;
+      expect(((await region.keys(`el-upstash.${prefix}:*pool*`)) as string[]).length).toBe(1);
+      expect(hop.requests).toBeLessThan(30);
+    } finally {
+      await hop.close();
+    }
   });
 });

@@ -2,7 +2,7 @@
 // semantics, exact counts, an injected clock.
 import { Redis } from "@upstash/redis";
 import { describe, expect, inject, it } from "vitest";
-import { Ratelimit } from "../../../src/adapters/upstash/index.js";
+import { IpDenyList, Ratelimit } from "../../../src/adapters/upstash/index.js";
 import { failOnUnhandledRejections, ownBridge } from "../../own-bridge.js";
 import { manualClock, T0, uniquePrefix } from "../../support.js";
 
@@ -191,6 +191,25 @@ describe("Ratelimit: the peer's semantics kept", () => {
       });
     }
     await expect(ratelimit.blockUntilReady("bad-user", 1000)).rejects.toThrow(/deny list/);
+  });
+});
+
+describe("IpDenyList", () => {
+  it("disableIpDenyList takes the IP list out of the deny list, keeps the values denied by hand", async () => {
+    const client = redis();
+    const prefix = uniquePrefix("ipdeny");
+    await client.sadd(`${prefix}:denyList:ipDenyList`, "198.51.100.1", "198.51.100.2");
+    await client.sadd(`${prefix}:denyList:all`, "198.51.100.1", "198.51.100.2", "bad-user");
+    await IpDenyList.disableIpDenyList(client, prefix);
+    expect(await client.smembers(`${prefix}:denyList:all`)).toEqual(["bad-user"]);
+    expect(await client.exists(`${prefix}:denyList:ipDenyList`)).toBe(0);
+    expect(await client.get(`${prefix}:ipDenyListStatus`)).toBe("disabled");
+  });
+
+  it("updateIpDenyList refuses a threshold outside 1-8 with ThresholdError, before any request", async () => {
+    await expect(IpDenyList.updateIpDenyList(redis(), "p", 9)).rejects.toBeInstanceOf(
+      IpDenyList.ThresholdError,
+    );
   });
 });
 
