@@ -144,6 +144,11 @@ const ENTRIES: Record<string, Entry> = {
     values: ["clientIp", "createMiddleware"],
     types: ["VercelRateLimitOptions"],
   },
+  "edgelimit/upstash": {
+    src: "src/adapters/upstash/index.ts",
+    values: ["Analytics", "IpDenyList", "MultiRegionRatelimit", "Ratelimit"],
+    types: ["Algorithm", "AnalyticsConfig", "Duration", "MultiRegionRatelimitConfig", "RatelimitConfig"],
+  },
   "edgelimit/bridge": {
     src: "src/bridge/index.ts",
     // the RESP client its tests and benchmarks use stays private (src/bridge/resp.ts)

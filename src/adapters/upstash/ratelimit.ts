@@ -1,0 +1,562 @@
+// @upstash/ratelimit's Ratelimit, answered by edgelimit's Limiter: one EVALSHA per decision, a
+// bounded deny cache, a timeout that aborts its request, the breaker, exact counts. The peer's
+// semantics that code written against it depends on are kept here, around the Limiter's public API
+// (docs/upstash.md lists each one, kept or changed).
+
+import { type Decision, Limiter, type LimiterOptions, RedisCallError } from "../../index.js";
+import {
+  type Algorithm,
+  type AlgorithmSpec,
+  cachedFixedWindowSpec,
+  fixedWindowSpec,
+  slidingWindowSpec,
+  tokenBucketSpec,
+} from "./algorithm.js";
+import { type Geo, Recorder } from "./analytics.js";
+import { DenyList } from "./deny-list.js";
+import type { Duration } from "./duration.js";
+import { DEFAULT_PREFIX, dynamicLimitKey, limiterPrefix } from "./keys.js";
+import { Ledger } from "./ledger.js";
+
+/** Why `success` is what it is, where Redis did not decide it alone. */
+export type RatelimitResponseType = "timeout" | "cacheBlock" | "denyList";
+
+/** What `limit()` and `blockUntilReady()` answer, as the peer documents it. */
+export interface RatelimitResponse {
+  /** Whether the request may pass. */
+  success: boolean;
+  /** The limit in force (a token bucket's `maxTokens`; a dynamic limit when one is set). */
+  limit: number;
+  /** Units left after this request. */
+  remaining: number;
+  /** Epoch ms at which the limit resets (a denied request: when it could be admitted). */
+  reset: number;
+  /**
+   * Work that goes on after the answer (analytics, a stale IP deny list's refresh): hand it to
+   * `waitUntil` on Workers and Vercel.
+   */
+  pending: Promise<unknown>;
+  /** "timeout", "cacheBlock" (denied in the isolate, no request) or "denyList"; else undefined. */
+  reason?: RatelimitResponseType;
+  /** With `reason: "denyList"`: the value that was denied. */
+  deniedValue?: string;
+}
+
+/** Options of one `limit()` call. */
+export interface LimitOptions {
+  /** Units this request takes (default 1); a negative rate gives units back. */
+  rate?: number;
+  /** Checked against the deny list with `enableProtection`. */
+  ip?: string;
+  userAgent?: string;
+  country?: string;
+  /** Recorded with the request's analytics. */
+  geo?: Geo;
+}
+
+/** The options both Ratelimit and MultiRegionRatelimit take. */
+export interface CommonConfig {
+  /** From `Ratelimit.fixedWindow(...)`, `slidingWindow`, `tokenBucket` or `cachedFixedWindow`. */
+  limiter: Algorithm;
+  /** Key namespace (default "@upstash/ratelimit"). */
+  prefix?: string;
+  /**
+   * The in-isolate cache of denials: left out or a Map, a cache bounded to 10,000 identifiers (the
+   * Map itself is not used: it would grow without bound); `false`, none.
+   */
+  ephemeralCache?: Map<string, number> | false;
+  /** Ms a decision waits for Redis (default 5000; 0: no limit). Then it answers `reason: "timeout"`. */
+  timeout?: number;
+  /** Counts every decision into the peer's analytics tables, written in the background. */
+  analytics?: boolean;
+  /** Accepted and ignored. */
+  enableTelemetry?: boolean;
+  /** Accepted and ignored (the peer's deprecated option). */
+  cacheScripts?: boolean;
+  /** The clock decisions are made by, epoch ms (default `Date.now`): edgelimit's own option. */
+  clock?: () => number;
+}
+
+/** Options of `new Ratelimit()`, as the peer's. */
+export interface RatelimitConfig extends CommonConfig {
+  /** An @upstash/redis client (`new Redis({ url, token })`). */
+  redis: unknown;
+  /** Denies by identifier, ip, user agent and country from the peer's deny lists. */
+  enableProtection?: boolean;
+  /** The ipsum level of the IP deny list, 1-8 (default 6). */
+  denyListThreshold?: number;
+  /** Reads the limit set by `setDynamicLimit()`: at most a second old. */
+  dynamicLimits?: boolean;
+}
+
+/** How long a dynamic limit read from Redis is trusted. */
+const DYNAMIC_FRESH_MS = 1000;
+const CACHE_ENTRIES = 10_000;
+/** Identifiers whose admitted decisions are held for a refund (the ones charged last). */
+const LEDGER_IDENTIFIERS = 1000;
+/** Limiters kept at once, one per limit in force (the configured one, dynamic ones). */
+const MAX_LIMITERS = 4;
+
+/** What the peer answers when its timeout wins the race. */
+function timedOut(): RatelimitResponse {
+  return { success: true, limit: 0, remaining: 0, reset: 0, pending: Promise.resolve(), reason: "timeout" };
+}
+
+/** What a subclass says about its databases. */
+export interface Databases {
+  /** The database analytics, deny lists and dynamic limits live in (the first one). */
+  readonly primary: unknown;
+  /** The Limiter's `redis`, and `region` when there is one. */
+  limiterOptions(): Pick<LimiterOptions, "redis" | "region">;
+}
+
+/** What Ratelimit and MultiRegionRatelimit share: the decisions, refunds and the peer's extras. */
+export abstract class RatelimitBase {
+  protected readonly spec: AlgorithmSpec;
+  protected readonly prefix: string;
+  private readonly keyPrefix: string;
+  private readonly timeout: number;
+  private readonly cache: boolean;
+  protected readonly clock: () => number;
+  private readonly limiters = new Map<number, Limiter>();
+  private readonly ledger = new Ledger(LEDGER_IDENTIFIERS);
+  private readonly recorder: Recorder | undefined;
+  private readonly denyList: DenyList | undefined;
+  private readonly dynamicLimits: boolean;
+  /** With the ephemeral cache: identifiers denied, until when (bounded, oldest first out). */
+  private readonly blocked: Map<string, number> | undefined;
+  private dynamic: { value: number | null; readAt: number } | undefined;
+
+  protected constructor(
+    config: CommonConfig & {
+      enableProtection?: boolean;
+      denyListThreshold?: number;
+      dynamicLimits?: boolean;
+    },
+    private readonly databases: Databases,
+  ) {
+    if (typeof config.limiter !== "function") {
+      throw new Error('limiter: expected an algorithm such as Ratelimit.slidingWindow(10, "10 s")');
+    }
+    this.spec = config.limiter();
+    this.prefix = config.prefix ?? DEFAULT_PREFIX;
+    if (typeof this.prefix !== "string" || this.prefix === "") {
+      throw new Error(`prefix: must be a non-empty string, got ${String(config.prefix)}`);
+    }
+    this.keyPrefix = limiterPrefix(this.prefix);
+    const timeout = config.timeout ?? 5000;
+    if (typeof timeout !== "number" || !(timeout >= 0)) {
+      throw new Error(`timeout: must be ms, 0 or more, got ${String(timeout)}`);
+    }
+    this.timeout = timeout === 0 ? Number.POSITIVE_INFINITY : timeout;
+    this.cache = config.ephemeralCache !== false;
+    this.blocked = this.cache ? new Map() : undefined;
+    if (this.spec.name === "cachedFixedWindow" && !this.cache) {
+      throw new Error("ephemeralCache: cachedFixedWindow answers from the cache; leave it on");
+    }
+    this.clock = config.clock ?? Date.now;
+    this.dynamicLimits = config.dynamicLimits === true && this.spec.name !== "cachedFixedWindow";
+    this.recorder = config.analytics ? new Recorder(databases.primary, this.prefix) : undefined;
+    this.denyList = config.enableProtection
+      ? new DenyList(databases.primary, this.prefix, config.denyListThreshold ?? 6, this.clock)
+      : undefined;
+    // built now, so that a bad client or option throws from the constructor as it does for the peer
+    this.limiterAt(this.spec.limit);
+  }
+
+  /** Builds the Limiters again on their next decision (the databases changed). */
+  protected rebuild(): void {
+    const old = [...this.limiters.values()];
+    this.limiters.clear();
+    for (const limiter of old) void limiter.dispose();
+  }
+
+  /** The Limiter deciding at `limit` (the configured one, or a dynamic limit), built once. */
+  private limiterAt(limit: number): Limiter {
+    let limiter = this.limiters.get(limit);
+    if (limiter === undefined) {
+      limiter = new Limiter({
+        ...this.databases.limiterOptions(),
+        prefix: this.keyPrefix,
+        rules: { [this.spec.name]: this.spec.rule(limit) },
+        denyCache: this.cache ? { maxEntries: CACHE_ENTRIES } : false,
+        timeout: this.timeout,
+        onError: "allow",
+        clock: this.clock,
+        lease:
+          this.spec.name === "cachedFixedWindow"
+            ? { max: Math.max(1, Math.floor(limit / 10)), ttl: Math.min(this.spec.window, 1000) }
+            : false,
+      });
+      this.limiters.set(limit, limiter);
+      // a dynamic limit that keeps changing keeps only the latest few Limiters (their deny caches)
+      if (this.limiters.size > MAX_LIMITERS) {
+        const [oldest, retired] = this.limiters.entries().next().value!;
+        this.limiters.delete(oldest);
+        void retired.dispose();
+      }
+    }
+    return limiter;
+  }
+
+  /** The limit in force: a dynamic limit (read at most once a second), else the configured one. */
+  private async currentLimit(): Promise<number> {
+    if (!this.dynamicLimits) return this.spec.limit;
+    const now = this.clock();
+    if (this.dynamic === undefined || now - this.dynamic.readAt >= DYNAMIC_FRESH_MS) {
+      const stored = await (this.databases.primary as Client).get(dynamicLimitKey(this.prefix));
+      const value = stored === null || stored === undefined ? null : Number(stored);
+      this.dynamic = {
+        value: value !== null && Number.isInteger(value) && value > 0 ? value : null,
+        readAt: now,
+      };
+    }
+    return this.dynamic.value ?? this.spec.limit;
+  }
+
+  /**
+   * Decides one request of `identifier`; a negative `rate` gives units back. A timeout answers
+   * `{ success: true, reason: "timeout" }` and aborts the request behind it.
+   *
+   * @example
+   * const { success, remaining, reset } = await ratelimit.limit("user:42");
+   */
+  limit = async (identifier: string, req?: LimitOptions): Promise<RatelimitResponse> => {
+    const rate = req?.rate ?? 1;
+    if (typeof rate !== "number" || !Number.isSafeInteger(rate)) {
+      throw new RangeError(`rate: must be a whole number of units, got ${String(rate)}`);
+    }
+    const members = [identifier, req?.ip, req?.userAgent, req?.country].filter(
+      (member): member is string => typeof member === "string" && member !== "",
+    );
+    let response: RatelimitResponse;
+    const blocked = this.denyList?.cached(members);
+    if (blocked !== undefined) {
+      response = this.deniedBy(blocked);
+    } else if (this.denyList !== undefined) {
+      const [decided, check] = await Promise.all([
+        this.decide(identifier, rate),
+        this.denyList.check(members, this.timeout),
+      ]);
+      response = check.deniedValue === undefined ? decided : this.deniedBy(check.deniedValue);
+      if (check.refresh !== undefined) response.pending = Promise.all([response.pending, check.refresh]);
+    } else {
+      response = await this.decide(identifier, rate);
+    }
+    if (this.recorder !== undefined) {
+      const written = this.recorder.record(
+        response.reason === "denyList" ? response.deniedValue! : identifier,
+        response.reason === "denyList" ? "denied" : response.success,
+        this.clock(),
+        req?.geo,
+      );
+      response.pending = Promise.all([response.pending, written]);
+    }
+    return response;
+  };
+
+  /**
+   * Waits until `identifier` may proceed, at most `timeout` ms, asking again at each reset. Throws
+   * for an identifier on the deny list: waiting would never admit it.
+   *
+   * @example
+   * const { success } = await ratelimit.blockUntilReady("user:42", 30_000);
+   */
+  blockUntilReady = async (identifier: string, timeout: number): Promise<RatelimitResponse> => {
+    if (typeof timeout !== "number" || !(timeout > 0)) throw new Error("timeout must be positive");
+    const deadline = Date.now() + timeout;
+    for (;;) {
+      const response = await this.limit(identifier);
+      if (response.success) return response;
+      if (response.reason === "denyList") {
+        throw new Error(
+          `blockUntilReady: ${JSON.stringify(response.deniedValue)} is on the deny list; it is never admitted`,
+        );
+      }
+      const now = Date.now();
+      if (now >= deadline) return response;
+      const wait = Math.max(1, Math.min(response.reset - this.clock(), deadline - now));
+      await new Promise((resolve) => setTimeout(resolve, wait));
+    }
+  };
+
+  /**
+   * Forgets every unit `identifier` has used (one request).
+   *
+   * @example
+   * await ratelimit.resetUsedTokens("user:42");
+   */
+  resetUsedTokens = async (identifier: string): Promise<void> => {
+    this.ledger.forget(identifier);
+    this.blocked?.delete(identifier);
+    await this.limiterAt(await this.currentLimit()).reset(identifier);
+    for (const limiter of this.limiters.values()) await limiter.reset(identifier).catch(() => {});
+  };
+
+  /**
+   * The units `identifier` has left, when the limit resets, and the limit in force; counts nothing.
+   *
+   * @example
+   * const { remaining } = await ratelimit.getRemaining("user:42");
+   */
+  getRemaining = async (identifier: string): Promise<{ remaining: number; reset: number; limit: number }> => {
+    const limit = await this.currentLimit();
+    const peek = await this.limiterAt(limit).limit(identifier, { cost: 0 });
+    if (peek.source === "error") throw peek.error;
+    return { remaining: peek.remaining, reset: this.resetOf(peek, true), limit: peek.limit };
+  };
+
+  /**
+   * Sets the limit every identifier is decided by (`false`: back to the configured one), in the
+   * peer's key: instances of the peer on the same prefix read it too.
+   *
+   * @example
+   * await ratelimit.setDynamicLimit({ limit: 120 });
+   */
+  setDynamicLimit = async (options: { limit: number | false }): Promise<void> => {
+    if (!this.dynamicLimits) {
+      throw new Error("dynamicLimits must be enabled in the Ratelimit constructor to use setDynamicLimit()");
+    }
+    const limit = options?.limit;
+    if (limit !== false && (typeof limit !== "number" || !Number.isInteger(limit) || limit <= 0)) {
+      throw new Error(`limit: must be a positive whole number or false, got ${String(limit)}`);
+    }
+    const client = this.databases.primary as Client;
+    const key = dynamicLimitKey(this.prefix);
+    await (limit === false ? client.del(key) : client.set(key, limit));
+    this.dynamic = { value: limit === false ? null : limit, readAt: this.clock() };
+  };
+
+  /**
+   * The limit set by `setDynamicLimit()`, or null.
+   *
+   * @example
+   * const { dynamicLimit } = await ratelimit.getDynamicLimit();
+   */
+  getDynamicLimit = async (): Promise<{ dynamicLimit: number | null }> => {
+    if (!this.dynamicLimits) {
+      throw new Error("dynamicLimits must be enabled in the Ratelimit constructor to use getDynamicLimit()");
+    }
+    const stored = await (this.databases.primary as Client).get(dynamicLimitKey(this.prefix));
+    return { dynamicLimit: stored === null || stored === undefined ? null : Number(stored) };
+  };
+
+  /**
+   * One decision of `rate` units (below 0: a refund) under the limit in force. As the peer's cache
+   * does, a denied identifier is denied here, with no request, until the denial's reset, for any
+   * positive rate and across dynamic limit changes; a refund or a reset lifts it.
+   */
+  private async decide(identifier: string, rate: number): Promise<RatelimitResponse> {
+    const limit = await this.currentLimit();
+    const limiter = this.limiterAt(limit);
+    if (rate < 0) {
+      this.blocked?.delete(identifier);
+      return this.refund(limiter, identifier, -rate);
+    }
+    if (rate > 0 && this.blocked !== undefined) {
+      const until = this.blocked.get(identifier);
+      if (until !== undefined && until > this.clock()) {
+        return {
+          success: false,
+          limit,
+          remaining: 0,
+          reset: until,
+          pending: Promise.resolve(),
+          reason: "cacheBlock",
+        };
+      }
+      if (until !== undefined) this.blocked.delete(identifier);
+    }
+    const response = await this.charge(limiter, identifier, rate, limit);
+    if (!response.success && rate > 0 && this.blocked !== undefined && response.reset > this.clock()) {
+      this.blocked.delete(identifier);
+      this.blocked.set(identifier, response.reset);
+      if (this.blocked.size > CACHE_ENTRIES) this.blocked.delete(this.blocked.keys().next().value!);
+    }
+    return response;
+  }
+
+  /** `rate` units (0 or more) under `limit`. */
+  private async charge(
+    limiter: Limiter,
+    identifier: string,
+    rate: number,
+    limit: number,
+  ): Promise<RatelimitResponse> {
+    if (rate === 0 || (rate > limit && !this.spec.countsOvershoot)) {
+      // a bucket never holds more than its limit: such a rate is denied and takes nothing, as a peek
+      const peek = await limiter.limit(identifier, { cost: 0 });
+      if (peek.source === "error") return this.failed(peek);
+      return this.answer(peek, rate === 0);
+    }
+    if (rate > limit) {
+      // past the limit itself: the whole limit, and the rest as a debt, as the peer counts it; denied
+      const taken = await this.takeOver(limiter, identifier, limit, rate - limit);
+      if (taken.source === "error") return this.failed(taken);
+      if (taken.allowed) return this.answer(taken, false);
+      return this.overshoot(limiter, identifier, taken, rate);
+    }
+    const decision = await limiter.limit(identifier, { cost: rate });
+    if (decision.source === "error") return this.failed(decision);
+    if (decision.allowed) {
+      this.ledger.hold(identifier, limiter, decision, rate);
+      return this.answer(decision, true);
+    }
+    return this.overshoot(limiter, identifier, decision, rate);
+  }
+
+  /**
+   * A denied charge of `rate`. The peer's windows count a charge larger than the room left, although
+   * they deny it (code that charges after the fact, then stops at getRemaining() = 0, relies on it):
+   * the room is taken, the rest charged past the limit as a debt.
+   */
+  private async overshoot(
+    limiter: Limiter,
+    identifier: string,
+    denied: Decision,
+    rate: number,
+  ): Promise<RatelimitResponse> {
+    if (this.spec.countsOvershoot && denied.source === "redis" && denied.remaining > 0) {
+      await this.takeOver(limiter, identifier, denied.remaining, rate - denied.remaining);
+    }
+    return this.answer(denied, false);
+  }
+
+  /**
+   * Takes `units` (held for a refund) and charges `debt` more past the limit: a peek and the charge
+   * share one request (the peek first), then the peek is settled at the debt.
+   */
+  private async takeOver(
+    limiter: Limiter,
+    identifier: string,
+    units: number,
+    debt: number,
+  ): Promise<Decision> {
+    const [peek, taken] = await Promise.all([
+      limiter.limit(identifier, { cost: 0 }),
+      limiter.limit(identifier, { cost: units }),
+    ]);
+    if (taken.allowed && taken.source !== "error") {
+      this.ledger.hold(identifier, limiter, taken, units);
+      if (peek.allowed && peek.source !== "error") await limiter.settle(peek, debt);
+    }
+    return taken;
+  }
+
+  /**
+   * Gives `units` back to `identifier`: from the decisions this instance admitted for it here (their
+   * units go back where they were counted), newest first, at most what they took. A decision settles
+   * once, so one given back in part is given back whole and its rest charged again (held in turn).
+   */
+  private async refund(limiter: Limiter, identifier: string, units: number): Promise<RatelimitResponse> {
+    const givebacks = this.ledger.take(identifier, units);
+    await Promise.all(givebacks.map(({ owner, decision }) => owner.settle(decision, 0)));
+    for (const { owner, rest } of givebacks) {
+      if (rest === 0) continue;
+      const again = await owner.limit(identifier, { cost: rest });
+      if (again.allowed && again.source !== "error") this.ledger.hold(identifier, owner, again, rest);
+    }
+    const peek = await limiter.limit(identifier, { cost: 0 });
+    if (peek.source === "error") return this.failed(peek);
+    return { ...this.answer(peek, true), remaining: peek.remaining };
+  }
+
+  /** A decision that failed open: a timeout (or the open breaker) answers as the peer's timeout does. */
+  private failed(decision: Decision): RatelimitResponse {
+    const error = decision.error;
+    if (error instanceof RedisCallError && error.kind !== "timeout" && error.kind !== "breaker-open") {
+      throw error;
+    }
+    return timedOut();
+  }
+
+  /** The peer's answer: a denied request has nothing left, as the peer says it. */
+  private answer(decision: Decision, success: boolean): RatelimitResponse {
+    return {
+      success,
+      limit: decision.limit,
+      remaining: success ? decision.remaining : 0,
+      reset: this.resetOf(decision, success),
+      pending: Promise.resolve(),
+      ...(decision.source === "cache" ? { reason: "cacheBlock" as const } : {}),
+    };
+  }
+
+  /**
+   * The peer's `reset`: a window's end for the windows; for a denied request, when it could be
+   * admitted (a rate above a bucket's size: the next interval); for a token bucket, when it is full.
+   */
+  private resetOf(decision: Decision, admitted: boolean): number {
+    if (!admitted && Number.isFinite(decision.retryAfter) && decision.retryAfter > 0) {
+      return decision.decidedAt + decision.retryAfter;
+    }
+    if (this.spec.name === "tokenBucket") {
+      // a rate the bucket can never hold: as the peer, its next interval
+      return admitted ? decision.resetAt : decision.decidedAt + this.spec.window;
+    }
+    const window = this.spec.window;
+    return (Math.floor(decision.decidedAt / window) + 1) * window;
+  }
+
+  private deniedBy(value: string): RatelimitResponse {
+    return {
+      success: false,
+      limit: 0,
+      remaining: 0,
+      reset: 0,
+      pending: Promise.resolve(),
+      reason: "denyList",
+      deniedValue: value,
+    };
+  }
+}
+
+/** The methods of an @upstash/redis client the entry calls beside the Limiter. */
+export interface Client {
+  get(key: string): Promise<unknown>;
+  set(key: string, value: unknown, options?: unknown): Promise<unknown>;
+  del(...keys: string[]): Promise<unknown>;
+  eval(script: string, keys: string[], args: unknown[]): Promise<unknown>;
+  pipeline(): {
+    zincrby(key: string, increment: number, member: string): unknown;
+    pexpire(key: string, ms: number): unknown;
+    exec(): Promise<unknown[]>;
+  };
+  multi(): unknown;
+}
+
+/**
+ * @upstash/ratelimit's `Ratelimit` on edgelimit's engine: `import { Ratelimit } from "edgelimit/upstash"`
+ * in place of `"@upstash/ratelimit"`.
+ *
+ * @example
+ * const ratelimit = new Ratelimit({ redis: Redis.fromEnv(), limiter: Ratelimit.slidingWindow(10, "10 s") });
+ * const { success } = await ratelimit.limit("user:42");
+ */
+export class Ratelimit extends RatelimitBase {
+  constructor(config: RatelimitConfig) {
+    if (config === null || typeof config !== "object") throw new Error("Ratelimit: expected its options");
+    const redis = config.redis;
+    super(config, { primary: redis, limiterOptions: () => ({ redis }) });
+  }
+
+  /** `tokens` per `window`, windows aligned to the epoch. */
+  static fixedWindow(tokens: number, window: Duration): Algorithm {
+    return fixedWindowSpec(tokens, window);
+  }
+
+  /** `tokens` per moving `window`, weighted over the current and the previous window. */
+  static slidingWindow(tokens: number, window: Duration): Algorithm {
+    return slidingWindowSpec(tokens, window);
+  }
+
+  /** A bucket of `maxTokens`, refilled by `refillRate` per `interval`. */
+  static tokenBucket(refillRate: number, interval: Duration, maxTokens: number): Algorithm {
+    return tokenBucketSpec(refillRate, interval, maxTokens);
+  }
+
+  /** A fixed window answered in the isolate where it can be (deny cache and lease). */
+  static cachedFixedWindow(tokens: number, window: Duration): Algorithm {
+    return cachedFixedWindowSpec(tokens, window);
+  }
+}

@@ -1,0 +1,267 @@
+// edgelimit/upstash against the bridge, with a real @upstash/redis client: the peer's API and its
+// semantics, exact counts, an injected clock.
+import { Redis } from "@upstash/redis";
+import { describe, expect, inject, it } from "vitest";
+import { IpDenyList, Ratelimit } from "../../../src/adapters/upstash/index.js";
+import { failOnUnhandledRejections, ownBridge } from "../../own-bridge.js";
+import { manualClock, T0, uniquePrefix } from "../../support.js";
+
+failOnUnhandledRejections();
+const bridge = ownBridge();
+
+function redis(): Redis {
+  return new Redis({ url: bridge.url, token: inject("bridgeToken"), enableTelemetry: false });
+}
+
+function build(limiter: ReturnType<typeof Ratelimit.fixedWindow>, extra: Record<string, unknown> = {}) {
+  const clock = manualClock();
+  const ratelimit = new Ratelimit({
+    redis: redis(),
+    limiter,
+    prefix: uniquePrefix("upstash"),
+    timeout: 15_000, // not about timeouts: a slow machine must not make a decision fail open
+    clock,
+    ...extra,
+  });
+  return { ratelimit, clock };
+}
+
+describe("Ratelimit: exact counts", () => {
+  it("fixedWindow: 10 admitted, then denied until the window ends, reset at its end", async () => {
+    const { ratelimit, clock } = build(Ratelimit.fixedWindow(10, "1 m"));
+    const seen: [boolean, number, number][] = [];
+    for (let i = 0; i < 12; i++) {
+      clock.set(T0 + i);
+      const r = await ratelimit.limit("user:1");
+      seen.push([r.success, r.remaining, r.reset]);
+    }
+    const end = T0 + 60_000;
+    expect(seen).toEqual([
+      ...Array.from({ length: 10 }, (_, i) => [true, 9 - i, end]),
+      [false, 0, end],
+      [false, 0, end],
+    ]);
+    clock.set(end);
+    expect((await ratelimit.limit("user:1")).remaining).toBe(9);
+  });
+
+  it("slidingWindow: the peer's duration strings, 1.5 s windows", async () => {
+    const { ratelimit, clock } = build(Ratelimit.slidingWindow(3, "1.5 s"));
+    const first = [];
+    for (let i = 0; i < 4; i++) first.push((await ratelimit.limit("a")).success);
+    expect(first).toEqual([true, true, true, false]);
+    // two windows later both counters have faded
+    clock.set(T0 + 3_000);
+    expect(await ratelimit.limit("a")).toMatchObject({ success: true, limit: 3, remaining: 2 });
+  });
+
+  it("tokenBucket: maxTokens at once, then refillRate per interval", async () => {
+    const { ratelimit, clock } = build(Ratelimit.tokenBucket(2, "1 s", 5));
+    const seen = [];
+    for (let i = 0; i < 6; i++) seen.push((await ratelimit.limit("b")).remaining);
+    expect(seen).toEqual([4, 3, 2, 1, 0, 0]);
+    clock.set(T0 + 1_000);
+    const after = await ratelimit.limit("b", { rate: 2 });
+    expect(after).toMatchObject({ success: true, limit: 5, remaining: 0 });
+    // a rate above maxTokens is denied and takes nothing
+    clock.set(T0 + 10_000);
+    expect(await ratelimit.limit("b", { rate: 6 })).toMatchObject({
+      success: false,
+      remaining: 0,
+      reset: T0 + 11_000,
+    });
+    expect((await ratelimit.getRemaining("b")).remaining).toBe(5);
+    // then blocked in the isolate until that reset, as the peer's cache blocks it, for any rate
+    expect(await ratelimit.limit("b")).toMatchObject({ success: false, reason: "cacheBlock" });
+    clock.set(T0 + 11_000);
+    expect(await ratelimit.limit("b")).toMatchObject({ success: true, remaining: 4 });
+  });
+
+  it('"1 w" is a week', async () => {
+    const { ratelimit } = build(Ratelimit.fixedWindow(1, "1 w"));
+    const r = await ratelimit.limit("w");
+    expect(r.reset).toBe((Math.floor(T0 / 604_800_000) + 1) * 604_800_000);
+  });
+});
+
+describe("Ratelimit: the peer's semantics kept", () => {
+  for (const [name, limiter] of [
+    ["fixedWindow", Ratelimit.fixedWindow(10, "1 h")],
+    ["slidingWindow", Ratelimit.slidingWindow(10, "1 h")],
+  ] as const) {
+    it(`${name}: a charge past the room left is counted, although denied`, async () => {
+      const { ratelimit } = build(limiter);
+      expect(await ratelimit.limit("u", { rate: 8 })).toMatchObject({ success: true, remaining: 2 });
+      expect(await ratelimit.limit("u", { rate: 5 })).toMatchObject({ success: false, remaining: 0 });
+      expect(await ratelimit.getRemaining("u")).toMatchObject({ remaining: 0, limit: 10 });
+      // counted past the limit: one more unit is denied too
+      expect((await ratelimit.limit("u")).success).toBe(false);
+    });
+  }
+
+  it("a negative rate gives back what this instance charged, into its window", async () => {
+    const { ratelimit } = build(Ratelimit.fixedWindow(10, "1 h"));
+    await ratelimit.limit("r", { rate: 4 });
+    await ratelimit.limit("r", { rate: 6 });
+    expect((await ratelimit.limit("r")).success).toBe(false);
+    const refund = await ratelimit.limit("r", { rate: -3 });
+    expect(refund).toMatchObject({ success: true, remaining: 3 });
+    expect((await ratelimit.getRemaining("r")).remaining).toBe(3);
+    // then the rest, across both decisions: 10 back in all, never more than was charged
+    expect(await ratelimit.limit("r", { rate: -20 })).toMatchObject({ success: true, remaining: 10 });
+    expect(await ratelimit.limit("r", { rate: -1 })).toMatchObject({ success: true, remaining: 10 });
+  });
+
+  it("refunds in sequence, and after a charge past the limit itself", async () => {
+    const { ratelimit } = build(Ratelimit.slidingWindow(10, "1 h"));
+    await ratelimit.limit("s", { rate: 8 });
+    await ratelimit.limit("s", { rate: -2 });
+    expect((await ratelimit.getRemaining("s")).remaining).toBe(4);
+    await ratelimit.limit("s", { rate: -3 });
+    expect((await ratelimit.getRemaining("s")).remaining).toBe(7);
+    expect(await ratelimit.limit("s", { rate: 5 })).toMatchObject({ success: true, remaining: 2 });
+
+    // 11 on a limit of 10: counted (10, and 1 past the limit), denied; 5 back leaves room for 4
+    expect(await ratelimit.limit("o", { rate: 11 })).toMatchObject({ success: false, remaining: 0 });
+    expect((await ratelimit.limit("o")).success).toBe(false);
+    await ratelimit.limit("o", { rate: -5 });
+    expect((await ratelimit.getRemaining("o")).remaining).toBe(4);
+  });
+
+  it("rate 0 answers and counts nothing", async () => {
+    const { ratelimit } = build(Ratelimit.slidingWindow(5, "1 m"));
+    await ratelimit.limit("z", { rate: 2 });
+    expect(await ratelimit.limit("z", { rate: 0 })).toMatchObject({ success: true, remaining: 3 });
+    expect((await ratelimit.getRemaining("z")).remaining).toBe(3);
+  });
+
+  it("resetUsedTokens forgets the count", async () => {
+    const { ratelimit } = build(Ratelimit.fixedWindow(2, "1 h"));
+    await ratelimit.limit("x", { rate: 2 });
+    expect((await ratelimit.limit("x")).success).toBe(false);
+    await ratelimit.resetUsedTokens("x");
+    expect(await ratelimit.limit("x")).toMatchObject({ success: true, remaining: 1 });
+  });
+
+  it("a denial is answered from the cache the second time: reason cacheBlock, no request", async () => {
+    const { ratelimit } = build(Ratelimit.fixedWindow(1, "1 h"));
+    await ratelimit.limit("c");
+    expect((await ratelimit.limit("c")).reason).toBeUndefined();
+    const before = bridge.stats.requests;
+    expect(await ratelimit.limit("c")).toMatchObject({ success: false, reason: "cacheBlock" });
+    expect(bridge.stats.requests).toBe(before);
+  });
+
+  it("dynamic limits: set, read, applied, cleared", async () => {
+    const { ratelimit } = build(Ratelimit.fixedWindow(2, "1 h"), { dynamicLimits: true });
+    expect(await ratelimit.getDynamicLimit()).toEqual({ dynamicLimit: null });
+    await ratelimit.setDynamicLimit({ limit: 4 });
+    expect(await ratelimit.getDynamicLimit()).toEqual({ dynamicLimit: 4 });
+    const seen = [];
+    for (let i = 0; i < 5; i++) seen.push((await ratelimit.limit("d")).success);
+    expect(seen).toEqual([true, true, true, true, false]);
+    expect(await ratelimit.getRemaining("d")).toMatchObject({ limit: 4, remaining: 0 });
+    await ratelimit.setDynamicLimit({ limit: false });
+    expect(await ratelimit.getDynamicLimit()).toEqual({ dynamicLimit: null });
+  });
+
+  it("dynamic limits off: set and get throw, naming the option", async () => {
+    const { ratelimit } = build(Ratelimit.fixedWindow(2, "1 h"));
+    await expect(ratelimit.setDynamicLimit({ limit: 3 })).rejects.toThrow(/dynamicLimits must be enabled/);
+  });
+
+  it("the deny list: identifier, ip, user agent, country; reason denyList; blockUntilReady throws", async () => {
+    const client = redis();
+    const { ratelimit } = build(Ratelimit.fixedWindow(10, "1 h"), { enableProtection: true, redis: client });
+    const prefix = (ratelimit as unknown as { prefix: string }).prefix;
+    await client.set(`${prefix}:ipDenyListStatus`, "disabled");
+    await client.sadd(`${prefix}:denyList:all`, "bad-user", "198.51.100.9", "evilbot", "XX");
+    expect((await ratelimit.limit("good", { ip: "203.0.113.1", country: "DE" })).success).toBe(true);
+    for (const [id, req, value] of [
+      ["bad-user", {}, "bad-user"],
+      ["u1", { ip: "198.51.100.9" }, "198.51.100.9"],
+      ["u2", { userAgent: "evilbot" }, "evilbot"],
+      ["u3", { country: "XX" }, "XX"],
+    ] as const) {
+      expect(await ratelimit.limit(id, req)).toMatchObject({
+        success: false,
+        remaining: 0,
+        reason: "denyList",
+        deniedValue: value,
+      });
+    }
+    await expect(ratelimit.blockUntilReady("bad-user", 1000)).rejects.toThrow(/deny list/);
+  });
+});
+
+describe("IpDenyList", () => {
+  it("disableIpDenyList takes the IP list out of the deny list, keeps the values denied by hand", async () => {
+    const client = redis();
+    const prefix = uniquePrefix("ipdeny");
+    await client.sadd(`${prefix}:denyList:ipDenyList`, "198.51.100.1", "198.51.100.2");
+    await client.sadd(`${prefix}:denyList:all`, "198.51.100.1", "198.51.100.2", "bad-user");
+    await IpDenyList.disableIpDenyList(client, prefix);
+    expect(await client.smembers(`${prefix}:denyList:all`)).toEqual(["bad-user"]);
+    expect(await client.exists(`${prefix}:denyList:ipDenyList`)).toBe(0);
+    expect(await client.get(`${prefix}:ipDenyListStatus`)).toBe("disabled");
+  });
+
+  it("updateIpDenyList refuses a threshold outside 1-8 with ThresholdError, before any request", async () => {
+    await expect(IpDenyList.updateIpDenyList(redis(), "p", 9)).rejects.toBeInstanceOf(
+      IpDenyList.ThresholdError,
+    );
+  });
+});
+
+describe("Ratelimit: keys beside the peer's", () => {
+  it("never under <prefix>:, and the default prefix is the peer's", async () => {
+    const client = redis();
+    const prefix = uniquePrefix("keys");
+    const ratelimit = new Ratelimit({ redis: client, limiter: Ratelimit.fixedWindow(3, "1 h"), prefix });
+    await ratelimit.limit("user:1");
+    const keys = (await client.keys(`*${prefix}*`)) as string[];
+    expect(keys.length).toBe(1);
+    expect(keys[0]!.startsWith(`${prefix}:`)).toBe(false);
+    expect(keys[0]!.startsWith(`el-upstash.${prefix}:`)).toBe(true);
+  });
+});
+
+describe("a consumer of the peer's API, unchanged", () => {
+  // What LangChain's UpstashRatelimitHandler does: a request limit checked before each LLM call, a
+  // token limit checked with getRemaining() before it and charged with the tokens used after it.
+  async function llmCall(
+    requests: Ratelimit,
+    tokens: Ratelimit,
+    user: string,
+    used: number,
+  ): Promise<"served" | "too many requests" | "out of tokens"> {
+    if (!(await requests.limit(user)).success) return "too many requests";
+    if ((await tokens.getRemaining(user)).remaining <= 0) return "out of tokens";
+    await tokens.limit(user, { rate: used });
+    return "served";
+  }
+
+  it("stops a user once the tokens used pass the limit, charging the call that overshot", async () => {
+    const requests = build(Ratelimit.fixedWindow(10, "1 h")).ratelimit;
+    const tokens = build(Ratelimit.fixedWindow(1000, "1 h")).ratelimit;
+    const seen = [];
+    for (const used of [400, 400, 400, 400]) seen.push(await llmCall(requests, tokens, "user:7", used));
+    expect(seen).toEqual(["served", "served", "served", "out of tokens"]);
+    expect((await tokens.getRemaining("user:7")).remaining).toBe(0);
+  });
+});
+
+describe("bounded in the isolate", () => {
+  it("blocks at most 10,000 denied identifiers, the latest", async () => {
+    // a rate above the bucket is denied with one peek each: 10,050 decisions, one pipeline
+    const { ratelimit } = build(Ratelimit.tokenBucket(1, "1 h", 1));
+    const ids = Array.from({ length: 10_050 }, (_, i) => `id:${i}`);
+    const responses = await Promise.all(ids.map((id) => ratelimit.limit(id, { rate: 2 })));
+    expect(responses.every((r) => !r.success && r.reason === undefined)).toBe(true);
+    const blocked = (ratelimit as unknown as { blocked: Map<string, number> }).blocked;
+    expect(blocked.size).toBe(10_000);
+    expect(blocked.has("id:49")).toBe(false);
+    expect(blocked.has("id:50")).toBe(true);
+    expect(await ratelimit.limit("id:10049")).toMatchObject({ success: false, reason: "cacheBlock" });
+  });
+});
