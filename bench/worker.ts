@@ -1,4 +1,4 @@
-// Worker overhead: `wrangler dev` (local workerd) in front of a local origin answering "ok". Targets:
+// Part 6, Worker overhead: `wrangler dev` (local workerd) in front of a local origin answering "ok". Targets:
 // the origin directly; a minimal forwarding Worker (what wrangler dev itself costs); edgelimit's Worker
 // on a route no rule matches; and on a route with one gcra rule far above the load (every request pays
 // one decision). Closed loops of fetch, 1 and 64 in flight.
@@ -8,10 +8,8 @@ import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import type { BenchEnv } from "./env.js";
+import { type BenchEnv, closedLoop, fmt, log, ms, type Part, percentile, sleep, table } from "./harness.js";
 import { ROOT } from "./load.js";
-import { closedLoop } from "./throughput.js";
-import { log, percentile, sleep } from "./util.js";
 
 export interface WorkerRow {
   target: string;
@@ -74,10 +72,9 @@ async function wrangler(dir: string, toml: string, started: ChildProcess[]): Pro
   throw new Error("wrangler dev was not ready within 90 s");
 }
 
-export async function runWorker(
-  env: BenchEnv,
-  s: { ms: number },
-): Promise<{ rows: WorkerRow[]; pending?: string }> {
+const SECONDS = 4;
+
+async function runWorker(env: BenchEnv): Promise<{ rows: WorkerRow[]; pending?: string }> {
   const origin = http.createServer((_req, res) => res.end("ok"));
   const originUrl = `http://127.0.0.1:${await listen(origin)}`;
   const config = {
@@ -136,17 +133,15 @@ export async function runWorker(
         log(`worker: ${target}, ${inFlight} in flight`);
         failed = 0;
         await env.resetCounts();
-        const { latencies, seconds } = await closedLoop(get, inFlight, s.ms);
-        const [p50, p99] = [percentile(latencies, 50), percentile(latencies, 99)];
-        const bridgePerRequest = (await env.counts()).http / latencies.length;
+        const { latencies, seconds } = await closedLoop(get, inFlight, SECONDS * 1000);
         rows.push({
           target,
           inFlight,
           perSec: latencies.length / seconds,
-          p50,
-          p99,
+          p50: percentile(latencies, 50),
+          p99: percentile(latencies, 99),
           failed,
-          bridgePerRequest,
+          bridgePerRequest: (await env.counts()).http / latencies.length,
         });
       }
     }
@@ -169,3 +164,28 @@ export async function runWorker(
     rmSync(dir, { recursive: true, force: true });
   }
 }
+
+export const worker: Part<{ rows: WorkerRow[]; pending?: string }> = {
+  name: "worker",
+  title: "## 6. Worker overhead",
+  fullOnly: true,
+  run: ({ env }) => runWorker(env),
+  render: (w) =>
+    w.pending
+      ? `**Pending:** ${w.pending}`
+      : `\`wrangler dev\` (local workerd) in front of a local origin; closed loops of \`fetch\`, 1 and 64 in flight, ${SECONDS} s each.
+The limited route has one gcra rule far above the load; the minimal Worker only forwards.
+
+${table(
+  ["target", "in flight", "requests/s", "p50 ms", "p99 ms", "failed", "bridge requests per request"],
+  w.rows.map((x) => [
+    x.target,
+    x.inFlight,
+    fmt(x.perSec),
+    ms(x.p50),
+    ms(x.p99),
+    x.failed,
+    fmt(x.bridgePerRequest, 2),
+  ]),
+)}`,
+};
