@@ -15,20 +15,14 @@ import {
   schedule,
 } from "./scenarios.js";
 
-export interface AccuracyRow {
+const durationMs = (smoke: boolean) => (smoke ? 20_000 : 60_000);
+
+/** wronglyAdmitted / wronglyDenied: where the ideal denies / admits; over: edgelimit's overLimit. */
+type AccuracyRow = Record<"requests" | "ideal" | "admitted" | "wronglyAdmitted" | "wronglyDenied", number> & {
   label: string;
   shape: string;
-  requests: number;
-  ideal: number;
-  admitted: number;
-  /** Admitted where the ideal denies, denied where it admits. */
-  wronglyAdmitted: number;
-  wronglyDenied: number;
-  /** edgelimit's: admissions over the limit in a window of the callers' time (overLimit); the peer's: undefined. */
   over?: number;
-}
-
-const durationMs = (smoke: boolean) => (smoke ? 20_000 : 60_000);
+};
 
 export const accuracy: Part<AccuracyRow[]> = {
   name: "accuracy",

@@ -151,8 +151,10 @@ export const analytics: Part<AnalyticsCostRow[]> = {
         String(c.requests + (b?.requests ?? 0)),
       ];
     });
-    const head = ["library", "analytics", "decisions: Redis commands", "decisions: HTTP requests"];
-    head.push("flushes: Redis commands", "flushes: HTTP requests", "total commands", "total requests");
+    const head = [
+      "library | analytics | decisions: Redis commands | decisions: HTTP requests | flushes: Redis commands",
+      "flushes: HTTP requests | total commands | total requests",
+    ];
     const a = added(rows);
     const thousand = DECISIONS.toLocaleString("en");
     return `bench/analytics-cost.ts: 1,000 decisions through the REST bridge to one private redis-server, each library

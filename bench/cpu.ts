@@ -250,13 +250,6 @@ export const cpu: Part<CpuResult> = {
   alone: true,
   run: ({ smoke }) => (smoke ? measureCpu(2, 200, 100) : measureCpu(9, 4000, 3000)),
   render({ rows, floor }) {
-    const head = [
-      "algorithm",
-      "path",
-      "edgelimit µs",
-      "peer µs, client defaults",
-      "peer µs, auto-pipelining off",
-    ];
     const body = rows.map((r) => [
       pairName(r),
       r.path,
@@ -282,7 +275,7 @@ it; "ratio" is edgelimit ÷ the cheaper peer client, and per round against it. O
 2 µs is the AbortSignal each request carries (Node 20's cost of creating one) so that a request nobody waits
 for any more is aborted; the peer's timeout returns while its request goes on.
 
-${table([...head, "ratio to the default client", "ratio", "ratio per round"], body, 2)}
+${table(["algorithm | path | edgelimit µs | peer µs, client defaults | peer µs, auto-pipelining off", "ratio to the default client | ratio | ratio per round"], body, 2)}
 
 Floor, in the same turns: JSON.stringify of one command, \`fetch\` answered in-process, \`text()\` and JSON.parse of the reply: ${us(floor)} µs.`;
   },

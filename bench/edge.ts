@@ -34,32 +34,7 @@ export const edgeSettings = (smoke: boolean) => ({
   isolatesDelay: smoke ? 5 : 20,
 });
 
-export interface Measured {
-  decisions: number;
-  /** Decisions issued per second, as achieved (the schedule's rate unless the machine fell behind). */
-  issuedPerSec: number;
-  allowed: number;
-  /** Share of allowed decisions answered with no request on their path. */
-  allowedLocal: number;
-  p50: number;
-  p99: number;
-  httpPer1000: number;
-  commandsPer1000: number;
-  ideal: number;
-  over: number;
-  under: number;
-  /** Decisions on which Redis failed or timed out. */
-  errors: number;
-}
-
-export interface EdgeRow {
-  scenario: string;
-  delay: number;
-  isolates: number;
-  label: string;
-  lease: boolean;
-  m: Measured;
-}
+export type EdgeRow = Awaited<ReturnType<typeof run>>;
 
 /** One decision due `t` ms after the start, for `id`, in isolate number `isolate`. */
 type Arrival = { t: number; id: string; isolate: number };
@@ -91,7 +66,7 @@ async function run(
   policy: Policy,
   plan: Arrival[],
   isolates = 1,
-): Promise<EdgeRow> {
+) {
   const label = labelOf(e);
   // real time, shifted so that the run starts at the beginning of an hour (so of a minute too)
   const t0 = (Math.ceil(Date.now() / 3_600_000) + 1) * 3_600_000;
@@ -124,10 +99,12 @@ async function run(
           0,
         ).filter(Boolean).length;
   const per1000 = (n: number) => (n * 1000) / results.length;
-  const m: Measured = {
+  const m = {
     decisions: results.length,
+    // as achieved: the schedule's rate unless the machine fell behind
     issuedPerSec: results.length / seconds,
     allowed: allowed.length,
+    // the share of allowed decisions answered with no request on their path
     allowedLocal: allowed.filter((r) => r.outcome.local).length / Math.max(1, allowed.length),
     p50: percentile(latencies, 50),
     p99: percentile(latencies, 99),
@@ -173,17 +150,8 @@ export const edge: Part<EdgeRow[]> = {
   render(r, { smoke }) {
     const s = edgeSettings(smoke);
     const head = [
-      "one-way delay",
-      "isolates",
-      "contestant",
-      "p50 / p99 ms",
-      "allowed without waiting on Redis",
-      "HTTP per 1,000",
-      "commands per 1,000",
-      "admitted / ideal",
-      "over / under",
-      "Redis errors",
-      "issued /s",
+      "one-way delay | isolates | contestant | p50 / p99 ms | allowed without waiting on Redis | HTTP per 1,000",
+      "commands per 1,000 | admitted / ideal | over / under | Redis errors | issued /s",
     ];
     const line = ({ delay, isolates, label, m }: EdgeRow) => [
       `${delay} ms`,

@@ -5,7 +5,7 @@ import { spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { join } from "node:path";
 import { Redis } from "@upstash/redis";
-import type { RedisConnection, Reply } from "../src/bridge/index.js";
+import type { RedisConnection } from "../src/bridge/index.js";
 import { bridge, COMPILED, ROOT } from "./load.js";
 
 // --- figures -------------------------------------------------------------------------------------
@@ -63,8 +63,9 @@ export const vs = (ours: number, peer: number | undefined, show: (n: number) => 
   ratio(ours, peer),
 ];
 
-/** A Markdown table; the first `left` columns are aligned left, the rest right. */
-export function table(header: string[], rows: (string | number)[][], left = 1): string {
+/** A Markdown table (a header entry may name several columns: "a | b"); the first `left` aligned left. */
+export function table(head: string[], rows: (string | number)[][], left = 1): string {
+  const header = head.flatMap((h) => h.split(" | "));
   const line = (cells: (string | number)[]) =>
     `| ${cells.map((c) => String(c).replace(/\|/g, "\\|")).join(" | ")} |`;
   const align = header.map((_, i) => (i < left ? "---" : "---:"));
@@ -175,23 +176,10 @@ export async function startRedis() {
   };
 }
 
-export interface BenchEnv {
-  bridgeUrl: string;
-  token: string;
-  /** The bridge behind a proxy adding `delay` ms each way (or the proxy started as "DELAY:LABEL"). */
-  proxyUrl(delay: number | string): string;
-  /** A new @upstash/redis client as a user writes it (telemetry off), on the bridge or on `url`. */
-  client(url?: string): Redis;
-  /** Zeroes the bridge's request counter and INFO commandstats. */
-  resetCounts(): Promise<void>;
-  /** HTTP requests the bridge received; Redis commands run (EVALSHA and every command inside scripts). */
-  counts(): Promise<{ http: number; commands: number; byName: Record<string, number> }>;
-  call(...args: (string | number)[]): Promise<Reply>;
-  close(): Promise<void>;
-}
+export type BenchEnv = Awaited<ReturnType<typeof startEnv>>;
 
 /** A private redis-server with the REST bridge in front of it, and a delay proxy per entry of `delays`. */
-export async function startEnv(delays: (number | string)[] = []): Promise<BenchEnv> {
+export async function startEnv(delays: (number | string)[] = []) {
   const redis = await startRedis();
   const token = `bench-${randomUUID()}`;
   const args = [join(ROOT, "bench", "server.mjs"), COMPILED, redis.url, token, ...delays.map(String)];
@@ -216,19 +204,23 @@ export async function startEnv(delays: (number | string)[] = []): Promise<BenchE
   return {
     bridgeUrl: ready.url,
     token,
-    proxyUrl: (delay) => `http://127.0.0.1:${ready.ports[String(delay)]}`,
+    /** The bridge behind a proxy adding `delay` ms each way (or the proxy started as "DELAY:LABEL"). */
+    proxyUrl: (delay: number | string) => `http://127.0.0.1:${ready.ports[String(delay)]}`,
+    /** A new @upstash/redis client as a user writes it (telemetry off), on the bridge or on `url`. */
     client: (url = ready.url) => new Redis({ url, token, enableTelemetry: false }),
+    /** Zeroes the bridge's request counter and INFO commandstats. */
     resetCounts: async () => {
       await ask("reset");
       await redis.conn.call("CONFIG", "RESETSTAT");
     },
+    /** HTTP requests the bridge received; Redis commands run (EVALSHA and every command inside scripts). */
     counts: async () => {
       const http = await ask("stats");
       const byName: Record<string, number> = {};
       for (const [name, s] of await commandStats(redis.conn)) byName[name.toUpperCase()] = s.calls;
       return { http, commands: Object.values(byName).reduce((a, b) => a + b, 0), byName };
     },
-    call: (...a) => redis.conn.call(...a),
+    call: (...a: (string | number)[]) => redis.conn.call(...a),
     close: async () => {
       server.kill();
       await exited;

@@ -279,14 +279,6 @@ export const lua: Part<{ rows: LuaCostRow[]; redisBenchmark: RedisBenchmark }> =
     redisBenchmark: await redisBenchmark(smoke ? 1 : 5, smoke ? 10_000 : 100_000),
   }),
   render({ rows, redisBenchmark: rb }) {
-    const head = [
-      "algorithm",
-      "path",
-      "commands (ours)",
-      "commands (peer)",
-      "µs/EVALSHA (ours)",
-      "µs/EVALSHA (peer)",
-    ];
     const body = rows.map((r) => [
       pairName(r),
       r.path,
@@ -300,7 +292,7 @@ export const lua: Part<{ rows: LuaCostRow[]; redisBenchmark: RedisBenchmark }> =
 both libraries interleaved; commands as INFO commandstats counts them (EVALSHA and every command inside:
 Upstash bills both), µs its usec per EVALSHA. One rule; ratio is edgelimit ÷ peer.
 
-${table([...head, "ratio", "script runs (ours)", "script runs (peer)"], body, 2)}
+${table(["algorithm | path | commands (ours) | commands (peer) | µs/EVALSHA (ours) | µs/EVALSHA (peer) | ratio", "script runs (ours) | script runs (peer)"], body, 2)}
 
 bench/lua-redis-benchmark.ts: the same captured EVALSHA replayed by redis-benchmark (a fresh key each call for
 \`first\`, one key for \`later\` and \`denied\`), usec_per_call from INFO commandstats after each run, the two
@@ -309,7 +301,7 @@ libraries in turns.
 redis-benchmark, ${rb.requests} EVALSHA a run, -P 16, ${rb.rounds} rounds, medians${rb.pinned ? ", pinned" : ""}.
 
 ${table(
-  ["algorithm", "path", "µs/EVALSHA (ours)", "µs/EVALSHA (peer)", "ratio"],
+  ["algorithm | path | µs/EVALSHA (ours) | µs/EVALSHA (peer) | ratio"],
   rb.rows.map((r) => [pairName(r), r.path, ...vs(r.ours, r.theirs, (x) => x.toFixed(2))]),
   2,
 )}`;

@@ -4,13 +4,7 @@ import { ALL, contestant, type Entry, labelOf } from "./contestants.js";
 import { fmt, log, type Part, ratio, table } from "./harness.js";
 import { SIM_T0 } from "./scenarios.js";
 
-export interface MemoryRow {
-  label: string;
-  lib: Entry["lib"];
-  limit: number;
-  keys: number;
-  bytes: number;
-}
+type MemoryRow = { label: string; lib: Entry["lib"]; limit: number; keys: number; bytes: number };
 
 /** The peer's nearest algorithm (it has no sliding log). */
 const NEAREST: Record<string, string> = { gcra: "tokenBucket", slidingLog: "none" };

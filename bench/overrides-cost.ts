@@ -136,14 +136,8 @@ export const overrides: Part<OverridesCostRow[]> = {
   run: ({ smoke }) => measureOverridesCost(smoke ? 1 : 7, smoke ? 200 : 2000),
   render(rows, { versions }) {
     const head = [
-      "algorithm",
-      "path",
-      "off",
-      "on, none stored",
-      "on, plan stored",
-      "on, custom stored",
-      "peer, no dynamic limit",
-      "peer, dynamic limit set",
+      "algorithm | path | off | on, none stored | on, plan stored | on, custom stored",
+      "peer, no dynamic limit | peer, dynamic limit set",
     ];
     const names = [...OURS, ...PEER];
     const count = (c: Cost) => `${Number(c.commands.toFixed(2))} (${commandNames(c.inner)})`;

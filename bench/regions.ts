@@ -74,51 +74,10 @@ export const REGION_CONTESTANTS: { kind: RegionKind; label: string }[] = [
   { kind: "peer", label: "@upstash/ratelimit MultiRegionRatelimit" },
 ];
 
-export interface RegionMeasured {
-  decisions: number;
-  p50: number;
-  p99: number;
-  /** p50 of the round trips to this region's own database during the run (probeRoundTrips). */
-  rtt: number;
-  /** Share of the warm identifiers' decisions answered without waiting on home. */
-  warmWithoutHome: number;
-  /** p50 of the decisions of identifiers warm in this region, and of the others (cold). */
-  warmP50: number;
-  coldP50: number;
-  /** Share of decisions answered without waiting on home. */
-  withoutHome: number;
-  allowed: number;
-  /** The region's decisions the global ideal admits. */
-  ideal: number;
-  /** HTTP requests this region's isolates sent (to any database), per 1,000 of its decisions. */
-  httpPer1000: number;
-  /** Redis commands run in this region's database, per 1,000 decisions of every region. */
-  commandsPer1000: number;
-  /** HTTP requests this region's database received, per 1,000 decisions of every region. */
-  dbHttpPer1000: number;
-  errors: number;
-}
-
 /** (a) the steady Zipf traffic; (b) one identifier's burst in every region at once. */
 export type RegionScenario = "steady" | "burst";
 
-export interface RegionRow {
-  scenario: RegionScenario;
-  kind: RegionKind;
-  label: string;
-  regions: RegionMeasured[];
-  /** The whole world: admitted, the ideal, and over / under summed per identifier and window. */
-  total: {
-    decisions: number;
-    allowed: number;
-    ideal: number;
-    over: number;
-    under: number;
-    /** The most one identifier was under-admitted in one window. */
-    maxUnder: number;
-    errors: number;
-  };
-}
+type RegionRow = Awaited<ReturnType<typeof run>>;
 
 interface Arrival {
   t: number;
@@ -306,7 +265,7 @@ async function run(
   scenario: RegionScenario,
   plan: Arrival[],
   tag: string,
-): Promise<RegionRow> {
+) {
   const { limit, window } = REGION_POLICY;
   // real time, shifted so that the run starts at the beginning of a window
   const t0 = (Math.ceil(Date.now() / window) + 1) * window;
@@ -369,7 +328,7 @@ async function run(
     scenario === "steady" &&
     ((perRegionId.get(`${a.region} ${a.id}`) ?? 0) / planSeconds) * (POOL_TTL_MS / 1000) >= WARM;
   const per1000 = (n: number, of: number) => (n * 1000) / Math.max(1, of);
-  const regions = REGIONS.map((_, region): RegionMeasured => {
+  const regions = REGIONS.map((_, region) => {
     const mine = results.filter((r) => r.outcome.a.region === region);
     const warmOnes = mine.filter((r) => isWarm(r.outcome.a));
     const coldOnes = mine.filter((r) => !isWarm(r.outcome.a));
@@ -378,6 +337,7 @@ async function run(
       decisions: mine.length,
       p50: percentile(latencies(mine), 50),
       p99: percentile(latencies(mine), 99),
+      // what "the regional round trip" is on this machine, beside its nominal 2 × the one-way delay
       rtt: percentile(rtts[region]!, 50),
       warmWithoutHome:
         warmOnes.length === 0
@@ -388,6 +348,8 @@ async function run(
       withoutHome: mine.filter((r) => r.outcome.withoutHome).length / Math.max(1, mine.length),
       allowed: mine.filter((r) => r.outcome.allowed).length,
       ideal: mine.filter((r) => idealAdmits.has(r)).length,
+      // what this region's isolates sent, per 1,000 of its decisions; what its database ran and
+      // received, per 1,000 decisions of every region
       httpPer1000: per1000(sent[region]!, mine.length),
       commandsPer1000: per1000(counts[region]!.commands, results.length),
       dbHttpPer1000: per1000(counts[region]!.http, results.length),
@@ -399,6 +361,8 @@ async function run(
     kind,
     label,
     regions,
+    // the whole world: over / under summed per identifier and window, and the most one identifier
+    // was under-admitted in one window
     total: {
       decisions: results.length,
       allowed: results.filter((r) => r.outcome.allowed).length,
@@ -484,17 +448,9 @@ export const regions: Part<RegionRow[]> = {
   render(r, { smoke }) {
     const s = settings(smoke);
     const head = [
-      "contestant",
-      "region",
-      "decisions",
-      "p50 / p99 ms",
-      "p50 warm / cold ms",
-      "own database's round trip ms",
-      "without waiting on home: all / warm",
-      "admitted / ideal",
-      "HTTP per 1,000 (its isolates)",
-      "commands / HTTP per 1,000 (its database)",
-      "Redis errors",
+      "contestant | region | decisions | p50 / p99 ms | p50 warm / cold ms | own database's round trip ms",
+      "without waiting on home: all / warm | admitted / ideal | HTTP per 1,000 (its isolates)",
+      "commands / HTTP per 1,000 (its database) | Redis errors",
     ];
     const lines = (scenario: string) =>
       r

@@ -1,10 +1,5 @@
-// Part 4's tokens per minute: what a request costs is known only after its response (an LLM call's tokens).
-// One caller's requests arrive at a steady rate (injected time), each with a true cost drawn from a
-// seeded generator, and each answered some seconds later. A limiter of 100,000 tokens a minute either
-// charges a fixed cost per request, or reserves that cost and settles the true one when the response
-// ends (edgelimit: `limiter.settle`; the peer: a second `limit()` with the difference as its `rate`,
-// negative to give units back). Measured: requests admitted and the true tokens they used, against the
-// limit.
+// Part 4's tokens per minute: what a request costs is known only after its response (an LLM call's
+// tokens); a fixed cost per request, or a reservation settled when the response ends (the section says how).
 import { Ratelimit } from "@upstash/ratelimit";
 import { ourRule, type Policy, peerLimiter } from "./contestants.js";
 import { atTime, type BenchEnv, fmt, log, type Part, table } from "./harness.js";
@@ -49,21 +44,19 @@ type Lib = "edgelimit" | "@upstash/ratelimit";
 type Algo = "fixedWindow" | "tokenBucket";
 type Charging = "fixed cost" | "reserve, then settle";
 
-export interface TokensRow {
+/**
+ * tokens: the true tokens of the admitted requests; allowance: what the rule allows over the run (the
+ * limit per minute; buckets: plus their first fill); busiestMinute: the most true tokens admitted in
+ * one clock minute; settleErrors: settles that failed, or extras the peer refused (`success: false`).
+ */
+type TokensRow = Record<
+  "requests" | "admitted" | "tokens" | "allowance" | "busiestMinute" | "settleErrors",
+  number
+> & {
   lib: Lib;
   algo: Algo;
   charging: Charging;
-  requests: number;
-  admitted: number;
-  /** True tokens of the admitted requests. */
-  tokens: number;
-  /** What the rule allows over the run: the limit per minute (buckets: plus the bucket's first fill). */
-  allowance: number;
-  /** Most true tokens admitted in one clock minute. */
-  busiestMinute: number;
-  /** Settles that failed, or (the peer) answered `success: false` to an extra past the limit. */
-  settleErrors: number;
-}
+};
 
 /** One contestant: a decision at `now`, and a settle of it at `now` with its true cost. */
 interface Contestant {

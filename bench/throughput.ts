@@ -3,17 +3,12 @@
 import { type Algo, contestant, type Entry, labelOf } from "./contestants.js";
 import { closedLoop, fmt, inTurns, log, ms, type Part, percentile, table, vs } from "./harness.js";
 
-export interface ThroughputRow {
+/** perSec: the median over rounds; perRequest: decisions per HTTP request. */
+export type ThroughputRow = Record<"inFlight" | "perSec" | "p50" | "p99" | "perRequest", number> & {
   group: string;
   label: string;
   lib: Entry["lib"];
-  inFlight: number;
-  /** Median over rounds. */
-  perSec: number;
-  p50: number;
-  p99: number;
-  perRequest: number;
-}
+};
 
 const OPEN = { limit: 1_000_000_000, window: 60_000 };
 const settings = (smoke: boolean) => (smoke ? { rounds: 1, sampleMs: 150 } : { rounds: 3, sampleMs: 1000 });

@@ -11,17 +11,10 @@ import { join } from "node:path";
 import { type BenchEnv, closedLoop, fmt, log, ms, type Part, percentile, sleep, table } from "./harness.js";
 import { ROOT } from "./load.js";
 
-export interface WorkerRow {
+/** failed: responses other than 200, and failed requests; bridgePerRequest: HTTP requests that reached the bridge. */
+type WorkerRow = Record<"inFlight" | "perSec" | "p50" | "p99" | "failed" | "bridgePerRequest", number> & {
   target: string;
-  inFlight: number;
-  perSec: number;
-  p50: number;
-  p99: number;
-  /** Responses other than 200, and failed requests. */
-  failed: number;
-  /** HTTP requests that reached the bridge, per request served. */
-  bridgePerRequest: number;
-}
+};
 
 const MINIMAL = `export default { fetch: (r, env) => { const u = new URL(r.url);
   return fetch(env.ORIGIN + u.pathname, { method: r.method, headers: r.headers }); } };\n`;
