@@ -194,12 +194,7 @@ async function measure(conn: RedisConnection, commands: Command[]): Promise<Samp
  * which the scheduler took Redis off the CPU (a shared machine) is an outlier the median ignores
  * instead of a few µs smeared over every call.
  */
-export async function replay(
-  conn: RedisConnection,
-  round: number,
-  contestants: Command[][],
-  samples: Samples,
-) {
+async function replay(conn: RedisConnection, round: number, contestants: Command[][], samples: Samples) {
   for (const path of LUA_PATHS) {
     for (let at = 0, b = 0; at < contestants[0]!.length; at += BATCH, b++) {
       for (let j = 0; j < contestants.length; j++) {
@@ -211,7 +206,7 @@ export async function replay(
 }
 /** Each contestant's samples, by path. */
 type Samples = Record<LuaPath, Sample[]>[];
-export const newSamples = (n: number): Samples =>
+const newSamples = (n: number): Samples =>
   Array.from({ length: n }, () => ({ first: [], later: [], denied: [] }));
 
 export interface Cost {
@@ -221,49 +216,64 @@ export interface Cost {
   /** usec per EVALSHA over the samples (a batch of BATCH decisions each). */
   usec: Spread;
 }
-export const cost = (samples: Sample[]): Cost => ({
+const cost = (samples: Sample[]): Cost => ({
   commands: spread(samples.map((s) => s.commands)).median,
   inner: samples[0]!.inner,
   usec: spread(samples.map((s) => s.usec)),
 });
 
-export interface LuaCostRow {
-  algo: Algo;
-  peer?: Algo;
-  path: LuaPath;
-  ours: Cost;
-  theirs?: Cost;
-}
-
-async function measureLuaCost(rounds: number, idCount: number): Promise<LuaCostRow[]> {
+/**
+ * For each pair, `rounds` rounds of `idCount` fresh identifiers: what each contestant sends for them,
+ * captured (`ourScript` checks edgelimit's against the scripts loaded and names it), replayed in turns;
+ * each contestant's cost per path, in the order `contestants` returns them.
+ */
+export async function measureCosts<P extends { algo: Algo; peer?: Algo }>(
+  pairs: readonly P[],
+  rounds: number,
+  idCount: number,
+  contestants: (
+    pair: P,
+    ids: string[],
+    conn: RedisConnection,
+    ourScript: (c: Command[]) => string,
+  ) => Promise<Command[][]>,
+) {
   const redis = await startRedis();
   try {
-    const ourShas = await loadOurs(redis.conn);
-    const rows: LuaCostRow[] = [];
-    for (const pair of PAIRS) {
-      log(`lua-cost: ${pair.algo}${pair.peer ? ` vs the peer's ${pair.peer}` : ""}`);
-      const all = newSamples(pair.peer ? 2 : 1);
+    const shas = await loadOurs(redis.conn);
+    const ourScript = (c: Command[]) => {
+      if (!c.every((d) => shas.has(d.sha)))
+        throw new Error("the Limiter sends a script this file does not load");
+      return shas.get(c[0]!.sha)!;
+    };
+    const rows: (P & { path: LuaPath; costs: Cost[] })[] = [];
+    for (const pair of pairs) {
+      log(`redis cost: ${pair.algo}${pair.peer ? ` vs the peer's ${pair.peer}` : ""}`);
+      let samples: Samples | undefined;
       for (let round = 0; round < rounds; round++) {
         const ids = Array.from({ length: idCount }, (_, i) => `u${round}-${i}`);
-        const rule = { r0: ourRule(pair.algo, ...hourly(LIMIT)) };
-        const mine = (await captureOurs({ prefix: `lc-${pair.algo}`, rules: rule }, ids)).decisions;
-        if (!mine.every((command) => ourShas.has(command.sha)))
-          throw new Error("the Limiter sends a script this file does not load");
-        const contestants = [mine];
-        if (pair.peer)
-          contestants.push(
-            await asEvalsha(redis.conn, await capturePeer(pair.peer, LIMIT, `lc-peer-${pair.algo}`, ids)),
-          );
-        await replay(redis.conn, round, contestants, all);
+        const cs = await contestants(pair, ids, redis.conn, ourScript);
+        samples ??= newSamples(cs.length);
+        await replay(redis.conn, round, cs, samples);
       }
-      for (const path of LUA_PATHS)
-        rows.push({ ...pair, path, ours: cost(all[0]![path]), theirs: all[1] && cost(all[1][path]) });
+      for (const path of LUA_PATHS) rows.push({ ...pair, path, costs: samples!.map((s) => cost(s[path])) });
     }
     return rows;
   } finally {
     await redis.stop();
   }
 }
+
+const measureLuaCost = (rounds: number, idCount: number) =>
+  measureCosts(PAIRS, rounds, idCount, async ({ algo, peer }, ids, conn, ourScript) => {
+    const mine = (
+      await captureOurs({ prefix: `lc-${algo}`, rules: { r0: ourRule(algo, ...hourly(LIMIT)) } }, ids)
+    ).decisions;
+    ourScript(mine);
+    if (!peer) return [mine];
+    return [mine, await asEvalsha(conn, await capturePeer(peer, LIMIT, `lc-peer-${algo}`, ids))];
+  });
+type LuaCostRow = Awaited<ReturnType<typeof measureLuaCost>>[number];
 
 const commands = (c: Cost | undefined) => (c ? Number(c.commands.toFixed(2)) : "–");
 /** The largest ratio as the table shows it (two decimals). */
@@ -282,11 +292,11 @@ export const lua: Part<{ rows: LuaCostRow[]; redisBenchmark: RedisBenchmark }> =
     const body = rows.map((r) => [
       pairName(r),
       r.path,
-      commands(r.ours),
-      commands(r.theirs),
-      ...vs(r.ours.usec.median, r.theirs?.usec.median, (x) => x.toFixed(2)),
-      commandNames(r.ours.inner),
-      r.theirs ? commandNames(r.theirs.inner) : "–",
+      commands(r.costs[0]),
+      commands(r.costs[1]),
+      ...vs(r.costs[0]!.usec.median, r.costs[1]?.usec.median, (x) => x.toFixed(2)),
+      commandNames(r.costs[0]!.inner),
+      r.costs[1] ? commandNames(r.costs[1].inner) : "–",
     ]);
     return `bench/lua-cost.ts: each library's real EVALSHA, captured from the library, sent straight to one redis-server,
 both libraries interleaved; commands as INFO commandstats counts them (EVALSHA and every command inside:
@@ -309,7 +319,7 @@ ${table(
   /** Redis µs per EVALSHA at most the peer's, every algorithm and path, in each of the two tables. */
   goals(r) {
     const lean =
-      r && worst(r.rows.flatMap((x) => (x.theirs ? [x.ours.usec.median / x.theirs.usec.median] : [])));
+      r && worst(r.rows.flatMap(({ costs: [o, p] }) => (p ? [o!.usec.median / p.usec.median] : [])));
     const rb = r && worst(r.redisBenchmark.rows.map((x) => x.ours / x.theirs));
     return [
       ["bench/lua-cost.ts", lean],

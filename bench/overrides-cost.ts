@@ -4,26 +4,22 @@
 // (captured the same way), before the measured decisions and outside their commandstats.
 import type { RedisConnection } from "../src/bridge/index.js";
 import { type Algo, ourRule, PAIRS, pairName } from "./contestants.js";
-import { check, commandNames, type Goal, log, type Part, startRedis, table } from "./harness.js";
+import { check, commandNames, type Goal, type Part, table } from "./harness.js";
 import {
   asEvalsha,
   type Command,
   type Cost,
   captureOurs,
   capturePeer,
-  cost,
   hourly,
   LIMIT,
-  LUA_PATHS,
-  type LuaPath,
-  loadOurs,
-  newSamples,
-  replay,
+  measureCosts,
 } from "./lua-cost.js";
 
 const OURS = ["off", "none", "plan", "custom"] as const;
 const PEER = ["unset", "set"] as const;
-type Case = (typeof OURS)[number] | (typeof PEER)[number];
+const CASES = [...OURS, ...PEER];
+type Case = (typeof CASES)[number];
 
 /** The constructor field that holds each rule's capacity: what the plan and the custom override raise. */
 const CAPACITY: Partial<Record<Algo, string>> = {
@@ -33,15 +29,6 @@ const CAPACITY: Partial<Record<Algo, string>> = {
   gcra: "burst",
 };
 
-export interface OverridesCostRow {
-  algo: Algo;
-  peer: Algo;
-  path: LuaPath;
-  /** The generated script each case of ours sends (its export name in src/engine/generated/scripts.ts). */
-  scripts: Record<string, string>;
-  costs: Record<Case, Cost>;
-}
-
 async function send(conn: RedisConnection, commands: string[][]): Promise<void> {
   for (let at = 0; at < commands.length; at += 1000) {
     const failed = (await conn.send(commands.slice(at, at + 1000))).find((r) => r instanceof Error);
@@ -49,58 +36,48 @@ async function send(conn: RedisConnection, commands: string[][]): Promise<void> 
   }
 }
 
-async function measureOverridesCost(rounds: number, idCount: number): Promise<OverridesCostRow[]> {
-  const redis = await startRedis();
-  const { conn } = redis;
-  try {
-    const ourShas = await loadOurs(conn);
-    const rows: OverridesCostRow[] = [];
-    for (const { algo, peer } of PAIRS.filter((p) => p.peer)) {
-      log(`overrides-cost: ${algo} vs the peer's ${peer} with dynamicLimits`);
-      const names: Case[] = [...OURS, ...PEER];
-      const all = newSamples(names.length);
-      const scripts: Record<string, string> = {};
-      for (let round = 0; round < rounds; round++) {
-        const ids = Array.from({ length: idCount }, (_, i) => `u${round}-${i}`);
-        const contestants: Command[][] = [];
-        for (const which of OURS) {
-          const on = which !== "off";
-          const raise = { r0: { [CAPACITY[algo]!]: LIMIT } };
-          const rules = { r0: ourRule(algo, ...hourly(which === "plan" || which === "custom" ? 1 : LIMIT)) };
-          const options = {
-            prefix: `oc-${algo}-${which}`,
-            rules,
-            ...(on ? { plans: { pro: raise }, overrides: true } : {}),
-          };
-          const c = await captureOurs(options, ids, async (limiter, id) => {
+/** Per algorithm: the generated script each case of ours sends (its export name in src/engine/generated/scripts.ts). */
+async function measureOverridesCost(rounds: number, idCount: number) {
+  const scripts: Record<string, string> = {};
+  const rows = await measureCosts(
+    PAIRS.filter((p) => p.peer),
+    rounds,
+    idCount,
+    async ({ algo, peer }, ids, conn, ourScript) => {
+      const contestants: Command[][] = [];
+      for (const which of OURS) {
+        const raise = { r0: { [CAPACITY[algo]!]: LIMIT } };
+        const rules = { r0: ourRule(algo, ...hourly(which === "plan" || which === "custom" ? 1 : LIMIT)) };
+        const on = which === "off" ? {} : { plans: { pro: raise }, overrides: true };
+        const c = await captureOurs(
+          { prefix: `oc-${algo}-${which}`, rules, ...on },
+          ids,
+          async (limiter, id) => {
             if (which === "plan") await limiter.overrides.set(id, { plan: "pro" });
             if (which === "custom") await limiter.overrides.set(id, { rules: raise });
-          });
-          if (!c.decisions.every((d) => ourShas.has(d.sha)))
-            throw new Error("the Limiter sends a script this file does not load");
-          scripts[which] = ourShas.get(c.decisions[0]!.sha)!;
-          await send(conn, c.setup);
-          contestants.push(c.decisions);
-        }
-        for (const which of PEER) {
-          const c = await capturePeer(peer!, LIMIT, `oc-peer-${algo}-${which}`, ids, {
-            set: which === "set",
-          });
-          await send(conn, c.setup);
-          contestants.push(await asEvalsha(conn, c));
-        }
-        await replay(conn, round, contestants, all);
+          },
+        );
+        scripts[`${algo} ${which}`] = ourScript(c.decisions);
+        await send(conn, c.setup);
+        contestants.push(c.decisions);
       }
-      for (const path of LUA_PATHS) {
-        const costs = Object.fromEntries(names.map((n, i) => [n, cost(all[i]![path])])) as Record<Case, Cost>;
-        rows.push({ algo, peer: peer!, path, scripts, costs });
+      for (const which of PEER) {
+        const c = await capturePeer(peer!, LIMIT, `oc-peer-${algo}-${which}`, ids, { set: which === "set" });
+        await send(conn, c.setup);
+        contestants.push(await asEvalsha(conn, c));
       }
-    }
-    return rows;
-  } finally {
-    await redis.stop();
-  }
+      return contestants;
+    },
+  );
+  return rows.map(({ algo, peer, path, costs }) => ({
+    algo,
+    peer: peer!,
+    path,
+    scripts: Object.fromEntries(OURS.map((c) => [c, scripts[`${algo} ${c}`]!])),
+    costs: Object.fromEntries(CASES.map((c, i) => [c, costs[i]!])) as Record<Case, Cost>,
+  }));
 }
+type OverridesCostRow = Awaited<ReturnType<typeof measureOverridesCost>>[number];
 
 /** The most commands overrides add to a decision (a case on, against off), and where, over every row. */
 function addedCommands(rows: OverridesCostRow[]) {
@@ -139,7 +116,6 @@ export const overrides: Part<OverridesCostRow[]> = {
       "algorithm | path | off | on, none stored | on, plan stored | on, custom stored",
       "peer, no dynamic limit | peer, dynamic limit set",
     ];
-    const names = [...OURS, ...PEER];
     const count = (c: Cost) => `${Number(c.commands.toFixed(2))} (${commandNames(c.inner)})`;
     const us = (c: Cost) =>
       `${c.usec.median.toFixed(2)} [${c.usec.quartiles.map((q) => q.toFixed(2)).join("–")}]`;
@@ -173,7 +149,7 @@ Commands per decision (EVALSHA included; the script's commands in brackets):
 
 ${table(
   head,
-  rows.map((r) => [pairName(r), r.path, ...names.map((c) => count(r.costs[c]))]),
+  rows.map((r) => [pairName(r), r.path, ...CASES.map((c) => count(r.costs[c]))]),
   2,
 )}
 
@@ -184,7 +160,7 @@ ${table(
   rows.map((r) => [
     pairName(r),
     r.path,
-    ...names.map((c) => us(r.costs[c])),
+    ...CASES.map((c) => us(r.costs[c])),
     ratio(r, "none", "unset"),
     `${ratio(r, "plan", "set")}, ${ratio(r, "custom", "set")}`,
   ]),
