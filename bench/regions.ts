@@ -48,16 +48,12 @@ export const underBound = (kind: RegionKind) =>
   (kind.startsWith("regions") ? (REGIONS.length - 1) * POOL.max : 0) +
   (kind.endsWith("lease") ? REGIONS.length * ISOLATES * REGION_LEASE.max : 0);
 
+/** Seconds per contestant; decisions/s of every region; identifiers besides the hot one (Zipf); its share. */
 const settings = (smoke: boolean) => ({
-  /** Seconds of traffic per contestant. */
   seconds: smoke ? 2 : 15,
-  /** Decisions per second, all regions together. */
   rate: 60,
-  /** Identifiers besides the hot one, Zipf-distributed. */
   ids: 200,
-  /** Zipf exponent. */
   zipf: 1.1,
-  /** Share of the traffic that is the one identifier hot in every region. */
   hotShare: 0.25,
 });
 type RegionSettings = ReturnType<typeof settings>;
@@ -139,17 +135,9 @@ function burstPlan(): Arrival[] {
 }
 
 /** The three databases, each behind a proxy per region at that region's delay. */
-interface World {
-  dbs: BenchEnv[];
-  url(db: number, region: number): string;
-  /** HTTP requests sent by each region's isolates since the last reset. */
-  sent: number[];
-  /** The fetch the counter wraps: for the round-trip probe, which is not counted. */
-  realFetch: typeof fetch;
-  restore(): void;
-}
+type World = Awaited<ReturnType<typeof startWorld>>;
 
-async function startWorld(): Promise<World> {
+async function startWorld() {
   const dbs: BenchEnv[] = [];
   for (let db = 0; db < REGIONS.length; db++) {
     dbs.push(await startEnv(REGIONS.map((name, region) => `${delayOf(region, db)}:${name}`)));
@@ -173,6 +161,8 @@ async function startWorld(): Promise<World> {
   const restore = () => {
     globalThis.fetch = real;
   };
+  // `sent`: HTTP requests of each region's isolates since the last reset; `realFetch`: for the
+  // round-trip probe, which is not counted
   return { dbs, url, sent, realFetch: real, restore };
 }
 
