@@ -33,13 +33,10 @@ export const accuracy: Part<AccuracyRow[]> = {
     let run = 0;
     for (const shape of SHAPES) {
       const events = schedule(shape, p, durationMs(smoke));
+      const times = events.map((x) => x.t);
       for (const e of ALL) {
         log(`accuracy: ${shape}, ${labelOf(e)}`);
-        const want = ideal(
-          FAMILY[e.algo]!,
-          p,
-          events.map((x) => x.t),
-        );
+        const want = ideal(FAMILY[e.algo]!, p, times);
         let now = SIM_T0;
         const c = contestant(e, {
           redis: env.client(),
@@ -59,6 +56,7 @@ export const accuracy: Part<AccuracyRow[]> = {
           });
           for (const o of await Promise.all(pending)) got.push(o.allowed);
         }
+        const admittedAt = clocks.filter((_, i) => got[i]);
         rows.push({
           label: labelOf(e),
           shape,
@@ -67,14 +65,7 @@ export const accuracy: Part<AccuracyRow[]> = {
           admitted: got.filter(Boolean).length,
           wronglyAdmitted: got.filter((g, i) => g && !want[i]).length,
           wronglyDenied: got.filter((g, i) => !g && want[i]).length,
-          over:
-            e.lib === "edgelimit"
-              ? overLimit(
-                  e.algo as OurAlgo,
-                  p,
-                  clocks.filter((_, i) => got[i]),
-                )
-              : undefined,
+          over: e.lib === "edgelimit" ? overLimit(e.algo as OurAlgo, p, admittedAt) : undefined,
         });
       }
     }

@@ -11,19 +11,11 @@ const IDS = 200;
 /** A fixed window of 4 an hour: each identifier's fifth decision is denied. */
 const POLICY = { limit: 4, window: 3_600_000 };
 
-interface Count {
-  /** Redis commands (a script's inner commands included), by name, and HTTP requests. */
-  commands: Record<string, number>;
-  requests: number;
-}
+/** Redis commands (a script's inner commands included), by name, and HTTP requests. */
+type Count = { commands: Record<string, number>; requests: number };
 /** What the decisions sent, and apart, what edgelimit's flushes sent. */
 type Cost = Count & { background?: Count };
-
-export interface AnalyticsCostRow {
-  contestant: string;
-  analytics: string;
-  cost: Cost;
-}
+type AnalyticsCostRow = { contestant: string; analytics: string; cost: Cost };
 
 const total = (c: Record<string, number>) => Object.values(c).reduce((a, b) => a + b, 0);
 

@@ -8,6 +8,7 @@ import { Ratelimit } from "@upstash/ratelimit";
 import { Redis } from "@upstash/redis";
 import { type Algo, type OurAlgo, ourRule, PAIRS, pairName, peerLimiter } from "./contestants.js";
 import {
+  type BenchEnv,
   check,
   type Goal,
   inTurns,
@@ -42,12 +43,8 @@ export interface CpuRow {
   roundRatios?: [number, number];
 }
 
-/** The rows, and the floor: the part of a decision no client avoids, timed in the same turns. */
-export interface CpuResult {
-  rows: CpuRow[];
-  /** JSON.stringify of one command, `fetch` answered in-process, `text()` and JSON.parse of the reply. */
-  floor: Spread;
-}
+/** The rows, and the floor (timed in the same turns): the part of a decision no client avoids. */
+type CpuResult = { rows: CpuRow[]; floor: Spread };
 
 /** An HTTP reply as recorded: what `new Response(body, init)` needs to give it again. */
 interface Reply {
@@ -88,31 +85,31 @@ interface Contestant {
   reply?: Reply;
 }
 
-function ours(algo: OurAlgo, path: CpuPath, url: string, token: string): Contestant {
-  const limiter = new edgelimit.Limiter({
-    redis: new Redis({ url, token }),
-    rules: { r: ourRule(algo, ...hourly(LIMIT)) },
-    ...(path === "denied" ? { denyCache: false as const } : {}),
-  });
-  return {
-    name: `edgelimit ${algo}`,
-    limit: (id) => limiter.limit(id),
-    outcome: (d) => {
-      const { allowed, source } = d as { allowed: boolean; source: string };
-      return { allowed, redis: source === "redis" };
-    },
-  };
-}
-
-function peer(algo: Algo, path: CpuPath, url: string, token: string, client: PeerClient): Contestant {
+/** edgelimit's Limiter for `algo` (no `client`), or the peer's Ratelimit on that client. */
+function contestant(algo: Algo, path: CpuPath, env: BenchEnv, client?: PeerClient): Contestant {
+  const { bridgeUrl: url, token } = env;
+  const denied = path === "denied";
+  if (!client) {
+    const rules = { r: ourRule(algo, ...hourly(LIMIT)) };
+    const limiter = new edgelimit.Limiter({
+      redis: new Redis({ url, token }),
+      rules,
+      ...(denied ? { denyCache: false as const } : {}),
+    });
+    return {
+      name: `edgelimit ${algo}`,
+      limit: (id) => limiter.limit(id),
+      outcome: (d) => {
+        const { allowed, source } = d as { allowed: boolean; source: string };
+        return { allowed, redis: source === "redis" };
+      },
+    };
+  }
+  const pipelining = client === "noAutoPipelining" ? { enableAutoPipelining: false } : {};
   const ratelimit = new Ratelimit({
-    redis: new Redis({
-      url,
-      token,
-      ...(client === "noAutoPipelining" ? { enableAutoPipelining: false } : {}),
-    }),
+    redis: new Redis({ url, token, ...pipelining }),
     limiter: peerLimiter(algo, ...hourly(LIMIT)),
-    ...(path === "denied" ? { ephemeralCache: false as const } : {}),
+    ...(denied ? { ephemeralCache: false as const } : {}),
   });
   return {
     name: `@upstash/ratelimit ${algo} (${client} client)`,
@@ -183,9 +180,9 @@ async function measureCpu(rounds: number, n: number, warmup: number): Promise<Cp
     let fresh = 0;
     for (const pair of PAIRS) {
       for (const path of PATHS) {
-        const contestants = [ours(pair.algo, path, env.bridgeUrl, env.token)];
+        const contestants = [contestant(pair.algo, path, env)];
         for (const client of pair.peer ? PEER_CLIENTS : [])
-          contestants.push(peer(pair.peer!, path, env.bridgeUrl, env.token, client));
+          contestants.push(contestant(pair.peer!, path, env, client));
         for (const c of contestants) await capture(c, path, `capture:${fresh++}`);
         cells.push({ ...pair, path, contestants });
       }

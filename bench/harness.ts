@@ -26,10 +26,7 @@ export function quantile(values: number[], q: number): number {
 }
 
 /** The median of samples and their first and third quartiles. */
-export interface Spread {
-  median: number;
-  quartiles: [number, number];
-}
+export type Spread = { median: number; quartiles: [number, number] };
 export const spread = (values: number[]): Spread => ({
   median: quantile(values, 0.5),
   quartiles: [quantile(values, 0.25), quantile(values, 0.75)],
@@ -243,10 +240,7 @@ export interface RunContext {
   env: BenchEnv;
 }
 
-export interface ReportContext {
-  smoke: boolean;
-  versions: { ratelimit: string };
-}
+export type ReportContext = { smoke: boolean; versions: { ratelimit: string } };
 
 /** One part of BENCHMARKS.md: how it measures, how its section reads, and the goals it states. */
 export interface Part<R = unknown> {

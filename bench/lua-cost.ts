@@ -51,11 +51,8 @@ export interface Command {
 }
 export const evalsha = (c: Command) => ["EVALSHA", c.sha, String(c.keys.length), ...c.keys, ...c.args];
 
-export interface Captured {
-  /** Commands that store an override (or the peer's dynamic limit): sent before, not measured. */
-  setup: string[][];
-  decisions: Command[];
-}
+/** setup: commands that store an override (or the peer's dynamic limit), sent before, not measured. */
+export type Captured = { setup: string[][]; decisions: Command[] };
 
 /**
  * What edgelimit's Limiter sends for `ids`: `before(limiter, id)` for each (not measured), then one

@@ -24,14 +24,9 @@ import {
 
 const BIG = 10_000_000; // below 2^25: the sliding window keeps its packed state
 
-export interface RedisBenchmark {
-  requests: number;
-  rounds: number;
-  pinned: boolean;
-  rows: { algo: Algo; peer: Algo; path: LuaPath; ours: number; theirs: number }[];
-}
+export type RedisBenchmark = Awaited<ReturnType<typeof redisBenchmark>>;
 
-export async function redisBenchmark(rounds: number, requests: number): Promise<RedisBenchmark> {
+export async function redisBenchmark(rounds: number, requests: number) {
   const pinned = spawnSync("taskset", ["-V"]).status === 0 && availableParallelism() > 1;
   const on = (cpu: number, command: string[]) =>
     pinned ? ["taskset", "-c", String(cpu), ...command] : command;
@@ -53,7 +48,7 @@ export async function redisBenchmark(rounds: number, requests: number): Promise<
     const pid = /process_id:(\d+)/.exec(String(await conn.call("INFO", "server")))?.[1];
     if (pinned && pid) spawnSync("taskset", ["-a", "-pc", String(availableParallelism() - 1), pid]);
     await loadOurs(conn);
-    const rows: RedisBenchmark["rows"] = [];
+    const rows: { algo: Algo; peer: Algo; path: LuaPath; ours: number; theirs: number }[] = [];
     for (const { algo, peer } of PAIRS) {
       if (!peer) continue;
       for (const path of LUA_PATHS) {

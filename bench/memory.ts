@@ -36,10 +36,8 @@ export const memory: Part<MemoryRow[]> = {
           }
           await Promise.all(batch);
         }
-        const [, keys] = (await env.call("SCAN", 0, "MATCH", `${prefix}*`, "COUNT", 100_000)) as [
-          unknown,
-          unknown[],
-        ];
+        const scan = await env.call("SCAN", 0, "MATCH", `${prefix}*`, "COUNT", 100_000);
+        const keys = (scan as [unknown, unknown[]])[1];
         let bytes = 0;
         for (const key of keys) bytes += Number(await env.call("MEMORY", "USAGE", String(key), "SAMPLES", 0));
         rows.push({ label: labelOf(e), lib: e.lib, limit, keys: keys.length, bytes });

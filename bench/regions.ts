@@ -281,10 +281,8 @@ async function run(
   // refunds and the peer's writes, still on their way through the 60 ms proxies
   await sleep(4 * HOME_DELAY + 200);
   // the probe's PINGs reached the bridges too (INFO commandstats leaves PING out)
-  const counts = (await Promise.all(world.dbs.map((db) => db.counts()))).map((c, db) => ({
-    ...c,
-    http: c.http - rtts[db]!.length,
-  }));
+  const counts = await Promise.all(world.dbs.map((db) => db.counts()));
+  for (const [db, c] of counts.entries()) c.http -= rtts[db]!.length;
   const sent = [...world.sent];
 
   // The ideal: one fixed window per identifier over the whole world, the first `limit` by the time read.

@@ -1,6 +1,6 @@
 // BENCHMARKS.md from one run's results: its header, the goals every part states, each part's section.
 import { LEASE } from "./edge.js";
-import { fmt, type Goal, type Part, type ReportContext, table } from "./harness.js";
+import { fmt, type Part, type ReportContext, table } from "./harness.js";
 
 export interface Results extends ReportContext {
   startedAt: string;
@@ -14,13 +14,10 @@ const INTRO = `At the edge: 20 ms each way, \`lease: ${JSON.stringify(LEASE)}\` 
 
 /** `parts` in section order; `goalOrder` names the parts whose goals head the report, in that order. */
 export function renderReport(r: Results, parts: Part[], goalOrder: string[], chartFile: string): string {
-  const result = (p: Part) => {
-    const x = r.parts[p.name];
-    return x === undefined || typeof x === "string" ? undefined : x;
-  };
-  const goals: Goal[] = goalOrder.flatMap((name) => {
-    const p = parts.find((x) => x.name === name)!;
-    return p.goals?.(result(p)) ?? [];
+  // the goals of a part not run, or failed, are stated with nothing measured
+  const goals = goalOrder.flatMap((name) => {
+    const [p, x] = [parts.find((q) => q.name === name)!, r.parts[name]];
+    return p.goals?.(typeof x === "string" ? undefined : x) ?? [];
   });
   const sections = parts.map((p) => {
     const x = r.parts[p.name];

@@ -26,7 +26,7 @@ import { throughput } from "./throughput.js";
 import { worker } from "./worker.js";
 
 /** In the order of their sections. */
-const PARTS = [
+const PARTS: Part[] = [
   throughput,
   lua,
   memory,
@@ -38,7 +38,7 @@ const PARTS = [
   overrides,
   analytics,
   regions,
-] as Part[];
+];
 /** Whose goals head the report, in this order. */
 const GOALS = ["edge", "lua", "accuracy", "cpu", "overrides", "analytics", "regions"];
 
