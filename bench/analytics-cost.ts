@@ -1,137 +1,93 @@
-// What analytics cost in Redis commands and HTTP requests per 1,000 decisions, beside @upstash/ratelimit
-// with `analytics: true`, both through the project's REST bridge to one private redis-server, each with
-// its own @upstash/redis client. Commands: INFO commandstats (a script's inner commands included) after
-// CONFIG RESETSTAT; requests: the bridge's counter.
-//
-// The traffic: 1,000 decisions one at a time, 200 identifiers × 5, a fixed window of 4 an hour (so 200
-// of them denied), all in one minute. edgelimit's deny cache is off, so that every decision reaches
-// Redis as the peer's do. Its flushes are counted apart from the decisions: once for the 1,000 (one
-// `flushEvery` holds them all) and once every 100 decisions (a flush per 100).
-//
-//   node --import tsx bench/analytics-cost.ts
+// Part 9: what analytics cost in Redis commands and HTTP requests, beside @upstash/ratelimit with
+// `analytics: true`: 1,000 decisions one at a time through a private bridge, each library on its own
+// @upstash/redis client; edgelimit's flushes counted apart from its decisions.
 import { Ratelimit } from "@upstash/ratelimit";
-import { Redis } from "@upstash/redis";
-import { type Bridge, startBridge, startRedisServer } from "../src/bridge/index.js";
-import { connectRedis, type RedisConnection } from "../src/bridge/resp.js";
-import { fixedWindow, Limiter } from "../src/index.js";
+import { ourRule, peerLimiter } from "./contestants.js";
+import { type BenchEnv, check, log, type Part, startEnv, table } from "./harness.js";
+import { edgelimit } from "./load.js";
 
 const DECISIONS = 1000;
 const IDS = 200;
-const LIMIT = 4;
-const TOKEN = "analytics-cost";
+/** A fixed window of 4 an hour: each identifier's fifth decision is denied. */
+const POLICY = { limit: 4, window: 3_600_000 };
 
-export interface Cost {
-  /** Redis commands on the decisions' requests (a script's inner commands included), by name. */
-  commands: Record<string, number>;
-  /** HTTP requests the decisions sent. */
-  requests: number;
-  /** Commands and requests off the decisions' path (edgelimit's flushes). */
-  background?: { commands: Record<string, number>; requests: number };
-}
-
-export interface AnalyticsCostRow {
-  contestant: string;
-  analytics: string;
-  cost: Cost;
-}
+/** Redis commands (a script's inner commands included), by name, and HTTP requests. */
+type Count = { commands: Record<string, number>; requests: number };
+/** What the decisions sent, and apart, what edgelimit's flushes sent. */
+type Cost = Count & { background?: Count };
+type AnalyticsCostRow = { contestant: string; analytics: string; cost: Cost };
 
 const total = (c: Record<string, number>) => Object.values(c).reduce((a, b) => a + b, 0);
 
-async function commandStats(conn: RedisConnection): Promise<Record<string, number>> {
-  const info = String(await conn.call("INFO", "commandstats"));
-  const out: Record<string, number> = {};
-  for (const [, name, calls] of info.matchAll(/^cmdstat_([a-z|]+):calls=(\d+)/gm)) {
-    if (name === "info" || name!.startsWith("config")) continue;
-    out[name!.toUpperCase()] = Number(calls);
-  }
-  return out;
-}
-
-/** Runs `decide` over the traffic; counts what the decisions sent and, apart, what `flushAt` sent. */
+/** Runs `decide` over the traffic, with `flush` after every `flushEvery` decisions, counted apart. */
 async function measure(
-  conn: RedisConnection,
-  bridge: Bridge,
+  env: BenchEnv,
   decide: (id: string) => Promise<unknown>,
-  flushEvery?: number,
+  flushEvery = DECISIONS,
   flush?: () => Promise<void>,
 ): Promise<Cost> {
-  const warm = `warm-${Math.random()}`;
-  await decide(warm); // the script loaded, the client's first request made
+  await decide(`warm-${Math.random()}`); // the script loaded, the client's first request made
   await flush?.();
-  const decisions = { commands: {} as Record<string, number>, requests: 0 };
-  const background = { commands: {} as Record<string, number>, requests: 0 };
-  const add = (into: typeof decisions, commands: Record<string, number>, requests: number) => {
-    for (const [name, n] of Object.entries(commands)) into.commands[name] = (into.commands[name] ?? 0) + n;
-    into.requests += requests;
-  };
-  const span = async (into: typeof decisions, run: () => Promise<void>) => {
-    await conn.call("CONFIG", "RESETSTAT");
-    const before = bridge.stats.requests;
+  const decisions: Count = { commands: {}, requests: 0 };
+  const background: Count = { commands: {}, requests: 0 };
+  const span = async (into: Count, run: () => Promise<void>) => {
+    await env.resetCounts();
     await run();
-    add(into, await commandStats(conn), bridge.stats.requests - before);
+    const { http, byName } = await env.counts();
+    for (const [name, n] of Object.entries(byName)) into.commands[name] = (into.commands[name] ?? 0) + n;
+    into.requests += http;
   };
-  const every = flushEvery ?? DECISIONS;
-  for (let at = 0; at < DECISIONS; at += every) {
+  for (let at = 0; at < DECISIONS; at += flushEvery) {
     await span(decisions, async () => {
-      for (let i = at; i < at + every; i++) await decide(`u${i % IDS}`);
+      for (let i = at; i < at + flushEvery; i++) await decide(`u${i % IDS}`);
     });
     if (flush) await span(background, flush);
   }
   return flush ? { ...decisions, background } : decisions;
 }
 
-export async function measureAnalyticsCost(
-  options: { log?: (line: string) => void } = {},
-): Promise<AnalyticsCostRow[]> {
-  const log = options.log ?? (() => {});
-  const server = await startRedisServer();
-  const bridge = await startBridge({ redisUrl: server.url, port: 0, token: TOKEN });
-  const conn = await connectRedis(server.url);
-  const client = () => new Redis({ url: bridge.url, token: TOKEN, enableTelemetry: false });
+async function measureAnalyticsCost(): Promise<AnalyticsCostRow[]> {
+  const env = await startEnv();
   const rows: AnalyticsCostRow[] = [];
   try {
     let n = 0;
     const ours = (analytics: boolean) =>
-      new Limiter({
-        redis: client(),
+      new edgelimit.Limiter({
+        redis: env.client(),
         prefix: `ac-${++n}`,
-        rules: { perHour: fixedWindow({ limit: LIMIT, window: "1h" }) },
+        rules: { perHour: ourRule("fixedWindow", POLICY) },
         denyCache: false,
         analytics,
       });
     log("analytics-cost: edgelimit, analytics off");
     const off = ours(false);
-    rows.push({
-      contestant: "edgelimit",
-      analytics: "off",
-      cost: await measure(conn, bridge, (id) => off.limit(id)),
-    });
+    rows.push({ contestant: "edgelimit", analytics: "off", cost: await measure(env, (id) => off.limit(id)) });
     for (const every of [DECISIONS, 100]) {
       log(`analytics-cost: edgelimit, analytics on, a flush per ${every}`);
       const on = ours(true);
+      const cost = await measure(
+        env,
+        (id) => on.limit(id),
+        every,
+        () => on.analytics.flush(),
+      );
       rows.push({
         contestant: "edgelimit",
         analytics: `on, a flush per ${every.toLocaleString("en")} decisions`,
-        cost: await measure(
-          conn,
-          bridge,
-          (id) => on.limit(id),
-          every,
-          () => on.analytics.flush(),
-        ),
+        cost,
       });
       await on.dispose();
     }
     for (const analytics of [false, true]) {
       log(`analytics-cost: @upstash/ratelimit, analytics ${analytics}`);
       const peer = new Ratelimit({
-        redis: client(),
-        limiter: Ratelimit.fixedWindow(LIMIT, "1 h"),
+        redis: env.client(),
+        limiter: peerLimiter("fixedWindow", POLICY),
         prefix: `ac-peer-${++n}`,
         analytics,
         enableTelemetry: false,
       });
-      const cost = await measure(conn, bridge, async (id) => {
+      const cost = await measure(env, async (id) => {
         const r = await peer.limit(id);
         await r.pending; // its analytics write, which it leaves running after the answer
       });
@@ -143,9 +99,7 @@ export async function measureAnalyticsCost(
     }
     return rows;
   } finally {
-    await conn.close();
-    await bridge.close();
-    await server.stop();
+    await env.close();
   }
 }
 
@@ -155,58 +109,68 @@ const names = (c: Record<string, number>) =>
     .map(([name, k]) => `${name}×${k}`)
     .join(" ") || "–";
 
-/** A Markdown table, and the summary line bench/report.ts reads its goal from. */
-export function analyticsCostTable(rows: AnalyticsCostRow[]): string {
-  const head = [
-    "library",
-    "analytics",
-    "decisions: Redis commands",
-    "decisions: HTTP requests",
-    "flushes: Redis commands",
-    "flushes: HTTP requests",
-    "total commands",
-    "total requests",
-  ];
-  const lines = [
-    `| ${head.join(" | ")} |`,
-    `|---|---|${head
-      .slice(2)
-      .map(() => "---:")
-      .join("|")}|`,
-  ];
-  for (const r of rows) {
-    const c = r.cost;
-    const b = c.background;
-    lines.push(
-      `| ${[
-        r.contestant,
-        r.analytics,
+/** What analytics on add to the decisions' own commands and requests: edgelimit's most, and the peer's. */
+function added(rows: AnalyticsCostRow[]) {
+  const of = (contestant: string, analytics: string) =>
+    rows.find((r) => r.contestant === contestant && r.analytics === analytics)!.cost;
+  const off = of("edgelimit", "off");
+  const ons = rows.filter((r) => r.contestant === "edgelimit" && r.analytics !== "off").map((r) => r.cost);
+  const [peerOff, peerOn] = [of("@upstash/ratelimit", "off"), of("@upstash/ratelimit", "`analytics: true`")];
+  return {
+    commands: Math.max(...ons.map((c) => total(c.commands) - total(off.commands))),
+    requests: Math.max(...ons.map((c) => c.requests - off.requests)),
+    peerCommands: total(peerOn.commands) - total(peerOff.commands),
+    peerRequests: peerOn.requests - peerOff.requests,
+  };
+}
+
+export const analytics: Part<AnalyticsCostRow[]> = {
+  name: "analytics",
+  title: "## 9. Analytics",
+  alone: true,
+  run: () => measureAnalyticsCost(),
+  render(rows, { versions }) {
+    const body = rows.map(({ contestant, analytics, cost: c }) => {
+      const b = c.background;
+      return [
+        contestant,
+        analytics,
         `${total(c.commands)} (${names(c.commands)})`,
         String(c.requests),
         b ? `${total(b.commands)} (${names(b.commands)})` : "–",
         b ? String(b.requests) : "–",
         String(total(c.commands) + (b ? total(b.commands) : 0)),
         String(c.requests + (b?.requests ?? 0)),
-      ].join(" | ")} |`,
-    );
-  }
-  const off = rows.find((r) => r.contestant === "edgelimit" && r.analytics === "off")!.cost;
-  const ons = rows.filter((r) => r.contestant === "edgelimit" && r.analytics !== "off");
-  const addedCommands = Math.max(...ons.map((r) => total(r.cost.commands) - total(off.commands)));
-  const addedRequests = Math.max(...ons.map((r) => r.cost.requests - off.requests));
-  const [peerOff, peerOn] = ["off", "`analytics: true`"].map(
-    (a) => rows.find((r) => r.contestant === "@upstash/ratelimit" && r.analytics === a)!.cost,
-  );
-  const peerAdded = total(peerOn!.commands) - total(peerOff!.commands);
-  const peerRequests = peerOn!.requests - peerOff!.requests;
-  return `Per ${DECISIONS.toLocaleString("en")} decisions (${IDS} identifiers × ${DECISIONS / IDS}, a fixed window of ${LIMIT} an hour: ${DECISIONS - IDS * LIMIT} denied), one at a time:
+      ];
+    });
+    const head = [
+      "library | analytics | decisions: Redis commands | decisions: HTTP requests | flushes: Redis commands",
+      "flushes: HTTP requests | total commands | total requests",
+    ];
+    const a = added(rows);
+    const thousand = DECISIONS.toLocaleString("en");
+    return `bench/analytics-cost.ts: 1,000 decisions through the REST bridge to one private redis-server, each library
+with its own @upstash/redis client; commands as INFO commandstats counts them (a script's inner commands
+included), requests as the bridge counts them. edgelimit: \`analytics\` off, and \`analytics: true\` with
+its flushes (\`limiter.analytics.flush()\`, what a \`flushEvery\` does) counted apart from the decisions:
+one for the 1,000, or one every 100. Its deny cache is off, so that every decision reaches Redis as the
+peer's do. The peer: \`analytics: false\` and \`analytics: true\` (@upstash/ratelimit ${versions.ratelimit}, which
+writes one ZINCRBY per decision, awaited here through the answer's \`pending\`).
 
-${lines.join("\n")}
+Per ${thousand} decisions (${IDS} identifiers × ${DECISIONS / IDS}, a fixed window of ${POLICY.limit} an hour: ${DECISIONS - IDS * POLICY.limit} denied), one at a time:
 
-Analytics on add +${addedCommands} Redis commands and +${addedRequests} HTTP requests to the decisions' own requests per ${DECISIONS.toLocaleString("en")} decisions; the peer's \`analytics: true\` adds +${peerAdded} commands and +${peerRequests} requests.`;
-}
+${table(head, body, 2)}
 
-if (import.meta.url === `file://${process.argv[1]}`) {
-  const rows = await measureAnalyticsCost({ log: (line) => process.stderr.write(`${line}\n`) });
-  console.log(analyticsCostTable(rows));
-}
+Analytics on add +${a.commands} Redis commands and +${a.requests} HTTP requests to the decisions' own requests per ${thousand} decisions; the peer's \`analytics: true\` adds +${a.peerCommands} commands and +${a.peerRequests} requests.`;
+  },
+  goals(rows) {
+    const a = rows && added(rows);
+    return [
+      [
+        "0 Redis commands and 0 HTTP requests added to the decisions' own requests by analytics (part 9)",
+        a ? `+${a.commands} commands, +${a.requests} requests per 1,000 decisions` : "–",
+        check(a ? a.commands === 0 && a.requests === 0 : undefined),
+      ],
+    ];
+  },
+};

@@ -2,8 +2,8 @@
 // p99 per contestant at 64 decisions in flight (part 1). Below: the latency a decision adds for one hot
 // identifier behind the largest delay (part 5 (a)). Plain SVG, no dependency.
 import type { EdgeRow } from "./edge.js";
+import { fmt, ms } from "./harness.js";
 import type { ThroughputRow } from "./throughput.js";
-import { fmt, ms } from "./util.js";
 
 const COLOR = { edgelimit: "#2563eb", upstash: "#f59e0b" } as const;
 const ROW = 22;

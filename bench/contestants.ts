@@ -1,7 +1,9 @@
-// The two libraries behind one small interface, so every part drives them the same way.
+// The two libraries behind one small interface, so every part drives them the same way, and each
+// library's rule for an algorithm, built in one place.
 import { Ratelimit } from "@upstash/ratelimit";
 import type { Redis } from "@upstash/redis";
 import type { RuleConfig } from "../src/index.js";
+import { atTime } from "./harness.js";
 import { edgelimit } from "./load.js";
 import { bucketOf, type Policy } from "./scenarios.js";
 
@@ -12,7 +14,38 @@ const { fixedWindow, gcra, Limiter, slidingLog, slidingWindow, tokenBucket } = e
 const OURS = ["fixedWindow", "slidingWindow", "slidingLog", "tokenBucket", "gcra"] as const;
 /** cachedFixedWindow: the peer's experimental fixed window that answers from memory first. */
 const PEERS = ["fixedWindow", "slidingWindow", "tokenBucket", "cachedFixedWindow"] as const;
-export type Algo = (typeof OURS)[number] | (typeof PEERS)[number];
+export type OurAlgo = (typeof OURS)[number];
+export type PeerAlgo = (typeof PEERS)[number];
+export type Algo = OurAlgo | PeerAlgo;
+type Bucket = ReturnType<typeof bucketOf>;
+
+/** Each edgelimit algorithm and the peer's it is measured against, in the order of the tables. */
+export const PAIRS: readonly { algo: OurAlgo; peer?: PeerAlgo }[] = [
+  { algo: "fixedWindow", peer: "fixedWindow" },
+  { algo: "slidingWindow", peer: "slidingWindow" },
+  { algo: "tokenBucket", peer: "tokenBucket" },
+  { algo: "gcra", peer: "tokenBucket" },
+  { algo: "slidingLog" },
+];
+/** "gcra (peer: tokenBucket)" where the two differ. */
+export const pairName = (p: { algo: string; peer?: string }) =>
+  p.peer && p.peer !== p.algo ? `${p.algo} (peer: ${p.peer})` : p.algo;
+
+/** edgelimit's rule: windows of `p.limit` per `p.window` ms; buckets `b` (gcra: the same bucket). */
+export function ourRule(algo: Algo, p: Policy, b: Bucket = bucketOf(p)): RuleConfig {
+  if (algo === "tokenBucket") return tokenBucket(b);
+  if (algo === "gcra") return gcra({ limit: b.refillRate, period: b.interval, burst: b.capacity });
+  return { fixedWindow, slidingWindow, slidingLog }[algo as "fixedWindow"]({
+    limit: p.limit,
+    window: p.window,
+  });
+}
+
+/** The peer's algorithm for the same rule. */
+export function peerLimiter(algo: Algo, p: Policy, b: Bucket = bucketOf(p)) {
+  if (algo === "tokenBucket") return Ratelimit.tokenBucket(b.refillRate, `${b.interval} ms`, b.capacity);
+  return Ratelimit[algo as "fixedWindow"](p.limit, `${p.window} ms`);
+}
 
 export interface Entry {
   lib: "edgelimit" | "upstash";
@@ -31,22 +64,6 @@ export const ALL: Entry[] = [
 
 export const labelOf = (e: Entry) =>
   `${e.lib === "edgelimit" ? "edgelimit" : "@upstash/ratelimit"} ${e.algo}${(e.rules ?? 1) > 1 ? ` ×${e.rules} rules` : ""}${e.lease ? ` + lease (max ${e.lease.max}, ttl ${e.lease.ttl})` : ""}`;
-
-function ours(algo: Algo, p: Policy): RuleConfig {
-  const b = bucketOf(p);
-  if (algo === "tokenBucket") return tokenBucket(b);
-  if (algo === "gcra") return gcra({ limit: b.refillRate, period: b.interval, burst: b.capacity });
-  return { fixedWindow, slidingWindow, slidingLog }[algo as "fixedWindow"]({
-    limit: p.limit,
-    window: p.window,
-  });
-}
-
-function peer(algo: Algo, p: Policy) {
-  const b = bucketOf(p);
-  if (algo === "tokenBucket") return Ratelimit.tokenBucket(b.refillRate, `${b.interval} ms`, b.capacity);
-  return Ratelimit[algo as "fixedWindow"](p.limit, `${p.window} ms`);
-}
 
 export interface ContestantOptions {
   redis: Redis;
@@ -72,7 +89,6 @@ export interface Contestant {
   close(): Promise<void>;
 }
 
-/** Throws "lease: not a Limiter option" while the Limiter has no leases. */
 export function contestant(e: Entry, o: ContestantOptions): Contestant {
   const policies = Array.from({ length: e.rules ?? 1 }, (_, i) => ({
     ...o.policy,
@@ -82,7 +98,7 @@ export function contestant(e: Entry, o: ContestantOptions): Contestant {
     const limiter = new Limiter({
       redis: o.redis,
       prefix: o.prefix,
-      rules: Object.fromEntries(policies.map((p, i) => [`r${i}`, ours(e.algo, p)])),
+      rules: Object.fromEntries(policies.map((p, i) => [`r${i}`, ourRule(e.algo, p)])),
       denyCache: o.cache === "off" ? false : undefined,
       clock: o.clock,
       ...(e.lease ? { lease: e.lease } : {}),
@@ -92,33 +108,20 @@ export function contestant(e: Entry, o: ContestantOptions): Contestant {
         const { allowed, source } = await limiter.limit(id);
         return { allowed, local: source !== "redis" && source !== "error", error: source === "error" };
       },
-      close: async () => {
-        await (limiter as unknown as { dispose?: () => unknown }).dispose?.();
-      },
+      close: () => limiter.dispose(),
     };
   }
   const instances = policies.map(
     (p, i) =>
       new Ratelimit({
         redis: o.redis,
-        limiter: peer(e.algo, p),
+        limiter: peerLimiter(e.algo, p),
         prefix: `${o.prefix}:r${i}`,
         ephemeralCache: o.cache === "off" ? false : undefined,
         enableTelemetry: false,
         analytics: false,
       }),
   );
-  const one = (rl: Ratelimit, id: string) => {
-    // The peer reads Date.now() only before its first await: replace it for exactly that span.
-    const real = Date.now;
-    const now = o.clock?.();
-    if (now !== undefined) Date.now = () => now;
-    try {
-      return rl.limit(id);
-    } finally {
-      Date.now = real;
-    }
-  };
   return {
     limit: async (id) => {
       let local = true;
@@ -127,7 +130,7 @@ export function contestant(e: Entry, o: ContestantOptions): Contestant {
         // an answer from the library's memory settles within a few microtasks; one that waits on I/O
         // cannot settle before the event loop turns
         let settled = false;
-        const pending = one(rl, id).finally(() => {
+        const pending = atTime(o.clock?.(), () => rl.limit(id)).finally(() => {
           settled = true;
         });
         for (let i = 0; i < 64 && !settled; i++) await null;

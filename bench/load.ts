@@ -9,6 +9,7 @@ import { dirname, join, relative } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import ts from "typescript";
 import type * as BridgeModule from "../src/bridge/index.js";
+import type * as RespModule from "../src/bridge/resp.js";
 import type * as IndexModule from "../src/index.js";
 
 export const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
@@ -58,3 +59,5 @@ const load = async <T>(path: string): Promise<T> =>
 
 export const edgelimit = await load<typeof IndexModule>("index.js");
 export const bridge = await load<typeof BridgeModule>("bridge/index.js");
+/** The bridge's own RESP client, for what a part asks Redis directly (not an entry's export). */
+export const resp = await load<typeof RespModule>("bridge/resp.js");

@@ -1,208 +1,164 @@
-// What one decision costs inside Redis, per algorithm and path, edgelimit against @upstash/ratelimit:
-// the commands Redis runs (EVALSHA plus every command the script runs, as INFO commandstats counts
-// them) and the server time per EVALSHA (commandstats usec, which includes the script's commands).
-//
-// Each library's real command is captured from the library itself (a recording stand-in for the
-// client), for many identifiers at one injected time, then sent straight to one redis-server over RESP
-// (pipelined: the client's speed does not enter the server's figures). Every identifier is sent three
-// times: its first decision in a window, a later one (still allowed), and a denied one (limit 2).
-// Both libraries run on the same redis-server, interleaved, several rounds; the figures are medians.
-//
-//   node --import tsx bench/lua-cost.ts [--rounds 7] [--ids 2000] [--redis redis://127.0.0.1:6379]
+// Part 2, what one decision costs inside Redis, and the machinery part 8 shares: each library's real
+// EVALSHA captured from the library itself (edgelimit's through an in-process fetch, the peer's through
+// a recording client), for many identifiers at one injected time, then sent pipelined over RESP to a
+// private redis-server (the client's speed does not enter the server's figures). Every identifier is
+// sent three times: its first decision in a window, a later one (still allowed), a denied one (limit 2).
 import { Ratelimit } from "@upstash/ratelimit";
 import type { Redis } from "@upstash/redis";
-import { startRedisServer } from "../src/bridge/index.js";
-import { connectRedis, type RedisConnection } from "../src/bridge/resp.js";
+import type { RedisConnection } from "../src/bridge/resp.js";
 import { stripUnknownShebangFlags } from "../src/bridge/scripts.js";
-import { ONE_RULE_SCRIPTS, SCRIPTS } from "../src/engine/generated/scripts.js";
+import * as generated from "../src/engine/generated/scripts.js";
+import type { LimiterOptions } from "../src/index.js";
+import { type Algo, ourRule, PAIRS, pairName, peerLimiter } from "./contestants.js";
 import {
-  fixedWindow,
-  gcra,
-  Limiter,
-  type RuleConfig,
-  slidingLog,
-  slidingWindow,
-  tokenBucket,
-} from "../src/index.js";
+  atTime,
+  check,
+  commandNames,
+  commandStats,
+  log,
+  type Part,
+  type Spread,
+  spread,
+  startRedis,
+  table,
+  vs,
+} from "./harness.js";
+import { edgelimit } from "./load.js";
+import { type RedisBenchmark, redisBenchmark } from "./lua-redis-benchmark.js";
 
-export type LuaAlgo = "fixedWindow" | "slidingWindow" | "tokenBucket" | "gcra" | "slidingLog";
 export type LuaPath = "first" | "later" | "denied";
 export const LUA_PATHS: readonly LuaPath[] = ["first", "later", "denied"];
 
-/** Each edgelimit algorithm and the peer algorithm it is measured against (none for the sliding log). */
-export const LUA_PAIRS: readonly { algo: LuaAlgo; peer?: "fixedWindow" | "slidingWindow" | "tokenBucket" }[] =
-  [
-    { algo: "fixedWindow", peer: "fixedWindow" },
-    { algo: "slidingWindow", peer: "slidingWindow" },
-    { algo: "tokenBucket", peer: "tokenBucket" },
-    { algo: "gcra", peer: "tokenBucket" },
-    { algo: "slidingLog" },
-  ];
-
-export interface LuaCostRow {
-  algo: LuaAlgo;
-  /** The peer's algorithm this row compares with (undefined: no peer). */
-  peer?: string;
-  path: LuaPath;
-  /** Commands per decision, EVALSHA included. */
-  commands: number;
-  peerCommands?: number;
-  /** The commands inside the script, by name, per decision. */
-  inner: Record<string, number>;
-  peerInner?: Record<string, number>;
-  /** usec per EVALSHA: the median over every sample (a batch of BATCH decisions). */
-  usec: number;
-  peerUsec?: number;
-  /** The first and third quartiles of the samples, to judge the spread. */
-  usecQuartiles: [number, number];
-  peerUsecQuartiles?: [number, number];
-}
-
-export interface LuaCostOptions {
-  /** Rounds: each sends every identifier through every path, for both libraries. */
-  rounds?: number;
-  /** Identifiers per round: each is sent once per path. */
-  ids?: number;
-  /** A redis-server to use; by default one of its own is started (and stopped). */
-  redisUrl?: string;
-  log?: (line: string) => void;
-}
-
 /** Decisions per sample (one RESETSTAT ... INFO commandstats span). */
-export const BATCH = 50;
+const BATCH = 50;
 /** Two units per hour: call 1 is a first decision, call 2 a later one, call 3 a denial. */
 export const LIMIT = 2;
-export const WINDOW = 3_600_000;
+const WINDOW = 3_600_000;
 /** A round hour plus 17 minutes: mid-window for every algorithm. */
-export const NOW = 1_700_000_000_000 - (1_700_000_000_000 % WINDOW) + 17 * 60_000;
+const NOW = 1_700_000_000_000 - (1_700_000_000_000 % WINDOW) + 17 * 60_000;
+
+/** Each library's rule of `limit` units per hour (buckets: `limit` deep, one unit back an hour). */
+export const hourly = (limit: number) =>
+  [
+    { limit, window: WINDOW },
+    { capacity: limit, refillRate: 1, interval: WINDOW },
+  ] as const;
 
 export interface Command {
   sha: string;
   keys: string[];
   args: string[];
 }
+export const evalsha = (c: Command) => ["EVALSHA", c.sha, String(c.keys.length), ...c.keys, ...c.args];
 
-export function ourRule(algo: LuaAlgo, limit: number): RuleConfig {
-  switch (algo) {
-    case "fixedWindow":
-      return fixedWindow({ limit, window: WINDOW });
-    case "slidingWindow":
-      return slidingWindow({ limit, window: WINDOW });
-    case "slidingLog":
-      return slidingLog({ limit, window: WINDOW });
-    case "tokenBucket":
-      return tokenBucket({ capacity: limit, refillRate: 1, interval: WINDOW });
-    case "gcra":
-      return gcra({ limit: 1, period: WINDOW, burst: limit });
-  }
-}
-
-export function peerAlgorithm(algo: "fixedWindow" | "slidingWindow" | "tokenBucket", limit: number) {
-  switch (algo) {
-    case "fixedWindow":
-      return Ratelimit.fixedWindow(limit, `${WINDOW} ms`);
-    case "slidingWindow":
-      return Ratelimit.slidingWindow(limit, `${WINDOW} ms`);
-    case "tokenBucket":
-      return Ratelimit.tokenBucket(1, `${WINDOW} ms`, limit);
-  }
-}
+/** setup: commands that store an override (or the peer's dynamic limit), sent before, not measured. */
+export type Captured = { setup: string[][]; decisions: Command[] };
 
 /**
- * The EVALSHA each of `ids` would send through edgelimit's Limiter (captured, not rebuilt), for the
- * algorithm's rule of `limit` units per hour at one fixed time.
+ * What edgelimit's Limiter sends for `ids`: `before(limiter, id)` for each (not measured), then one
+ * decision each, at NOW. Its transport speaks the REST protocol itself, so `fetch` is the capture.
  */
 export async function captureOurs(
-  algo: LuaAlgo,
-  prefix: string,
+  options: Omit<LimiterOptions, "redis">,
   ids: string[],
-  limit = LIMIT,
-): Promise<Command[]> {
-  const out: Command[] = [];
-  // fetch answered here: the Limiter speaks the REST protocol itself, so its pipeline bodies are the capture
+  before?: (limiter: InstanceType<typeof edgelimit.Limiter>, id: string) => Promise<unknown>,
+): Promise<Captured> {
+  const setup: string[][] = [];
+  const decisions: Command[] = [];
   const realFetch = globalThis.fetch;
   globalThis.fetch = (async (_url: unknown, init?: { body?: unknown }) => {
-    const commands = JSON.parse(String(init?.body)) as string[][];
-    const replies = commands.map((cmd) => {
-      if (String(cmd[0]).toUpperCase() === "EVALSHA") {
-        const n = Number(cmd[2]);
-        out.push({ sha: cmd[1]!, keys: cmd.slice(3, 3 + n).map(String), args: cmd.slice(3 + n).map(String) });
-      }
-      return { result: 1 };
+    const body = JSON.parse(String(init?.body)) as unknown[];
+    const single = typeof body[0] === "string";
+    const commands = (single ? [body] : body) as string[][];
+    for (const cmd of commands.map((c) => c.map(String))) {
+      const n = Number(cmd[2]);
+      if (cmd[0]!.toUpperCase() === "EVALSHA")
+        decisions.push({ sha: cmd[1]!, keys: cmd.slice(3, 3 + n), args: cmd.slice(3 + n) });
+      else setup.push(cmd);
+    }
+    const replies = commands.map(() => ({ result: 1 }));
+    return new Response(JSON.stringify(single ? replies[0] : replies), {
+      headers: { "content-type": "application/json" },
     });
-    return new Response(JSON.stringify(replies), { headers: { "content-type": "application/json" } });
   }) as typeof fetch;
-  const limiter = new Limiter({
+  const limiter = new edgelimit.Limiter({
     redis: { url: "http://capture.invalid", token: "capture" },
-    prefix,
-    rules: { r0: ourRule(algo, limit) },
     denyCache: false,
     clock: () => NOW,
+    ...options,
   });
   try {
-    for (const id of ids) await limiter.limit(id);
+    if (before) for (const id of ids) await before(limiter, id);
+    // the stand-in's replies are not decisions: only the command sent matters here
+    for (const id of ids) await limiter.limit(id).catch(() => undefined);
   } finally {
     globalThis.fetch = realFetch;
   }
-  if (out.length !== ids.length)
-    throw new Error(`lua-cost: captured ${out.length} commands for ${ids.length} ids`);
-  return out;
+  if (decisions.length !== ids.length)
+    throw new Error(`captured ${decisions.length} EVALSHA for ${ids.length} identifiers`);
+  return { setup, decisions };
 }
 
-/** The EVALSHA each of `ids` would send through @upstash/ratelimit, and its script (shebang flags this Redis knows). */
+/** What @upstash/ratelimit sends for `ids` at NOW, through a recording client, and its script. */
 export async function capturePeer(
-  algo: "fixedWindow" | "slidingWindow" | "tokenBucket",
+  algo: Algo,
+  limit: number,
   prefix: string,
   ids: string[],
-  limit = LIMIT,
-): Promise<{ script: string; commands: Omit<Command, "sha">[] }> {
+  dynamic?: { set: boolean },
+): Promise<Captured & { script: string }> {
   let script = "";
-  const commands: Omit<Command, "sha">[] = [];
+  const setup: string[][] = [];
+  const decisions: Command[] = [];
   const redis = {
     evalsha: async () => {
       throw new Error("NOSCRIPT No matching script");
     },
     eval: async (text: string, keys: string[], args: unknown[]) => {
       script = text;
-      commands.push({ keys: keys.map(String), args: args.map(String) });
+      decisions.push({ sha: "", keys: keys.map(String), args: args.map(String) });
       return algo === "tokenBucket" ? [1, 1, 1] : [1, 1];
+    },
+    set: async (key: string, value: unknown) => {
+      setup.push(["SET", key, String(value)]);
+      return "OK";
     },
   };
   const limiter = new Ratelimit({
     redis: redis as unknown as Redis,
-    limiter: peerAlgorithm(algo, limit),
+    limiter: peerLimiter(algo, ...hourly(dynamic?.set ? 1 : limit)),
     prefix,
     ephemeralCache: false,
     enableTelemetry: false,
     analytics: false,
+    ...(dynamic ? { dynamicLimits: true } : {}),
   });
-  const real = Date.now;
-  for (const id of ids) {
-    // the peer reads Date.now() before its first await
-    Date.now = () => NOW;
-    try {
-      await limiter.limit(id);
-    } finally {
-      Date.now = real;
-    }
-  }
-  return { script: stripUnknownShebangFlags(script), commands };
+  if (dynamic?.set) await limiter.setDynamicLimit({ limit });
+  for (const id of ids) await atTime(NOW, () => limiter.limit(id));
+  return { script: stripUnknownShebangFlags(script), setup, decisions };
 }
 
-const ADMIN = new Set(["info", "config", "config|resetstat", "script", "script|load", "ping", "flushall"]);
-
-interface Stat {
-  calls: number;
-  usec: number;
+/** Loads every script edgelimit ships, whichever the Limiter picks: SHA-1 → its export's name. */
+export async function loadOurs(conn: RedisConnection): Promise<Map<string, string>> {
+  const texts = new Map<string, string>();
+  const visit = (value: unknown, name: string) => {
+    if (!value || typeof value !== "object") return;
+    if ("text" in value && typeof value.text === "string") {
+      if (!texts.has(value.text)) texts.set(value.text, name);
+    } else for (const [key, inner] of Object.entries(value)) visit(inner, key);
+  };
+  // the top-level exports first: their names are the ones to show
+  const exports = Object.entries(generated).sort(([, a], [, b]) => Number("text" in b) - Number("text" in a));
+  for (const [name, value] of exports) visit(value, name);
+  const shas = new Map<string, string>();
+  for (const [text, name] of texts) shas.set(String(await conn.call("SCRIPT", "LOAD", text)), name);
+  return shas;
 }
 
-export function parseStats(info: string): Map<string, Stat> {
-  const out = new Map<string, Stat>();
-  for (const line of info.split("\n")) {
-    const m = /^cmdstat_([^:]+):calls=(\d+),usec=(\d+)/.exec(line.trim());
-    if (m && !ADMIN.has(m[1]!)) out.set(m[1]!, { calls: Number(m[2]), usec: Number(m[3]) });
-  }
-  return out;
+/** The peer's captured calls, as EVALSHA of its script loaded. */
+export async function asEvalsha(conn: RedisConnection, c: Captured & { script: string }) {
+  const sha = String(await conn.call("SCRIPT", "LOAD", c.script));
+  return c.decisions.map((d) => ({ ...d, sha }));
 }
 
 export interface Sample {
@@ -212,166 +168,163 @@ export interface Sample {
 }
 
 /** Sends `commands` (pipelined) between a RESETSTAT and an INFO commandstats: what each cost. */
-export async function measure(conn: RedisConnection, commands: Command[]): Promise<Sample> {
+async function measure(conn: RedisConnection, commands: Command[]): Promise<Sample> {
   await conn.call("CONFIG", "RESETSTAT");
-  const replies = await conn.send(
-    commands.map((c) => ["EVALSHA", c.sha, String(c.keys.length), ...c.keys, ...c.args]),
-  );
-  const failed = replies.find((r) => r instanceof Error);
+  const failed = (await conn.send(commands.map(evalsha))).find((r) => r instanceof Error);
   if (failed) throw failed;
-  const stats = parseStats(String(await conn.call("INFO", "commandstats")));
+  const stats = await commandStats(conn);
   const n = commands.length;
-  const evalsha = stats.get("evalsha");
-  if (!evalsha || evalsha.calls !== n)
-    throw new Error(`lua-cost: expected ${n} EVALSHA, saw ${evalsha?.calls}`);
+  const calls = stats.get("evalsha");
+  if (!calls || calls.calls !== n) throw new Error(`expected ${n} EVALSHA, saw ${calls?.calls}`);
   let total = 0;
   const inner: Record<string, number> = {};
   for (const [name, s] of stats) {
     total += s.calls;
     if (name !== "evalsha") inner[name] = s.calls / n;
   }
-  return { commands: total / n, inner, usec: evalsha.usec / n };
+  return { commands: total / n, inner, usec: calls.usec / n };
 }
 
-function quantile(values: number[], q: number): number {
-  const s = [...values].sort((a, b) => a - b);
-  const at = (s.length - 1) * q;
-  const low = Math.floor(at);
-  return s[low]! + (s[Math.min(low + 1, s.length - 1)]! - s[low]!) * (at - low);
-}
-export const median = (values: number[]) => quantile(values, 0.5);
-export const quartiles = (values: number[]): [number, number] => [
-  quantile(values, 0.25),
-  quantile(values, 0.75),
-];
-
-/** Loads every script the Limiter may send (the limiter script and the one-rule ones); their SHA-1s. */
-export async function loadOurs(conn: RedisConnection): Promise<Set<string>> {
-  const shas = new Set<string>();
-  for (const script of [SCRIPTS.limiter, ...Object.values(ONE_RULE_SCRIPTS)]) {
-    shas.add(String(await conn.call("SCRIPT", "LOAD", script.text)));
+/**
+ * Every path of one identifier in order. Within a path the identifiers go in batches, the contestants
+ * taking turns (who goes first rotating from batch to batch): each batch is one sample, so a batch in
+ * which the scheduler took Redis off the CPU (a shared machine) is an outlier the median ignores
+ * instead of a few µs smeared over every call.
+ */
+async function replay(conn: RedisConnection, round: number, contestants: Command[][], samples: Samples) {
+  for (const path of LUA_PATHS) {
+    for (let at = 0, b = 0; at < contestants[0]!.length; at += BATCH, b++) {
+      for (let j = 0; j < contestants.length; j++) {
+        const i = (j + round + b) % contestants.length;
+        samples[i]![path].push(await measure(conn, contestants[i]!.slice(at, at + BATCH)));
+      }
+    }
   }
-  return shas;
 }
+/** Each contestant's samples, by path. */
+type Samples = Record<LuaPath, Sample[]>[];
+const newSamples = (n: number): Samples =>
+  Array.from({ length: n }, () => ({ first: [], later: [], denied: [] }));
 
-/** Runs the whole measurement and returns one row per algorithm and path. */
-export async function measureLuaCost(options: LuaCostOptions = {}): Promise<LuaCostRow[]> {
-  const rounds = options.rounds ?? 7;
-  const idCount = options.ids ?? 2000;
-  const log = options.log ?? (() => {});
-  const server = options.redisUrl ? undefined : await startRedisServer();
-  const conn = await connectRedis(options.redisUrl ?? server!.url);
+export interface Cost {
+  /** Commands per decision, EVALSHA included, and the commands inside the script by name. */
+  commands: number;
+  inner: Record<string, number>;
+  /** usec per EVALSHA over the samples (a batch of BATCH decisions each). */
+  usec: Spread;
+}
+const cost = (samples: Sample[]): Cost => ({
+  commands: spread(samples.map((s) => s.commands)).median,
+  inner: samples[0]!.inner,
+  usec: spread(samples.map((s) => s.usec)),
+});
+
+/**
+ * For each pair, `rounds` rounds of `idCount` fresh identifiers: what each contestant sends for them,
+ * captured (`ourScript` checks edgelimit's against the scripts loaded and names it), replayed in turns;
+ * each contestant's cost per path, in the order `contestants` returns them.
+ */
+export async function measureCosts<P extends { algo: Algo; peer?: Algo }>(
+  pairs: readonly P[],
+  rounds: number,
+  idCount: number,
+  contestants: (
+    pair: P,
+    ids: string[],
+    conn: RedisConnection,
+    ourScript: (c: Command[]) => string,
+  ) => Promise<Command[][]>,
+) {
+  const redis = await startRedis();
   try {
-    const ourShas = await loadOurs(conn);
-    const rows: LuaCostRow[] = [];
-    for (const pair of LUA_PAIRS) {
-      log(`lua-cost: ${pair.algo}${pair.peer ? ` vs the peer's ${pair.peer}` : ""}`);
-      const ours: Record<LuaPath, Sample[]> = { first: [], later: [], denied: [] };
-      const peer: Record<LuaPath, Sample[]> = { first: [], later: [], denied: [] };
+    const shas = await loadOurs(redis.conn);
+    const ourScript = (c: Command[]) => {
+      if (!c.every((d) => shas.has(d.sha)))
+        throw new Error("the Limiter sends a script this file does not load");
+      return shas.get(c[0]!.sha)!;
+    };
+    const rows: (P & { path: LuaPath; costs: Cost[] })[] = [];
+    for (const pair of pairs) {
+      log(`redis cost: ${pair.algo}${pair.peer ? ` vs the peer's ${pair.peer}` : ""}`);
+      let samples: Samples | undefined;
       for (let round = 0; round < rounds; round++) {
         const ids = Array.from({ length: idCount }, (_, i) => `u${round}-${i}`);
-        const mine = await captureOurs(pair.algo, `lc-${pair.algo}`, ids);
-        if (!mine.every((command) => ourShas.has(command.sha)))
-          throw new Error("lua-cost: the Limiter sends a script this file does not load");
-        let theirs: Command[] = [];
-        if (pair.peer) {
-          const captured = await capturePeer(pair.peer, `lc-peer-${pair.algo}`, ids);
-          const sha = String(await conn.call("SCRIPT", "LOAD", captured.script));
-          theirs = captured.commands.map((c) => ({ sha, ...c }));
-        }
-        // Every path of one identifier runs in order. Within a path the identifiers go in small batches,
-        // ours and the peer's taking turns (who goes first alternates): each batch is one sample, so a
-        // batch in which the scheduler took Redis off the CPU (a shared machine) is an outlier the
-        // median ignores instead of a few µs smeared over every call.
-        for (const path of LUA_PATHS) {
-          for (let at = 0, b = 0; at < ids.length; at += BATCH, b++) {
-            const order = (round + b) % 2 === 0 ? (["ours", "peer"] as const) : (["peer", "ours"] as const);
-            for (const who of order) {
-              if (who === "ours") ours[path].push(await measure(conn, mine.slice(at, at + BATCH)));
-              else if (theirs.length > 0) peer[path].push(await measure(conn, theirs.slice(at, at + BATCH)));
-            }
-          }
-        }
+        const cs = await contestants(pair, ids, redis.conn, ourScript);
+        samples ??= newSamples(cs.length);
+        await replay(redis.conn, round, cs, samples);
       }
-      for (const path of LUA_PATHS) {
-        const o = ours[path];
-        const p = peer[path];
-        rows.push({
-          algo: pair.algo,
-          peer: pair.peer,
-          path,
-          commands: median(o.map((s) => s.commands)),
-          inner: o[0]!.inner,
-          usec: median(o.map((s) => s.usec)),
-          usecQuartiles: quartiles(o.map((s) => s.usec)),
-          ...(p.length > 0
-            ? {
-                peerCommands: median(p.map((s) => s.commands)),
-                peerInner: p[0]!.inner,
-                peerUsec: median(p.map((s) => s.usec)),
-                peerUsecQuartiles: quartiles(p.map((s) => s.usec)),
-              }
-            : {}),
-        });
-      }
+      for (const path of LUA_PATHS) rows.push({ ...pair, path, costs: samples!.map((s) => cost(s[path])) });
     }
     return rows;
   } finally {
-    await conn.close();
-    await server?.stop();
+    await redis.stop();
   }
 }
 
-const inner = (r: Record<string, number> | undefined) =>
-  r
-    ? Object.entries(r)
-        .map(([name, n]) => `${name.toUpperCase()}${n === 1 ? "" : `×${Number(n.toFixed(2))}`}`)
-        .join(" ") || "–"
-    : "";
-
-/** The rows as a Markdown table. */
-export function luaCostTable(rows: LuaCostRow[]): string {
-  const head = [
-    "algorithm",
-    "path",
-    "commands (ours)",
-    "commands (peer)",
-    "µs/EVALSHA (ours)",
-    "µs/EVALSHA (peer)",
-    "ratio",
-    "script runs (ours)",
-    "script runs (peer)",
-  ];
-  const lines = [`| ${head.join(" | ")} |`, `|${head.map((_, i) => (i < 2 ? "---" : "---:")).join("|")}|`];
-  for (const r of rows) {
-    const algo = r.peer && r.peer !== r.algo ? `${r.algo} (peer: ${r.peer})` : r.algo;
-    lines.push(
-      `| ${[
-        algo,
-        r.path,
-        Number(r.commands.toFixed(2)),
-        r.peerCommands === undefined ? "–" : Number(r.peerCommands.toFixed(2)),
-        r.usec.toFixed(2),
-        r.peerUsec === undefined ? "–" : r.peerUsec.toFixed(2),
-        r.peerUsec === undefined ? "–" : `${(r.usec / r.peerUsec).toFixed(2)}×`,
-        inner(r.inner),
-        inner(r.peerInner) || "–",
-      ].join(" | ")} |`,
-    );
-  }
-  return lines.join("\n");
-}
-
-if (import.meta.url === `file://${process.argv[1]}`) {
-  const arg = (name: string) => {
-    const i = process.argv.indexOf(`--${name}`);
-    return i > 0 ? process.argv[i + 1] : undefined;
-  };
-  const rows = await measureLuaCost({
-    rounds: arg("rounds") ? Number(arg("rounds")) : undefined,
-    ids: arg("ids") ? Number(arg("ids")) : undefined,
-    redisUrl: arg("redis"),
-    log: (line) => process.stderr.write(`${line}\n`),
+const measureLuaCost = (rounds: number, idCount: number) =>
+  measureCosts(PAIRS, rounds, idCount, async ({ algo, peer }, ids, conn, ourScript) => {
+    const mine = (
+      await captureOurs({ prefix: `lc-${algo}`, rules: { r0: ourRule(algo, ...hourly(LIMIT)) } }, ids)
+    ).decisions;
+    ourScript(mine);
+    if (!peer) return [mine];
+    return [mine, await asEvalsha(conn, await capturePeer(peer, LIMIT, `lc-peer-${algo}`, ids))];
   });
-  console.log(luaCostTable(rows));
-}
+type LuaCostRow = Awaited<ReturnType<typeof measureLuaCost>>[number];
+
+const commands = (c: Cost | undefined) => (c ? Number(c.commands.toFixed(2)) : "–");
+/** The largest ratio as the table shows it (two decimals). */
+const worst = (ratios: number[]) =>
+  ratios.length ? Math.max(...ratios.map((x) => Number(x.toFixed(2)))) : undefined;
+
+export const lua: Part<{ rows: LuaCostRow[]; redisBenchmark: RedisBenchmark }> = {
+  name: "lua",
+  title: "## 2. Redis commands and µs per decision",
+  alone: true,
+  run: async ({ smoke }) => ({
+    rows: await measureLuaCost(smoke ? 1 : 7, smoke ? 200 : 2000),
+    redisBenchmark: await redisBenchmark(smoke ? 1 : 5, smoke ? 10_000 : 100_000),
+  }),
+  render({ rows, redisBenchmark: rb }) {
+    const body = rows.map((r) => [
+      pairName(r),
+      r.path,
+      commands(r.costs[0]),
+      commands(r.costs[1]),
+      ...vs(r.costs[0]!.usec.median, r.costs[1]?.usec.median, (x) => x.toFixed(2)),
+      commandNames(r.costs[0]!.inner),
+      r.costs[1] ? commandNames(r.costs[1].inner) : "–",
+    ]);
+    return `bench/lua-cost.ts: each library's real EVALSHA, captured from the library, sent straight to one redis-server,
+both libraries interleaved; commands as INFO commandstats counts them (EVALSHA and every command inside:
+Upstash bills both), µs its usec per EVALSHA. One rule; ratio is edgelimit ÷ peer.
+
+${table(["algorithm | path | commands (ours) | commands (peer) | µs/EVALSHA (ours) | µs/EVALSHA (peer) | ratio", "script runs (ours) | script runs (peer)"], body, 2)}
+
+bench/lua-redis-benchmark.ts: the same captured EVALSHA replayed by redis-benchmark (a fresh key each call for
+\`first\`, one key for \`later\` and \`denied\`), usec_per_call from INFO commandstats after each run, the two
+libraries in turns.
+
+redis-benchmark, ${rb.requests} EVALSHA a run, -P 16, ${rb.rounds} rounds, medians${rb.pinned ? ", pinned" : ""}.
+
+${table(
+  ["algorithm | path | µs/EVALSHA (ours) | µs/EVALSHA (peer) | ratio"],
+  rb.rows.map((r) => [pairName(r), r.path, ...vs(r.ours, r.theirs, (x) => x.toFixed(2))]),
+  2,
+)}`;
+  },
+  /** Redis µs per EVALSHA at most the peer's, every algorithm and path, in each of the two tables. */
+  goals(r) {
+    const lean =
+      r && worst(r.rows.flatMap(({ costs: [o, p] }) => (p ? [o!.usec.median / p.usec.median] : [])));
+    const rb = r && worst(r.redisBenchmark.rows.map((x) => x.ours / x.theirs));
+    return [
+      ["bench/lua-cost.ts", lean],
+      ["redis-benchmark", rb],
+    ].map(([name, x]) => [
+      `Redis µs per EVALSHA ≤ 1.0× the peer's, every path (${name}, part 2)`,
+      x === undefined ? "–" : `at most ${(x as number).toFixed(2)}×`,
+      check(x === undefined ? undefined : (x as number) <= 1),
+    ]);
+  },
+};

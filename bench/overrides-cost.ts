@@ -1,382 +1,197 @@
-// What one decision costs inside Redis with overrides on, per algorithm and path, beside
-// @upstash/ratelimit with `dynamicLimits: true`: commands (EVALSHA plus every command inside, as INFO
-// commandstats counts them) and the server µs per EVALSHA. The machinery of bench/lua-cost.ts: each
-// library's real EVALSHA is captured from the library (edgelimit's through an in-process fetch, the
-// peer's through a recording client), then replayed pipelined to one private redis-server.
-//
-// edgelimit, one rule, effective limit 2 per hour in every case (call 1 first, 2 later, 3 denied):
-//   off      overrides off (today's lean path), limit 2
-//   none     overrides: true, no override stored, limit 2
-//   plan     overrides: true, base limit 1, `overrides.set(id, { plan: "pro" })`, pro raises it to 2
-//   custom   overrides: true, base limit 1, `overrides.set(id, { rules: { r0: { …: 2 } } })`
-// the peer, dynamicLimits: true:
-//   unset    no dynamic limit set, limit 2
-//   set      limit 1, `setDynamicLimit({ limit: 2 })`
+// Part 8: what one decision costs inside Redis with overrides on, beside @upstash/ratelimit with
+// `dynamicLimits: true`, with the machinery of bench/lua-cost.ts; the cases are the section's columns.
 // Stored overrides and the dynamic limit are written with the commands the libraries send for them
 // (captured the same way), before the measured decisions and outside their commandstats.
-//
-//   node --import tsx bench/overrides-cost.ts [--rounds 7] [--ids 2000] [--redis redis://127.0.0.1:6379]
-import { Ratelimit } from "@upstash/ratelimit";
-import type { Redis } from "@upstash/redis";
-import { startRedisServer } from "../src/bridge/index.js";
-import { connectRedis, type RedisConnection } from "../src/bridge/resp.js";
-import { stripUnknownShebangFlags } from "../src/bridge/scripts.js";
-import * as generated from "../src/engine/generated/scripts.js";
-import { Limiter } from "../src/index.js";
+import type { RedisConnection } from "../src/bridge/resp.js";
+import { type Algo, ourRule, PAIRS, pairName } from "./contestants.js";
+import { check, commandNames, type Goal, type Part, table } from "./harness.js";
 import {
-  BATCH,
+  asEvalsha,
   type Command,
+  type Cost,
+  captureOurs,
+  capturePeer,
+  hourly,
   LIMIT,
-  LUA_PATHS,
-  type LuaPath,
-  measure,
-  median,
-  NOW,
-  ourRule,
-  peerAlgorithm,
-  quartiles,
-  type Sample,
+  measureCosts,
 } from "./lua-cost.js";
 
-type Algo = "fixedWindow" | "slidingWindow" | "tokenBucket" | "gcra";
-type PeerAlgo = "fixedWindow" | "slidingWindow" | "tokenBucket";
-export type OursCase = "off" | "none" | "plan" | "custom";
-export type PeerCase = "unset" | "set";
-export const OURS_CASES: readonly OursCase[] = ["off", "none", "plan", "custom"];
-export const PEER_CASES: readonly PeerCase[] = ["unset", "set"];
-
-const PAIRS: readonly { algo: Algo; peer: PeerAlgo }[] = [
-  { algo: "fixedWindow", peer: "fixedWindow" },
-  { algo: "slidingWindow", peer: "slidingWindow" },
-  { algo: "tokenBucket", peer: "tokenBucket" },
-  { algo: "gcra", peer: "tokenBucket" },
-];
+const OURS = ["off", "none", "plan", "custom"] as const;
+const PEER = ["unset", "set"] as const;
+const CASES = [...OURS, ...PEER];
+type Case = (typeof CASES)[number];
 
 /** The constructor field that holds each rule's capacity: what the plan and the custom override raise. */
-const CAPACITY: Record<Algo, string> = {
+const CAPACITY: Partial<Record<Algo, string>> = {
   fixedWindow: "limit",
   slidingWindow: "limit",
   tokenBucket: "capacity",
   gcra: "burst",
 };
 
-export interface Cost {
-  commands: number;
-  inner: Record<string, number>;
-  usec: number;
-  usecQuartiles: [number, number];
-}
-
-export interface OverridesCostRow {
-  algo: Algo;
-  peer: PeerAlgo;
-  path: LuaPath;
-  /** The generated script each case sends (its export name in src/engine/generated/scripts.ts). */
-  scripts: Record<OursCase, string>;
-  ours: Record<OursCase, Cost>;
-  peerCost: Record<PeerCase, Cost>;
-}
-
-interface Captured {
-  /** Commands that store the override (or the dynamic limit): sent before, not measured. */
-  setup: string[][];
-  decisions: Command[];
-}
-
-/** edgelimit's commands for `ids` in one case: what `overrides.set()` and `limit()` send, as sent. */
-async function captureOurs(algo: Algo, which: OursCase, prefix: string, ids: string[]): Promise<Captured> {
-  const setup: string[][] = [];
-  const decisions: Command[] = [];
-  const realFetch = globalThis.fetch;
-  globalThis.fetch = (async (_url: unknown, init?: { body?: unknown }) => {
-    const body = JSON.parse(String(init?.body)) as unknown[];
-    const single = typeof body[0] === "string";
-    const commands = (single ? [body] : body) as string[][];
-    for (const cmd of commands) {
-      if (String(cmd[0]).toUpperCase() === "EVALSHA") {
-        const n = Number(cmd[2]);
-        decisions.push({
-          sha: String(cmd[1]),
-          keys: cmd.slice(3, 3 + n).map(String),
-          args: cmd.slice(3 + n).map(String),
-        });
-      } else setup.push(cmd.map(String));
-    }
-    const replies = commands.map(() => ({ result: 1 }));
-    return new Response(JSON.stringify(single ? replies[0] : replies), {
-      headers: { "content-type": "application/json" },
-    });
-  }) as typeof fetch;
-  const on = which !== "off";
-  const base = which === "plan" || which === "custom" ? 1 : LIMIT;
-  const raise = { r0: { [CAPACITY[algo]]: LIMIT } };
-  const limiter = new Limiter({
-    redis: { url: "http://capture.invalid", token: "capture" },
-    prefix,
-    rules: { r0: ourRule(algo, base) },
-    ...(on ? { plans: { pro: raise }, overrides: true } : {}),
-    denyCache: false,
-    clock: () => NOW,
-  });
-  try {
-    for (const id of ids) {
-      if (which === "plan") await limiter.overrides.set(id, { plan: "pro" });
-      if (which === "custom") await limiter.overrides.set(id, { rules: raise });
-    }
-    // the stand-in's replies are not decisions: only the command sent matters here
-    for (const id of ids) await limiter.limit(id).catch(() => undefined);
-  } finally {
-    globalThis.fetch = realFetch;
-  }
-  if (decisions.length !== ids.length)
-    throw new Error(`overrides-cost: captured ${decisions.length} EVALSHA for ${ids.length} ids`);
-  return { setup, decisions };
-}
-
-/** The peer's commands for `ids` with dynamicLimits on, and its script. */
-async function capturePeer(
-  algo: PeerAlgo,
-  which: PeerCase,
-  prefix: string,
-  ids: string[],
-): Promise<Captured & { script: string }> {
-  let script = "";
-  const setup: string[][] = [];
-  const calls: Omit<Command, "sha">[] = [];
-  const redis = {
-    evalsha: async () => {
-      throw new Error("NOSCRIPT No matching script");
-    },
-    eval: async (text: string, keys: string[], args: unknown[]) => {
-      script = text;
-      calls.push({ keys: keys.map(String), args: args.map(String) });
-      return algo === "tokenBucket" ? [1, 1, 1] : [1, 1];
-    },
-    set: async (key: string, value: unknown) => {
-      setup.push(["SET", key, String(value)]);
-      return "OK";
-    },
-  };
-  const limiter = new Ratelimit({
-    redis: redis as unknown as Redis,
-    limiter: peerAlgorithm(algo, which === "set" ? 1 : LIMIT),
-    prefix,
-    ephemeralCache: false,
-    enableTelemetry: false,
-    analytics: false,
-    dynamicLimits: true,
-  });
-  if (which === "set") await limiter.setDynamicLimit({ limit: LIMIT });
-  const real = Date.now;
-  for (const id of ids) {
-    Date.now = () => NOW;
-    try {
-      await limiter.limit(id);
-    } finally {
-      Date.now = real;
-    }
-  }
-  return {
-    script: stripUnknownShebangFlags(script),
-    setup,
-    decisions: calls.map((c) => ({ sha: "", ...c })),
-  };
-}
-
-/** Loads every script edgelimit ships (whatever the Limiter picks with overrides on): SHA-1 → its name. */
-async function loadOurs(conn: RedisConnection): Promise<Map<string, string>> {
-  const texts = new Map<string, string>();
-  const visit = (value: unknown, name: string) => {
-    if (!value || typeof value !== "object") return;
-    if ("text" in value && typeof value.text === "string") {
-      if (!texts.has(value.text)) texts.set(value.text, name);
-    } else for (const [key, inner] of Object.entries(value)) visit(inner, key);
-  };
-  // the top-level exports first: their names are the ones to show
-  const exports = Object.entries(generated).sort(([, a], [, b]) => Number("text" in b) - Number("text" in a));
-  for (const [name, value] of exports) visit(value, name);
-  const shas = new Map<string, string>();
-  for (const [text, name] of texts) shas.set(String(await conn.call("SCRIPT", "LOAD", text)), name);
-  return shas;
-}
-
 async function send(conn: RedisConnection, commands: string[][]): Promise<void> {
   for (let at = 0; at < commands.length; at += 1000) {
-    const replies = await conn.send(commands.slice(at, at + 1000));
-    const failed = replies.find((r) => r instanceof Error);
+    const failed = (await conn.send(commands.slice(at, at + 1000))).find((r) => r instanceof Error);
     if (failed) throw failed;
   }
 }
 
-const summary = (samples: Sample[]): Cost => ({
-  commands: median(samples.map((s) => s.commands)),
-  inner: samples[0]!.inner,
-  usec: median(samples.map((s) => s.usec)),
-  usecQuartiles: quartiles(samples.map((s) => s.usec)),
-});
-
-export async function measureOverridesCost(
-  options: { rounds?: number; ids?: number; redisUrl?: string; log?: (line: string) => void } = {},
-): Promise<OverridesCostRow[]> {
-  const rounds = options.rounds ?? 7;
-  const idCount = options.ids ?? 2000;
-  const log = options.log ?? (() => {});
-  const server = options.redisUrl ? undefined : await startRedisServer();
-  const conn = await connectRedis(options.redisUrl ?? server!.url);
-  try {
-    const ourShas = await loadOurs(conn);
-    const rows: OverridesCostRow[] = [];
-    const scripts = new Map<string, string>();
-    for (const pair of PAIRS) {
-      log(`overrides-cost: ${pair.algo} vs the peer's ${pair.peer} with dynamicLimits`);
-      const names = [...OURS_CASES.map((c) => `ours:${c}`), ...PEER_CASES.map((c) => `peer:${c}`)];
-      const samples = new Map<string, Record<LuaPath, Sample[]>>(
-        names.map((n) => [n, { first: [], later: [], denied: [] }]),
-      );
-      for (let round = 0; round < rounds; round++) {
-        const ids = Array.from({ length: idCount }, (_, i) => `u${round}-${i}`);
-        const contestants = new Map<string, Command[]>();
-        for (const which of OURS_CASES) {
-          const c = await captureOurs(pair.algo, which, `oc-${pair.algo}-${which}`, ids);
-          if (!c.decisions.every((d) => ourShas.has(d.sha)))
-            throw new Error("overrides-cost: the Limiter sends a script this file does not load");
-          scripts.set(`${pair.algo} ${which}`, ourShas.get(c.decisions[0]!.sha)!);
-          await send(conn, c.setup);
-          contestants.set(`ours:${which}`, c.decisions);
-        }
-        for (const which of PEER_CASES) {
-          const c = await capturePeer(pair.peer, which, `oc-peer-${pair.algo}-${which}`, ids);
-          const sha = String(await conn.call("SCRIPT", "LOAD", c.script));
-          await send(conn, c.setup);
-          contestants.set(
-            `peer:${which}`,
-            c.decisions.map((d) => ({ ...d, sha })),
-          );
-        }
-        // as in bench/lua-cost.ts: every path in order; within one, batches in which the contestants
-        // take turns, the order rotating from batch to batch
-        for (const path of LUA_PATHS) {
-          for (let at = 0, b = 0; at < ids.length; at += BATCH, b++) {
-            for (let k = 0; k < names.length; k++) {
-              const name = names[(round + b + k) % names.length]!;
-              const batch = contestants.get(name)!.slice(at, at + BATCH);
-              samples.get(name)![path].push(await measure(conn, batch));
-            }
-          }
-        }
+/** Per algorithm: the generated script each case of ours sends (its export name in src/engine/generated/scripts.ts). */
+async function measureOverridesCost(rounds: number, idCount: number) {
+  const scripts: Record<string, string> = {};
+  const rows = await measureCosts(
+    PAIRS.filter((p) => p.peer),
+    rounds,
+    idCount,
+    async ({ algo, peer }, ids, conn, ourScript) => {
+      const contestants: Command[][] = [];
+      for (const which of OURS) {
+        const raise = { r0: { [CAPACITY[algo]!]: LIMIT } };
+        const rules = { r0: ourRule(algo, ...hourly(which === "plan" || which === "custom" ? 1 : LIMIT)) };
+        const on = which === "off" ? {} : { plans: { pro: raise }, overrides: true };
+        const c = await captureOurs(
+          { prefix: `oc-${algo}-${which}`, rules, ...on },
+          ids,
+          async (limiter, id) => {
+            if (which === "plan") await limiter.overrides.set(id, { plan: "pro" });
+            if (which === "custom") await limiter.overrides.set(id, { rules: raise });
+          },
+        );
+        scripts[`${algo} ${which}`] = ourScript(c.decisions);
+        await send(conn, c.setup);
+        contestants.push(c.decisions);
       }
-      for (const path of LUA_PATHS) {
-        const of = (name: string) => summary(samples.get(name)![path]);
-        rows.push({
-          algo: pair.algo,
-          peer: pair.peer,
-          path,
-          scripts: Object.fromEntries(
-            OURS_CASES.map((c) => [c, scripts.get(`${pair.algo} ${c}`)!]),
-          ) as Record<OursCase, string>,
-          ours: Object.fromEntries(OURS_CASES.map((c) => [c, of(`ours:${c}`)])) as Record<OursCase, Cost>,
-          peerCost: Object.fromEntries(PEER_CASES.map((c) => [c, of(`peer:${c}`)])) as Record<PeerCase, Cost>,
-        });
+      for (const which of PEER) {
+        const c = await capturePeer(peer!, LIMIT, `oc-peer-${algo}-${which}`, ids, { set: which === "set" });
+        await send(conn, c.setup);
+        contestants.push(await asEvalsha(conn, c));
       }
-    }
-    return rows;
-  } finally {
-    await conn.close();
-    await server?.stop();
-  }
+      return contestants;
+    },
+  );
+  return rows.map(({ algo, peer, path, costs }) => ({
+    algo,
+    peer: peer!,
+    path,
+    scripts: Object.fromEntries(OURS.map((c) => [c, scripts[`${algo} ${c}`]!])),
+    costs: Object.fromEntries(CASES.map((c, i) => [c, costs[i]!])) as Record<Case, Cost>,
+  }));
 }
-
-const innerText = (r: Record<string, number>) =>
-  Object.entries(r)
-    .sort(([a], [b]) => a.localeCompare(b))
-    .map(([name, n]) => `${name.toUpperCase()}${n === 1 ? "" : `×${Number(n.toFixed(2))}`}`)
-    .join(" ") || "–";
-const count = (c: Cost) => `${Number(c.commands.toFixed(2))} (${innerText(c.inner)})`;
+type OverridesCostRow = Awaited<ReturnType<typeof measureOverridesCost>>[number];
 
 /** The most commands overrides add to a decision (a case on, against off), and where, over every row. */
-export function addedCommands(rows: OverridesCostRow[]): { added: number; where: string[] } {
+function addedCommands(rows: OverridesCostRow[]) {
   const all = rows.flatMap((r) =>
     (["none", "plan", "custom"] as const).map((c) => ({
-      added: r.ours[c].commands - r.ours.off.commands,
+      added: r.costs[c].commands - r.costs.off.commands,
       where: `${r.algo} ${r.path} ${c}`,
     })),
   );
   const added = Math.max(...all.map((x) => x.added));
-  return { added, where: all.filter((x) => x.added === added).map((x) => x.where) };
+  return { added: Number(added.toFixed(2)), where: all.filter((x) => x.added === added).map((x) => x.where) };
 }
 
 /** The worst µs ratio of each case on to the peer's like case: none ÷ unset, plan and custom ÷ set. */
-export function peerRatios(rows: OverridesCostRow[]): { none: number; stored: number } {
+function peerRatios(rows: OverridesCostRow[]) {
+  const r = (x: number) => x.toFixed(2);
   return {
-    none: Math.max(...rows.map((r) => r.ours.none.usec / r.peerCost.unset.usec)),
-    stored: Math.max(
-      ...rows.flatMap((r) => [
-        r.ours.plan.usec / r.peerCost.set.usec,
-        r.ours.custom.usec / r.peerCost.set.usec,
-      ]),
+    none: r(Math.max(...rows.map((x) => x.costs.none.usec.median / x.costs.unset.usec.median))),
+    stored: r(
+      Math.max(
+        ...rows.flatMap((x) =>
+          [x.costs.plan, x.costs.custom].map((c) => c.usec.median / x.costs.set.usec.median),
+        ),
+      ),
     ),
   };
 }
 
-/** Two Markdown tables (commands, µs) and the summary lines bench/report.ts reads its goals from. */
-export function overridesCostTable(rows: OverridesCostRow[]): string {
-  const algoName = (r: OverridesCostRow) => (r.peer === r.algo ? r.algo : `${r.algo} (peer: ${r.peer})`);
-  const head = [
-    "algorithm",
-    "path",
-    "off",
-    "on, none stored",
-    "on, plan stored",
-    "on, custom stored",
-    "peer, no dynamic limit",
-    "peer, dynamic limit set",
-  ];
-  const align = (h: string[]) => `|${h.map((_, i) => (i < 2 ? "---" : "---:")).join("|")}|`;
-  const commands = [`| ${head.join(" | ")} |`, align(head)];
-  const usec = [`| ${[...head, "ratio none ÷ no limit", "ratio plan, custom ÷ limit set"].join(" | ")} |`];
-  usec.push(align([...head, "", ""]));
-  for (const r of rows) {
-    const cells = [...OURS_CASES.map((c) => r.ours[c]), ...PEER_CASES.map((c) => r.peerCost[c])];
-    commands.push(`| ${[algoName(r), r.path, ...cells.map(count)].join(" | ")} |`);
-    usec.push(
-      `| ${[
-        algoName(r),
-        r.path,
-        ...cells.map((c) => `${c.usec.toFixed(2)} [${c.usecQuartiles.map((q) => q.toFixed(2)).join("–")}]`),
-        `${(r.ours.none.usec / r.peerCost.unset.usec).toFixed(2)}×`,
-        `${(r.ours.plan.usec / r.peerCost.set.usec).toFixed(2)}×, ${(r.ours.custom.usec / r.peerCost.set.usec).toFixed(2)}×`,
-      ].join(" | ")} |`,
-    );
-  }
-  const ratios = peerRatios(rows);
-  const added = addedCommands(rows);
-  return `Commands per decision (EVALSHA included; the script's commands in brackets):
+export const overrides: Part<OverridesCostRow[]> = {
+  name: "overrides",
+  title: "## 8. Overrides and dynamic limits",
+  alone: true,
+  run: ({ smoke }) => measureOverridesCost(smoke ? 1 : 7, smoke ? 200 : 2000),
+  render(rows, { versions }) {
+    const head = [
+      "algorithm | path | off | on, none stored | on, plan stored | on, custom stored",
+      "peer, no dynamic limit | peer, dynamic limit set",
+    ];
+    const count = (c: Cost) => `${Number(c.commands.toFixed(2))} (${commandNames(c.inner)})`;
+    const us = (c: Cost) =>
+      `${c.usec.median.toFixed(2)} [${c.usec.quartiles.map((q) => q.toFixed(2)).join("–")}]`;
+    const ratio = (r: OverridesCostRow, c: Case, of: Case) =>
+      `${(r.costs[c].usec.median / r.costs[of].usec.median).toFixed(2)}×`;
+    const ratios = peerRatios(rows);
+    const added = addedCommands(rows);
+    return `bench/overrides-cost.ts, with the machinery of part 2: each library's real EVALSHA, captured from the library,
+replayed pipelined to one redis-server, every contestant in turns batch by batch; commands as INFO
+commandstats counts them, µs its usec per EVALSHA. One rule, an effective limit of 2 per hour in every
+column (call 1 is \`first\`, 2 \`later\`, 3 \`denied\`). edgelimit: "off" is \`overrides\` off (part 2's
+lean scripts); "on" is \`overrides: true\` with no override stored (limit 2), with
+\`overrides.set(id, { plan: "pro" })\` stored (base limit 1, the plan raises it to 2), or with a custom
+override \`{ rules: { r0: { limit: 2 } } }\` stored (base limit 1; \`capacity\` for tokenBucket, \`burst\` for
+gcra). The peer: \`dynamicLimits: true\`, with no dynamic limit set (limit 2) or with
+\`setDynamicLimit({ limit: 2 })\` (limit 1). The override and the dynamic limit are written before the measured
+decisions with the commands each library sends for them, outside the measured spans.
 
-${commands.join("\n")}
+The peer's dynamic limit, from its code (@upstash/ratelimit ${versions.ratelimit}):
+- It is one value per limiter (per \`prefix\`), the key \`\${prefix}:dynamic:global\` (by default
+  \`@upstash/ratelimit:dynamic:global\`), not one per identifier. \`setDynamicLimit({ limit })\` is a \`SET\` of
+  that key with no TTL; \`{ limit: false }\` a \`DEL\`. It replaces the limit (tokens, or maxTokens); the window
+  and the refill stay.
+- With \`dynamicLimits: true\` every call passes the key as an extra KEYS entry of its EVALSHA, and the script
+  runs a \`GET\` of it whether or not a limit is set.
+- The key has no hash tag (\`{…}\`). On a Redis Cluster every key of one EVALSHA must hash to one slot; the
+  identifier's key and this key hash independently, so a call whose identifier's key is in another slot than
+  \`\${prefix}:dynamic:global\` is answered with a CROSSSLOT error.
+
+Commands per decision (EVALSHA included; the script's commands in brackets):
+
+${table(
+  head,
+  rows.map((r) => [pairName(r), r.path, ...CASES.map((c) => count(r.costs[c]))]),
+  2,
+)}
 
 Redis µs per EVALSHA, median [quartiles]:
 
-${usec.join("\n")}
+${table(
+  [...head, "ratio none ÷ no limit", "ratio plan, custom ÷ limit set"],
+  rows.map((r) => [
+    pairName(r),
+    r.path,
+    ...CASES.map((c) => us(r.costs[c])),
+    ratio(r, "none", "unset"),
+    `${ratio(r, "plan", "set")}, ${ratio(r, "custom", "set")}`,
+  ]),
+  2,
+)}
 
 Scripts edgelimit sends: ${rows
-    .filter((r) => r.path === "first")
-    .map((r) => `${r.algo}: ${OURS_CASES.map((c) => `${c} \`${r.scripts[c]}\``).join(", ")}`)
-    .join("; ")}.
+      .filter((r) => r.path === "first")
+      .map((r) => `${r.algo}: ${OURS.map((c) => `${c} \`${r.scripts[c]}\``).join(", ")}`)
+      .join("; ")}.
 
-Overrides on add at most +${Number(added.added.toFixed(2))} commands per decision to overrides off, over every algorithm, path and case (${added.where.join(", ")}).
-With overrides on, µs per EVALSHA beside the peer's with dynamicLimits on: none stored at most ${ratios.none.toFixed(2)}× no dynamic limit; a plan or custom override stored at most ${ratios.stored.toFixed(2)}× a dynamic limit set.`;
-}
-
-if (import.meta.url === `file://${process.argv[1]}`) {
-  const arg = (name: string) => {
-    const i = process.argv.indexOf(`--${name}`);
-    return i > 0 ? process.argv[i + 1] : undefined;
-  };
-  const rows = await measureOverridesCost({
-    rounds: arg("rounds") ? Number(arg("rounds")) : undefined,
-    ids: arg("ids") ? Number(arg("ids")) : undefined,
-    redisUrl: arg("redis"),
-    log: (line) => process.stderr.write(`${line}\n`),
-  });
-  console.log(overridesCostTable(rows));
-}
+Overrides on add at most +${added.added} commands per decision to overrides off, over every algorithm, path and case (${added.where.join(", ")}).
+With overrides on, µs per EVALSHA beside the peer's with dynamicLimits on: none stored at most ${ratios.none}× no dynamic limit; a plan or custom override stored at most ${ratios.stored}× a dynamic limit set.`;
+  },
+  goals(rows): Goal[] {
+    const added = rows && addedCommands(rows);
+    const ratios = rows && peerRatios(rows);
+    return [
+      [
+        "Redis commands per decision with overrides on ≤ overrides off + 1, every algorithm and path (part 8)",
+        added ? `+${added.added} at most (${added.where.join(", ")})` : "–",
+        check(added ? added.added <= 1 : undefined),
+      ],
+      // no bar set: the figure beside the peer's
+      [
+        "Redis µs per EVALSHA with overrides on, beside the peer's with dynamicLimits on, every algorithm and path (part 8)",
+        ratios
+          ? `none stored at most ${ratios.none}× the peer's with no dynamic limit; a plan or custom override stored at most ${ratios.stored}× the peer's with one set`
+          : "–",
+        ratios ? "shown" : "pending",
+      ],
+    ];
+  },
+};

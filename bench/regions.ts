@@ -1,24 +1,27 @@
-// Three regions on loopback. Each region has its own redis-server behind the REST bridge (bench/env.ts,
-// bench/server.mjs) and 4 isolates (Limiter instances, each with its own connections). Region A's
-// database is home: 0 ms from A's isolates, 60 ms one way from B's and C's. B's and C's own databases are
-// 2 ms one way from their isolates; every database is 60 ms one way from the other regions' isolates.
-// Every (database, region) pair has a delay proxy of its own, so the HTTP requests each region's
-// isolates send are counted apart (a fetch wrapper, by port); Redis commands are counted per database
-// (INFO commandstats).
-//
-// Traffic: 200 identifiers with Zipf popularity (seeded) plus one identifier hot in every region, each
-// request sent from a region and an isolate drawn at random, open-loop in real time. One fixed-window
-// rule for every contestant; the ideal is the exact fixed window over the whole world (one limit per
-// identifier, however its requests spread over the regions), computed from the times the limiters read.
+// Part 10: three regions on loopback, each database behind a delay proxy per region (the section below
+// gives the layout), so the HTTP requests each region's isolates send are counted apart (a fetch
+// wrapper, by port) and Redis commands per database.
 import { MultiRegionRatelimit } from "@upstash/ratelimit";
 import { Redis } from "@upstash/redis";
 import type { LimiterOptions } from "../src/index.js";
-import { openLoop } from "./edge.js";
-import { type BenchEnv, startEnv } from "./env.js";
+import {
+  atTime,
+  type BenchEnv,
+  check,
+  fmt,
+  type Goal,
+  log,
+  ms,
+  openLoop,
+  type Part,
+  pct,
+  percentile,
+  sleep,
+  startEnv,
+  table,
+} from "./harness.js";
 import { edgelimit } from "./load.js";
-import { log, percentile, rng, sleep } from "./util.js";
-
-const { fixedWindow, Limiter } = edgelimit;
+import { rng } from "./scenarios.js";
 
 export const REGIONS = ["A", "B", "C"] as const;
 /** One-way ms from a region's isolates to each database (index: the database's region). */
@@ -33,7 +36,7 @@ export const ISOLATES = 4;
 /** The one rule: a fixed window of 50 per 10 s, for one identifier across every region. */
 export const REGION_POLICY = { limit: 50, window: 10_000 };
 export const POOL = { max: 500, ttl: "5s" };
-export const POOL_TTL_MS = 5000;
+const POOL_TTL_MS = 5000;
 export const REGION_LEASE = { max: 50, ttl: "1s" };
 /** An identifier is warm in a region at this many of its decisions there per pool ttl. */
 export const WARM = 10;
@@ -45,18 +48,15 @@ export const underBound = (kind: RegionKind) =>
   (kind.startsWith("regions") ? (REGIONS.length - 1) * POOL.max : 0) +
   (kind.endsWith("lease") ? REGIONS.length * ISOLATES * REGION_LEASE.max : 0);
 
-export interface RegionSettings {
-  /** Seconds of traffic per contestant. */
-  seconds: number;
-  /** Decisions per second, all regions together. */
-  rate: number;
-  /** Identifiers besides the hot one, Zipf-distributed. */
-  ids: number;
-  /** Zipf exponent. */
-  zipf: number;
-  /** Share of the traffic that is the one identifier hot in every region. */
-  hotShare: number;
-}
+/** Seconds per contestant; decisions/s of every region; identifiers besides the hot one (Zipf); its share. */
+const settings = (smoke: boolean) => ({
+  seconds: smoke ? 2 : 15,
+  rate: 60,
+  ids: 200,
+  zipf: 1.1,
+  hotShare: 0.25,
+});
+type RegionSettings = ReturnType<typeof settings>;
 
 export type RegionKind = "home" | "home+lease" | "regions" | "regions+lease" | "peer";
 export const REGION_CONTESTANTS: { kind: RegionKind; label: string }[] = [
@@ -70,59 +70,10 @@ export const REGION_CONTESTANTS: { kind: RegionKind; label: string }[] = [
   { kind: "peer", label: "@upstash/ratelimit MultiRegionRatelimit" },
 ];
 
-export interface RegionMeasured {
-  decisions: number;
-  p50: number;
-  p99: number;
-  /**
-   * The round trip to this region's own database as measured during the run (p50 of a PING every
-   * 100 ms through the same proxy and bridge, in the same process): what "the regional round trip" is
-   * on this machine, beside its nominal 2 × the one-way delay.
-   */
-  rtt: number;
-  /** Share of the warm identifiers' decisions answered without waiting on home. */
-  warmWithoutHome: number;
-  /** p50 of the decisions of identifiers warm in this region, and of the others (cold). */
-  warmP50: number;
-  warmDecisions: number;
-  coldP50: number;
-  /** Share of decisions answered without waiting on home. */
-  withoutHome: number;
-  allowed: number;
-  /** The region's decisions the global ideal admits. */
-  ideal: number;
-  /** HTTP requests this region's isolates sent (to any database), per 1,000 of its decisions. */
-  httpPer1000: number;
-  /** Redis commands run in this region's database, per 1,000 decisions of every region. */
-  commandsPer1000: number;
-  /** HTTP requests this region's database received, per 1,000 decisions of every region. */
-  dbHttpPer1000: number;
-  errors: number;
-}
-
 /** (a) the steady Zipf traffic; (b) one identifier's burst in every region at once. */
 export type RegionScenario = "steady" | "burst";
 
-export interface RegionRow {
-  scenario: RegionScenario;
-  kind: RegionKind;
-  label: string;
-  /** Absent when the contestant could not run (pending). */
-  regions?: RegionMeasured[];
-  /** The whole world: admitted, the ideal, and over / under summed per identifier and window. */
-  total?: {
-    decisions: number;
-    allowed: number;
-    ideal: number;
-    over: number;
-    under: number;
-    /** The most one identifier was under-admitted in one window. */
-    maxUnder: number;
-    errors: number;
-  };
-  issuedPerSec?: number;
-  pending?: string;
-}
+type RegionRow = Awaited<ReturnType<typeof run>>;
 
 interface Arrival {
   t: number;
@@ -184,17 +135,9 @@ function burstPlan(): Arrival[] {
 }
 
 /** The three databases, each behind a proxy per region at that region's delay. */
-interface World {
-  dbs: BenchEnv[];
-  url(db: number, region: number): string;
-  /** HTTP requests sent by each region's isolates since the last reset. */
-  sent: number[];
-  /** The fetch the counter wraps: for the round-trip probe, which is not counted. */
-  realFetch: typeof fetch;
-  restore(): void;
-}
+type World = Awaited<ReturnType<typeof startWorld>>;
 
-async function startWorld(): Promise<World> {
+async function startWorld() {
   const dbs: BenchEnv[] = [];
   for (let db = 0; db < REGIONS.length; db++) {
     dbs.push(await startEnv(REGIONS.map((name, region) => `${delayOf(region, db)}:${name}`)));
@@ -218,6 +161,8 @@ async function startWorld(): Promise<World> {
   const restore = () => {
     globalThis.fetch = real;
   };
+  // `sent`: HTTP requests of each region's isolates since the last reset; `realFetch`: for the
+  // round-trip probe, which is not counted
   return { dbs, url, sent, realFetch: real, restore };
 }
 
@@ -226,7 +171,7 @@ interface Isolate {
   close(): Promise<void>;
 }
 
-/** One isolate of `region` for contestant `kind`; throws when the Limiter lacks an option it needs. */
+/** One isolate of `region` for contestant `kind`. */
 function isolateOf(
   world: World,
   kind: RegionKind,
@@ -240,14 +185,11 @@ function isolateOf(
   const clock = () => pinned ?? Date.now() + time.shift;
   const decideAt = <T>(call: () => T): { now: number; result: T } => {
     const now = Date.now() + time.shift;
-    const real = Date.now;
     pinned = now;
     // the peer reads Date.now() only before its first await: it sees the same pinned time
-    Date.now = () => now;
     try {
-      return { now, result: call() };
+      return { now, result: atTime(now, call) };
     } finally {
-      Date.now = real;
       pinned = undefined;
     }
   };
@@ -281,7 +223,7 @@ function isolateOf(
   const options: LimiterOptions = {
     redis: home,
     prefix,
-    rules: { window: fixedWindow(REGION_POLICY) },
+    rules: { window: edgelimit.fixedWindow(REGION_POLICY) },
     clock,
     ...(kind.endsWith("lease") ? { lease: REGION_LEASE } : {}),
     // region A's database is home itself: its isolates keep no pool
@@ -289,7 +231,7 @@ function isolateOf(
       ? { region: { redis: { url: world.url(region, region), token: token(region) }, pool: POOL } }
       : {}),
   };
-  const limiter = new Limiter(options);
+  const limiter = new edgelimit.Limiter(options);
   return {
     limit: async (id) => {
       const { now, result } = decideAt(() => limiter.limit(id));
@@ -313,22 +255,15 @@ async function run(
   scenario: RegionScenario,
   plan: Arrival[],
   tag: string,
-): Promise<RegionRow> {
+) {
   const { limit, window } = REGION_POLICY;
   // real time, shifted so that the run starts at the beginning of a window
   const t0 = (Math.ceil(Date.now() / window) + 1) * window;
   const prefix = `regions-${tag}-${scenario}-${kind.replace("+", "-")}`;
   const time = { shift: 0 };
-  let isolates: Isolate[][];
-  try {
-    isolates = REGIONS.map((_, region) =>
-      Array.from({ length: ISOLATES }, () => isolateOf(world, kind, region, prefix, time)),
-    );
-  } catch (error) {
-    const message = (error as Error).message.split("\n")[0]!;
-    if (!message.startsWith("region")) throw error;
-    return { scenario, kind, label, pending: `pending: ${message}` };
-  }
+  const isolates = REGIONS.map((_, region) =>
+    Array.from({ length: ISOLATES }, () => isolateOf(world, kind, region, prefix, time)),
+  );
   log(`regions: ${label}`);
   // one decision each first, so script loading and connection setup stay out of the counts
   await Promise.all(isolates.flat().map((isolate, i) => isolate.limit(`warm-up-${i}`)));
@@ -337,7 +272,7 @@ async function run(
   // from here the clocks read t0 at the first decision: the run starts at a window's start
   time.shift = t0 - Date.now();
   const probe = probeRoundTrips(world);
-  const { results, seconds } = await openLoop(plan, async (a) => ({
+  const { results } = await openLoop(plan, async (a) => ({
     ...(await isolates[a.region]![a.isolate]!.limit(a.id)),
     a,
   }));
@@ -346,10 +281,8 @@ async function run(
   // refunds and the peer's writes, still on their way through the 60 ms proxies
   await sleep(4 * HOME_DELAY + 200);
   // the probe's PINGs reached the bridges too (INFO commandstats leaves PING out)
-  const counts = (await Promise.all(world.dbs.map((db) => db.counts()))).map((c, db) => ({
-    ...c,
-    http: c.http - rtts[db]!.length,
-  }));
+  const counts = await Promise.all(world.dbs.map((db) => db.counts()));
+  for (const [db, c] of counts.entries()) c.http -= rtts[db]!.length;
   const sent = [...world.sent];
 
   // The ideal: one fixed window per identifier over the whole world, the first `limit` by the time read.
@@ -383,7 +316,7 @@ async function run(
     scenario === "steady" &&
     ((perRegionId.get(`${a.region} ${a.id}`) ?? 0) / planSeconds) * (POOL_TTL_MS / 1000) >= WARM;
   const per1000 = (n: number, of: number) => (n * 1000) / Math.max(1, of);
-  const regions = REGIONS.map((_, region): RegionMeasured => {
+  const regions = REGIONS.map((_, region) => {
     const mine = results.filter((r) => r.outcome.a.region === region);
     const warmOnes = mine.filter((r) => isWarm(r.outcome.a));
     const coldOnes = mine.filter((r) => !isWarm(r.outcome.a));
@@ -392,17 +325,19 @@ async function run(
       decisions: mine.length,
       p50: percentile(latencies(mine), 50),
       p99: percentile(latencies(mine), 99),
+      // what "the regional round trip" is on this machine, beside its nominal 2 × the one-way delay
       rtt: percentile(rtts[region]!, 50),
       warmWithoutHome:
         warmOnes.length === 0
           ? Number.NaN
           : warmOnes.filter((r) => r.outcome.withoutHome).length / warmOnes.length,
       warmP50: percentile(latencies(warmOnes), 50),
-      warmDecisions: warmOnes.length,
       coldP50: percentile(latencies(coldOnes), 50),
       withoutHome: mine.filter((r) => r.outcome.withoutHome).length / Math.max(1, mine.length),
       allowed: mine.filter((r) => r.outcome.allowed).length,
       ideal: mine.filter((r) => idealAdmits.has(r)).length,
+      // what this region's isolates sent, per 1,000 of its decisions; what its database ran and
+      // received, per 1,000 decisions of every region
       httpPer1000: per1000(sent[region]!, mine.length),
       commandsPer1000: per1000(counts[region]!.commands, results.length),
       dbHttpPer1000: per1000(counts[region]!.http, results.length),
@@ -414,6 +349,8 @@ async function run(
     kind,
     label,
     regions,
+    // the whole world: over / under summed per identifier and window, and the most one identifier
+    // was under-admitted in one window
     total: {
       decisions: results.length,
       allowed: results.filter((r) => r.outcome.allowed).length,
@@ -423,7 +360,6 @@ async function run(
       maxUnder,
       errors: results.filter((r) => r.outcome.error).length,
     },
-    issuedPerSec: results.length / seconds,
   };
 }
 
@@ -464,16 +400,16 @@ function probeRoundTrips(world: World): { stop(): Promise<number[][]> } {
   };
 }
 
-export async function runRegions(s: RegionSettings, tag: string): Promise<RegionRow[]> {
+async function runRegions(s: RegionSettings, tag: string): Promise<RegionRow[]> {
   const world = await startWorld();
-  const plan = regionPlan(s);
   const rows: RegionRow[] = [];
   try {
-    for (const { kind, label } of REGION_CONTESTANTS) {
-      rows.push(await run(world, kind, label, "steady", plan, tag));
-    }
-    for (const { kind, label } of REGION_CONTESTANTS) {
-      rows.push(await run(world, kind, label, "burst", burstPlan(), tag));
+    for (const [scenario, plan] of [
+      ["steady", regionPlan(s)],
+      ["burst", burstPlan()],
+    ] as const) {
+      for (const { kind, label } of REGION_CONTESTANTS)
+        rows.push(await run(world, kind, label, scenario, plan, tag));
     }
   } finally {
     world.restore();
@@ -481,3 +417,141 @@ export async function runRegions(s: RegionSettings, tag: string): Promise<Region
   }
   return rows;
 }
+
+/** "B 128.0 ms (home only 122.3 ms), C ..." */
+function cold(regional: RegionRow | undefined, home: RegionRow | undefined): string {
+  if (!regional) return "–";
+  return [1, 2]
+    .map((i) => {
+      const beside = home ? ` (home only ${ms(home.regions[i]!.coldP50)} ms)` : "";
+      return `${REGIONS[i]} ${ms(regional.regions[i]!.coldP50)} ms${beside}`;
+    })
+    .join(", ");
+}
+
+export const regions: Part<RegionRow[]> = {
+  name: "regions",
+  title: "## 10. Three regions",
+  run: ({ smoke, tag }) => runRegions(settings(smoke), tag),
+  render(r, { smoke }) {
+    const s = settings(smoke);
+    const head = [
+      "contestant | region | decisions | p50 / p99 ms | p50 warm / cold ms | own database's round trip ms",
+      "without waiting on home: all / warm | admitted / ideal | HTTP per 1,000 (its isolates)",
+      "commands / HTTP per 1,000 (its database) | Redis errors",
+    ];
+    const lines = (scenario: string) =>
+      r
+        .filter((row) => row.scenario === scenario)
+        .flatMap(({ label, regions, total: t }): (string | number)[][] => [
+          ...regions.map((m, i) => [
+            i === 0 ? label : "",
+            REGIONS[i]!,
+            m.decisions,
+            `${ms(m.p50)} / ${ms(m.p99)}`,
+            `${ms(m.warmP50)} / ${ms(m.coldP50)}`,
+            ms(m.rtt),
+            `${pct(m.withoutHome)} / ${pct(m.warmWithoutHome)}`,
+            `${m.allowed} / ${m.ideal}`,
+            fmt(m.httpPer1000),
+            `${fmt(m.commandsPer1000)} / ${fmt(m.dbHttpPer1000)}`,
+            m.errors,
+          ]),
+          [
+            "",
+            "all",
+            t.decisions,
+            "",
+            "",
+            "",
+            "",
+            `${t.allowed} / ${t.ideal} (over ${t.over}, under ${t.under})`,
+            "",
+            "",
+            t.errors,
+          ],
+        ]);
+    return `bench/regions.ts. Three regions on loopback, each with its own redis-server behind the REST bridge; region A's
+database is home. One-way delays (a TCP proxy per database and region, in processes apart from the clients):
+home ${delayOf(0, 0)} ms from A's isolates and ${delayOf(1, 0)} ms from B's and C's; B's and C's own databases ${delayOf(1, 1)} ms from their
+isolates; any database ${delayOf(1, 2)} ms from another region's isolates. ${ISOLATES} isolates per region (Limiter or peer instances, each
+with its own connections). Traffic: ${s.rate} decisions/s for ${s.seconds} s, open-loop in real time: ${s.ids} identifiers with Zipf
+popularity (exponent ${s.zipf}, seeded) and one identifier hot in every region (${(s.hotShare * 100).toFixed(0)} % of the traffic), each
+request from a region and an isolate drawn at random. One rule for all: a fixed window of ${REGION_POLICY.limit} per ${REGION_POLICY.window / 1000} s per
+identifier across every region; every run starts at a window boundary. The ideal is the exact fixed window over the
+whole world, from the times the limiters read; over / under are summed per identifier and window.
+edgelimit's regions: \`region: { redis: <the region's database>, pool: ${JSON.stringify(POOL)} }\` in B and C (A's
+database is home, so A's isolates keep no pool); leases \`${JSON.stringify(REGION_LEASE)}\`. The peer:
+\`MultiRegionRatelimit\` over the same three databases (each instance reaches them through its region's proxies),
+\`fixedWindow\`, options at their defaults, analytics off; it sends each decision to all three databases, answers
+from the first reply, then writes each request id a database lacks into it, one HSET each (counted here, and awaited
+before the counts are read). ${s.rate} decisions/s, not more: at 240/s those writes (about 45 HTTP requests per decision)
+saturated this shared 2-core machine, and its latencies measured the queue.
+"Own database's round trip": p50 of a PING every 100 ms from the region to its own database through the same proxy and
+bridge during the run (nominally ${2 * delayOf(1, 1)} ms in B and C: the rest is this machine's loopback, proxy and bridge).
+"Without waiting on home": edgelimit's \`source\` is "cache", "lease" or "region"; the peer in B and C answered in
+less than home's round trip (${2 * delayOf(1, 0)} ms), in A never. Warm: an identifier with at least ${WARM} decisions per pool ttl in that
+region (cold ones pay the round trip to home). HTTP per 1,000: requests that region's isolates sent, to any
+database, per 1,000 of its decisions; commands and HTTP of its database: what that database ran and received, per
+1,000 decisions of every region.
+
+### (a) Zipf traffic, ${s.rate} decisions/s for ${s.seconds} s
+
+${table(head, lines("steady"))}
+
+### (b) a burst: one identifier, ${BURST.count} decisions in ${BURST.ms} ms from a window's start, the regions in turn
+
+Every decision of (b) is of an identifier cold in every region: none was seen there before.
+
+${table(head, lines("burst"))}`;
+  },
+  /** 0 over-admission for edgelimit; warm p50 in B and C within the regional round trip + 1 ms. */
+  goals(all = []): Goal[] {
+    if (all.length === 0) return [];
+    const steady = all.filter((row) => row.scenario === "steady");
+    const burst = all.filter((row) => row.scenario === "burst");
+    const ours = steady.filter((row) => row.kind !== "peer");
+    const regional = steady.find((row) => row.kind === "regions+lease");
+    const [peer, peerBurst] = [steady, burst].map((set) => set.find((row) => row.kind === "peer"));
+    const warm = regional?.regions.slice(1);
+    return [
+      ...[steady, burst].map((set, i): Goal => {
+        const mine = set.filter((row) => row.kind !== "peer");
+        return [
+          `0 over-admission across three regions, every edgelimit contestant, ${i === 0 ? "(a) steady" : "(b) burst"} (part 10)`,
+          mine.map((row) => `${row.total.over} (${row.kind})`).join(", ") || "–",
+          check(mine.length ? mine.every((row) => row.total.over === 0) : undefined),
+        ];
+      }),
+      [
+        "p50 added latency of warm identifiers ≤ the regional round trip (as measured) + 1 ms in B and C, regions + lease (part 10)",
+        warm
+          ? warm.map((m, i) => `${REGIONS[i + 1]} ${ms(m.warmP50)} ms ≤ ${ms(m.rtt)} + 1 ms`).join(", ")
+          : "–",
+        check(warm ? warm.every((m) => m.warmP50 <= m.rtt + 1) : undefined),
+      ],
+      [
+        "under-admission within the documented bound (regions × pool.max + isolates × lease.max), per identifier and window (part 10)",
+        ours.map((row) => `${row.total.maxUnder} ≤ ${underBound(row.kind)} (${row.kind})`).join(", ") || "–",
+        check(ours.length ? ours.every((row) => row.total.maxUnder <= underBound(row.kind)) : undefined),
+      ],
+      [
+        "cold identifiers in B and C pay the round trip to home: p50 with regions + lease, beside home only (part 10)",
+        cold(
+          regional,
+          steady.find((row) => row.kind === "home"),
+        ),
+        regional ? "shown" : "pending",
+      ],
+      [
+        "MultiRegionRatelimit's over-admission, measured in the same run, (a) steady and (b) burst (part 10)",
+        [peer, peerBurst]
+          .map((row, i) =>
+            row ? `${i === 0 ? "(a)" : "(b)"} ${row.total.over} over, ${row.total.under} under` : "–",
+          )
+          .join("; "),
+        peer ? "shown" : "pending",
+      ],
+    ];
+  },
+};

@@ -1,97 +1,83 @@
 // `npm run bench`: every part against a private redis-server and bridge; writes BENCHMARKS.md and
 // BENCHMARKS.svg. `npm run bench:smoke`: a few iterations of each part, no wrangler, writes nothing
-// (unless given --out FILE). --only throughput,memory,accuracy,edge,worker,lua,cpu,overrides,analytics,regions
-// runs those parts (tokens: only part 4's tokens per minute).
+// (unless given --out FILE). `--only lua,cpu` runs those parts (throughput, lua, memory, accuracy,
+// tokens, edge, worker, cpu, overrides, analytics, regions; accuracy includes tokens). A part marked
+// `alone` runs in a process of its own: `node --import tsx bench/run.ts --part NAME [--smoke]` prints
+// its result as JSON.
 import { execFile } from "node:child_process";
-import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import { basename, join } from "node:path";
 import { promisify } from "node:util";
-import { runAccuracy, SIM_T0 } from "./accuracy.js";
+import { accuracy } from "./accuracy.js";
+import { analytics } from "./analytics-cost.js";
 import { renderChart } from "./chart.js";
-import type { CpuResult } from "./cpu.js";
-import { type EdgeSettings, runEdge } from "./edge.js";
-import { type BenchEnv, startEnv } from "./env.js";
+import { cpu } from "./cpu.js";
+import { edge, edgeSettings } from "./edge.js";
+import { arg, type BenchEnv, log, type Part, startEnv } from "./harness.js";
 import { ROOT } from "./load.js";
-import { runMemory } from "./memory.js";
-import { type RegionSettings, runRegions } from "./regions.js";
-import { renderReport } from "./report.js";
-import { runTokens } from "./settle.js";
-import { runThroughput } from "./throughput.js";
-import { log } from "./util.js";
-import { runWorker } from "./worker.js";
+import { lua } from "./lua-cost.js";
+import { memory } from "./memory.js";
+import { overrides } from "./overrides-cost.js";
+import { regions } from "./regions.js";
+import { type Results, renderReport } from "./report.js";
+import { tokens } from "./settle.js";
+import { throughput } from "./throughput.js";
+import { worker } from "./worker.js";
+
+/** In the order of their sections. */
+const PARTS: Part[] = [
+  throughput,
+  lua,
+  memory,
+  accuracy,
+  tokens,
+  edge,
+  worker,
+  cpu,
+  overrides,
+  analytics,
+  regions,
+];
+/** Whose goals head the report, in this order. */
+const GOALS = ["edge", "lua", "accuracy", "cpu", "overrides", "analytics", "regions"];
 
 const exec = promisify(execFile);
-const args = process.argv.slice(2);
-const smoke = args.includes("--smoke");
-const outArg = args.indexOf("--out");
-const only = args.includes("--only") ? args[args.indexOf("--only") + 1]!.split(",") : undefined;
-const want = (part: string) => only === undefined || only.includes(part);
-const out = outArg >= 0 ? args[outArg + 1]! : smoke ? undefined : join(ROOT, "BENCHMARKS.md");
-
-const settings = {
-  throughput: smoke ? { rounds: 1, sampleMs: 150 } : { rounds: 3, sampleMs: 1000 },
-  memoryBig: smoke ? 200 : 10_000,
-  accuracyMs: smoke ? 20_000 : 60_000,
-  tokensMs: smoke ? 60_000 : 180_000,
-  edge: {
-    delays: smoke ? [0, 5] : [0, 5, 20],
-    seconds: smoke
-      ? { hot: 0.3, many: 0.2, flood: 0.2, isolates: 0.3 }
-      : { hot: 6, many: 8, flood: 2, isolates: 6 },
-    manyIds: 40,
-    isolates: smoke ? [1, 4] : [1, 4, 16],
-    isolatesDelay: smoke ? 5 : 20,
-  } satisfies EdgeSettings,
-  worker: { ms: 4000 },
-  regions: {
-    seconds: smoke ? 2 : 15,
-    rate: 60,
-    ids: 200,
-    zipf: 1.1,
-    hotShare: 0.25,
-  } satisfies RegionSettings,
-};
-
-const t0 = performance.now();
-const startedAt = new Date().toISOString().slice(0, 16).replace("T", " ");
+const smoke = process.argv.includes("--smoke");
 const tag = Date.now().toString(36);
 
-async function collect(env: BenchEnv) {
-  return {
-    smoke,
-    startedAt,
-    settings,
-    versions: await versions(env),
-    throughput: want("throughput") ? await runThroughput(env, settings.throughput, tag) : [],
-    // FLUSHALL first: the memory part scans the keyspace
-    memory: want("memory")
-      ? await env.call("FLUSHALL").then(() => runMemory(env, tag, SIM_T0, settings.memoryBig))
-      : [],
-    accuracy: want("accuracy") ? await runAccuracy(env, tag, settings.accuracyMs) : [],
-    /** Part 4's tokens per minute (bench/settle.ts): a fixed cost per request, or reserve then settle. */
-    tokens: want("accuracy") || want("tokens") ? await runTokens(env, tag, settings.tokensMs) : [],
-    edge: want("edge") ? await runEdge(env, settings.edge, tag) : [],
-    worker: smoke || !want("worker") ? undefined : await runWorker(env, settings.worker),
-    /** Markdown printed by bench/lua-cost.ts, when it exists. */
-    lua: want("lua") ? await luaPart("lua-cost.ts", ["--rounds", "1", "--ids", "200"]) : undefined,
-    /** Markdown printed by bench/lua-redis-benchmark.ts (the same figures, the way redis-benchmark takes them). */
-    luaRedisBenchmark: want("lua")
-      ? await luaPart("lua-redis-benchmark.ts", ["--rounds", "1", "--requests", "10000"])
-      : undefined,
-    /** bench/cpu.ts: client CPU µs per decision, or why it is missing. */
-    cpu: want("cpu") ? await cpuPart() : undefined,
-    /** Markdown printed by bench/overrides-cost.ts: overrides on beside the peer's dynamicLimits. */
-    overrides: want("overrides")
-      ? await luaPart("overrides-cost.ts", ["--rounds", "1", "--ids", "200"])
-      : undefined,
-    /** Markdown printed by bench/analytics-cost.ts: commands and requests with analytics on and off, beside the peer's. */
-    analytics: want("analytics") ? await luaPart("analytics-cost.ts", []) : undefined,
-    /** Three regions, each its own database, with delay proxies (bench/regions.ts). */
-    regions: want("regions") ? await runRegions(settings.regions, tag) : [],
-  };
+const child = arg("part");
+if (child !== undefined) {
+  const part = PARTS.find((p) => p.name === child)!;
+  console.log(JSON.stringify(await part.run({ smoke, tag, env: undefined as unknown as BenchEnv })));
+  process.exit(0); // a client's keep-alive sockets would hold the process open a while
 }
-export type Results = Awaited<ReturnType<typeof collect>> & { seconds: number };
+
+const only = arg("only")?.split(",");
+const want = (p: Part) =>
+  !(smoke && p.fullOnly) && (!only || only.includes(p.name) || (p === tokens && only.includes("accuracy")));
+const out = arg("out") ?? (smoke ? undefined : join(ROOT, "BENCHMARKS.md"));
+
+/** A part's result, or why it failed; in a process of its own when it is marked so. */
+async function measure(p: Part, env: BenchEnv): Promise<unknown> {
+  try {
+    if (!p.alone) return await p.run({ smoke, tag, env });
+    log(`${p.name}: in a process of its own`);
+    const a = [
+      "--import",
+      "tsx",
+      join(ROOT, "bench", "run.ts"),
+      "--part",
+      p.name,
+      ...(smoke ? ["--smoke"] : []),
+    ];
+    const { stdout } = await exec(process.execPath, a, { cwd: ROOT, maxBuffer: 1 << 24, timeout: 1_200_000 });
+    return JSON.parse(stdout);
+  } catch (error) {
+    log(`${p.name} failed: ${(error as Error).stack}`);
+    return `${p.name} failed: ${(error as Error).message.split("\n")[0]}`;
+  }
+}
 
 async function versions(env: BenchEnv) {
   const git = (...a: string[]) =>
@@ -99,7 +85,7 @@ async function versions(env: BenchEnv) {
       (r) => r.stdout.trim(),
       () => "",
     );
-  const pkg = (name: string) =>
+  const pkg = (name: string): string =>
     JSON.parse(readFileSync(join(ROOT, "node_modules", name, "package.json"), "utf8")).version;
   const dirty = (await git("status", "--porcelain", "src", "lua")) ? " + uncommitted changes" : "";
   return {
@@ -109,48 +95,30 @@ async function versions(env: BenchEnv) {
     load: os.loadavg()[0]!.toFixed(1),
     node: process.version,
     redis: /redis_version:(\S+)/.exec(String(await env.call("INFO", "server")))?.[1] ?? "?",
-    ratelimit: pkg("@upstash/ratelimit") as string,
-    redisClient: pkg("@upstash/redis") as string,
+    ratelimit: pkg("@upstash/ratelimit"),
+    redisClient: pkg("@upstash/redis"),
   };
 }
 
-/** The lean-script figures (bench/lua-cost.ts, bench/lua-redis-benchmark.ts) run on their own and print Markdown. */
-async function luaPart(name: string, smokeArgs: string[]): Promise<string | undefined> {
-  const file = join(ROOT, "bench", name);
-  if (!existsSync(file)) return undefined;
-  log(`lua cost: bench/${name}`);
-  const a = ["--import", "tsx", file, ...(smoke ? smokeArgs : [])];
-  return exec(process.execPath, a, { cwd: ROOT, maxBuffer: 1 << 22, timeout: 300_000 }).then(
-    (r) => r.stdout.trim(),
-    (error: Error) => `**Pending:** bench/${name} failed: ${error.message.split("\n")[0]}`,
-  );
-}
-
-/** bench/cpu.ts in a process of its own: only the decisions it times run there while it measures. */
-async function cpuPart(): Promise<CpuResult | string> {
-  log("client cpu: bench/cpu.ts");
-  const a = ["--import", "tsx", join(ROOT, "bench", "cpu.ts"), "--json", ...(smoke ? ["--smoke"] : [])];
-  return exec(process.execPath, a, { cwd: ROOT, maxBuffer: 1 << 22, timeout: 600_000 }).then(
-    (r) => JSON.parse(r.stdout) as CpuResult,
-    (error: Error) => `bench/cpu.ts failed: ${error.message.split("\n")[0]}`,
-  );
-}
-
-const env = await startEnv(settings.edge.delays);
-let results: Results;
+const t0 = performance.now();
+const startedAt = new Date().toISOString().slice(0, 16).replace("T", " ");
+const env = await startEnv(edgeSettings(smoke).delays);
+const results: Results = { smoke, startedAt, seconds: 0, versions: await versions(env), parts: {} };
 try {
-  results = { ...(await collect(env)), seconds: (performance.now() - t0) / 1000 };
+  for (const p of PARTS.filter(want)) results.parts[p.name] = await measure(p, env);
 } finally {
   await env.close();
 }
+results.seconds = (performance.now() - t0) / 1000;
 const chartFile = out ? out.replace(/\.md$/, ".svg") : "BENCHMARKS.svg";
-const report = renderReport(results, basename(chartFile));
+const report = renderReport(results, PARTS, GOALS, basename(chartFile));
+const rows = <T>(name: string) => (Array.isArray(results.parts[name]) ? (results.parts[name] as T[]) : []);
+const chart = renderChart(rows("throughput"), rows("edge"));
 if (out) {
   writeFileSync(out, report);
-  writeFileSync(chartFile, renderChart(results.throughput, results.edge));
+  writeFileSync(chartFile, chart);
   log(`wrote ${out} and ${chartFile} in ${results.seconds.toFixed(0)} s`);
 } else {
-  renderChart(results.throughput, results.edge);
   log(
     `smoke run done in ${results.seconds.toFixed(1)} s: ${report.length} characters of report, not written`,
   );

@@ -1,7 +1,18 @@
 // The accuracy scenarios (bench/accuracy.ts) and what their decisions are held to: the ideal limiter
 // of each family over the true send times, and the algorithms' own promise in the callers' time. No
 // library is loaded here, so tests share them (test/engine/skew.test.ts).
-import { rng } from "./util.js";
+
+/** mulberry32: deterministic randomness, so every run sends the same traffic. */
+export function rng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
 
 /** edgelimit's algorithms. */
 export type OurAlgo = "fixedWindow" | "slidingWindow" | "slidingLog" | "tokenBucket" | "gcra";

@@ -2,7 +2,7 @@
 // being measured: the REST bridge (compiled, bench/load.ts) in front of redis-server, and TCP proxies on
 // loopback in front of the bridge that hold every chunk DELAY ms in each direction (a one-way delay, no
 // bandwidth limit; chunks keep their order, since Node fires timers of one duration in the order set).
-// Spawned by bench/env.ts with an IPC channel: sends { url, ports: { <delay>: port } }, then answers
+// Spawned by bench/harness.ts (startEnv) with an IPC channel: sends { url, ports: { <delay>: port } }, then answers
 // "stats" and "reset" with the bridge's request count. A delay may carry a label ("60:b"), so that
 // several proxies of one delay (one per region reaching this database) each have a port of their own.
 //   node bench/server.mjs COMPILED_DIR REDIS_URL TOKEN DELAY_MS[:LABEL]...

@@ -1,17 +1,10 @@
-// Tokens per minute: what a request costs is known only after its response (an LLM call's tokens).
-// One caller's requests arrive at a steady rate (injected time), each with a true cost drawn from a
-// seeded generator, and each answered some seconds later. A limiter of 100,000 tokens a minute either
-// charges a fixed cost per request, or reserves that cost and settles the true one when the response
-// ends (edgelimit: `limiter.settle`; the peer: a second `limit()` with the difference as its `rate`,
-// negative to give units back). Measured: requests admitted and the true tokens they used, against the
-// limit.
+// Part 4's tokens per minute: what a request costs is known only after its response (an LLM call's
+// tokens); a fixed cost per request, or a reservation settled when the response ends (the section says how).
 import { Ratelimit } from "@upstash/ratelimit";
-import { bucketOf, type Policy } from "./contestants.js";
-import type { BenchEnv } from "./env.js";
+import { ourRule, type Policy, peerLimiter } from "./contestants.js";
+import { atTime, type BenchEnv, fmt, log, type Part, table } from "./harness.js";
 import { edgelimit } from "./load.js";
-import { fmt, log, rng, table } from "./util.js";
-
-const { fixedWindow, Limiter, tokenBucket } = edgelimit;
+import { rng, SIM_T0 as T0 } from "./scenarios.js";
 
 /** 100,000 tokens a minute. Buckets: capacity 100,000, 10,000 back every 6 s. */
 export const TOKENS_POLICY: Policy = { limit: 100_000, window: 60_000 };
@@ -19,8 +12,7 @@ export const TOKENS_POLICY: Policy = { limit: 100_000, window: 60_000 };
 export const RESERVATION = 1_000;
 /** Requests a minute, evenly spaced. */
 const RATE = 600;
-/** 2023-11-14T22:14:00Z: aligned to every window used here. */
-const T0 = 1_700_000_040_000;
+const durationMs = (smoke: boolean) => (smoke ? 60_000 : 180_000);
 
 interface Request {
   /** Arrival, ms after T0. */
@@ -52,21 +44,19 @@ type Lib = "edgelimit" | "@upstash/ratelimit";
 type Algo = "fixedWindow" | "tokenBucket";
 type Charging = "fixed cost" | "reserve, then settle";
 
-export interface TokensRow {
+/**
+ * tokens: the true tokens of the admitted requests; allowance: what the rule allows over the run (the
+ * limit per minute; buckets: plus their first fill); busiestMinute: the most true tokens admitted in
+ * one clock minute; settleErrors: settles that failed, or extras the peer refused (`success: false`).
+ */
+type TokensRow = Record<
+  "requests" | "admitted" | "tokens" | "allowance" | "busiestMinute" | "settleErrors",
+  number
+> & {
   lib: Lib;
   algo: Algo;
   charging: Charging;
-  requests: number;
-  admitted: number;
-  /** True tokens of the admitted requests. */
-  tokens: number;
-  /** What the rule allows over the run: the limit per minute (buckets: plus the bucket's first fill). */
-  allowance: number;
-  /** Most true tokens admitted in one clock minute. */
-  busiestMinute: number;
-  /** Settles that failed, or (the peer) answered `success: false` to an extra past the limit. */
-  settleErrors: number;
-}
+};
 
 /** One contestant: a decision at `now`, and a settle of it at `now` with its true cost. */
 interface Contestant {
@@ -75,14 +65,10 @@ interface Contestant {
 
 function ours(env: BenchEnv, prefix: string, algo: Algo, charging: Charging): Contestant {
   let clock = T0;
-  const p = TOKENS_POLICY;
-  const limiter = new Limiter({
+  const limiter = new edgelimit.Limiter({
     redis: env.client(),
     prefix,
-    rules: {
-      tokens:
-        algo === "fixedWindow" ? fixedWindow({ limit: p.limit, window: p.window }) : tokenBucket(bucketOf(p)),
-    },
+    rules: { tokens: ourRule(algo, TOKENS_POLICY) },
     clock: () => clock,
     timeout: 10_000,
   });
@@ -104,28 +90,14 @@ function ours(env: BenchEnv, prefix: string, algo: Algo, charging: Charging): Co
 }
 
 function peer(env: BenchEnv, prefix: string, algo: Algo, charging: Charging): Contestant {
-  const p = TOKENS_POLICY;
-  const b = bucketOf(p);
   const rl = new Ratelimit({
     redis: env.client(),
-    limiter:
-      algo === "fixedWindow"
-        ? Ratelimit.fixedWindow(p.limit, `${p.window} ms`)
-        : Ratelimit.tokenBucket(b.refillRate, `${b.interval} ms`, b.capacity),
+    limiter: peerLimiter(algo, TOKENS_POLICY),
     prefix,
     enableTelemetry: false,
     analytics: false,
   });
-  // The peer reads Date.now() only before its first await: replace it for exactly that span.
-  const at = (now: number, rate: number) => {
-    const real = Date.now;
-    Date.now = () => now;
-    try {
-      return rl.limit("caller", { rate });
-    } finally {
-      Date.now = real;
-    }
-  };
+  const at = (now: number, rate: number) => atTime(now, () => rl.limit("caller", { rate }));
   return {
     async limit(now) {
       const { success } = await at(now, RESERVATION);
@@ -143,7 +115,7 @@ function peer(env: BenchEnv, prefix: string, algo: Algo, charging: Charging): Co
   };
 }
 
-export async function runTokens(env: BenchEnv, tag: string, durationMs: number): Promise<TokensRow[]> {
+async function runTokens(env: BenchEnv, tag: string, durationMs: number): Promise<TokensRow[]> {
   const requests = workload(durationMs);
   const rows: TokensRow[] = [];
   let run = 0;
@@ -199,24 +171,24 @@ export async function runTokens(env: BenchEnv, tag: string, durationMs: number):
   return rows;
 }
 
-/** Part 4's tokens-per-minute table. */
-export function renderTokens(rows: TokensRow[], durationMs: number): string {
-  if (rows.length === 0) return "";
-  const demand = workload(durationMs).reduce((n, r) => n + r.tokens, 0);
-  const body = rows.map((r) => [
-    `${r.lib} ${r.algo}`,
-    r.charging,
-    `${fmt(r.admitted)} / ${fmt(r.requests)}`,
-    fmt(r.tokens),
-    `${fmt(r.allowance)}`,
-    `${((100 * r.tokens) / r.allowance).toFixed(1)} %`,
-    fmt(r.busiestMinute),
-    r.settleErrors === 0 ? "" : fmt(r.settleErrors),
-  ]);
-  return `### Tokens per minute
-
-A limit of ${fmt(TOKENS_POLICY.limit)} tokens a minute (buckets: capacity ${fmt(TOKENS_POLICY.limit)}, refilled continuously)
-for one caller sending ${RATE} requests a minute for ${durationMs / 60_000} simulated minutes, ${fmt(demand)} tokens
+export const tokens: Part<TokensRow[]> = {
+  name: "tokens",
+  title: "### Tokens per minute",
+  run: ({ env, smoke, tag }) => runTokens(env, tag, durationMs(smoke)),
+  render(rows, { smoke }) {
+    const demand = workload(durationMs(smoke)).reduce((n, r) => n + r.tokens, 0);
+    const body = rows.map((r) => [
+      `${r.lib} ${r.algo}`,
+      r.charging,
+      `${fmt(r.admitted)} / ${fmt(r.requests)}`,
+      fmt(r.tokens),
+      `${fmt(r.allowance)}`,
+      `${((100 * r.tokens) / r.allowance).toFixed(1)} %`,
+      fmt(r.busiestMinute),
+      r.settleErrors === 0 ? "" : fmt(r.settleErrors),
+    ]);
+    return `A limit of ${fmt(TOKENS_POLICY.limit)} tokens a minute (buckets: capacity ${fmt(TOKENS_POLICY.limit)}, refilled continuously)
+for one caller sending ${RATE} requests a minute for ${durationMs(smoke) / 60_000} simulated minutes, ${fmt(demand)} tokens
 of demand in all. A request's true cost (seeded, log-normal, 20 to 4,000 tokens) is known only when its
 response ends, 1 to 5 s after it was admitted. "Fixed cost" charges ${fmt(RESERVATION)} a request; "reserve,
 then settle" reserves ${fmt(RESERVATION)} and charges the true cost when the response ends (edgelimit:
@@ -227,6 +199,6 @@ reservation settled after the window it was counted in has ended. Extras refused
 past its limit with \`success: false\` (its fixed window counts it all the same, its token bucket does not);
 edgelimit charges it as a debt.
 
-${table(["contestant", "charging", "admitted", "true tokens admitted", "allowed", "of allowed", "busiest minute", "extras refused"], body)}
-`;
-}
+${table(["contestant", "charging", "admitted", "true tokens admitted", "allowed", "of allowed", "busiest minute", "extras refused"], body)}`;
+  },
+};

@@ -1,37 +1,17 @@
-// Throughput and latency: closed loops (each of N workers sends its next decision when the previous one
-// is answered), the two contestants of a pair interleaved round by round, nothing denied, 1000 identifiers.
+// Part 1: closed loops (each of N workers sends its next decision when the previous one is answered),
+// the two contestants of a pair interleaved round by round, nothing denied, 1000 identifiers.
 import { type Algo, contestant, type Entry, labelOf } from "./contestants.js";
-import type { BenchEnv } from "./env.js";
-import { log, median, percentile } from "./util.js";
+import { closedLoop, fmt, inTurns, log, ms, type Part, percentile, table, vs } from "./harness.js";
 
-export interface ThroughputRow {
+/** perSec: the median over rounds; perRequest: decisions per HTTP request. */
+export type ThroughputRow = Record<"inFlight" | "perSec" | "p50" | "p99" | "perRequest", number> & {
   group: string;
   label: string;
   lib: Entry["lib"];
-  inFlight: number;
-  /** Median over rounds. */
-  perSec: number;
-  p50: number;
-  p99: number;
-  perRequest: number;
-}
-
-export async function closedLoop(decide: (id: string) => Promise<unknown>, inFlight: number, ms: number) {
-  const latencies: number[] = [];
-  let next = 0;
-  const start = performance.now();
-  const worker = async () => {
-    while (performance.now() - start < ms) {
-      const t0 = performance.now();
-      await decide(`u${next++ % 1000}`);
-      latencies.push(performance.now() - t0);
-    }
-  };
-  await Promise.all(Array.from({ length: inFlight }, worker));
-  return { latencies, seconds: (performance.now() - start) / 1000 };
-}
+};
 
 const OPEN = { limit: 1_000_000_000, window: 60_000 };
+const settings = (smoke: boolean) => (smoke ? { rounds: 1, sampleMs: 150 } : { rounds: 3, sampleMs: 1000 });
 
 /** edgelimit's algorithm, the peer's nearest, and how many rules (3: one Limiter against three peer limiters). */
 const GROUPS: [Algo, Algo, number][] = [
@@ -42,51 +22,80 @@ const GROUPS: [Algo, Algo, number][] = [
   ["fixedWindow", "fixedWindow", 3],
 ];
 
-export async function runThroughput(env: BenchEnv, s: { rounds: number; sampleMs: number }, tag: string) {
-  const rows: ThroughputRow[] = [];
-  let n = 0;
-  for (const [ours, theirs, rules] of GROUPS) {
-    const group = rules > 1 ? `${rules} ${ours} rules` : `${ours} ↔ ${theirs}`;
-    const entries: Entry[] = [
-      { lib: "edgelimit", algo: ours, rules },
-      { lib: "upstash", algo: theirs, rules },
-    ];
-    const cs = entries.map((e) =>
-      contestant(e, { redis: env.client(), prefix: `tp-${tag}-${n++}`, policy: OPEN, cache: "off" }),
-    );
-    // warm-up at both loads: the first group otherwise also pays the process's own warm-up (JIT,
-    // connections) in its first round, which its median does not always shed
-    for (const c of cs) {
-      await closedLoop(c.limit, 64, s.sampleMs / 2);
-      await closedLoop(c.limit, 1, s.sampleMs / 2);
-    }
-    for (const inFlight of [1, 64]) {
-      log(`throughput: ${group}, ${inFlight} in flight`);
-      const runs = cs.map(() => ({ rates: [] as number[], latencies: [] as number[], http: 0 }));
-      for (let round = 0; round < s.rounds; round++) {
-        for (const [i, c] of cs.entries()) {
-          await env.resetCounts();
-          const { latencies, seconds } = await closedLoop(c.limit, inFlight, s.sampleMs);
-          runs[i]!.rates.push(latencies.length / seconds);
-          runs[i]!.latencies.push(...latencies);
-          runs[i]!.http += (await env.counts()).http;
-        }
+export const throughput: Part<ThroughputRow[]> = {
+  name: "throughput",
+  title: "## 1. Throughput and latency",
+  async run({ env, smoke, tag }) {
+    const s = settings(smoke);
+    const rows: ThroughputRow[] = [];
+    let n = 0;
+    for (const [ours, theirs, rules] of GROUPS) {
+      const group = rules > 1 ? `${rules} ${ours} rules` : `${ours} ↔ ${theirs}`;
+      const entries: Entry[] = [
+        { lib: "edgelimit", algo: ours, rules },
+        { lib: "upstash", algo: theirs, rules },
+      ];
+      const cs = entries.map((e) =>
+        contestant(e, { redis: env.client(), prefix: `tp-${tag}-${n++}`, policy: OPEN, cache: "off" }),
+      );
+      // warm-up at both loads: the first group otherwise also pays the process's own warm-up (JIT,
+      // connections) in its first round, which its median does not always shed
+      for (const c of cs) {
+        await closedLoop(c.limit, 64, s.sampleMs / 2);
+        await closedLoop(c.limit, 1, s.sampleMs / 2);
       }
-      entries.forEach((e, i) => {
-        const { rates, latencies, http } = runs[i]!;
-        const [p50, p99] = [percentile(latencies, 50), percentile(latencies, 99)];
-        rows.push({
-          group,
-          label: labelOf(e),
-          lib: e.lib,
-          inFlight,
-          perSec: median(rates),
-          p50,
-          p99,
-          perRequest: latencies.length / http,
+      for (const inFlight of [1, 64]) {
+        log(`throughput: ${group}, ${inFlight} in flight`);
+        const runs = cs.map(() => ({ rates: [] as number[], latencies: [] as number[], http: 0 }));
+        for (let round = 0; round < s.rounds; round++) {
+          await inTurns(cs.length, 0, async (i) => {
+            await env.resetCounts();
+            const { latencies, seconds } = await closedLoop(cs[i]!.limit, inFlight, s.sampleMs);
+            runs[i]!.rates.push(latencies.length / seconds);
+            runs[i]!.latencies.push(...latencies);
+            runs[i]!.http += (await env.counts()).http;
+          });
+        }
+        entries.forEach((e, i) => {
+          const { rates, latencies, http } = runs[i]!;
+          rows.push({
+            group,
+            label: labelOf(e),
+            lib: e.lib,
+            inFlight,
+            perSec: percentile(rates, 50),
+            p50: percentile(latencies, 50),
+            p99: percentile(latencies, 99),
+            perRequest: latencies.length / http,
+          });
         });
-      });
+      }
     }
-  }
-  return rows;
-}
+    return rows;
+  },
+  render(r, { smoke }) {
+    const s = settings(smoke);
+    const rows: string[][] = [];
+    for (const inFlight of [1, 64]) {
+      for (const group of new Set(r.map((t) => t.group))) {
+        const [a, b] = ["edgelimit", "upstash"].map((lib) =>
+          r.find((t) => t.group === group && t.inFlight === inFlight && t.lib === lib),
+        );
+        if (!a || !b) continue;
+        rows.push([
+          group,
+          String(inFlight),
+          ...vs(a.perSec, b.perSec, fmt),
+          `${ms(a.p50)} / ${ms(a.p99)}`,
+          `${ms(b.p50)} / ${ms(b.p99)}`,
+          `${fmt(a.perRequest, 1)} / ${fmt(b.perRequest, 1)}`,
+        ]);
+      }
+    }
+    return `Closed loops on the bridge (no added delay), ${s.rounds} interleaved rounds of ${s.sampleMs / 1000} s; decisions/s is the median round.
+Nothing is denied; 1000 identifiers in turn; caches off. "3 fixedWindow rules": one Limiter with 3 rules against
+three peer limiters awaited in turn.
+
+${table(["pair", "in flight", "edgelimit /s", "peer /s", "ratio", "edgelimit p50 / p99 ms", "peer p50 / p99 ms", "decisions per HTTP request"], rows)}`;
+  },
+};

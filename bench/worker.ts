@@ -1,4 +1,4 @@
-// Worker overhead: `wrangler dev` (local workerd) in front of a local origin answering "ok". Targets:
+// Part 6, Worker overhead: `wrangler dev` (local workerd) in front of a local origin answering "ok". Targets:
 // the origin directly; a minimal forwarding Worker (what wrangler dev itself costs); edgelimit's Worker
 // on a route no rule matches; and on a route with one gcra rule far above the load (every request pays
 // one decision). Closed loops of fetch, 1 and 64 in flight.
@@ -8,22 +8,13 @@ import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import type { BenchEnv } from "./env.js";
+import { type BenchEnv, closedLoop, fmt, log, ms, type Part, percentile, sleep, table } from "./harness.js";
 import { ROOT } from "./load.js";
-import { closedLoop } from "./throughput.js";
-import { log, percentile, sleep } from "./util.js";
 
-export interface WorkerRow {
+/** failed: responses other than 200, and failed requests; bridgePerRequest: HTTP requests that reached the bridge. */
+type WorkerRow = Record<"inFlight" | "perSec" | "p50" | "p99" | "failed" | "bridgePerRequest", number> & {
   target: string;
-  inFlight: number;
-  perSec: number;
-  p50: number;
-  p99: number;
-  /** Responses other than 200, and failed requests. */
-  failed: number;
-  /** HTTP requests that reached the bridge, per request served. */
-  bridgePerRequest: number;
-}
+};
 
 const MINIMAL = `export default { fetch: (r, env) => { const u = new URL(r.url);
   return fetch(env.ORIGIN + u.pathname, { method: r.method, headers: r.headers }); } };\n`;
@@ -74,10 +65,9 @@ async function wrangler(dir: string, toml: string, started: ChildProcess[]): Pro
   throw new Error("wrangler dev was not ready within 90 s");
 }
 
-export async function runWorker(
-  env: BenchEnv,
-  s: { ms: number },
-): Promise<{ rows: WorkerRow[]; pending?: string }> {
+const SECONDS = 4;
+
+async function runWorker(env: BenchEnv): Promise<WorkerRow[]> {
   const origin = http.createServer((_req, res) => res.end("ok"));
   const originUrl = `http://127.0.0.1:${await listen(origin)}`;
   const config = {
@@ -116,7 +106,7 @@ export async function runWorker(
     const probe = await fetch(`${worker}/limited/x`, { headers });
     await probe.arrayBuffer();
     if (!probe.headers.has("ratelimit"))
-      return { rows: [], pending: `the limited route answered ${probe.status} without RateLimit headers` };
+      throw new Error(`the limited route answered ${probe.status} without RateLimit headers`);
     const targets = {
       "origin directly": `${originUrl}/open/x`,
       "minimal forwarding Worker": `${minimal}/open/x`,
@@ -136,23 +126,19 @@ export async function runWorker(
         log(`worker: ${target}, ${inFlight} in flight`);
         failed = 0;
         await env.resetCounts();
-        const { latencies, seconds } = await closedLoop(get, inFlight, s.ms);
-        const [p50, p99] = [percentile(latencies, 50), percentile(latencies, 99)];
-        const bridgePerRequest = (await env.counts()).http / latencies.length;
+        const { latencies, seconds } = await closedLoop(get, inFlight, SECONDS * 1000);
         rows.push({
           target,
           inFlight,
           perSec: latencies.length / seconds,
-          p50,
-          p99,
+          p50: percentile(latencies, 50),
+          p99: percentile(latencies, 99),
           failed,
-          bridgePerRequest,
+          bridgePerRequest: (await env.counts()).http / latencies.length,
         });
       }
     }
-    return { rows };
-  } catch (error) {
-    return { rows: [], pending: (error as Error).message.slice(0, 500) };
+    return rows;
   } finally {
     for (const signal of ["SIGTERM", "SIGKILL"] as const) {
       for (const proc of started) {
@@ -169,3 +155,20 @@ export async function runWorker(
     rmSync(dir, { recursive: true, force: true });
   }
 }
+
+export const worker: Part<WorkerRow[]> = {
+  name: "worker",
+  title: "## 6. Worker overhead",
+  fullOnly: true,
+  run: ({ env }) => runWorker(env),
+  render(rows) {
+    const cells = (x: WorkerRow) => [x.target, x.inFlight, fmt(x.perSec), ms(x.p50), ms(x.p99), x.failed];
+    return `\`wrangler dev\` (local workerd) in front of a local origin; closed loops of \`fetch\`, 1 and 64 in flight, ${SECONDS} s each.
+The limited route has one gcra rule far above the load; the minimal Worker only forwards.
+
+${table(
+  ["target | in flight | requests/s | p50 ms | p99 ms | failed | bridge requests per request"],
+  rows.map((x) => [...cells(x), fmt(x.bridgePerRequest, 2)]),
+)}`;
+  },
+};
