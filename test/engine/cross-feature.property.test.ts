@@ -1,9 +1,14 @@
 // Features that hold together (issue 22, point 6): random sequences of decisions, settles and
-// overrides set and deleted, over every algorithm, with plans, the deny cache, leases, a regional
-// pool, 1 to 4 instances (Limiters on one Redis, each with its own clock, deny cache and leases, as
-// isolates are) and clocks that move (on, by jumps, back, and apart), against a real redis-server
-// behind the REST bridge, directly or through the Hono middleware. Each step is checked against the
-// reference model of test/engine/model.ts:
+// overrides set, deleted and stale (lines this Limiter cannot apply), over every algorithm, one rule
+// or two (a second rule of any algorithm beside it), with plans, overrides on and off, the deny
+// cache, leases, a regional pool, 1 to 4 instances (Limiters on one Redis, each with its own clock,
+// deny cache and leases, as isolates are) and clocks that move (on, by jumps, back, and apart),
+// against a real redis-server behind the REST bridge, directly or through the Hono middleware. The
+// runs must reach every script with overrides on (each one-rule variant under each algorithm that
+// takes it, with and without a stored line; limiterOverrides with and without a reservation) and
+// every operation of lua/pool.lua (take, put, free, drain, a top-up asked, units of an expired pool
+// taken out), counted from the requests themselves. Each step is checked against the reference
+// model of test/engine/model.ts (one model per rule):
 //   exact    without leases and pools every admission is Redis's: each Redis decision must be the
 //            model's (allowed, limit, remaining, resetAt, retryAfter, plan, rules.r), a cached
 //            denial one the model denies too (with one instance, nothing changed since and no clock
