@@ -1,9 +1,9 @@
 // The limiter script's own paths, exactly: the fixed window's key per window (its INCR one-rule script,
 // the harmless overshoot, the undo, lagging callers, the grace), what each path costs in Redis commands, the
 // sliding window's lagging caller, and the dispatcher's reservation.
-import { Redis } from "@upstash/redis";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { connectRedis, type RedisConnection, startBridge, startRedisServer } from "../../src/bridge/index.js";
+import type { Redis } from "@upstash/redis";
+import { beforeAll, describe, expect, it } from "vitest";
+import type { RedisConnection } from "../../src/bridge/index.js";
 import { SCRIPTS } from "../../src/engine/generated/scripts.js";
 import { RuleKeys } from "../../src/engine/keys.js";
 import { limiterArgs } from "../../src/engine/script.js";
@@ -16,6 +16,7 @@ import {
   slidingWindow,
   tokenBucket,
 } from "../../src/index.js";
+import { privateRedis } from "../own-bridge.js";
 import { bridgeRedis, manualClock, T0, uniquePrefix } from "../support.js";
 
 const NEVER = Number.POSITIVE_INFINITY;
@@ -329,22 +330,13 @@ describe("reservation (leases)", () => {
 });
 
 describe("commands per decision (each path, one rule)", () => {
-  // INFO commandstats counts every command a script runs: a Redis of this file's own.
+  // INFO commandstats counts every command a script runs, server-wide: a Redis of this file's own.
+  const own = privateRedis({ token: "cmds" });
   let conn: RedisConnection;
   let redis: Redis;
-  let stop: () => Promise<void>;
-  beforeAll(async () => {
-    const server = await startRedisServer();
-    const bridge = await startBridge({ redisUrl: server.url, port: 0, token: "cmds" });
-    conn = await connectRedis(server.url);
-    redis = new Redis({ url: bridge.url, token: "cmds", enableTelemetry: false });
-    stop = async () => {
-      await conn.close();
-      await bridge.close();
-      await server.stop();
-    };
+  beforeAll(() => {
+    ({ conn, redis } = own);
   });
-  afterAll(() => stop());
 
   /** The commands one decision made Redis run, EVALSHA included, by name. */
   async function commands(limiter: Limiter, cost: number): Promise<string> {
