@@ -804,8 +804,9 @@ async function run(s: Scenario): Promise<void> {
         else if (op.set === "custom") await limiter.overrides.set(ID, { rules: { r: rules.custom } });
         else {
           // as an older deployment, or one with other plans, may have stored it
-          // (a window no plan has, or another algorithm)
-          const windowed = rules.algorithm !== "gcra" && rules.algorithm !== "tokenBucket";
+          // (a fixed or sliding window's with a window no plan has, or another algorithm's; a sliding
+          // log's window is not a key's, so a line may give it any)
+          const windowed = rules.algorithm === "fixedWindow" || rules.algorithm === "slidingWindow";
           const line =
             instance % 2 === 0 ? "=gone" : `!${windowed ? rules.algorithm : "fixedWindow"} 1 1000 0`;
           await home.set(new RuleKeys(prefix, limiter.rules).override(ID), `${line}\n{}`);

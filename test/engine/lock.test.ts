@@ -6,7 +6,6 @@ import { Redis } from "@upstash/redis";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import {
   type Bridge,
-  connectRedis,
   type RedisConnection,
   RedisError,
   type Reply,
@@ -17,14 +16,13 @@ import { FENCE_MARGIN_MS, Lock, LockLostError, LockUnavailableError } from "../.
 import { type Cluster, startCluster } from "../cluster.js";
 import { startCutHop } from "../cut-hop.js";
 import { BridgeProcess } from "../faults/support.js";
+import { sharedRedis } from "../own-bridge.js";
 import { bridgeRedis, manualClock, T0, uniquePrefix } from "../support.js";
 
+const shared = sharedRedis();
 let direct: RedisConnection;
-beforeAll(async () => {
-  direct = await connectRedis(inject("redisUrl"));
-});
-afterAll(async () => {
-  await direct.close();
+beforeAll(() => {
+  direct = shared.conn;
 });
 
 function lockWith(options: Partial<ConstructorParameters<typeof Lock>[0]> = {}) {
