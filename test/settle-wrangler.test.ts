@@ -1,5 +1,5 @@
 // Costs from the response as a user deploys them: `npm start`'s script runs the real Worker under
-// `wrangler dev` (local mode), with Redis behind this file's own REST bridge (UPSTASH_REDIS_REST_URL and
+// `wrangler dev` (local mode), with Redis behind the shared REST bridge (UPSTASH_REDIS_REST_URL and
 // _TOKEN, as a user points it at a database), a config of this file's own, in front of an origin of
 // this file's own. One route settles from an `x-usage` header, one from the OpenAI usage of a JSON body
 // or an SSE stream. The refunds are read back exactly with a peek by a Limiter of the same prefix and
@@ -14,11 +14,11 @@ import { Redis } from "@upstash/redis";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { parseConfig } from "../src/adapters/worker/config.js";
 import { fixedWindow, Limiter } from "../src/index.js";
-import { ownBridge } from "./own-bridge.js";
 import { type StartedWorker, startWorker } from "./started-worker.js";
+import { sharedBridge } from "./support.js";
 
 const dir = mkdtempSync(join(tmpdir(), "edgelimit-settle-wrangler-"));
-const bridge = ownBridge();
+const bridge = sharedBridge();
 const prefix = `settle-wrangler-${crypto.randomUUID().slice(0, 8)}`;
 
 // A fixed window of a day: nothing comes back with time while the test runs (it is not near midnight

@@ -6,30 +6,19 @@
 import http from "node:http";
 import net from "node:net";
 import { Redis } from "@upstash/redis";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type Bridge, type RedisServer, startBridge, startRedisServer } from "../../src/bridge/index.js";
-import { connectRedis, type RedisConnection } from "../../src/bridge/resp.js";
+import { beforeAll, describe, expect, it } from "vitest";
+import { type Bridge, type RedisServer, startBridge } from "../../src/bridge/index.js";
+import type { RedisConnection } from "../../src/bridge/resp.js";
+import { privateRedis } from "../own-bridge.js";
 
 const token = "connections-test";
+const own = privateRedis({ token, bridge: { maxDedicatedConnections: 4, maxBodyBytes: 4096 } });
 let server: RedisServer;
 let bridge: Bridge;
 let direct: RedisConnection;
 
-beforeAll(async () => {
-  server = await startRedisServer();
-  bridge = await startBridge({
-    redisUrl: server.url,
-    port: 0,
-    token,
-    maxDedicatedConnections: 4,
-    maxBodyBytes: 4096,
-  });
-  direct = await connectRedis(server.url);
-});
-afterAll(async () => {
-  await direct?.close();
-  await bridge?.close();
-  await server?.stop();
+beforeAll(() => {
+  ({ server, bridge, conn: direct } = own);
 });
 
 let counter = 0;

@@ -3,11 +3,10 @@ import { readFile } from "node:fs/promises";
 import { createRequire } from "node:module";
 import { Ratelimit } from "@upstash/ratelimit";
 import { Redis, type RedisConfigNodejs } from "@upstash/redis";
-import { afterAll, beforeAll, describe, expect, inject, it, vi } from "vitest";
+import { beforeAll, describe, expect, inject, it, vi } from "vitest";
 import { parseCliArgs, USAGE, UsageError } from "../../src/bridge/cli-args.js";
 import { startBridge, startRedisServer } from "../../src/bridge/index.js";
 import {
-  connectRedis,
   encodeCommands,
   type RedisConnection,
   RedisError,
@@ -15,6 +14,7 @@ import {
   RespParser,
 } from "../../src/bridge/resp.js";
 import { stripUnknownShebangFlags } from "../../src/bridge/scripts.js";
+import { sharedRedis } from "../own-bridge.js";
 
 const redisUrl = inject("redisUrl");
 const bridgeUrl = inject("bridgeUrl");
@@ -64,12 +64,10 @@ function client(options: Partial<RedisConfigNodejs> = {}, url = bridgeUrl): Redi
   return new Redis({ url, token, enableTelemetry: false, ...options });
 }
 
+const shared = sharedRedis();
 let direct: RedisConnection;
-beforeAll(async () => {
-  direct = await connectRedis(redisUrl);
-});
-afterAll(async () => {
-  await direct.close();
+beforeAll(() => {
+  direct = shared.conn;
 });
 
 describe("wire format (raw HTTP, as Upstash documents it)", () => {

@@ -4,18 +4,17 @@
 // by Miniflare, that is, by the real workerd; each dispatchFetch is a request of its own in one isolate.
 import type { Miniflare } from "miniflare";
 import { afterAll, beforeAll, describe, expect, inject, it, vi } from "vitest";
-import { type Bridge, startBridge } from "../../src/bridge/index.js";
 import { fixedWindow, Limiter } from "../../src/index.js";
+import { ownBridge } from "../own-bridge.js";
 import { T0, uniquePrefix } from "../support.js";
 import { startFixture } from "./fixtures/miniflare.js";
 
-let bridge: Bridge;
+const bridge = ownBridge();
 let mf: Miniflare;
 const logged: string[] = [];
 const prefix = uniquePrefix("awd");
 
 beforeAll(async () => {
-  bridge = await startBridge({ redisUrl: inject("redisUrl"), port: 0, token: inject("bridgeToken") });
   mf = await startFixture(
     "analytics-worker",
     { URL: bridge.url, TOKEN: inject("bridgeToken"), PREFIX: prefix },
@@ -25,7 +24,6 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await mf?.dispose();
-  await bridge?.close();
 });
 
 async function ask(query: Record<string, string | number>): Promise<{ source: string; allowed: boolean }> {

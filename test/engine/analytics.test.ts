@@ -8,8 +8,8 @@ import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { Redis } from "@upstash/redis";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
-import { type Bridge, type RedisServer, startBridge, startRedisServer } from "../../src/bridge/index.js";
-import { connectRedis, type RedisConnection } from "../../src/bridge/resp.js";
+import { type Bridge, startBridge } from "../../src/bridge/index.js";
+import type { RedisConnection } from "../../src/bridge/resp.js";
 import { analyticsConfig } from "../../src/engine/analytics.js";
 import {
   type Decision,
@@ -20,27 +20,22 @@ import {
   type RedisCallError,
 } from "../../src/index.js";
 import { type Cluster, type ClusterNode, startCluster } from "../cluster.js";
-import { failOnUnhandledRejections } from "../own-bridge.js";
+import { failOnUnhandledRejections, privateRedis } from "../own-bridge.js";
 import { manualClock, T0, uniquePrefix } from "../support.js";
 
 failOnUnhandledRejections();
 
 const TOKEN = "analytics";
-let server: RedisServer;
+const own = privateRedis({ token: TOKEN });
 let bridge: Bridge;
 let conn: RedisConnection;
 let hop: FailingHop;
 beforeAll(async () => {
-  server = await startRedisServer();
-  bridge = await startBridge({ redisUrl: server.url, port: 0, token: TOKEN });
-  conn = await connectRedis(server.url);
+  ({ bridge, conn } = own);
   hop = await startFailingHop(bridge.url);
 });
 afterAll(async () => {
   await hop?.close();
-  await conn?.close();
-  await bridge?.close();
-  await server?.stop();
 });
 
 /**

@@ -2,17 +2,16 @@
 // injected clock, leases that free the slots of holders that never release, and the cap under 256
 // concurrent callers on several instances.
 import { Redis } from "@upstash/redis";
-import { afterAll, beforeAll, describe, expect, inject, it, vi } from "vitest";
-import { connectRedis, type RedisConnection } from "../../src/bridge/resp.js";
+import { beforeAll, describe, expect, it, vi } from "vitest";
+import type { RedisConnection } from "../../src/bridge/resp.js";
 import { Concurrency, type ConcurrencyDecision } from "../../src/engine/concurrency.js";
+import { sharedRedis } from "../own-bridge.js";
 import { bridgeRedis, manualClock, T0, uniquePrefix } from "../support.js";
 
+const shared = sharedRedis();
 let direct: RedisConnection;
-beforeAll(async () => {
-  direct = await connectRedis(inject("redisUrl"));
-});
-afterAll(async () => {
-  await direct.close();
+beforeAll(() => {
+  direct = shared.conn;
 });
 
 function limiterWith(options: Partial<ConstructorParameters<typeof Concurrency>[0]> = {}) {

@@ -7,12 +7,11 @@ import type { AddressInfo } from "node:net";
 import { Redis } from "@upstash/redis";
 import type { Miniflare } from "miniflare";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
-import { startBridge } from "../../src/bridge/index.js";
 import { fixedWindow, Limiter } from "../../src/index.js";
+import { ownBridge } from "../own-bridge.js";
 import { T0, uniquePrefix } from "../support.js";
 import { startFixture } from "./fixtures/miniflare.js";
 
-type Bridge = Awaited<ReturnType<typeof startBridge>>;
 interface Answer {
   source: string;
   allowed: boolean;
@@ -20,7 +19,7 @@ interface Answer {
   error?: string;
 }
 
-let bridge: Bridge;
+const bridge = ownBridge();
 let slow: Server;
 let mf: Miniflare;
 const logged: string[] = [];
@@ -44,7 +43,6 @@ function slowHop(target: URL): Promise<Server> {
 }
 
 beforeAll(async () => {
-  bridge = await startBridge({ redisUrl: inject("redisUrl"), port: 0, token: inject("bridgeToken") });
   slow = await slowHop(new URL(bridge.url));
   mf = await startFixture(
     "leases-worker",
@@ -61,7 +59,6 @@ afterAll(async () => {
   await mf?.dispose();
   slow?.closeAllConnections();
   await new Promise((resolve) => slow?.close(resolve));
-  await bridge?.close();
 });
 
 /** One request to the Worker: its decision, or what workerd said instead of a response. */

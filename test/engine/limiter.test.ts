@@ -1,8 +1,7 @@
 import { createServer, type IncomingMessage, type Server } from "node:http";
 import net, { type AddressInfo } from "node:net";
 import { Redis } from "@upstash/redis";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startBridge, startRedisServer } from "../../src/bridge/index.js";
+import { describe, expect, it } from "vitest";
 import {
   type Decision,
   fixedWindow,
@@ -13,10 +12,9 @@ import {
   slidingWindow,
   tokenBucket,
 } from "../../src/index.js";
-import { failOnUnhandledRejections, ownBridge } from "../own-bridge.js";
+import { failOnUnhandledRejections, ownBridge, privateRedis } from "../own-bridge.js";
 import { bridgeRedis, manualClock, T0, uniquePrefix } from "../support.js";
 
-type Bridge = Awaited<ReturnType<typeof startBridge>>;
 failOnUnhandledRejections();
 const bridge = ownBridge();
 
@@ -199,13 +197,7 @@ describe("peek, cost and reset", () => {
 
 describe("script cache", () => {
   // SCRIPT FLUSH would disturb other test files counting requests, so these run on a Redis of their own.
-  let own: { bridge: Bridge; stop(): Promise<void> };
-  beforeAll(async () => {
-    const server = await startRedisServer();
-    const privateBridge = await startBridge({ redisUrl: server.url, port: 0, token: "flush" });
-    own = { bridge: privateBridge, stop: () => privateBridge.close().then(() => server.stop()) };
-  });
-  afterAll(() => own.stop());
+  const own = privateRedis({ token: "flush" });
   const make = () => {
     const redis = new Redis({ url: own.bridge.url, token: "flush", enableTelemetry: false });
     const limiter = new Limiter({

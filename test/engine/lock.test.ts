@@ -5,20 +5,19 @@ import type { AddressInfo } from "node:net";
 import { Redis } from "@upstash/redis";
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it, vi } from "vitest";
 import { type Bridge, startBridge } from "../../src/bridge/index.js";
-import { connectRedis, type RedisConnection, RedisError, type Reply } from "../../src/bridge/resp.js";
+import { type RedisConnection, RedisError, type Reply } from "../../src/bridge/resp.js";
 import { Concurrency } from "../../src/engine/concurrency.js";
 import { FENCE_MARGIN_MS, Lock, LockLostError, LockUnavailableError } from "../../src/engine/lock.js";
 import { type Cluster, startCluster } from "../cluster.js";
 import { startCutHop } from "../cut-hop.js";
 import { BridgeProcess } from "../faults/support.js";
+import { sharedRedis } from "../own-bridge.js";
 import { bridgeRedis, manualClock, T0, uniquePrefix } from "../support.js";
 
+const shared = sharedRedis();
 let direct: RedisConnection;
-beforeAll(async () => {
-  direct = await connectRedis(inject("redisUrl"));
-});
-afterAll(async () => {
-  await direct.close();
+beforeAll(() => {
+  direct = shared.conn;
 });
 
 function lockWith(options: Partial<ConstructorParameters<typeof Lock>[0]> = {}) {

@@ -401,6 +401,9 @@ export class Model {
   ): number {
     const { limit, window } = rule;
     if (actual < cost) {
+      // nothing once the window the units were counted in has faded out (a state four windows later
+      // has the same index mod 4: lua/algorithms/sliding_window.lua's refund looks at `now` first)
+      if (now >= counted.start + 2 * window) return 0;
       const state = this.sliding.get(window);
       if (state === undefined) return 0;
       const at = mod(state.index - counted.start / window, 4);

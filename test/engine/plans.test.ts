@@ -2,10 +2,9 @@
 // base rules to a plan (fixed window, sliding window, gcra burst, token bucket capacity, gcra rate),
 // the call's plan over the base rules, d.plan from every source, keys and reset under plans, and what
 // each decision costs Redis with plans configured (INFO commandstats of a redis-server of this file's own).
-import { Redis } from "@upstash/redis";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startBridge, startRedisServer } from "../../src/bridge/index.js";
-import { connectRedis, type RedisConnection } from "../../src/bridge/resp.js";
+import type { Redis } from "@upstash/redis";
+import { beforeAll, describe, expect, it } from "vitest";
+import type { RedisConnection } from "../../src/bridge/resp.js";
 import {
   fixedWindow,
   gcra,
@@ -17,6 +16,7 @@ import {
   slidingWindow,
   tokenBucket,
 } from "../../src/index.js";
+import { privateRedis } from "../own-bridge.js";
 import { bridgeRedis, manualClock, T0, uniquePrefix } from "../support.js";
 
 const HOUR = 3_600_000;
@@ -370,22 +370,13 @@ describe("leases under a plan", () => {
 });
 
 describe("commands per decision with plans configured", () => {
-  // INFO commandstats counts every command a script runs: a Redis of this file's own.
+  // INFO commandstats counts every command a script runs, server-wide: a Redis of this file's own.
+  const own = privateRedis({ token: "cmds" });
   let conn: RedisConnection;
   let redis: Redis;
-  let stop: () => Promise<void>;
-  beforeAll(async () => {
-    const server = await startRedisServer();
-    const bridge = await startBridge({ redisUrl: server.url, port: 0, token: "cmds" });
-    conn = await connectRedis(server.url);
-    redis = new Redis({ url: bridge.url, token: "cmds", enableTelemetry: false });
-    stop = async () => {
-      await conn.close();
-      await bridge.close();
-      await server.stop();
-    };
+  beforeAll(() => {
+    ({ conn, redis } = own);
   });
-  afterAll(() => stop());
 
   async function commands(limiter: Limiter, cost: number, plan: string): Promise<string> {
     await conn.call("CONFIG", "RESETSTAT");

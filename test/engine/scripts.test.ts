@@ -1,10 +1,9 @@
 // The limiter script's own paths, exactly: the fixed window's key per window (its INCR one-rule script,
 // the harmless overshoot, the undo, lagging callers, the grace), what each path costs in Redis commands, the
 // sliding window's lagging caller, and the dispatcher's reservation.
-import { Redis } from "@upstash/redis";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startBridge, startRedisServer } from "../../src/bridge/index.js";
-import { connectRedis, type RedisConnection } from "../../src/bridge/resp.js";
+import type { Redis } from "@upstash/redis";
+import { beforeAll, describe, expect, it } from "vitest";
+import type { RedisConnection } from "../../src/bridge/resp.js";
 import { SCRIPTS } from "../../src/engine/generated/scripts.js";
 import { RuleKeys } from "../../src/engine/keys.js";
 import { limiterArgs } from "../../src/engine/script.js";
@@ -17,6 +16,7 @@ import {
   slidingWindow,
   tokenBucket,
 } from "../../src/index.js";
+import { privateRedis } from "../own-bridge.js";
 import { bridgeRedis, manualClock, T0, uniquePrefix } from "../support.js";
 
 const NEVER = Number.POSITIVE_INFINITY;
@@ -197,44 +197,15 @@ describe("fixedWindow: a key per window, one INCR", () => {
 
 describe("the one-rule scripts", () => {
   // A single rule's decision takes its algorithm's one-rule script (one integer, decoded in script.ts);
-  // beside a rule that never binds it takes the general path (the dispatcher's table). Both must
-  // answer the same, step for step, on the same history: random costs, times moving on and, now and
-  // then, a caller lagging behind.
+  // beside a rule that never binds it takes the general path (the dispatcher's table). That both
+  // answer the same on random histories is test/engine/paths.property.test.ts's (and, against the
+  // model, with plans, overrides and several rules, test/engine/cross-feature.property.test.ts's).
   const cases: [string, RuleConfig][] = [
     ["fixedWindow", fixedWindow({ limit: 7, window: "1h" })],
     ["slidingWindow", slidingWindow({ limit: 7, window: "1h" })],
     ["gcra", gcra({ limit: 7, period: "1h", burst: 5 })], // T = 3,600,000/7 ms: TAT in fractions of a ms
     ["tokenBucket", tokenBucket({ capacity: 5, refillRate: 7, interval: "1h" })],
   ];
-  it.each(cases)("%s answers what the general path answers", async (_, rule) => {
-    const redis = bridgeRedis();
-    const shortcut = limiterOf({ r: rule }, redis);
-    const general = limiterOf({ r: rule, loose: gcra({ limit: 2 ** 20, period: "1s" }) }, redis);
-    let seed = 7;
-    const random = (n: number) => {
-      seed = (seed * 1103515245 + 12345) % 2 ** 31;
-      return seed % n;
-    };
-    let now = T0;
-    let denied = 0;
-    let crossings = 0; // lagging steps that fall back into an earlier window
-    let latest = now;
-    for (let step = 0; step < 150; step++) {
-      now += random(10) < 7 ? random(HOUR / 5) : -random(HOUR / 3); // sometimes a lagging caller
-      if (Math.floor(now / HOUR) < Math.floor(latest / HOUR)) crossings++;
-      latest = Math.max(latest, now);
-      const cost = 1 + random(random(4) === 0 ? 7 : 2);
-      shortcut.clock.set(now);
-      general.clock.set(now);
-      const a = await shortcut.limiter.limit("id", { cost });
-      const b = await general.limiter.limit("id", { cost });
-      expect({ step, now, cost, ...a.rules.r }).toEqual({ step, now, cost, ...b.rules.r });
-      if (!a.allowed) denied++;
-    }
-    expect(denied).toBeGreaterThan(10); // the history reaches denials too
-    expect(crossings).toBeGreaterThan(5); // and lagging callers across window boundaries
-  });
-
   it("answers one integer where it is taken (and a table where it is not), as the Limiter expects", async () => {
     // what Redis answered each decision, read from the requests the Limiter sends
     const answers: unknown[] = [];
@@ -359,22 +330,13 @@ describe("reservation (leases)", () => {
 });
 
 describe("commands per decision (each path, one rule)", () => {
-  // INFO commandstats counts every command a script runs: a Redis of this file's own.
+  // INFO commandstats counts every command a script runs, server-wide: a Redis of this file's own.
+  const own = privateRedis({ token: "cmds" });
   let conn: RedisConnection;
   let redis: Redis;
-  let stop: () => Promise<void>;
-  beforeAll(async () => {
-    const server = await startRedisServer();
-    const bridge = await startBridge({ redisUrl: server.url, port: 0, token: "cmds" });
-    conn = await connectRedis(server.url);
-    redis = new Redis({ url: bridge.url, token: "cmds", enableTelemetry: false });
-    stop = async () => {
-      await conn.close();
-      await bridge.close();
-      await server.stop();
-    };
+  beforeAll(() => {
+    ({ conn, redis } = own);
   });
-  afterAll(() => stop());
 
   /** The commands one decision made Redis run, EVALSHA included, by name. */
   async function commands(limiter: Limiter, cost: number): Promise<string> {
