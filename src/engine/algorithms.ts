@@ -63,7 +63,7 @@ export interface WindowRule extends RuleBase {
   readonly window: number;
 }
 
-/** A validated rule, ready to send (src/engine/script.ts encodes it for the scripts). */
+/** A validated rule, ready to send (src/engine/scripts/ encodes it for the scripts). */
 export type Rule = GcraRule | TokenBucketRule | WindowRule;
 
 /**

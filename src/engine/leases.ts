@@ -11,10 +11,10 @@
 // - Refunds: units left when a lease expires (or is dropped on a denial, or the Limiter is disposed)
 //   go back to Redis through the refund script, off the request path: through `waitUntil` when the
 //   caller gives one (Workers, Vercel), else from a timer (Node).
-// Top-ups and refunds go to Redis through the Limiter's scripts (src/engine/script.ts), from here.
+// Top-ups and refunds go to Redis through the Limiter's scripts (src/engine/scripts/), from here.
 import type { Rule } from "./algorithms.js";
 import { describe, readDuration } from "./duration.js";
-import type { Applied, Reservation } from "./script.js";
+import type { Applied, Reservation } from "./scripts/limiter.js";
 import { type Decision, decidedBy, type RuleResult } from "./types.js";
 import { type Issue, issueText, MAX_TIMER_MS } from "./validate.js";
 

@@ -17,7 +17,7 @@ import { type LeaseOptions, Leases, leaseConfig, type WaitUntil } from "./leases
 import { Overrides, type OverridesOptions, overridesConfig } from "./overrides.js";
 import { PoolScript } from "./pool-script.js";
 import { Region, type RegionOptions, regionPool } from "./region.js";
-import { type Counted, type PlanEncoding, type Reservation, RuleScripts } from "./script.js";
+import { type Counted, type PlanEncoding, type Reservation, RuleScripts } from "./scripts/limiter.js";
 import { type Transport, transportFor } from "./transport.js";
 import { type Decision, decidedBy, type RuleResult, type Settlement } from "./types.js";
 import { checkClock, checkOptions, issueText, positiveMs, readClock } from "./validate.js";

@@ -22,7 +22,7 @@ import type { RedisCallError } from "./errors.js";
 import type { RuleKeys } from "./keys.js";
 import { checkLease, type LeaseConfig, type LeaseOptions, type WaitUntil, withHeld } from "./leases.js";
 import type { PoolScript } from "./pool-script.js";
-import type { PlanEncoding, Reservation, RuleScripts } from "./script.js";
+import type { PlanEncoding, Reservation, RuleScripts } from "./scripts/limiter.js";
 import type { Transport } from "./transport.js";
 import { type Decision, decidedBy, type RuleResult } from "./types.js";
 import { type Issue, issueText, MAX_TIMER_MS } from "./validate.js";

@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RedisError } from "../../src/bridge/index.js";
 import { SCRIPTS } from "../../src/engine/generated/scripts.js";
 import { RuleKeys } from "../../src/engine/keys.js";
-import { limiterArgs } from "../../src/engine/script.js";
+import { limiterArgs } from "../../src/engine/scripts/limiter.js";
 import { fixedWindow, gcra, Limiter, slidingLog, slidingWindow, tokenBucket } from "../../src/index.js";
 import { type Cluster, startCluster } from "../cluster.js";
 import { T0 } from "../support.js";

@@ -292,7 +292,7 @@ const LATE_GCRA_REFUND_MINTS = false;
 const GCRA_INTERLEAVED_REFUND_MINTS = true;
 
 /**
- * A defect found by this test, fixed in src/engine/script.ts (a fixed window's refund and settle send
+ * A defect found by this test, fixed in src/engine/scripts/ (a fixed window's refund and settle send
  * the highest limit of any plan with that window): a fixed window's refund reads a count above the
  * limit it is sent with as that limit (lua/algorithms/fixed_window.lua: min(count, limit) - units),
  * and a settle sends the limit of its decision's plan while the window's key is shared by every plan

@@ -5,7 +5,7 @@
 import { describe, expect, it } from "vitest";
 import { compileRule, fixedWindow, gcra, type RuleConfig, tokenBucket } from "../../src/engine/algorithms.js";
 import { RuleKeys } from "../../src/engine/keys.js";
-import { RuleScripts } from "../../src/engine/script.js";
+import { RuleScripts } from "../../src/engine/scripts/limiter.js";
 import { transportFor } from "../../src/engine/transport.js";
 import { bridgeRedis, T0, uniquePrefix } from "../support.js";
 

@@ -4,7 +4,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import { LIMITER_OVERRIDES } from "../../src/engine/generated/scripts.js";
 import { RuleKeys } from "../../src/engine/keys.js";
-import { limiterArgs } from "../../src/engine/script.js";
+import { limiterArgs } from "../../src/engine/scripts/limiter.js";
 import { fixedWindow, gcra, Limiter, type RuleConfig, slidingWindow, tokenBucket } from "../../src/index.js";
 import { type Cluster, startCluster } from "../cluster.js";
 import { bridgeRedis, manualClock, T0, uniquePrefix } from "../support.js";

@@ -27,7 +27,7 @@ import {
   tokenBucket,
 } from "../../src/engine/algorithms.js";
 import { RuleKeys } from "../../src/engine/keys.js";
-import { RuleScripts } from "../../src/engine/script.js";
+import { RuleScripts } from "../../src/engine/scripts/limiter.js";
 import { transportFor } from "../../src/engine/transport.js";
 import type { Decision } from "../../src/engine/types.js";
 import { bridgeRedis, T0, uniquePrefix } from "../support.js";

@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connectRedis, type RedisConnection, startBridge, startRedisServer } from "../../src/bridge/index.js";
 import { SCRIPTS } from "../../src/engine/generated/scripts.js";
 import { RuleKeys } from "../../src/engine/keys.js";
-import { limiterArgs } from "../../src/engine/script.js";
+import { limiterArgs } from "../../src/engine/scripts/limiter.js";
 import {
   fixedWindow,
   gcra,
@@ -195,7 +195,7 @@ describe("fixedWindow: a key per window, one INCR", () => {
 });
 
 describe("the one-rule scripts", () => {
-  // A single rule's decision takes its algorithm's one-rule script (one integer, decoded in script.ts);
+  // A single rule's decision takes its algorithm's one-rule script (one integer, decoded in src/engine/scripts/one-rule.ts);
   // beside a rule that never binds it takes the general path (the dispatcher's table). Both must
   // answer the same, step for step, on the same history: random costs, times moving on and, now and
   // then, a caller lagging behind.
