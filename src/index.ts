@@ -17,7 +17,7 @@ export {
   type TokenBucketOptions,
   tokenBucket,
   type WindowOptions,
-} from "./engine/algorithms.js";
+} from "./engine/algorithms/index.js";
 export type {
   Analytics,
   AnalyticsOptions,

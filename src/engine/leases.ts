@@ -12,7 +12,7 @@
 //   go back to Redis through the refund script, off the request path: through `waitUntil` when the
 //   caller gives one (Workers, Vercel), else from a timer (Node).
 // Top-ups and refunds go to Redis through the Limiter's scripts (src/engine/scripts/), from here.
-import type { Rule } from "./algorithms.js";
+import type { Rule } from "./algorithms/index.js";
 import { describe, readDuration } from "./duration.js";
 import type { Applied, Reservation } from "./scripts/limiter.js";
 import { type Decision, decidedBy, type RuleResult } from "./types.js";

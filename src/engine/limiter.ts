@@ -1,4 +1,4 @@
-import { checkPlans, compileRule, type PlanConfig, type Rule, type RuleConfig } from "./algorithms.js";
+import { checkPlans, compileRule, type PlanConfig, type Rule, type RuleConfig } from "./algorithms/index.js";
 import {
   Analytics,
   type AnalyticsOptions,

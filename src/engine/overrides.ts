@@ -24,7 +24,7 @@ import {
   type Rule,
   type RuleConfig,
   type RulePlan,
-} from "./algorithms.js";
+} from "./algorithms/index.js";
 import { type Duration, describe, readDuration } from "./duration.js";
 import { RedisCallError } from "./errors.js";
 import { checkIdentifier, type RuleKeys } from "./keys.js";

@@ -16,7 +16,7 @@
 //   pool script does it atomically, so only one does) and gives them back at home through the refund
 //   script; an isolate that deposited into a pool asks it once it expires (sweep). A pool nobody asks again expires with its units, which stay consumed at home until home's
 //   state expires: fewer admissions, never more. A unit is only ever created at home.
-import type { Rule } from "./algorithms.js";
+import type { Rule } from "./algorithms/index.js";
 import { describe } from "./duration.js";
 import type { RedisCallError } from "./errors.js";
 import type { RuleKeys } from "./keys.js";

@@ -1,4 +1,4 @@
-import type { Rule } from "./algorithms.js";
+import type { Rule } from "./algorithms/index.js";
 
 /** The outcome of one rule for one decision. */
 export interface RuleResult {

@@ -49,7 +49,7 @@ import {
   type PlanConfig,
   type Rule,
   type RuleConfig,
-} from "../engine/algorithms.js";
+} from "../engine/algorithms/index.js";
 import { describe, readDuration } from "../engine/duration.js";
 import { PREFIX } from "../engine/keys.js";
 import { checkLease, type LeaseConfig } from "../engine/leases.js";

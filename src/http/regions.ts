@@ -14,7 +14,7 @@
 //                                               continent; optional for the default database
 //   }
 // }
-import { NAME } from "../engine/algorithms.js";
+import { NAME } from "../engine/algorithms/index.js";
 import { describe, readDuration } from "../engine/duration.js";
 import { type Issue, MAX_TIMER_MS } from "../engine/validate.js";
 

@@ -28,7 +28,7 @@ import { Hono } from "hono";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { rateLimit } from "../../src/adapters/hono/index.js";
 import { type Bridge, startBridge } from "../../src/bridge/index.js";
-import { compileRule, type Rule, type RuleConfig } from "../../src/engine/algorithms.js";
+import { compileRule, type Rule, type RuleConfig } from "../../src/engine/algorithms/index.js";
 import { enforce, rateLimitHeaders, tooManyRequests } from "../../src/http/index.js";
 import { type Decision, Limiter } from "../../src/index.js";
 import { bridgeRedis, T0, uniquePrefix } from "../support.js";

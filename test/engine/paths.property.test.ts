@@ -25,7 +25,7 @@ import {
   type RuleConfig,
   slidingWindow,
   tokenBucket,
-} from "../../src/engine/algorithms.js";
+} from "../../src/engine/algorithms/index.js";
 import { RuleKeys } from "../../src/engine/keys.js";
 import { RuleScripts } from "../../src/engine/scripts/limiter.js";
 import { transportFor } from "../../src/engine/transport.js";

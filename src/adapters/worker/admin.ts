@@ -36,7 +36,7 @@
 // operator never handles hashes. Every refusal is a problem+json whose detail starts with the field at
 // fault; nothing is stored on any refusal. Every answer is `Cache-Control: no-store`.
 
-import { slidingLog } from "../../engine/algorithms.js";
+import { slidingLog } from "../../engine/algorithms/index.js";
 import type { BreakerReport } from "../../engine/analytics.js";
 import { RedisCallError } from "../../engine/errors.js";
 import { Limiter } from "../../engine/limiter.js";

@@ -9,12 +9,11 @@
 // Every rule is encoded once, when the Limiter is built, under the base rules and under each plan (a
 // PlanEncoding each); a call looks its plan's up and adds its time and cost. RuleScripts is the face
 // the engine calls: it sends each call to its family.
-import type { Rule } from "../algorithms.js";
+import { algorithmOf, type Rule } from "../algorithms/index.js";
 import { LIMITER } from "../generated/scripts.js";
 import type { RuleKeys } from "../keys.js";
 import type { CallOptions, CallResult, Transport } from "../transport.js";
 import type { Decision } from "../types.js";
-import { oneRuleDecision, oneRuleOf } from "./one-rule.js";
 import { OverrideScripts, withTables } from "./overrides.js";
 import { SettleScripts } from "./settle.js";
 import {
@@ -22,6 +21,7 @@ import {
   type Counted,
   decode,
   encodeRule,
+  oneRuleDecision,
   type PlanEncoding,
   type PlanRules,
   type Reservation,
@@ -84,10 +84,11 @@ export class RuleScripts {
     const exact = plans.length > 0 || overrides;
     const encode = ({ name, rules, keys }: PlanRules): PlanEncoding => {
       const only = rules.length === 1 ? rules[0]! : undefined;
+      const module = only === undefined ? undefined : algorithmOf(only);
       const one =
-        only === undefined || (exact && only.algorithm === "fixedWindow")
+        module === undefined || (exact && module.countsDenials)
           ? undefined
-          : oneRuleOf(only, options);
+          : module.oneRule?.(only!, options);
       return { name, rules, keys, args: rules.flatMap(encodeRule), one, count: String(rules.length) };
     };
     this.base = encode({ name: "default", rules, keys });

@@ -3,16 +3,12 @@
 // takes runs that script's variant (<name>OneRuleOverrides); every other decision runs
 // limiterOverrides (lua/overrides.lua). The one place in TypeScript that knows the plan table and the
 // stored override's line.
-import { checkRule, type Rule, type RuleConfig, type WindowRule } from "../algorithms.js";
-import {
-  FIXED_WINDOW_ONE_RULE_OVERRIDES,
-  GCRA_ONE_RULE_OVERRIDES,
-  LIMITER_OVERRIDES,
-  SLIDING_WINDOW_ONE_RULE_OVERRIDES,
-} from "../generated/scripts.js";
+
+import { GRACE } from "../algorithms/fixed-window.js";
+import { algorithmOf, checkRule, type Rule, type WindowRule } from "../algorithms/index.js";
+import { FIXED_WINDOW_ONE_RULE_OVERRIDES, LIMITER_OVERRIDES } from "../generated/scripts.js";
 import type { CallOptions, CallResult, Transport } from "../transport.js";
 import { type Decision, decidedBy, type RuleResult } from "../types.js";
-import { fixedWindowOutcome, GRACE, gcraOutcome, PACK, slidingWindowOutcome } from "./one-rule.js";
 import { type Applied, decode, type PlanEncoding, type ScriptCallOptions, unexpected } from "./shared.js";
 
 /** How many decoded override lines RuleScripts keeps (a custom line is decoded once). */
@@ -177,14 +173,7 @@ export class OverrideScripts {
     }
     if (typeof value !== "number" || !Number.isInteger(value)) return unexpected(result);
     const rule = applied.rules[0]!;
-    const outcome =
-      rule.algorithm === "gcra"
-        ? gcraOutcome(rule.rate, rule.period, rule.burst, value, cost, now)
-        : rule.algorithm === "tokenBucket"
-          ? gcraOutcome(rule.refillRate, rule.interval, rule.capacity, value, cost, now)
-          : rule.algorithm === "fixedWindow"
-            ? fixedWindowOutcome(rule.limit, rule.window, value, cost, now)
-            : slidingWindowOutcome(rule.limit, rule.window, value, cost, now);
+    const outcome = algorithmOf(rule).outcome!(rule, value, cost, now);
     const rules: Record<string, RuleResult> = {};
     rules[rule.name] = outcome;
     const decision: Decision = {
@@ -231,8 +220,6 @@ export class OverrideScripts {
   }
 }
 
-const WINDOWS = new Set(["fixedWindow", "slidingWindow"]);
-
 /**
  * Adds the plan table and other windows' keys to every encoding (overrides on). A fixed or sliding
  * window that another plan gives another window has a key of its own there (RuleKeys): a call declares
@@ -255,7 +242,7 @@ export function withTables(
         const rule = plan.rules[i]!;
         let k = 0;
         const window = "window" in rule ? rule.window : 0;
-        if (WINDOWS.has(rule.algorithm) && window !== (call.rules[i] as { window: number }).window) {
+        if (algorithmOf(rule).windowed && window !== (call.rules[i] as { window: number }).window) {
           const id = `${i}:${window}`;
           k = index.get(id) ?? 0;
           if (k === 0) {
@@ -268,16 +255,14 @@ export function withTables(
       }
       table += "\n";
     }
-    const fixed = n === 1 && call.rules[0]!.algorithm === "fixedWindow";
+    // one rule whose one-rule script counts denials (a fixed window) takes its own variant
+    // (fixedCommand) for a cost up to its limit
+    const module = n === 1 ? algorithmOf(call.rules[0]!) : undefined;
+    const fixed = module?.countsDenials === true;
     // one rule with a one-rule script (a sliding window's limit below PACK: plans and overrides keep
     // it there) takes that script's variant
-    const algorithm = call.one === undefined ? undefined : call.rules[0]!.algorithm;
-    const lean =
-      algorithm === "gcra" || algorithm === "tokenBucket"
-        ? { ...options, script: GCRA_ONE_RULE_OVERRIDES }
-        : algorithm === "slidingWindow"
-          ? { ...options, script: SLIDING_WINDOW_ONE_RULE_OVERRIDES }
-          : undefined;
+    const script = call.one === undefined ? undefined : module?.oneRuleOverrides;
+    const lean = script === undefined ? undefined : { ...options, script };
     out.set(call.name, { ...call, table, windows, fixed, lean });
   }
   return out;
@@ -308,19 +293,12 @@ function decodeLine(line: string, plans: ReadonlyMap<string, PlanEncoding>, base
         string,
       ];
       if (algorithm !== base.args[4 * i]) break;
-      if (WINDOWS.has(algorithm) && ![...plans.values()].some((plan) => plan.args[4 * i + 2] === p2)) break;
+      const module = algorithmOf(own);
+      if (module.windowed && ![...plans.values()].some((plan) => plan.args[4 * i + 2] === p2)) break;
       const a = Number(p1);
       // a sliding window's counts change format at PACK: a line across it is stale (lua/override.lua)
-      if (algorithm === "slidingWindow" && a < PACK !== own.limit < PACK) break;
-      const b = Number(p2);
-      const c = Number(p3);
-      const config: RuleConfig =
-        own.algorithm === "gcra"
-          ? { algorithm: "gcra", limit: a, period: b, burst: c }
-          : own.algorithm === "tokenBucket"
-            ? { algorithm: "tokenBucket", refillRate: a, interval: b, capacity: c }
-            : { algorithm: own.algorithm, limit: a, window: b };
-      const checked = checkRule(own.name, config);
+      if (module.carries?.(own.limit, a) !== undefined) break;
+      const checked = checkRule(own.name, module.config(a, Number(p2), Number(p3)));
       if (checked.issues !== undefined) break;
       rules.push(checked.rule);
     }

@@ -1,7 +1,7 @@
 // The refund and settle scripts as the engine calls them: giving a lease's unused units back
 // (lua/refund.lua) and charging a decision what it really cost (lua/settle.lua), each in the window
 // its units were counted in.
-import type { Rule, WindowRule } from "../algorithms.js";
+import { algorithmOf, type Rule, type WindowRule } from "../algorithms/index.js";
 import { REFUND, SETTLE } from "../generated/scripts.js";
 import type { CallOptions, CallResult, Transport } from "../transport.js";
 import type { Decision } from "../types.js";
@@ -76,18 +76,7 @@ export class SettleScripts {
     const starts: number[] = [];
     const counts: number[] = [];
     for (const rule of applied.rules) {
-      const outcome = decision.rules[rule.name]!;
-      let start = 0;
-      let count = 0;
-      if (rule.algorithm === "gcra" || rule.algorithm === "tokenBucket") {
-        start = outcome.resetAt;
-        count = now;
-      } else if (rule.algorithm === "fixedWindow") start = now - (now % rule.window);
-      else if (rule.algorithm === "slidingWindow") start = outcome.resetAt - 2 * rule.window;
-      else if (rule.algorithm === "slidingLog") {
-        start = outcome.resetAt - rule.window;
-        count = rule.limit - outcome.remaining;
-      }
+      const [start, count] = algorithmOf(rule).counted(rule, decision.rules[rule.name]!, now);
       starts.push(start);
       counts.push(count);
     }
@@ -112,12 +101,7 @@ export class SettleScripts {
     const command = ["EVALSHA", SETTLE.sha1, String(keys.length), ...keys];
     command.push(now.toString(16), String(cost), String(actual));
     applied.rules.forEach((rule, i) => {
-      const mark =
-        rule.algorithm === "slidingLog"
-          ? counts[i]! - cost
-          : rule.algorithm === "gcra" || rule.algorithm === "tokenBucket"
-            ? (counts[i] ?? 0)
-            : 0;
+      const mark = algorithmOf(rule).settleMark(counts[i] ?? 0, cost);
       command.push(...this.givingBack(rule, i), String(starts[i] ?? 0), String(mark));
     });
     return this.transport.call(command, this.settleCall);
@@ -131,12 +115,12 @@ export class SettleScripts {
    */
   private givingBack(rule: Rule, i: number): [string, string, string, string] {
     const args = encodeRule(rule);
-    if (rule.algorithm !== "fixedWindow") return args;
+    if (!algorithmOf(rule).countsDenials) return args;
+    const window = (rule as WindowRule).window;
     let limit = rule.limit;
     for (const plan of this.plans.values()) {
-      const other = plan.rules[i];
-      if (other?.algorithm === "fixedWindow" && other.window === rule.window)
-        limit = Math.max(limit, other.limit);
+      const other = plan.rules[i] as WindowRule | undefined;
+      if (other !== undefined && other.window === window) limit = Math.max(limit, other.limit);
     }
     args[1] = String(limit);
     return args;

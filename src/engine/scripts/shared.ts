@@ -1,10 +1,10 @@
 // What the limiter's script families share: the types a call and a reply carry, a rule's encoding,
 // and the limiter script's reply table (decoded here for the limiter and overrides families alike).
-import type { Rule } from "../algorithms.js";
+import { algorithmOf, type Rule } from "../algorithms/index.js";
 import { describe } from "../duration.js";
 import { RedisCallError } from "../errors.js";
 import type { RuleKeys } from "../keys.js";
-import type { CallOptions } from "../transport.js";
+import type { CallOptions, CallResult } from "../transport.js";
 import { type Decision, decidedBy, type RuleResult } from "../types.js";
 
 /** What a decision that reserved units for a lease answers. */
@@ -39,19 +39,11 @@ export interface ScriptCallOptions {
 }
 
 /**
- * A rule as the limiter and refund scripts read it: the algorithm the script runs and three integer
- * parameters. A token bucket runs as GCRA (lua/algorithms/gcra.lua): limit = refillRate, period =
- * interval, burst = capacity.
+ * A rule as the limiter, refund and settle scripts read it: the algorithm the script runs and three
+ * integer parameters (its module's encoding: a token bucket runs as GCRA).
  */
 export function encodeRule(rule: Rule): [string, string, string, string] {
-  switch (rule.algorithm) {
-    case "gcra":
-      return ["gcra", String(rule.rate), String(rule.period), String(rule.burst)];
-    case "tokenBucket":
-      return ["gcra", String(rule.refillRate), String(rule.interval), String(rule.capacity)];
-    default:
-      return [rule.algorithm, String(rule.limit), String(rule.window), "0"];
-  }
+  return algorithmOf(rule).encode(rule);
 }
 
 /** One rule's one-rule script: when it is taken, its arguments, and what its integer says. */
@@ -158,4 +150,34 @@ function binds(candidate: RuleResult, current: RuleResult): boolean {
   if (candidate.allowed !== current.allowed) return !candidate.allowed;
   if (!candidate.allowed) return candidate.retryAfter > current.retryAfter;
   return candidate.remaining < current.remaining;
+}
+
+/** The Decision of a one-rule script's reply. */
+export function oneRuleDecision(
+  plan: PlanEncoding,
+  one: OneRule,
+  reply: CallResult,
+  cost: number,
+  now: number,
+): Decision | Error {
+  if (!reply.ok) return reply.error;
+  const result = reply.result;
+  if (typeof result !== "number" || !Number.isInteger(result)) return unexpected(result);
+  const outcome = one.decode(result, cost, now);
+  const name = plan.rules[0]!.name;
+  const rules: Record<string, RuleResult> = {};
+  rules[name] = outcome;
+  const decision: Decision = {
+    allowed: outcome.allowed,
+    limit: outcome.limit,
+    remaining: outcome.remaining,
+    resetAt: outcome.resetAt,
+    retryAfter: outcome.retryAfter,
+    rule: name,
+    source: "redis",
+    plan: plan.name,
+    decidedAt: now,
+    rules,
+  };
+  return decidedBy(decision, plan.rules);
 }
