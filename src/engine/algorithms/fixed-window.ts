@@ -40,6 +40,8 @@ function fixedWindowOne(limit: number, window: number, options: ScriptCallOption
       if (cost !== 1) command.push(String(cost), limitArg);
     },
     decode: (count, cost, now) => fixedWindowOutcome(limit, window, count, cost, now),
+    // the window of the decision's time: the one its key names
+    counted: (_, now) => now - (now % window),
   };
 }
 
@@ -79,10 +81,10 @@ export const fixedWindowAlgorithm: AlgorithmModule<WindowRule> = {
   holdsTat: false,
   countsDenials: true,
   keyWindow: (rule) => rule.window,
-  // the window of `decidedAt` (the time it was decided at, and counted in)
-  counted: (rule, _, decidedAt) => [decidedAt - (decidedAt % rule.window), 0],
+  countOf: () => 0,
   settleMark: () => 0,
   oneRule: (rule, options) => fixedWindowOne(rule.limit, rule.window, options),
   oneRuleOverrides: FIXED_WINDOW_ONE_RULE_OVERRIDES,
   outcome: (rule, count, cost, now) => fixedWindowOutcome(rule.limit, rule.window, count, cost, now),
+  oneRuleCounted: (rule, _, now) => now - (now % rule.window),
 };

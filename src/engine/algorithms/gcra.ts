@@ -44,6 +44,7 @@ export function gcraOne(rate: number, period: number, burst: number, options: Sc
       command.push(now.toString(16), String(cost), tail[0], tail[1], tail[2]);
     },
     decode: (result, cost, now) => gcraOutcome(rate, period, burst, result, cost, now),
+    counted: (result, now) => gcraCounted(rate, result, now),
   };
 }
 
@@ -76,6 +77,11 @@ export function gcraOutcome(
   };
 }
 
+/** Where an admission counted its units, from the one-rule integer: the TAT they hold (d after it). */
+export function gcraCounted(rate: number, result: number, now: number): number {
+  return now + ceilDiv(result, rate);
+}
+
 /** What GCRA and the token bucket share: their state is a TAT, leasable, one-rule script. */
 export const TAT = {
   windowed: false,
@@ -83,9 +89,8 @@ export const TAT = {
   holdsTat: true,
   countsDenials: false,
   keyWindow: () => 0,
-  // the TAT its units hold (its resetAt: a refund gives back no units since earned back), and the
-  // time it counted from
-  counted: (_rule: unknown, outcome: RuleResult, decidedAt: number) => [outcome.resetAt, decidedAt] as const,
+  // the time it counted from (its units hold a TAT: a refund gives back none since earned back)
+  countOf: (_rule: unknown, _outcome: unknown, decidedAt: number) => decidedAt,
   settleMark: (count: number) => count,
   oneRuleOverrides: GCRA_ONE_RULE_OVERRIDES,
 } as const;
@@ -107,4 +112,5 @@ export const gcraAlgorithm: AlgorithmModule<GcraRule> = {
   key: "gcra",
   oneRule: (rule, options) => gcraOne(rule.rate, rule.period, rule.burst, options),
   outcome: (rule, result, cost, now) => gcraOutcome(rule.rate, rule.period, rule.burst, result, cost, now),
+  oneRuleCounted: (rule, result, now) => gcraCounted(rule.rate, result, now),
 };

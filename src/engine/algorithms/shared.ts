@@ -79,11 +79,11 @@ export interface AlgorithmModule<R extends Rule = Rule> {
   /** A key per window of this many ms (fixed window), else 0. */
   keyWindow(rule: R): number;
   /**
-   * Where an admitted decision counted its units (RuleScripts.counted): the start of the window (the
-   * TAT for gcra and the token bucket, the stamp for a sliding log), and its count when a settle needs it.
+   * What a settle needs of an admitted decision beside where its units were counted (its reply says
+   * that): the time gcra and the token bucket counted from, a sliding log's count after it; else 0.
    */
-  counted(rule: R, outcome: RuleResult, decidedAt: number): readonly [start: number, count: number];
-  /** What the settle script reads as rule's mark, from `counted`'s count and the decision's cost. */
+  countOf(rule: R, outcome: RuleResult, decidedAt: number): number;
+  /** What the settle script reads as the rule's mark, from `countOf` and the decision's cost. */
   settleMark(count: number, cost: number): number;
   /** When usage counted under a limit of `from` does not carry to a limit of `to`: why. */
   carries?(from: number, to: number): string | undefined;
@@ -93,6 +93,8 @@ export interface AlgorithmModule<R extends Rule = Rule> {
   readonly oneRuleOverrides?: Script;
   /** The outcome of `rule` from its one-rule script's integer, for `cost` at `now`. */
   outcome?(rule: R, result: number, cost: number, now: number): RuleResult;
+  /** Where an admission counted its units, from its one-rule script's integer at `now`. */
+  oneRuleCounted?(rule: R, result: number, now: number): number;
 }
 
 // Bounds. The scripts compute in Lua doubles, exact below 2^53 (9007199254740992). Every configured
@@ -109,10 +111,10 @@ export interface AlgorithmModule<R extends Rule = Rule> {
 // of a request that is denied anyway inexact, by a millisecond at most: admissions stay exact.
 /** The largest count, and the largest count × duration product (in ms), a rule may have: 2^50. */
 export const MAX_EXACT = 2 ** 50;
-// RFC 9651 §3.3.1: an sf-integer has at most 15 digits.
-const MAX_SF_INTEGER = 999_999_999_999_999;
 
 export const ceilDiv = (a: number, b: number) => Math.floor((a + b - 1) / b);
+// RFC 9651 §3.3.1: an sf-integer has at most 15 digits.
+const MAX_SF_INTEGER = 999_999_999_999_999;
 
 /**
  * A window algorithm's rule (`limit` per `window`): its fields checked (`bound` the products its

@@ -43,9 +43,8 @@ export const slidingLogAlgorithm: AlgorithmModule<WindowRule> = {
   holdsTat: false,
   countsDenials: false,
   keyWindow: () => 0,
-  // its entries' stamp (an admission's resetAt is the stamp plus the window) and the count after it,
-  // limit - remaining (sliding logs are never leased, so remaining is Redis's own)
-  counted: (rule, outcome) => [outcome.resetAt - rule.window, rule.limit - outcome.remaining],
+  // the count after it, limit - remaining (sliding logs are never leased, so remaining is Redis's own)
+  countOf: (rule, outcome) => rule.limit - outcome.remaining,
   // the settle removes the decision's own entries: those above the count before it
   settleMark: (count, cost) => count - cost,
 };

@@ -47,6 +47,7 @@ function slidingWindowOne(limit: number, window: number, options: ScriptCallOpti
       command.push(now.toString(16), String(cost), tail[0], tail[1]);
     },
     decode: (result, cost, now) => slidingWindowOutcome(limit, window, result, cost, now),
+    counted: (result, now) => slidingWindowCounted(window, result, now),
   };
 }
 
@@ -116,6 +117,14 @@ function slidingWindowOutcome(
   return { allowed, limit, remaining: Math.max(0, room), resetAt, retryAfter };
 }
 
+/**
+ * Where an admission counted its units, from the one-rule integer: the window of `now`, or the next one
+ * for a lagging caller (its `newer` bit).
+ */
+function slidingWindowCounted(window: number, result: number, now: number): number {
+  return now - (now % window) + (Math.floor(result / 2) % 2) * window;
+}
+
 /** Ms from a window's start to the end of `slot`, one of SLOTS equal parts (rounded up). */
 function slotSpan(slot: number, window: number): number {
   return Math.floor(((slot + 1) * window + SLOTS - 1) / SLOTS);
@@ -134,9 +143,7 @@ export const slidingWindowAlgorithm: AlgorithmModule<WindowRule> = {
   holdsTat: false,
   countsDenials: false,
   keyWindow: () => 0,
-  // the window whose counter it took (a lagging caller's may be the next one): an admission's resetAt
-  // is that window's start plus two windows
-  counted: (rule, outcome) => [outcome.resetAt - 2 * rule.window, 0],
+  countOf: () => 0,
   settleMark: () => 0,
   // its state changes format at PACK: a plan stays on its base rule's side, so that counts carry
   carries: (from, to) =>
@@ -148,4 +155,5 @@ export const slidingWindowAlgorithm: AlgorithmModule<WindowRule> = {
     rule.limit < PACK ? slidingWindowOne(rule.limit, rule.window, options) : undefined,
   oneRuleOverrides: SLIDING_WINDOW_ONE_RULE_OVERRIDES,
   outcome: (rule, result, cost, now) => slidingWindowOutcome(rule.limit, rule.window, result, cost, now),
+  oneRuleCounted: (rule, result, now) => slidingWindowCounted(rule.window, result, now),
 };

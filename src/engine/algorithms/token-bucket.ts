@@ -1,7 +1,7 @@
 // The token bucket: `capacity` tokens refilled continuously at `refillRate` per `interval`. It runs as
 // GCRA (lua/algorithms/gcra.lua) with limit = refillRate, period = interval, burst = capacity.
 import type { Duration } from "../duration.js";
-import { gcraOne, gcraOutcome, TAT } from "./gcra.js";
+import { gcraCounted, gcraOne, gcraOutcome, TAT } from "./gcra.js";
 import type { RuleConfig } from "./index.js";
 import { type AlgorithmModule, policyOf, type RuleBase } from "./shared.js";
 
@@ -58,4 +58,5 @@ export const tokenBucketAlgorithm: AlgorithmModule<TokenBucketRule> = {
   oneRule: (rule, options) => gcraOne(rule.refillRate, rule.interval, rule.capacity, options),
   outcome: (rule, result, cost, now) =>
     gcraOutcome(rule.refillRate, rule.interval, rule.capacity, result, cost, now),
+  oneRuleCounted: (rule, result, now) => gcraCounted(rule.refillRate, result, now),
 };

@@ -126,7 +126,7 @@ export class RuleScripts {
       const command = ["EVALSHA", one.sha1, "1", keys[0]!];
       one.push(command, cost, now);
       return this.transport.callThen(command, one.options, (reply) => {
-        const decision = oneRuleDecision(plan, one, reply, cost, now);
+        const decision = reply.ok ? oneRuleDecision(plan, one, reply.result, cost, now) : reply.error;
         return then === undefined ? decision : then(decision);
       });
     }
@@ -161,9 +161,8 @@ export class RuleScripts {
         : overrides.decodeStored(plan, reply.result, true, now);
     if (decision instanceof Error) return decision;
     const result = reply.result as unknown[];
-    const at = 4 * plan.rules.length;
-    const windowStarts = plan.rules.map((_, i) => Number(result[at + 1 + i]));
-    return { decision, reserved: Number(result[at]), windowStarts };
+    const windowStarts = plan.rules.map((_, i) => Number(result[5 * i + 4]));
+    return { decision, reserved: Number(result[5 * plan.rules.length]), windowStarts };
   }
 
   /**
@@ -182,16 +181,10 @@ export class RuleScripts {
   }
 
   /**
-   * Where an admitted Decision from Redis counted its units, read from the decision itself (nothing is
-   * kept per decision): the rules that applied (its plan's, or a custom override's), and per rule
-   *   gcra, token bucket  the TAT its units hold (its resetAt: a refund gives back no units since
-   *                       earned back) and the time it counted from, `decidedAt`;
-   *   fixed window        the window of `decidedAt` (the time it was decided at, and counted in);
-   *   sliding window      the window whose counter it took (a lagging caller's may be the next one):
-   *                       an admission's resetAt is that window's start plus two windows;
-   *   sliding log         its entries' stamp (an admission's resetAt is the stamp plus the window) and
-   *                       the count after it, limit - remaining (sliding logs are never leased, so
-   *                       remaining is Redis's own).
+   * Where an admitted Decision from Redis counted its units: the rules that applied (its plan's, or a
+   * custom override's, as the decision carries them), per rule where its script answered that it
+   * counted them (the start of their window, the TAT they hold, their stamp), and what each algorithm's
+   * settle needs beside (its module's `countOf`).
    */
   counted(decision: Decision): Counted {
     return this.giving.counted(decision);

@@ -8,8 +8,15 @@ import { GRACE } from "../algorithms/fixed-window.js";
 import { algorithmOf, checkRule, type Rule, type WindowRule } from "../algorithms/index.js";
 import { FIXED_WINDOW_ONE_RULE_OVERRIDES, LIMITER_OVERRIDES } from "../generated/scripts.js";
 import type { CallOptions, CallResult, Transport } from "../transport.js";
-import { type Decision, decidedBy, type RuleResult } from "../types.js";
-import { type Applied, decode, type PlanEncoding, type ScriptCallOptions, unexpected } from "./shared.js";
+import type { Decision } from "../types.js";
+import {
+  type Applied,
+  decode,
+  oneRuleDecision,
+  type PlanEncoding,
+  type ScriptCallOptions,
+  unexpected,
+} from "./shared.js";
 
 /** How many decoded override lines RuleScripts keeps (a custom line is decoded once). */
 const APPLIED_ENTRIES = 1000;
@@ -173,22 +180,17 @@ export class OverrideScripts {
     }
     if (typeof value !== "number" || !Number.isInteger(value)) return unexpected(result);
     const rule = applied.rules[0]!;
-    const outcome = algorithmOf(rule).outcome!(rule, value, cost, now);
-    const rules: Record<string, RuleResult> = {};
-    rules[rule.name] = outcome;
-    const decision: Decision = {
-      allowed: outcome.allowed,
-      limit: outcome.limit,
-      remaining: outcome.remaining,
-      resetAt: outcome.resetAt,
-      retryAfter: outcome.retryAfter,
-      rule: rule.name,
-      source: "redis",
-      plan: applied.name,
-      decidedAt: now,
-      rules,
-    };
-    return decidedBy(decision, applied.rules);
+    const module = algorithmOf(rule);
+    return oneRuleDecision(
+      applied,
+      {
+        decode: (n, c, t) => module.outcome!(rule, n, c, t),
+        counted: (n, t) => module.oneRuleCounted!(rule, n, t),
+      },
+      value,
+      cost,
+      now,
+    );
   }
 
   /**
@@ -197,7 +199,7 @@ export class OverrideScripts {
    */
   decodeStored(plan: PlanEncoding, result: unknown, reserving: boolean, now: number): Decision | Error {
     const n = plan.rules.length;
-    if (!Array.isArray(result) || result.length !== 4 * n + (reserving ? 2 + n : 1)) {
+    if (!Array.isArray(result) || result.length !== 5 * n + (reserving ? 2 : 1)) {
       return decode(plan, result, reserving, now);
     }
     const line = result[result.length - 1];

@@ -8,6 +8,7 @@ import type { Decision } from "../types.js";
 import {
   type Applied,
   type Counted,
+  countedIn,
   encodeRule,
   type PlanEncoding,
   type ScriptCallOptions,
@@ -53,16 +54,10 @@ export class SettleScripts {
   }
 
   /**
-   * Where an admitted Decision from Redis counted its units, read from the decision itself (nothing is
-   * kept per decision): the rules that applied (its plan's, or a custom override's), and per rule
-   *   gcra, token bucket  the TAT its units hold (its resetAt: a refund gives back no units since
-   *                       earned back) and the time it counted from, `decidedAt`;
-   *   fixed window        the window of `decidedAt` (the time it was decided at, and counted in);
-   *   sliding window      the window whose counter it took (a lagging caller's may be the next one):
-   *                       an admission's resetAt is that window's start plus two windows;
-   *   sliding log         its entries' stamp (an admission's resetAt is the stamp plus the window) and
-   *                       the count after it, limit - remaining (sliding logs are never leased, so
-   *                       remaining is Redis's own).
+   * Where an admitted Decision from Redis counted its units: the rules that applied (its plan's, or a
+   * custom override's, as the decision carries them), per rule where its script answered that it
+   * counted them (the start of their window, the TAT they hold, their stamp), and what each algorithm's
+   * settle needs beside (its module's `countOf`).
    */
   counted(decision: Decision): Counted {
     // the decision carries the rules it was decided by: a plan's (by name, with its keys) or a custom override's
@@ -73,13 +68,10 @@ export class SettleScripts {
         ? { name: "custom", rules: custom }
         : (own ?? this.base);
     const now = decision.decidedAt;
-    const starts: number[] = [];
-    const counts: number[] = [];
-    for (const rule of applied.rules) {
-      const [start, count] = algorithmOf(rule).counted(rule, decision.rules[rule.name]!, now);
-      starts.push(start);
-      counts.push(count);
-    }
+    const starts = countedIn(decision, applied.rules.length) ?? applied.rules.map(() => 0);
+    const counts = applied.rules.map((rule) =>
+      algorithmOf(rule).countOf(rule, decision.rules[rule.name]!, now),
+    );
     return { applied, starts, counts };
   }
 

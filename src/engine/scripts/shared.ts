@@ -3,9 +3,13 @@
 import { algorithmOf, type Rule } from "../algorithms/index.js";
 import { describe } from "../duration.js";
 import { RedisCallError } from "../errors.js";
+import { SCRIPT_CONSTANTS } from "../generated/scripts.js";
 import type { RuleKeys } from "../keys.js";
-import type { CallOptions, CallResult } from "../transport.js";
+import type { CallOptions } from "../transport.js";
 import { type Decision, decidedBy, type RuleResult } from "../types.js";
+
+/** The retry of a cost that is never admitted, as the scripts answer it (scripts/build-lua.mjs). */
+const { NEVER } = SCRIPT_CONSTANTS;
 
 /** What a decision that reserved units for a lease answers. */
 export interface Reservation {
@@ -56,6 +60,8 @@ export interface OneRule {
   push(command: string[], cost: number, now: number): void;
   /** The rule's outcome from the script's integer, for `cost` at `now`. */
   decode(result: number, cost: number, now: number): RuleResult;
+  /** Where an admission counted its units, from the script's integer at `now`. */
+  counted(result: number, now: number): number;
 }
 
 /**
@@ -98,23 +104,47 @@ export interface PlanRules {
   readonly keys: RuleKeys;
 }
 
-/** The limiter script's table: 4 integers per rule (then, reserving, 1 + one per rule). */
+/**
+ * Where each admitted Decision from Redis counted its units: the limiter script's reply (5 integers per
+ * rule), or for a one-rule script's decision the place its integer states.
+ */
+const replies = new WeakMap<Decision, readonly unknown[] | number>();
+
+/**
+ * Per rule of an admitted Decision from Redis, where its units were counted, as its script answered:
+ * the start of their window, the TAT they hold (gcra, token bucket), their stamp (sliding log).
+ * Undefined for a decision no script answered here (a lease's, a copy).
+ */
+export function countedIn(decision: Decision, n: number): number[] | undefined {
+  const reply = replies.get(decision);
+  if (reply === undefined) return undefined;
+  if (typeof reply === "number") return [reply];
+  const starts: number[] = [];
+  for (let i = 0; i < n; i++) starts.push(Number(reply[5 * i + 4]));
+  return starts;
+}
+
+/**
+ * A decision script's reply (the limiter script's, a one-rule script's): 5 integers per rule, allowed
+ * (1/0), remaining, resetAt, retryAfter (NEVER: never) and where the units were counted; then, when
+ * `reserving`, the units reserved.
+ */
 export function decode(plan: Applied, result: unknown, reserving: boolean, now: number): Decision | Error {
   const planRules = plan.rules;
   const n = planRules.length;
-  if (!Array.isArray(result) || result.length !== 4 * n + (reserving ? 1 + n : 0)) return unexpected(result);
+  if (!Array.isArray(result) || result.length !== 5 * n + (reserving ? 1 : 0)) return unexpected(result);
   const rules: Record<string, RuleResult> = {};
   let binding: RuleResult | undefined;
   let bindingName = "";
   let allowed = true;
   for (let i = 0; i < n; i++) {
-    const retry = Number(result[4 * i + 3]);
+    const retry = Number(result[5 * i + 3]);
     const outcome: RuleResult = {
-      allowed: result[4 * i] === 1,
+      allowed: result[5 * i] === 1,
       limit: planRules[i]!.limit,
-      remaining: Number(result[4 * i + 1]),
-      resetAt: Number(result[4 * i + 2]),
-      retryAfter: retry < 0 ? Number.POSITIVE_INFINITY : retry,
+      remaining: Number(result[5 * i + 1]),
+      resetAt: Number(result[5 * i + 2]),
+      retryAfter: retry === NEVER ? Number.POSITIVE_INFINITY : retry,
     };
     const name = planRules[i]!.name;
     rules[name] = outcome;
@@ -137,6 +167,7 @@ export function decode(plan: Applied, result: unknown, reserving: boolean, now: 
     decidedAt: now,
     rules,
   };
+  if (allowed) replies.set(decision, result);
   return decidedBy(decision, plan.rules);
 }
 
@@ -152,19 +183,17 @@ function binds(candidate: RuleResult, current: RuleResult): boolean {
   return candidate.remaining < current.remaining;
 }
 
-/** The Decision of a one-rule script's reply. */
+/** The Decision of a one-rule script's reply (one integer), under `applied`'s one rule. */
 export function oneRuleDecision(
-  plan: PlanEncoding,
-  one: OneRule,
-  reply: CallResult,
+  applied: Applied,
+  one: Pick<OneRule, "decode" | "counted">,
+  result: unknown,
   cost: number,
   now: number,
 ): Decision | Error {
-  if (!reply.ok) return reply.error;
-  const result = reply.result;
   if (typeof result !== "number" || !Number.isInteger(result)) return unexpected(result);
   const outcome = one.decode(result, cost, now);
-  const name = plan.rules[0]!.name;
+  const name = applied.rules[0]!.name;
   const rules: Record<string, RuleResult> = {};
   rules[name] = outcome;
   const decision: Decision = {
@@ -175,9 +204,10 @@ export function oneRuleDecision(
     retryAfter: outcome.retryAfter,
     rule: name,
     source: "redis",
-    plan: plan.name,
+    plan: applied.name,
     decidedAt: now,
     rules,
   };
-  return decidedBy(decision, plan.rules);
+  if (outcome.allowed) replies.set(decision, one.counted(result, now));
+  return decidedBy(decision, applied.rules);
 }
