@@ -13,7 +13,7 @@ import { algorithmOf, type Rule } from "../algorithms/index.js";
 import { LIMITER } from "../generated/scripts.js";
 import type { RuleKeys } from "../keys.js";
 import type { CallOptions, CallResult, Transport } from "../transport.js";
-import type { Decision } from "../types.js";
+import { carrierOf, type Decision } from "../types.js";
 import { OverrideScripts, withTables } from "./overrides.js";
 import { SettleScripts } from "./settle.js";
 import {
@@ -89,7 +89,8 @@ export class RuleScripts {
         module === undefined || (exact && module.countsDenials)
           ? undefined
           : module.oneRule?.(only!, options);
-      return { name, rules, keys, args: rules.flatMap(encodeRule), one, count: String(rules.length) };
+      const args = rules.flatMap(encodeRule);
+      return { name, rules, keys, carrier: carrierOf(rules), args, one, count: String(rules.length) };
     };
     this.base = encode({ name: "default", rules, keys });
     const all = new Map<string, PlanEncoding>([["default", this.base]]);

@@ -8,7 +8,7 @@ import { GRACE } from "../algorithms/fixed-window.js";
 import { algorithmOf, checkRule, type Rule, type WindowRule } from "../algorithms/index.js";
 import { FIXED_WINDOW_ONE_RULE_OVERRIDES, LIMITER_OVERRIDES } from "../generated/scripts.js";
 import type { CallOptions, CallResult, Transport } from "../transport.js";
-import type { Decision } from "../types.js";
+import { carrierOf, type Decision } from "../types.js";
 import {
   type Applied,
   decode,
@@ -305,7 +305,7 @@ function decodeLine(line: string, plans: ReadonlyMap<string, PlanEncoding>, base
       rules.push(checked.rule);
     }
   }
-  if (rules.length === base.rules.length) return { name: "custom", rules };
+  if (rules.length === base.rules.length) return { name: "custom", rules, carrier: carrierOf(rules) };
   stale(line, "does not fit this Limiter's rules");
   return base;
 }

@@ -6,7 +6,7 @@ import { RedisCallError } from "../errors.js";
 import { SCRIPT_CONSTANTS } from "../generated/scripts.js";
 import type { RuleKeys } from "../keys.js";
 import type { CallOptions } from "../transport.js";
-import { type Decision, decidedBy, type RuleResult } from "../types.js";
+import { carrierOf, type Decision, type RuleResult } from "../types.js";
 
 /** The retry of a cost that is never admitted, as the scripts answer it (scripts/build-lua.mjs). */
 const { NEVER } = SCRIPT_CONSTANTS;
@@ -73,6 +73,8 @@ export interface PlanEncoding {
   readonly name: string;
   readonly rules: readonly Rule[];
   readonly keys: RuleKeys;
+  /** The prototype of its decisions, carrying `rules` as their `decidedBy` (carrierOf). */
+  readonly carrier: object;
   /** Every rule's four arguments, in rule order. */
   readonly args: readonly string[];
   readonly one: OneRule | undefined;
@@ -95,6 +97,8 @@ export interface PlanEncoding {
 export interface Applied {
   readonly name: string;
   readonly rules: readonly Rule[];
+  /** The prototype of its decisions, carrying `rules` as their `decidedBy` (carrierOf). */
+  readonly carrier?: object;
 }
 
 /** A plan as RuleScripts takes it: its name, compiled rules and keys. */
@@ -155,7 +159,8 @@ export function decode(plan: Applied, result: unknown, reserving: boolean, now: 
     }
   }
   const b = binding!;
-  const decision: Decision = {
+  const decision: Decision & { __proto__: object } = {
+    __proto__: plan.carrier ?? carrierOf(planRules),
     allowed,
     limit: b.limit,
     remaining: b.remaining,
@@ -168,7 +173,7 @@ export function decode(plan: Applied, result: unknown, reserving: boolean, now: 
     rules,
   };
   if (allowed) replies.set(decision, result);
-  return decidedBy(decision, plan.rules);
+  return decision;
 }
 
 export function unexpected(result: unknown): RedisCallError {
@@ -196,7 +201,8 @@ export function oneRuleDecision(
   const name = applied.rules[0]!.name;
   const rules: Record<string, RuleResult> = {};
   rules[name] = outcome;
-  const decision: Decision = {
+  const decision: Decision & { __proto__: object } = {
+    __proto__: applied.carrier ?? carrierOf(applied.rules),
     allowed: outcome.allowed,
     limit: outcome.limit,
     remaining: outcome.remaining,
@@ -209,5 +215,5 @@ export function oneRuleDecision(
     rules,
   };
   if (outcome.allowed) replies.set(decision, one.counted(result, now));
-  return decidedBy(decision, applied.rules);
+  return decision;
 }
