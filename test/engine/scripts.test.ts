@@ -248,7 +248,9 @@ describe("the one-rule scripts", () => {
       const response = await realFetch(...args);
       const sent = JSON.parse(String(args[1]?.body)) as unknown[][];
       const body = (await response.clone().json()) as { result?: unknown }[];
-      if (Array.isArray(body)) body.forEach((b, i) => answers.push([name(sent[i]?.[1]), b.result]));
+      if (Array.isArray(body)) {
+        for (const [i, b] of body.entries()) answers.push([name(sent[i]?.[1]), b.result]);
+      }
       return response;
     };
     const shape = () => answers.map(([script, a]) => [script, Array.isArray(a) ? a.length : typeof a]);

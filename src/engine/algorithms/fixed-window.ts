@@ -17,7 +17,12 @@ import {
 } from "./shared.js";
 
 /** A fixed window's key outlives its window by min(window, GRACE) ms (lua/algorithms/fixed_window.lua). */
-export const GRACE = ALGORITHM_CONSTANTS.fixedWindow.GRACE;
+const GRACE = ALGORITHM_CONSTANTS.fixedWindow.GRACE;
+
+/** Ms from `now` until the key of now's window expires: the window's end plus its grace. */
+export function expiresIn(window: number, now: number): number {
+  return now - (now % window) + window + Math.min(window, GRACE) - now;
+}
 
 /**
  * Fixed window: `limit` per `window`, windows aligned to the epoch.
@@ -35,8 +40,7 @@ function fixedWindowOne(limit: number, window: number, options: ScriptCallOption
     options: { ...options, script: FIXED_WINDOW_ONE_RULE },
     takes: (cost) => cost >= 1 && cost <= limit,
     push(command, cost, now) {
-      const ends = now - (now % window) + window;
-      command.push(String(ends + Math.min(window, GRACE) - now));
+      command.push(String(expiresIn(window, now)));
       if (cost !== 1) command.push(String(cost), limitArg);
     },
     decode: (count, cost, now) => fixedWindowOutcome(limit, window, count, cost, now),

@@ -4,7 +4,7 @@
 // limiterOverrides (lua/overrides.lua). The one place in TypeScript that knows the plan table and the
 // stored override's line.
 
-import { GRACE } from "../algorithms/fixed-window.js";
+import { expiresIn } from "../algorithms/fixed-window.js";
 import { algorithmOf, checkRule, type Rule, type WindowRule } from "../algorithms/index.js";
 import { FIXED_WINDOW_ONE_RULE_OVERRIDES, LIMITER_OVERRIDES } from "../generated/scripts.js";
 import type { CallOptions, CallResult, Transport } from "../transport.js";
@@ -140,8 +140,7 @@ export class OverrideScripts {
     const command = ["EVALSHA", FIXED_WINDOW_ONE_RULE_OVERRIDES.sha1, String(2 + windows.length), keys[0]!];
     command.push(plan.keys.override(identifier));
     for (const { plan: other, rule } of windows) command.push(other.keys.of(identifier, now)[rule]!);
-    const ends = now - (now % window) + window;
-    command.push(String(ends + Math.min(window, GRACE) - now), String(cost), String(limit), String(window));
+    command.push(String(expiresIn(window, now)), String(cost), String(limit), String(window));
     command.push(now.toString(16), plan.table!);
     return command;
   }
