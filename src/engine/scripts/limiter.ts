@@ -1,9 +1,10 @@
 // The limiter's scripts as the engine calls them (scripts/build-lua.mjs builds them from lua/), by
 // family:
-//  - the one-rule scripts (./one-rule.ts): one rule, no reservation, a cost the rule can admit;
+//  - the one-rule scripts: one rule, no reservation, a cost the rule can admit; each answers one
+//    integer, which its algorithm's module (src/engine/algorithms/) builds the call for and decodes;
 //  - the limiter script (lua/prelude.lua, the algorithms' checks, lua/dispatcher.lua): every other
-//    decision, and reservations for leases; it answers 4 integers per rule (and, reserving, the
-//    units reserved and the window each rule counted them in), decoded in ./shared.ts;
+//    decision, and reservations for leases; it answers 5 integers per rule (room, reset, retry and
+//    where the units were counted) and, reserving, the units reserved, decoded in ./shared.ts;
 //  - the refund and settle scripts (./settle.ts);
 //  - with overrides on, the scripts that also read the stored override (./overrides.ts).
 // Every rule is encoded once, when the Limiter is built, under the base rules and under each plan (a

@@ -1,5 +1,6 @@
 // What the limiter's script families share: the types a call and a reply carry, a rule's encoding,
-// and the limiter script's reply table (decoded here for the limiter and overrides families alike).
+// and the decisions' replies (decoded here for the limiter and overrides families alike), with where
+// each admitted decision counted its units, for a settle.
 import { algorithmOf, type Rule } from "../algorithms/index.js";
 import { describe } from "../duration.js";
 import { RedisCallError } from "../errors.js";
