@@ -14,11 +14,12 @@
 -- late charge matches a request that went through; with "deny" it is one unit too many per abandoned
 -- decision, never an admission too many.
 --
--- Returns 4 integers per rule: allowed (1/0), remaining, resetAt (epoch ms), retryAfter (ms; -1 = never),
--- then, when a reservation was asked for, the number of units reserved and, per rule, the start of the
--- window the units were counted in (gcra: the TAT they hold, its reset; 0 when nothing was taken).
--- Remaining counts every unit taken, reserved ones included. A rule that admits reports retryAfter 0,
--- also when another denies.
+-- Returns 5 integers per rule: allowed (1/0), remaining, resetAt (epoch ms), retryAfter (ms; NEVER),
+-- and where the units were counted: the start of their window (gcra: the TAT they hold, its reset; a
+-- sliding log: their stamp; 0 when nothing was taken); then, when a reservation was asked for, the
+-- number of units reserved. The one-rule scripts answer the same 5 for their rule. Remaining counts
+-- every unit taken, reserved ones included. A rule that admits reports retryAfter 0, also when another
+-- denies.
 local peek = cost == 0
 if peek then cost = 1 end
 local reserve = A[3 + 4 * n]
@@ -32,16 +33,17 @@ if n == 1 then
   local p1, p2, p3 = tonumber(A[4]), tonumber(A[5]), A[6] == "0" and 0 or tonumber(A[6])
   local room, reset_at, retry_after, commit, s1, s2, s3, s4 = check(K[1], now, cost, p1, p2, p3)
   if not reserve then
-    if cost > room then return { 0, math.max(0, room), reset_at, retry_after } end
-    if peek then return { 1, room, reset_at, 0 } end
-    return { 1, room - cost, commit(K[1], now, cost, p1, p2, p3, s1, s2, s3, s4), 0 }
+    if cost > room then return { 0, math.max(0, room), reset_at, retry_after, 0 } end
+    if peek then return { 1, room, reset_at, 0, 0 } end
+    local ends, counted_in = commit(K[1], now, cost, p1, p2, p3, s1, s2, s3, s4)
+    return { 1, room - cost, ends, 0, counted_in }
   end
   if cost > room then return { 0, math.max(0, room), reset_at, retry_after, 0, 0 } end
   if peek then return { 1, room, reset_at, 0, 0, 0 } end
   local reserved = math.min(reserve, math.floor((room - cost) / 2))
   local units = cost + reserved
   local ends, counted_in = commit(K[1], now, units, p1, p2, p3, s1, s2, s3, s4)
-  return { 1, room - units, ends, 0, reserved, counted_in }
+  return { 1, room - units, ends, 0, counted_in, reserved }
 end
 
 -- Several rules: check each (reads only), then commit every one or none.
@@ -62,21 +64,20 @@ end
 local take = admitted and not peek
 if not take then reserved = 0 end
 local units = cost + reserved
-local out, counted_in = {}, {}
+local out = {}
 for i, rule in ipairs(rules) do
-  local n = 4 * (i - 1)
+  local n = 5 * (i - 1)
   if take then
     out[n + 1], out[n + 2], out[n + 4] = 1, rule.room - units, 0
-    out[n + 3], counted_in[i] = rule.commit(K[i], now, units, unpack(rule.args, 1, 7))
+    out[n + 3], out[n + 5] = rule.commit(K[i], now, units, unpack(rule.args, 1, 7))
   else
     local admits = cost <= rule.room
     out[n + 1] = admits and 1 or 0
     out[n + 2] = math.max(0, rule.room)
     out[n + 3] = rule.reset_at
     out[n + 4] = admits and 0 or rule.retry_after
+    out[n + 5] = 0
   end
 end
-if not reserve then return out end
-out[#out + 1] = reserved
-for i = 1, n do out[#out + 1] = counted_in[i] or 0 end
+if reserve then out[#out + 1] = reserved end
 return out

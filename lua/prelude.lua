@@ -20,7 +20,8 @@
 --   algorithms.<name>(key, now, cost, p1, p2, p3) reads the rule's state, writes nothing, and returns
 --     room         units the rule could take now: `cost` is admitted iff cost <= room
 --     reset_at     epoch ms when the rule is back to its full limit, as the state stands
---     retry_after  when cost > room: ms until `cost` units could be taken (NEVER if never); else 0
+--     retry_after  when cost > room: ms until `cost` units could be taken (NEVER if never: -1, defined
+--                  with the constants the engine shares, scripts/build-lua.mjs); else 0
 --     commit, ...  how to take units: the dispatcher calls commit(key, now, units, p1, p2, p3, ...)
 --                  with the values that follow it (the algorithm's own, at most four)
 --
@@ -35,7 +36,6 @@
 -- (BENCHMARKS.md has what each costs). All arithmetic is on integers (Lua doubles are exact below
 -- 2^53; the rule constructors keep every product below 2^50). To put a number inside a string use
 -- string.format("%d"), never `..`: Lua's own conversion keeps only 14 digits.
-local NEVER = -1
 local now = tonumber(A[1], 16)
 -- the usual cost of 1 without parsing it
 local cost = A[2] == "1" and 1 or tonumber(A[2])

@@ -23,7 +23,9 @@
 //                    `do ... end` of its own, where its `-- #settles` line stands;
 //   every other lua/*.lua (lock, concurrency) is a script as it stands.
 // The state sections' integer constants (`local NAME = 60000`, `local NAME = 2 ^ 25`) are handed to
-// the engine as ALGORITHM_CONSTANTS, so each is defined once.
+// the engine as ALGORITHM_CONSTANTS, so each is defined once. The constants every script and the engine
+// share (SHARED below) are defined here, put at the head of the limiter scripts (the one-rule scripts
+// answer their own integers), and handed to the engine as SCRIPT_CONSTANTS.
 // Writes src/engine/generated/scripts.ts, one export per script (ignored by git; rebuilt by build, test, typecheck, prepare).
 import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
@@ -34,6 +36,11 @@ const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const luaDir = join(root, "lua");
 const read = (file) => readFileSync(join(luaDir, file), "utf8");
 const SECTIONS = ["state", "check", "one-rule", "one-rule-overrides", "refund", "settle"];
+/** What the scripts and the engine share: NEVER, the retry of a cost that is never admitted. */
+const SHARED = { NEVER: -1 };
+const shared = Object.entries(SHARED)
+  .map(([name, value]) => `local ${name} = ${value}\n`)
+  .join("");
 
 /** An algorithm file's sections, by name (the text before the first one is its header). */
 function sections(file) {
@@ -90,7 +97,7 @@ const script = (text) => {
 
 const checks = algorithms.map((a) => `if several or A[3] == "${a.name}" then\n${a.state}${a.check}end\n`);
 const limiter = [
-  "local A, K, n = ARGV, KEYS, #KEYS",
+  `${shared}local A, K, n = ARGV, KEYS, #KEYS`,
   read("prelude.lua"),
   ...checks,
   read("dispatcher.lua"),
@@ -99,7 +106,7 @@ const limiter = [
 // the stored override's line is added.
 const override = read("override.lua");
 const limiterOverrides = [
-  override,
+  shared + override,
   read("overrides.lua"),
   read("prelude.lua"),
   ...checks,
@@ -183,6 +190,8 @@ const lines = [
   "} as const;",
   "/** Every algorithm of the limiter script. */",
   `export const SCRIPT_ALGORITHMS = ${JSON.stringify(algorithms.map((a) => a.name))} as const;`,
+  "/** What every script and the engine share (scripts/build-lua.mjs). */",
+  `export const SCRIPT_CONSTANTS = ${JSON.stringify(SHARED).replace(/"(\w+)":/g, "$1: ")} as const;`,
   "/** Each algorithm's integer constants, as its state section defines them. */",
   "export const ALGORITHM_CONSTANTS = {",
   ...algorithms.map(

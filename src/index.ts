@@ -20,7 +20,7 @@ export {
   tokenBucket,
   type WindowOptions,
   type WindowRule,
-} from "./engine/algorithms.js";
+} from "./engine/algorithms/index.js";
 export type {
   Analytics,
   AnalyticsOptions,

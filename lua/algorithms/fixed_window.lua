@@ -21,7 +21,7 @@
 -- state (shared by every path), check (the limiter script), one-rule (a script of its own), refund.
 
 -- #state
--- The key outlives its window by min(window, GRACE) ms. src/engine/script.ts computes the one-rule
+-- The key outlives its window by min(window, GRACE) ms. src/engine/algorithms/fixed-window.ts computes the one-rule
 -- script's expiry with it too (scripts/build-lua.mjs hands it over as ALGORITHM_CONSTANTS).
 local GRACE = 60000
 

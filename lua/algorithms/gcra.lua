@@ -47,7 +47,7 @@ end
 -- caller whose clock lags sees a larger d and is only held back more. `rate` is ":<limit>:<period>" as
 -- the caller sent them: the common case (the same rate) is one string comparison, no parsing. A state
 -- written under another rate is converted (see the header) and stored so, once.
--- Bounds (every rule keeps burst*period <= 2^50, src/engine/algorithms.ts): a commit writes
+-- Bounds (every rule keeps burst*period <= 2^50, src/engine/algorithms/shared.ts): a commit writes
 -- d <= burst*period under the rate it ran with, so d_old is at most the old burst*P plus L times a
 -- lagging clock's lag, and the new d is at most burst*period: all exact in a Lua double (< 2^53).
 local function read(key, now, limit, period, burst, rate)

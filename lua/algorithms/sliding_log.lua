@@ -26,7 +26,7 @@ local function stamped(key, now, window)
 end
 
 -- Stamps `units` more entries (the check's commit, and a settle's debt). Returns when the last entry
--- leaves the window (the reset: a settle reads the stamp from it) and the window counted in (none: 0).
+-- leaves the window (the reset) and, as where the units were counted, their stamp (a settle's).
 local function commit(key, now, units, _, window, _, stamp, count)
   redis.call("ZREMRANGEBYSCORE", key, "-inf", stamp - window)
   -- unpack() fails past a few thousand values, and a write must not fail after others were made
@@ -42,7 +42,7 @@ local function commit(key, now, units, _, window, _, stamp, count)
     added = added + redis.call("ZADD", key, unpack(entries))
   end
   redis.call("PEXPIRE", key, stamp + window - now)
-  return stamp + window, 0
+  return stamp + window, stamp
 end
 
 -- #check

@@ -1,4 +1,4 @@
-import type { Rule } from "./algorithms.js";
+import { algorithmOf, type Rule, type WindowRule } from "./algorithms/index.js";
 import { describe } from "./duration.js";
 import { sha256Hex } from "./sha256.js";
 
@@ -88,16 +88,13 @@ export class RuleKeys {
     base?: readonly Rule[],
   ) {
     this.suffixes = rules.map((rule, i) => {
-      if (rule.algorithm === "tokenBucket") return `:${rule.name}:tokenBucket.gcra`;
+      const { key, windowed } = algorithmOf(rule);
       const before = base?.[i];
-      const own =
-        (rule.algorithm === "fixedWindow" || rule.algorithm === "slidingWindow") &&
-        before !== undefined &&
-        "window" in before &&
-        before.window !== rule.window;
-      return own ? `:${rule.name}:${rule.algorithm}.${rule.window}` : `:${rule.name}:${rule.algorithm}`;
+      const window = (rule as WindowRule).window;
+      const own = windowed && before !== undefined && (before as WindowRule).window !== window;
+      return own ? `:${rule.name}:${key}.${window}` : `:${rule.name}:${key}`;
     });
-    this.windows = rules.map((rule) => (rule.algorithm === "fixedWindow" ? rule.window : 0));
+    this.windows = rules.map((rule) => algorithmOf(rule).keyWindow(rule));
   }
 
   /**

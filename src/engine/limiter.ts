@@ -1,4 +1,4 @@
-import { checkPlans, compileRule, type PlanConfig, type Rule, type RuleConfig } from "./algorithms.js";
+import { checkPlans, compileRule, type PlanConfig, type Rule, type RuleConfig } from "./algorithms/index.js";
 import {
   Analytics,
   type AnalyticsOptions,
@@ -17,7 +17,7 @@ import { type LeaseOptions, leaseConfig } from "./leases.js";
 import { Overrides, type OverridesOptions, overridesConfig } from "./overrides.js";
 import { PoolScript } from "./pool-script.js";
 import { type RegionOptions, regionPool } from "./region.js";
-import { type Counted, type PlanEncoding, RuleScripts } from "./script.js";
+import { type Counted, type PlanEncoding, RuleScripts } from "./scripts/limiter.js";
 import { Home, type Upstream, type WaitUntil } from "./tier.js";
 import { IsolateTier } from "./tier-isolate.js";
 import { deletePools, poolKey, RegionalTier, RegionalTiers, servesRegion } from "./tier-region.js";

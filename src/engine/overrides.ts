@@ -24,11 +24,11 @@ import {
   type Rule,
   type RuleConfig,
   type RulePlan,
-} from "./algorithms.js";
+} from "./algorithms/index.js";
 import { type Duration, describe, readDuration } from "./duration.js";
 import { RedisCallError } from "./errors.js";
 import { checkIdentifier, type RuleKeys } from "./keys.js";
-import { limiterArgs } from "./script.js";
+import { limiterArgs } from "./scripts/limiter.js";
 import type { Transport } from "./transport.js";
 import { type Issue, issuesText, issueText, MAX_TIMER_MS } from "./validate.js";
 

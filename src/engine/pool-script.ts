@@ -2,7 +2,7 @@
 // regional pool, or deposits units home reserved for it. The one place that knows its argument layout
 // and what its replies mean.
 import { POOL } from "./generated/scripts.js";
-import { type ScriptCallOptions, unexpected } from "./script.js";
+import { type ScriptCallOptions, unexpected } from "./scripts/shared.js";
 import type { CallOptions, Transport } from "./transport.js";
 
 /** What a regional pool answered to a take (lua/pool.lua). */

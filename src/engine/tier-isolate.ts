@@ -10,8 +10,8 @@
 // - Topping up: a hot lease running low asks its upstream for more in the background (refill).
 // - Refunds: units left when a lease expires (or is dropped on a denial, or the Limiter is disposed)
 //   go back home under the rules they were reserved under.
-import type { Rule } from "./algorithms.js";
-import type { Applied, Reservation } from "./script.js";
+import type { Rule } from "./algorithms/index.js";
+import type { Applied, Reservation } from "./scripts/limiter.js";
 import {
   type Demand,
   estimate,

@@ -18,7 +18,7 @@
 //   units, which stay consumed at home until home's state expires: fewer admissions, never more.
 import type { RedisCallError } from "./errors.js";
 import type { PoolScript } from "./pool-script.js";
-import type { PlanEncoding, Reservation } from "./script.js";
+import type { PlanEncoding, Reservation } from "./scripts/limiter.js";
 import {
   fromHeld,
   type Home,

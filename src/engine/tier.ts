@@ -16,8 +16,8 @@
 // - takes back what is left once expired and refunds it at home, under the rules the units were
 //   reserved under, through `waitUntil` when the caller gives one, else from a timer.
 // A unit is only ever created at home: a tier hands out, or gives back, units home took first.
-import type { Rule } from "./algorithms.js";
-import type { Applied, PlanEncoding, Reservation, RuleScripts } from "./script.js";
+import { algorithmOf, type Rule } from "./algorithms/index.js";
+import type { Applied, PlanEncoding, Reservation, RuleScripts } from "./scripts/limiter.js";
 import { type Decision, decidedBy, type RuleResult } from "./types.js";
 import { MAX_TIMER_MS } from "./validate.js";
 
@@ -281,7 +281,7 @@ export function fromHeld(
 
 /** A rule that counts units in windows (fixed and sliding windows): held units end with their window. */
 export function windowed(rule: Rule): rule is Rule & { readonly window: number } {
-  return rule.algorithm === "fixedWindow" || rule.algorithm === "slidingWindow";
+  return algorithmOf(rule).windowed;
 }
 
 /**
@@ -290,10 +290,10 @@ export function windowed(rule: Rule): rule is Rule & { readonly window: number }
  * log early, letting a later window hold more than the limit.
  */
 export function leasable(rules: readonly Rule[]): boolean {
-  return !rules.some((rule) => rule.algorithm === "slidingLog");
+  return rules.every((rule) => algorithmOf(rule).leasable);
 }
 
 /** A gcra or token bucket rule: what its units hold is a TAT, not a window start. */
 export function holdsTat(rule: Rule): boolean {
-  return rule.algorithm === "gcra" || rule.algorithm === "tokenBucket";
+  return algorithmOf(rule).holdsTat;
 }

@@ -25,7 +25,7 @@
 //                     denial gets Retry-After and an "about:blank" 429: no quota was exceeded.
 //   tooManyInFlight   a cap on requests in flight (Concurrency) has no rate policy to describe: its 429
 //                     carries Retry-After and the problem body, no RateLimit fields.
-import type { Rule } from "../engine/algorithms.js";
+import type { Rule } from "../engine/algorithms/index.js";
 import type { ConcurrencyDecision } from "../engine/concurrency.js";
 import type { Decision } from "../engine/types.js";
 

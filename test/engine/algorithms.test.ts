@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { checkCost, checkRule, compileRule, maxCost } from "../../src/engine/algorithms.js";
+import { checkCost, checkRule, compileRule, maxCost } from "../../src/engine/algorithms/index.js";
 import { transportFor } from "../../src/engine/transport.js";
 import {
   fixedWindow,

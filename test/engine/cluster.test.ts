@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RedisError } from "../../src/bridge/resp.js";
 import { SCRIPTS } from "../../src/engine/generated/scripts.js";
 import { RuleKeys } from "../../src/engine/keys.js";
-import { limiterArgs } from "../../src/engine/script.js";
+import { limiterArgs } from "../../src/engine/scripts/limiter.js";
 import { fixedWindow, gcra, Limiter, slidingLog, slidingWindow, tokenBucket } from "../../src/index.js";
 import { type Cluster, startCluster } from "../cluster.js";
 import { T0 } from "../support.js";
@@ -36,32 +36,19 @@ const decide = (keys: string[], cost: number) =>
 describe("on a 3-node Redis Cluster", () => {
   it("runs one decision over five rules for any identifier, all or nothing", async () => {
     for (const id of ["user:42", "", "{a}", "}{", "\u{1F600}", "x".repeat(10_000)]) {
+      // per rule: allowed, remaining, resetAt, retryAfter, where the units were counted
+      const minute = T0 - (T0 % 60_000);
       expect(await decide(limiter.keys(id), 3)).toEqual([
-        1,
-        2,
-        T0 + 180_000,
-        0,
-        1,
-        2,
-        T0 + 180_000,
-        0,
-        1,
-        97,
-        T0 - (T0 % 60_000) + 60_000,
-        0,
-        1,
-        97,
-        T0 - (T0 % 60_000) + 120_000,
-        0,
-        1,
-        97,
-        T0 + 60_000,
-        0,
+        ...[1, 2, T0 + 180_000, 0, T0 + 180_000],
+        ...[1, 2, T0 + 180_000, 0, T0 + 180_000],
+        ...[1, 97, minute + 60_000, 0, minute],
+        ...[1, 97, minute + 120_000, 0, minute],
+        ...[1, 97, T0 + 60_000, 0, T0],
       ]);
       // 3 more exceed the burst and the bucket: denied, and no rule is charged
       const denied = (await decide(limiter.keys(id), 3)) as number[];
-      expect(denied.filter((_, i) => i % 4 === 0)).toEqual([0, 0, 1, 1, 1]);
-      expect(denied.filter((_, i) => i % 4 === 1)).toEqual([2, 2, 97, 97, 97]);
+      expect(denied.filter((_, i) => i % 5 === 0)).toEqual([0, 0, 1, 1, 1]);
+      expect(denied.filter((_, i) => i % 5 === 1)).toEqual([2, 2, 97, 97, 97]);
     }
   });
 

@@ -33,7 +33,7 @@ import { Hono } from "hono";
 import { afterAll, beforeAll, describe, expect, inject, it, vi } from "vitest";
 import { rateLimit } from "../../src/adapters/hono/index.js";
 import { type Bridge, startBridge } from "../../src/bridge/index.js";
-import { compileRule, type Rule, type RuleConfig } from "../../src/engine/algorithms.js";
+import { compileRule, type Rule, type RuleConfig } from "../../src/engine/algorithms/index.js";
 import * as generated from "../../src/engine/generated/scripts.js";
 import { RuleKeys } from "../../src/engine/keys.js";
 import { enforce, rateLimitHeaders, tooManyRequests } from "../../src/http/index.js";
@@ -358,7 +358,7 @@ const LATE_GCRA_REFUND_MINTS = false;
 const GCRA_INTERLEAVED_REFUND_MINTS = true;
 
 /**
- * A defect found by this test, fixed in src/engine/script.ts (a fixed window's refund and settle send
+ * A defect found by this test, fixed in src/engine/scripts/ (a fixed window's refund and settle send
  * the highest limit of any plan with that window): a fixed window's refund reads a count above the
  * limit it is sent with as that limit (lua/algorithms/fixed_window.lua: min(count, limit) - units),
  * and a settle sends the limit of its decision's plan while the window's key is shared by every plan

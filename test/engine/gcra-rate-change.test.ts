@@ -3,9 +3,15 @@
 // the old rate is read under the new one on every path (the one-rule script, the limiter script with
 // one rule and with several, the refund script), against a real redis-server behind the REST bridge.
 import { describe, expect, it } from "vitest";
-import { compileRule, fixedWindow, gcra, type RuleConfig, tokenBucket } from "../../src/engine/algorithms.js";
+import {
+  compileRule,
+  fixedWindow,
+  gcra,
+  type RuleConfig,
+  tokenBucket,
+} from "../../src/engine/algorithms/index.js";
 import { RuleKeys } from "../../src/engine/keys.js";
-import { RuleScripts } from "../../src/engine/script.js";
+import { RuleScripts } from "../../src/engine/scripts/limiter.js";
 import { transportFor } from "../../src/engine/transport.js";
 import { bridgeRedis, T0, uniquePrefix } from "../support.js";
 

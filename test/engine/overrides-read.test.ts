@@ -4,7 +4,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import { LIMITER_OVERRIDES } from "../../src/engine/generated/scripts.js";
 import { RuleKeys } from "../../src/engine/keys.js";
-import { limiterArgs } from "../../src/engine/script.js";
+import { limiterArgs } from "../../src/engine/scripts/limiter.js";
 import { fixedWindow, gcra, Limiter, type RuleConfig, slidingWindow, tokenBucket } from "../../src/index.js";
 import { type Cluster, startCluster } from "../cluster.js";
 import { bridgeRedis, manualClock, T0, uniquePrefix } from "../support.js";
@@ -230,7 +230,7 @@ describe("overrides on: the override read in the decision's EVALSHA", () => {
         // the store's own SET answered "OK"
         expect(
           answers.filter((a) => a !== "OK").map((a) => (Array.isArray(a) ? a.length : typeof a)),
-        ).toEqual(["number", 2, 5]);
+        ).toEqual(["number", 2, 6]);
       }
     } finally {
       globalThis.fetch = realFetch;
@@ -335,8 +335,8 @@ describe("on a 3-node Redis Cluster", () => {
       const reply = (await decide()) as unknown[];
       // the line comes back as a bulk string (bytes on this connection)
       expect([...reply.slice(0, -1), String(reply.at(-1))]).toEqual([
-        ...[1, 0, T0 + 600_000, 0],
-        ...[1, 97, T0 - (T0 % 60_000) + 60_000, 0],
+        ...[1, 0, T0 + 600_000, 0, T0 + 600_000],
+        ...[1, 97, T0 - (T0 % 60_000) + 60_000, 0, T0 - (T0 % 60_000)],
         "!gcra 3 600000 3 fixedWindow 100 60000 0",
       ]);
       expect(((await decide()) as unknown[])[0]).toBe(0);

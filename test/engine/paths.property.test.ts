@@ -25,9 +25,9 @@ import {
   type RuleConfig,
   slidingWindow,
   tokenBucket,
-} from "../../src/engine/algorithms.js";
+} from "../../src/engine/algorithms/index.js";
 import { RuleKeys } from "../../src/engine/keys.js";
-import { RuleScripts } from "../../src/engine/script.js";
+import { RuleScripts } from "../../src/engine/scripts/limiter.js";
 import { transportFor } from "../../src/engine/transport.js";
 import type { Decision } from "../../src/engine/types.js";
 import { bridgeRedis, T0, uniquePrefix } from "../support.js";

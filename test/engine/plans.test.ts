@@ -264,7 +264,7 @@ describe("counted usage carries across a change of plan, exactly", () => {
 
 describe("the call's plan", () => {
   it("decides by its own rules over the base rules, and says so in d.plan and the limits", async () => {
-    // (a daily fixed window holds at most 2^50 / 86,400,000 ≈ 13 million: see the bound in algorithms.ts)
+    // (a daily fixed window holds at most 2^50 / 86,400,000 ≈ 13 million: see the bound in algorithms/shared.ts)
     const { limiter, clock } = limiterOf(RULES, {
       pro: { perMinute: { limit: 1_000 }, daily: { limit: 1_000_000 } },
       enterprise: { perMinute: { limit: 10_000, burst: 20_000 }, daily: { limit: 10_000_000 } },

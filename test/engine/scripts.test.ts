@@ -4,9 +4,9 @@
 import type { Redis } from "@upstash/redis";
 import { beforeAll, describe, expect, it } from "vitest";
 import type { RedisConnection } from "../../src/bridge/resp.js";
-import { SCRIPTS } from "../../src/engine/generated/scripts.js";
+import { ONE_RULE_SCRIPTS, SCRIPTS } from "../../src/engine/generated/scripts.js";
 import { RuleKeys } from "../../src/engine/keys.js";
-import { limiterArgs } from "../../src/engine/script.js";
+import { limiterArgs } from "../../src/engine/scripts/limiter.js";
 import {
   fixedWindow,
   gcra,
@@ -196,7 +196,7 @@ describe("fixedWindow: a key per window, one INCR", () => {
 });
 
 describe("the one-rule scripts", () => {
-  // A single rule's decision takes its algorithm's one-rule script (one integer, decoded in script.ts);
+  // A single rule's decision takes its algorithm's one-rule script (one integer, decoded in its algorithm's module);
   // beside a rule that never binds it takes the general path (the dispatcher's table). That both
   // answer the same on random histories is test/engine/paths.property.test.ts's (and, against the
   // model, with plans, overrides and several rules, test/engine/cross-feature.property.test.ts's).
@@ -206,16 +206,26 @@ describe("the one-rule scripts", () => {
     ["gcra", gcra({ limit: 7, period: "1h", burst: 5 })], // T = 3,600,000/7 ms: TAT in fractions of a ms
     ["tokenBucket", tokenBucket({ capacity: 5, refillRate: 7, interval: "1h" })],
   ];
-  it("answers one integer where it is taken (and a table where it is not), as the Limiter expects", async () => {
-    // what Redis answered each decision, read from the requests the Limiter sends
-    const answers: unknown[] = [];
+  it("answers one integer where it is taken (the limiter script, 5 per rule, where it is not)", async () => {
+    // which script each decision ran and what it answered, read from the requests the Limiter sends
+    const answers: [string, unknown][] = [];
+    const name = (sha: unknown) =>
+      sha === SCRIPTS.limiter.sha1
+        ? "limiter"
+        : Object.values(ONE_RULE_SCRIPTS).some((s) => s.sha1 === sha)
+          ? "one-rule"
+          : "other";
     const realFetch = globalThis.fetch;
     globalThis.fetch = async (...args: Parameters<typeof fetch>) => {
       const response = await realFetch(...args);
+      const sent = JSON.parse(String(args[1]?.body)) as unknown[][];
       const body = (await response.clone().json()) as { result?: unknown }[];
-      if (Array.isArray(body)) answers.push(...body.map((b) => b.result));
+      if (Array.isArray(body)) {
+        for (const [i, b] of body.entries()) answers.push([name(sent[i]?.[1]), b.result]);
+      }
       return response;
     };
+    const shape = () => answers.map(([script, a]) => [script, Array.isArray(a) ? a.length : typeof a]);
     try {
       const redis = bridgeRedis();
       for (const [, rule] of [
@@ -229,10 +239,10 @@ describe("the one-rule scripts", () => {
         await limiter.limit("id"); // the one-rule script
         await limiter.limit("id", { cost: 2 }); // the one-rule script
         await limiter.limit("id", { cost: 0 }); // a peek: the general path
-        expect(answers.map((a) => (Array.isArray(a) ? "table" : typeof a))).toEqual([
-          "number",
-          "number",
-          "table",
+        expect(shape()).toEqual([
+          ["one-rule", "number"],
+          ["one-rule", "number"],
+          ["limiter", 5],
         ]);
       }
       const { limiter, clock } = limiterOf({ r: slidingWindow({ limit: 2 ** 25, window: "1s" }) }, redis);
@@ -240,7 +250,7 @@ describe("the one-rule scripts", () => {
       await limiter.limit("warm-up");
       answers.length = 0;
       await limiter.limit("id"); // a limit of 2^25 keeps a text state: no one-rule script
-      expect(answers.map((a) => (Array.isArray(a) ? "table" : typeof a))).toEqual(["table"]);
+      expect(shape()).toEqual([["limiter", 5]]);
     } finally {
       globalThis.fetch = realFetch;
     }
@@ -316,16 +326,16 @@ describe("reservation (leases)", () => {
       >;
     const gReset = (units: number) => T0 + units * 36_000;
     // counted in f's window; g's units hold its TAT (its reset), which caps what a refund gives back
-    expect(await call(1, 10)).toEqual([1, 4, END, 0, 1, 95, gReset(5), 0, 4, START, gReset(5)]); // f: (9 - 1) / 2 = 4
-    expect(await call(1, 10)).toEqual([1, 2, END, 0, 1, 93, gReset(7), 0, 1, START, gReset(7)]); // (4 - 1) / 2 = 1
-    expect(await call(0, 10)).toEqual([1, 2, END, 0, 1, 93, gReset(7), 0, 0, 0, 0]); // a peek reserves nothing
-    expect(await call(3, 10)).toEqual([0, 2, END, END - T0, 1, 93, gReset(7), 0, 0, 0, 0]); // nor a denial
-    expect(await call(2, 10)).toEqual([1, 0, END, 0, 1, 91, gReset(9), 0, 0, START, gReset(9)]);
+    expect(await call(1, 10)).toEqual([1, 4, END, 0, START, 1, 95, gReset(5), 0, gReset(5), 4]); // f: (9 - 1) / 2 = 4
+    expect(await call(1, 10)).toEqual([1, 2, END, 0, START, 1, 93, gReset(7), 0, gReset(7), 1]); // (4 - 1) / 2 = 1
+    expect(await call(0, 10)).toEqual([1, 2, END, 0, 0, 1, 93, gReset(7), 0, 0, 0]); // a peek reserves nothing
+    expect(await call(3, 10)).toEqual([0, 2, END, END - T0, 0, 1, 93, gReset(7), 0, 0, 0]); // nor a denial
+    expect(await call(2, 10)).toEqual([1, 0, END, 0, START, 1, 91, gReset(9), 0, gReset(9), 0]);
     const single = limiterOf({ t: tokenBucket({ capacity: 10, refillRate: 1, interval: "1h" }) }).limiter;
     const one = (cost: number, reserve: number) =>
       redis.eval(SCRIPTS.limiter.text, single.keys("id"), limiterArgs(single.rules, T0, cost, reserve));
-    expect(await one(2, 3)).toEqual([1, 5, T0 + 5 * HOUR, 0, 3, T0 + 5 * HOUR]); // (10 - 2) / 2 = 4, at most 3
-    expect(await one(1, 9)).toEqual([1, 2, T0 + 8 * HOUR, 0, 2, T0 + 8 * HOUR]);
+    expect(await one(2, 3)).toEqual([1, 5, T0 + 5 * HOUR, 0, T0 + 5 * HOUR, 3]); // (10 - 2) / 2 = 4, at most 3
+    expect(await one(1, 9)).toEqual([1, 2, T0 + 8 * HOUR, 0, T0 + 8 * HOUR, 2]);
   });
 });
 

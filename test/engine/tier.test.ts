@@ -2,15 +2,15 @@
 // regional tier (units in the region's database) against fake home scripts and a fake pool script,
 // with the clock moved by hand. Exact numbers: every unit is accounted for.
 import { describe, expect, it } from "vitest";
-import { compileRule, fixedWindow, gcra, type Rule } from "../../src/engine/algorithms.js";
+import { compileRule, fixedWindow, gcra, type Rule } from "../../src/engine/algorithms/index.js";
 import { RedisCallError } from "../../src/engine/errors.js";
 import { RuleKeys } from "../../src/engine/keys.js";
 import type { Deposit, PoolPut, PoolTake } from "../../src/engine/pool-script.js";
-import type { Applied, PlanEncoding, Reservation } from "../../src/engine/script.js";
+import type { Applied, PlanEncoding, Reservation } from "../../src/engine/scripts/limiter.js";
 import { estimate, Home, type HomeScripts, withHeld } from "../../src/engine/tier.js";
 import { IsolateTier } from "../../src/engine/tier-isolate.js";
 import { type PoolStore, RegionalTier, RegionalTiers } from "../../src/engine/tier-region.js";
-import { type Decision, decidedBy } from "../../src/engine/types.js";
+import { carrierOf, type Decision, decidedBy } from "../../src/engine/types.js";
 
 /** The start of a minute: a fixed window of 1m starts here. */
 const T0 = 1_700_000_040_000;
@@ -25,6 +25,7 @@ function encoding(rules: readonly Rule[], name = "default"): PlanEncoding {
     name,
     rules,
     keys: new RuleKeys("t", rules),
+    carrier: carrierOf(rules),
     args: [],
     one: undefined,
     count: String(rules.length),

@@ -1,6 +1,6 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { compileRule } from "../../src/engine/algorithms.js";
+import { compileRule } from "../../src/engine/algorithms/index.js";
 import {
   enforce,
   policyHeader,

@@ -42,7 +42,7 @@ import type { Context } from "hono";
 import { bearerAuth } from "hono/bearer-auth";
 import { HTTPException } from "hono/http-exception";
 import { Hono } from "hono/tiny";
-import { slidingLog } from "../../engine/algorithms.js";
+import { slidingLog } from "../../engine/algorithms/index.js";
 import type { BreakerReport } from "../../engine/analytics.js";
 import { RedisCallError } from "../../engine/errors.js";
 import { Limiter } from "../../engine/limiter.js";

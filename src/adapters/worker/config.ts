@@ -52,7 +52,7 @@ import {
   type PlanConfig,
   type Rule,
   type RuleConfig,
-} from "../../engine/algorithms.js";
+} from "../../engine/algorithms/index.js";
 import { checkAnalytics, type AnalyticsConfig as EngineAnalytics } from "../../engine/analytics.js";
 import { describe, readDuration } from "../../engine/duration.js";
 import { PREFIX } from "../../engine/keys.js";

@@ -15,7 +15,7 @@
 //                                               continent; optional for the default database
 //   }
 // }
-import { NAME } from "../../engine/algorithms.js";
+import { NAME } from "../../engine/algorithms/index.js";
 import { describe } from "../../engine/duration.js";
 import { checkLease, type LeaseConfig } from "../../engine/leases.js";
 import { type Issue, under } from "../../engine/validate.js";

@@ -1,23 +1,27 @@
-import { type Duration, describe, readDuration } from "./duration.js";
-import { type Issue, issueText } from "./validate.js";
+// The algorithms: each module in this directory is one (its options, rule, checks, encoding and
+// traits), its Lua in lua/algorithms/. This file registers them and holds what every rule shares: its
+// checks, the plans' checks, the cost's.
+import { describe, readDuration } from "../duration.js";
+import { type Issue, issueText } from "../validate.js";
+import { fixedWindowAlgorithm } from "./fixed-window.js";
+import { type GcraOptions, type GcraRule, gcraAlgorithm } from "./gcra.js";
+import {
+  type AlgorithmModule,
+  type Fields,
+  MAX_EXACT,
+  type WindowOptions,
+  type WindowRule,
+} from "./shared.js";
+import { slidingLogAlgorithm } from "./sliding-log.js";
+import { slidingWindowAlgorithm } from "./sliding-window.js";
+import { type TokenBucketOptions, type TokenBucketRule, tokenBucketAlgorithm } from "./token-bucket.js";
 
-/** `limit` units per `period`, up to `burst` at once (default: `limit`). O(1) memory, exact. */
-export interface GcraOptions {
-  limit: number;
-  period: Duration;
-  burst?: number;
-}
-/** A bucket of `capacity` tokens refilled continuously at `refillRate` tokens per `interval` (default 1s). */
-export interface TokenBucketOptions {
-  capacity: number;
-  refillRate: number;
-  interval?: Duration;
-}
-/** `limit` units per `window`. */
-export interface WindowOptions {
-  limit: number;
-  window: Duration;
-}
+export { fixedWindow } from "./fixed-window.js";
+export { type GcraOptions, type GcraRule, gcra } from "./gcra.js";
+export { type AlgorithmModule, MAX_EXACT, type WindowOptions, type WindowRule } from "./shared.js";
+export { slidingLog } from "./sliding-log.js";
+export { slidingWindow } from "./sliding-window.js";
+export { type TokenBucketOptions, type TokenBucketRule, tokenBucket } from "./token-bucket.js";
 
 /** A rule as configured: what the constructors return, and what a JSON config holds. */
 export type RuleConfig =
@@ -29,116 +33,30 @@ export type RuleConfig =
 
 export type Algorithm = RuleConfig["algorithm"];
 
-/** What every validated rule has, whatever its algorithm. */
-interface RuleBase {
-  readonly name: string;
-  /** The limit reported in decisions (burst for GCRA, capacity for a token bucket). */
-  readonly limit: number;
-  /**
-   * The policy as the RateLimit-Policy header states it: `quota` units per `window` ms, the window whole
-   * seconds at the rule's real rate (see policyOf), and quota ≥ limit.
-   */
-  readonly policy: { readonly quota: number; readonly window: number };
-}
-
-/** GCRA: `rate` units per `period` ms (the `limit` option), up to `burst` at once (= limit). */
-export interface GcraRule extends RuleBase {
-  readonly algorithm: "gcra";
-  readonly rate: number;
-  readonly period: number;
-  readonly burst: number;
-}
-
-/** A token bucket of `capacity` tokens (= limit), refilled at `refillRate` per `interval` ms. */
-export interface TokenBucketRule extends RuleBase {
-  readonly algorithm: "tokenBucket";
-  readonly capacity: number;
-  readonly refillRate: number;
-  readonly interval: number;
-}
-
-/** A fixed window, sliding window or sliding log: `limit` units per `window` ms. */
-export interface WindowRule extends RuleBase {
-  readonly algorithm: "fixedWindow" | "slidingWindow" | "slidingLog";
-  readonly window: number;
-}
-
-/** A validated rule, ready to send (src/engine/script.ts encodes it for the scripts). */
+/** A validated rule, ready to send (src/engine/scripts/ encodes it for the scripts). */
 export type Rule = GcraRule | TokenBucketRule | WindowRule;
 
-/**
- * GCRA: `limit` per `period`, up to `burst` at once. Exact, O(1) memory.
- *
- * @example
- * gcra({ limit: 10, period: "1s", burst: 20 })
- */
-export const gcra = (options: GcraOptions): RuleConfig => ({ algorithm: "gcra", ...options });
+/** Every algorithm, by the name its rules give. */
+const ALGORITHMS: Record<Algorithm, AlgorithmModule> = {
+  gcra: gcraAlgorithm,
+  tokenBucket: tokenBucketAlgorithm,
+  fixedWindow: fixedWindowAlgorithm,
+  slidingWindow: slidingWindowAlgorithm,
+  slidingLog: slidingLogAlgorithm,
+};
 
 /**
- * Token bucket with continuous refill: `refillRate` tokens per `interval`, at most `capacity`.
+ * What the engine knows of `rule`'s algorithm: its encoding and traits.
  *
  * @example
- * tokenBucket({ capacity: 20, refillRate: 10, interval: "1s" })
+ * algorithmOf(rule).leasable // false for a sliding log
  */
-export const tokenBucket = (options: TokenBucketOptions): RuleConfig => ({
-  algorithm: "tokenBucket",
-  ...options,
-});
+export function algorithmOf(rule: Pick<Rule, "algorithm">): AlgorithmModule {
+  return ALGORITHMS[rule.algorithm];
+}
 
-/**
- * Fixed window: `limit` per `window`, windows aligned to the epoch.
- *
- * @example
- * fixedWindow({ limit: 1000, window: "1d" })
- */
-export const fixedWindow = (options: WindowOptions): RuleConfig => ({ algorithm: "fixedWindow", ...options });
-
-/**
- * Sliding window estimated from two counters: O(1) memory, exact for even traffic (docs/algorithms.md gives the bound).
- *
- * @example
- * slidingWindow({ limit: 100, window: "1m" })
- */
-export const slidingWindow = (options: WindowOptions): RuleConfig => ({
-  algorithm: "slidingWindow",
-  ...options,
-});
-
-/**
- * Sliding log: exactly `limit` in any `window`; one stored entry per admitted unit (O(limit) memory).
- *
- * @example
- * slidingLog({ limit: 3, window: "30s" })
- */
-export const slidingLog = (options: WindowOptions): RuleConfig => ({ algorithm: "slidingLog", ...options });
-
-// Bounds. The scripts compute in Lua doubles, exact below 2^53 (9007199254740992). Every configured
-// count, and every product of a count and a duration, stays at or below MAX_EXACT = 2^50, so that each
-// intermediate the scripts form stays below 2^53 with room for the clock (now ≈ 2^41 ms today):
-//   gcra         capacity = burst×period; d ≤ capacity + limit (in 1/limit ms); next_d = d + cost×period ≤
-//                2×capacity + limit; ceil_div(next_d, limit) adds limit - 1: all ≤ 2^52 (cost ≤ burst)
-//   tokenBucket  runs as gcra with burst×period = capacity×interval and limit = refillRate: as above
-//   fixedWindow  a count ≤ limit and times now + at most 2×window: nothing multiplies them
-//   windows      (sliding) limit×window; the sliding estimate previous×(window - elapsed) + current×window ≤
-//                2×limit×window ≤ 2^51; stamps and resets are now + at most 2×window
-//   slidingLog   one entry per unit: limit ≤ MAX_LOG_LIMIT
-// A clock that lags the stored state by more than about 2^51/limit ms (gcra) makes only the retryAfter
-// of a request that is denied anyway inexact, by a millisecond at most: admissions stay exact.
-/** The largest count, and the largest count × duration product (in ms), a rule may have: 2^50. */
-export const MAX_EXACT = 2 ** 50;
-const MAX_LOG_LIMIT = 100_000;
 /** What a rule name (and a Worker route name) may be: it becomes part of Redis keys. */
 export const NAME = /^[A-Za-z0-9_.-]{1,64}$/;
-// RFC 9651 §3.3.1: an sf-integer has at most 15 digits.
-const MAX_SF_INTEGER = 999_999_999_999_999;
-
-const FIELDS: Record<Algorithm, readonly string[]> = {
-  gcra: ["limit", "period", "burst"],
-  tokenBucket: ["capacity", "refillRate", "interval"],
-  fixedWindow: ["limit", "window"],
-  slidingWindow: ["limit", "window"],
-  slidingLog: ["limit", "window"],
-};
 
 /**
  * Validates one rule and turns it into what the script reads. Throws an Error naming the rule and
@@ -186,14 +104,15 @@ export function checkRule(
     return { issues };
   }
   const algorithm = (config as { algorithm?: unknown }).algorithm;
-  if (typeof algorithm !== "string" || !Object.hasOwn(FIELDS, algorithm)) {
+  if (typeof algorithm !== "string" || !Object.hasOwn(ALGORITHMS, algorithm)) {
     issues.push({
       path: [...at, "algorithm"],
-      message: `unknown algorithm ${describe(algorithm)}; use one of ${Object.keys(FIELDS).join(", ")}`,
+      message: `unknown algorithm ${describe(algorithm)}; use one of ${Object.keys(ALGORITHMS).join(", ")}`,
     });
     return { issues };
   }
-  const known = FIELDS[algorithm as Algorithm];
+  const module = ALGORITHMS[algorithm as Algorithm];
+  const known = module.fields;
   for (const field of Object.keys(config)) {
     if (field !== "algorithm" && !known.includes(field)) {
       issues.push({
@@ -204,111 +123,34 @@ export function checkRule(
   }
   const c = config as unknown as Record<string, unknown>;
   // Each field is checked on its own, so one mistake does not hide the next.
-  const count = (field: string): number | undefined => {
-    const message = countIssue(c[field]);
-    if (message === undefined) return c[field] as number;
-    issues.push({ path: [...at, field], message });
-    return undefined;
+  const fields: Fields = {
+    has: (field) => c[field] !== undefined,
+    count(field) {
+      const message = countIssue(c[field]);
+      if (message === undefined) return c[field] as number;
+      issues.push({ path: [...at, field], message });
+      return undefined;
+    },
+    duration(field) {
+      const read = readDuration(c[field]);
+      if ("ms" in read) return read.ms;
+      issues.push({ path: [...at, field], message: read.message });
+      return undefined;
+    },
+    bounded(count, ms, what) {
+      if (count === undefined || ms === undefined || count * ms <= MAX_EXACT) return;
+      issues.push({
+        path: at,
+        message: `${what} is ${count * ms} ms, too large to count exactly: it must be at most 2^50 (${MAX_EXACT})`,
+      });
+    },
+    issue: (field, message) => issues.push({ path: [...at, field], message }),
+    get failed() {
+      return issues.length > 0;
+    },
   };
-  const duration = (field: string): number | undefined => {
-    const read = readDuration(c[field]);
-    if ("ms" in read) return read.ms;
-    issues.push({ path: [...at, field], message: read.message });
-    return undefined;
-  };
-  const bounded = (count: number | undefined, ms: number | undefined, what: string) => {
-    if (count === undefined || ms === undefined || count * ms <= MAX_EXACT) return;
-    issues.push({
-      path: at,
-      message: `${what} is ${count * ms} ms, too large to count exactly: it must be at most 2^50 (${MAX_EXACT})`,
-    });
-  };
-  switch (algorithm as Algorithm) {
-    case "gcra": {
-      const limit = count("limit");
-      const period = duration("period");
-      const burst = c.burst === undefined ? limit : count("burst");
-      bounded(burst, period, "burst × period");
-      if (issues.length > 0) return { issues };
-      const policy = policyOf(burst!, limit!, period!);
-      const rule: GcraRule = {
-        name,
-        algorithm: "gcra",
-        limit: burst!,
-        policy,
-        rate: limit!,
-        period: period!,
-        burst: burst!,
-      };
-      return { rule };
-    }
-    case "tokenBucket": {
-      const capacity = count("capacity");
-      const refillRate = count("refillRate");
-      const interval = c.interval === undefined ? 1000 : duration("interval");
-      bounded(capacity, interval, "capacity × interval");
-      if (issues.length > 0) return { issues };
-      const policy = policyOf(capacity!, refillRate!, interval!);
-      const rule: TokenBucketRule = {
-        name,
-        algorithm: "tokenBucket",
-        limit: capacity!,
-        policy,
-        capacity: capacity!,
-        refillRate: refillRate!,
-        interval: interval!,
-      };
-      return { rule };
-    }
-    default: {
-      const limit = count("limit");
-      const window = duration("window");
-      // a fixed window only counts and adds times: its limit and window are bounded each on its own
-      if (algorithm !== "fixedWindow") bounded(limit, window, "limit × window");
-      else bounded(1, window, "window");
-      if (algorithm === "slidingLog" && limit !== undefined && limit > MAX_LOG_LIMIT) {
-        issues.push({
-          path: [...at, "limit"],
-          message: `a sliding log stores one entry per unit, so ${limit} is too many (max ${MAX_LOG_LIMIT}); use slidingWindow or gcra`,
-        });
-      }
-      if (issues.length > 0) return { issues };
-      const policy = policyOf(limit!, limit!, window!);
-      const rule: WindowRule = {
-        name,
-        algorithm: algorithm as WindowRule["algorithm"],
-        limit: limit!,
-        policy,
-        window: window!,
-      };
-      return { rule };
-    }
-  }
-}
-
-/**
- * The RateLimit-Policy of a rule that admits `units` per `ms` on average and holds at most `most` at
- * once: q per w seconds at exactly that rate (the draft allows whole seconds only), with the smallest
- * q ≥ `most`, so that RateLimit's r never exceeds q. gcra 10 per second with a burst of 20: q=20;w=2;
- * 10 per 500 ms: q=20;w=1; 1000 per day: q=1000;w=86400. Should q not fit the header's 15 digits,
- * q is `most` and w is rounded up instead (a lower rate, never a higher one).
- */
-function policyOf(most: number, units: number, ms: number): Rule["policy"] {
-  // units per ms = a per b seconds, a/b in lowest terms; then q = k·a, w = k·b with the least k.
-  const perSecond = BigInt(units) * 1000n;
-  const g = gcd(perSecond, BigInt(ms));
-  const a = perSecond / g;
-  const b = BigInt(ms) / g;
-  const k = (BigInt(most) + a - 1n) / a;
-  if (k * a <= BigInt(MAX_SF_INTEGER) && k * b <= BigInt(MAX_SF_INTEGER)) {
-    return { quota: Number(k * a), window: Number(k * b) * 1000 };
-  }
-  return { quota: most, window: Math.ceil((most * ms) / units / 1000) * 1000 };
-}
-
-function gcd(a: bigint, b: bigint): bigint {
-  while (b !== 0n) [a, b] = [b, a % b];
-  return a;
+  const rule = module.compile(name, fields);
+  return rule === undefined ? { issues } : { rule };
 }
 
 /**
@@ -357,9 +199,6 @@ export type PlanConfig = Record<string, RulePlan>;
 
 /** Plan names a plan may not take: a Decision's `plan` says "default" for the base rules. */
 export const RESERVED_PLANS: readonly string[] = ["default", "custom"];
-// The sliding window's stored format changes at this limit (lua/algorithms/sliding_window.lua): a packed
-// integer below it, a text above. A plan stays on its base rule's side, so that counts carry.
-const PACK = 2 ** 25;
 
 /**
  * Validates `plans` against the base rules (as configured) and compiles each plan's rules: the base
@@ -478,7 +317,7 @@ export function checkChanges(
       if (fields === null || typeof fields !== "object" || Array.isArray(fields)) {
         issues.push({
           path: [...root, name],
-          message: `expected the fields of ${base.algorithm} it changes, e.g. { ${FIELDS[base.algorithm]?.[0] ?? "limit"}: 1000 }, got ${describe(fields)}`,
+          message: `expected the fields of ${base.algorithm} it changes, e.g. { ${ALGORITHMS[base.algorithm]?.fields[0] ?? "limit"}: 1000 }, got ${describe(fields)}`,
         });
         continue;
       }
@@ -500,23 +339,20 @@ export function checkChanges(
       }
       continue;
     }
-    const limit = merged.limit as number;
-    const baseLimit = (base as { limit: number }).limit;
-    if (base.algorithm === "slidingWindow" && limit < PACK !== baseLimit < PACK) {
-      issues.push({
-        path: [...root, name, "limit"],
-        message: `${limit} must stay ${baseLimit < PACK ? `below ${PACK}` : `at ${PACK} or above`} like the base rule's ${baseLimit}: a sliding window stores counts in another format there, and the usage counted under one plan would not carry to the other`,
-      });
+    const rule = checked.rule;
+    const module = algorithmOf(rule);
+    const carried = module.carries?.((base as { limit: number }).limit, merged.limit as number);
+    if (carried !== undefined) {
+      issues.push({ path: [...root, name, "limit"], message: carried });
       continue;
     }
-    const rule = checked.rule;
     if (
       what === "an override" &&
-      (rule.algorithm === "fixedWindow" || rule.algorithm === "slidingWindow") &&
+      module.windowed &&
       (fields as { window?: unknown } | undefined)?.window !== undefined
     ) {
       const before = readDuration((base as { window?: unknown }).window);
-      if (!("ms" in before) || before.ms !== rule.window) {
+      if (!("ms" in before) || before.ms !== (rule as WindowRule).window) {
         issues.push({
           path: [...root, name, "window"],
           message: "an override cannot change a window; give the identifier a plan with that window",

@@ -1,0 +1,142 @@
+// The refund and settle scripts as the engine calls them: giving a lease's unused units back
+// (lua/refund.lua) and charging a decision what it really cost (lua/settle.lua), each in the window
+// its units were counted in.
+import { algorithmOf, type Rule, type WindowRule } from "../algorithms/index.js";
+import { REFUND, SETTLE } from "../generated/scripts.js";
+import type { CallOptions, CallResult, Transport } from "../transport.js";
+import type { Decision } from "../types.js";
+import {
+  type Applied,
+  type Counted,
+  countedIn,
+  encodeRule,
+  type PlanEncoding,
+  type ScriptCallOptions,
+} from "./shared.js";
+
+/** Gives units back and settles decisions under a Limiter's plans. */
+export class SettleScripts {
+  private readonly refundCall: CallOptions;
+  private readonly settleCall: CallOptions;
+
+  constructor(
+    private readonly transport: Transport,
+    options: ScriptCallOptions,
+    private readonly base: PlanEncoding,
+    private readonly plans: ReadonlyMap<string, PlanEncoding>,
+  ) {
+    this.refundCall = { ...options, script: REFUND };
+    this.settleCall = { ...options, script: SETTLE };
+  }
+
+  /**
+   * Gives `units` of `identifier` back under every rule `applied` (a plan's, or a custom override's:
+   * the rules the units were counted under), each in the window it counted them in (`windowStarts`,
+   * as a reservation answered them). Resolves true when Redis ran it.
+   */
+  async refund(
+    identifier: string,
+    units: number,
+    windowStarts: readonly number[],
+    now: number,
+    applied: Applied = this.base,
+  ): Promise<boolean> {
+    // a plan's own encoding when these are its rules (its keys and arguments are computed once)
+    const own = this.plans.get(applied.name);
+    const plan: Applied = own !== undefined && own.rules === applied.rules ? own : applied;
+    const keys = this.keysOf(plan, identifier, now, windowStarts);
+    const command = ["EVALSHA", REFUND.sha1, String(keys.length), ...keys, now.toString(16), String(units)];
+    plan.rules.forEach((rule, i) => {
+      command.push(...this.givingBack(rule, i), String(windowStarts[i] ?? 0));
+    });
+    const reply = await this.transport.call(command, this.refundCall);
+    return reply.ok;
+  }
+
+  /**
+   * Where an admitted Decision from Redis counted its units: the rules that applied (its plan's, or a
+   * custom override's, as the decision carries them), per rule where its script answered that it
+   * counted them (the start of their window, the TAT they hold, their stamp), and what each algorithm's
+   * settle needs beside (its module's `countOf`).
+   */
+  counted(decision: Decision): Counted {
+    // the decision carries the rules it was decided by: a plan's (by name, with its keys) or a custom override's
+    const own = this.plans.get(decision.plan);
+    const custom = decision.decidedBy;
+    const applied: Applied =
+      decision.plan === "custom" && custom !== undefined
+        ? { name: "custom", rules: custom }
+        : (own ?? this.base);
+    const now = decision.decidedAt;
+    const starts = countedIn(decision, applied.rules.length) ?? applied.rules.map(() => 0);
+    const counts = applied.rules.map((rule) =>
+      algorithmOf(rule).countOf(rule, decision.rules[rule.name]!, now),
+    );
+    return { applied, starts, counts };
+  }
+
+  /**
+   * Charges a decision of `identifier` that took `cost` units what it really cost, `actual` (whole,
+   * not `cost`), at `now`, under every rule it was counted under: one EVALSHA of the settle script
+   * (lua/settle.lua). Giving back, a fixed window's key is the window the units were counted in;
+   * charging more, the window of `now`. Resolves with the transport's result (never rejects).
+   */
+  settle(
+    identifier: string,
+    counted: Counted,
+    cost: number,
+    actual: number,
+    now: number,
+  ): Promise<CallResult> {
+    const { applied, starts, counts } = counted;
+    const keys = this.keysOf(applied, identifier, now, actual < cost ? starts : undefined);
+    const command = ["EVALSHA", SETTLE.sha1, String(keys.length), ...keys];
+    command.push(now.toString(16), String(cost), String(actual));
+    applied.rules.forEach((rule, i) => {
+      const mark = algorithmOf(rule).settleMark(counts[i] ?? 0, cost);
+      command.push(...this.givingBack(rule, i), String(starts[i] ?? 0), String(mark));
+    });
+    return this.transport.call(command, this.settleCall);
+  }
+
+  /**
+   * Rule `i`'s arguments for a refund or a settle. A fixed window reads a count above the limit it is
+   * given as that limit (a denial's overshoot); plans that keep a window share its key, so the limit
+   * given is the highest of any plan for that window: units a higher plan admitted are never wiped by
+   * a lower plan's refund (a lower plan's overshoot may then stay: fewer admitted, never more).
+   */
+  private givingBack(rule: Rule, i: number): [string, string, string, string] {
+    const args = encodeRule(rule);
+    if (!algorithmOf(rule).countsDenials) return args;
+    const window = (rule as WindowRule).window;
+    let limit = rule.limit;
+    for (const plan of this.plans.values()) {
+      const other = plan.rules[i] as WindowRule | undefined;
+      if (other !== undefined && other.window === window) limit = Math.max(limit, other.limit);
+    }
+    args[1] = String(limit);
+    return args;
+  }
+
+  /**
+   * The keys of `identifier` under the rules `applied` (a plan's, or a custom override's: each rule's
+   * key is that of a plan with its window, as lua/overrides.lua reads it), at `now` or, per rule, at
+   * `starts`.
+   */
+  private keysOf(applied: Applied, identifier: string, now: number, starts?: readonly number[]): string[] {
+    const own = (applied as Partial<PlanEncoding>).keys;
+    if (own !== undefined) return own.of(identifier, now, starts);
+    return applied.rules.map((rule, i) => {
+      let plan = this.base;
+      if ("window" in rule) {
+        for (const candidate of this.plans.values()) {
+          if ((candidate.rules[i] as WindowRule).window === rule.window) {
+            plan = candidate;
+            break;
+          }
+        }
+      }
+      return plan.keys.of(identifier, now, starts)[i]!;
+    });
+  }
+}
