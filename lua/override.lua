@@ -1,56 +1,63 @@
--- Which parameters and keys a stored override's line applies: shared by limiterOverrides (its head,
--- lua/overrides.lua) and the one-rule scripts with overrides on (lua/one_rule_overrides.lua).
+-- The one reader of a stored override: which parameters and keys it applies, and what the script answers
+-- about it. scripts/build-lua.mjs puts this file in every script that reads an override: before
+-- limiterOverrides' head (lua/overrides.lua) and before each algorithm's one-rule script with overrides
+-- on (lua/one_rule_overrides.lua, or the algorithm's own one-rule-overrides section).
 --
--- line  the stored line: `=<plan>` or `!` and 4 tokens per rule (`<algorithm> <p1> <p2> <p3>`)
--- T     the plan table: per plan of the Limiter, "\n<name>" and " <p1> <p2> <p3> <k>" per rule, ending
---       in "\n"; k is the KEYS index of that rule's key under that plan, 0 when it is the call's
--- n     the number of rules; call[o ..] the call's own 4 tokens per rule, as the line's
--- Returns 4 tokens per rule, p1 p2 p3 k. A plan this Limiter does not have, or a custom line whose
--- algorithms or windows do not fit its rules, is stale: the base rules' ("default").
-local function applied(line, T, n, call, o)
-  -- a plan's line of the table: its 4n tokens, or nil
-  local function plan_line(name)
-    local at = string.find(T, "\n" .. name .. " ", 1, true)
-    if not at then return nil end
-    local t = {}
-    for token in string.gmatch(string.sub(T, at + #name + 2, string.find(T, "\n", at + 1, true) - 1), "%S+") do
-      t[#t + 1] = token
-    end
-    return t
-  end
-  local chosen
-  local kind = string.sub(line, 1, 1)
+-- stored  the stored override, `<line>\n<json>` (src/engine/overrides.ts writes it); its line is
+--         `=<plan>`, or `!` and 4 tokens per rule, `<algorithm> <p1> <p2> <p3>`, as the limiter script's
+--         arguments encode a rule
+-- T       the plan table: per plan of the Limiter, "\n<name>" and " <p1> <p2> <p3> <k>" per rule, ending
+--         in "\n"; k is the KEYS index of that rule's key under that plan, 0 when it is the call's
+-- n, A, o the call's n rules: rule i's algorithm is A[o + 4(i-1)], its limit A[o + 4(i-1) + 1]
+--
+-- Returns 4 tokens per rule, p1 p2 p3 k, and the answer for the engine, which reads what was applied
+-- from it (it never reads a line):
+--   "=<plan>"                that plan's rules
+--   "!<p1> <p2> <p3>[ ...]"  custom parameters, 3 per rule in rule order
+--   "?<line>"                a stale line, and the base rules' ("default"): a plan this Limiter does
+--                            not have, or rules that do not fit its own (another algorithm or number of
+--                            rules, a window no plan gives that rule, a sliding window's limit across
+--                            PACK, where its counts change format)
+-- Only digits are parameters (the engine writes nothing else). Nothing runs when nothing is stored, and
+-- a stored override costs a few string.find()s over its line and T.
+local function override(stored, T, n, A, o)
+  local kind, rest = string.match(stored, "^([=!])([^\n]*)")
+  local P, at = { nil, nil, nil, nil }, nil
   if kind == "=" then
-    chosen = plan_line(string.sub(line, 2))
+    at = string.find(T, "\n" .. rest .. " ", 1, true)
+    if at then at = at + #rest end
   elseif kind == "!" then
-    local t = {}
-    for token in string.gmatch(string.sub(line, 2), "%S+") do t[#t + 1] = token end
-    if #t == 4 * n then
-      chosen = {}
-      for i = 1, n do
-        local at = 4 * (i - 1)
-        local algorithm = t[at + 1]
-        if algorithm ~= call[o + at] then chosen = nil break end
-        -- a sliding window keeps its counts in another format from a limit of 2^25 (PACK): a line
-        -- across that bound (written for other base rules) is stale
-        if algorithm == "slidingWindow" and (tonumber(t[at + 2]) < 33554432) ~= (tonumber(call[o + at + 1]) < 33554432) then
-          chosen = nil
+    local answer, e, _, algorithm = "!", 0, nil, nil
+    for i = 1, n do
+      local j = 4 * i
+      _, e, algorithm, P[j - 3], P[j - 2], P[j - 1] = string.find(rest, "^ ?(%a+) (%d+) (%d+) (%d+)", e + 1)
+      if algorithm ~= A[o + j - 4] then e = nil break end
+      P[j] = "0"
+      if algorithm == "fixedWindow" or algorithm == "slidingWindow" then
+        -- its window's key: the call's (k 0) or another plan's with that window; none is stale
+        P[j] = string.match(T, "\n[^ \n]+" .. string.rep(" %d+ %d+ %d+ %d+", i - 1) .. " %d+ " .. P[j - 2] .. " %d+ (%d+)")
+        if not P[j] then e = nil break end
+        -- the packed state holds counts below PACK = 2^25: a limit across it is another format
+        if algorithm == "slidingWindow" and (tonumber(P[j - 3]) < 33554432) ~= (tonumber(A[o + j - 3]) < 33554432) then
+          e = nil
           break
         end
-        chosen[at + 1], chosen[at + 2], chosen[at + 3], chosen[at + 4] = t[at + 2], t[at + 3], t[at + 4], "0"
-        -- a window other than the call's counts in that window's key, which some plan declared
-        if (algorithm == "fixedWindow" or algorithm == "slidingWindow") and t[at + 3] ~= call[o + at + 2] then
-          local k
-          for plan in string.gmatch(T, "[^\n]+") do
-            local p = {}
-            for token in string.gmatch(plan, "%S+") do p[#p + 1] = token end
-            if p[at + 3] == t[at + 3] then k = p[at + 5] break end
-          end
-          if not k then chosen = nil break end
-          chosen[at + 4] = k
-        end
       end
+      answer = answer .. (i > 1 and " " or "") .. P[j - 3] .. " " .. P[j - 2] .. " " .. P[j - 1]
     end
+    if e == #rest then return P, answer end
   end
-  return chosen or plan_line("default")
+  local answer
+  if at then
+    answer = "=" .. rest
+  else
+    answer = "?" .. string.match(stored, "^[^\n]*")
+    at = string.find(T, "\ndefault ", 1, true) + 7
+  end
+  local e, _ = at, nil
+  for i = 1, n do
+    local j = 4 * i
+    _, e, P[j - 3], P[j - 2], P[j - 1], P[j] = string.find(T, "^ (%d+) (%d+) (%d+) (%d+)", e + 1)
+  end
+  return P, answer
 end

@@ -7,27 +7,22 @@
 -- KEYS[n + 1]  the identifier's override key (same hash tag as the rule keys)
 -- KEYS[n + 2 ..] keys of windows other than the call's, which another plan of the Limiter gives a
 --              fixed or sliding window (usually none)
--- ARGV         as the limiter script's, then reserve ("" for none), then the plan table: per plan of
---              the Limiter, "\n<name>" and 4 tokens per rule, " <p1> <p2> <p3> <k>", ending in "\n";
---              k is the KEYS index of that rule's key under that plan, 0 when it is the call's
+-- ARGV         as the limiter script's, then reserve ("" for none), then the plan table T
+--              (lua/override.lua)
 --
--- A stored override is `<line>\n<json>`; its line is `=<plan>` or `!` and 4 tokens per rule as the
--- arguments encode them (`<algorithm> <p1> <p2> <p3>`); lua/override.lua reads it (a stale one: the
--- base rules, "default").
--- The answer gains the line as its last element whenever an override is stored.
+-- A stored override's parameters and keys stand in for the call's (lua/override.lua reads it). The
+-- answer gains, whenever an override is stored, what it applied as its last element.
 local A, K = ARGV, KEYS
 local n = (#ARGV - 4) / 4
 local stored = redis.call("GET", KEYS[n + 1])
-local line
+local answer
 if stored then
-  line = string.match(stored, "^[^\n]*")
-  local chosen = applied(line, ARGV[#ARGV], n, ARGV, 3)
-  A, K = {}, {}
-  for i = 1, #ARGV do A[i] = ARGV[i] end
+  local P
+  P, answer = override(stored, ARGV[#ARGV], n, ARGV, 3)
+  A, K = { unpack(ARGV) }, {}
   for i = 1, n do
-    local at = 4 * (i - 1)
-    A[4 + at], A[5 + at], A[6 + at] = chosen[at + 1], chosen[at + 2], chosen[at + 3]
-    local k = tonumber(chosen[at + 4])
-    K[i] = k == 0 and KEYS[i] or KEYS[k]
+    local j = 4 * i
+    A[j], A[j + 1], A[j + 2] = P[j - 3], P[j - 2], P[j - 1]
+    K[i] = P[j] == "0" and KEYS[i] or KEYS[tonumber(P[j])]
   end
 end

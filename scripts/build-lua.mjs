@@ -11,10 +11,10 @@
 //   limiter          a head (`local A, K, n = ARGV, KEYS, #KEYS`), lua/prelude.lua, then each
 //                    algorithm's state and check inside `if several or A[3] == "<name>" then ... end`,
 //                    then lua/dispatcher.lua;
-//   limiterOverrides the same with lua/overrides.lua as its head and the dispatcher wrapped in a
-//                    function, whose answer gains a stored override's line;
+//   limiterOverrides the same with lua/override.lua and lua/overrides.lua as its head and the
+//                    dispatcher wrapped in a function, whose answer gains what a stored override applied;
 //   oneRule.<name>   the algorithm's state, then its one-rule body;
-//   <name>OneRuleOverrides  the algorithm's state, then its one-rule-overrides body; for an algorithm
+//   <name>OneRuleOverrides  the algorithm's state, lua/override.lua, then its one-rule-overrides body; for an algorithm
 //                    with a one-rule section and none such, its state, lua/override.lua, then
 //                    lua/one_rule_overrides.lua with the one-rule section in a function of its own;
 //   refund           lua/refund.lua with each algorithm's state and refund, in a `do ... end` of its
@@ -104,7 +104,7 @@ const limiterOverrides = [
   read("prelude.lua"),
   ...checks,
   `local function decide()\n${read("dispatcher.lua")}\nend`,
-  "local out = decide()\nif line then out[#out + 1] = line end\nreturn out",
+  "local out = decide()\nif answer then out[#out + 1] = answer end\nreturn out",
 ].join("\n");
 
 const refundFile = read("refund.lua");
@@ -150,7 +150,7 @@ if (!/^-- #one-rule$/m.test(oneRuleOverrides))
   throw new Error("lua/one_rule_overrides.lua has no -- #one-rule line");
 for (const a of algorithms) {
   if (a["one-rule-overrides"] !== undefined) {
-    scripts[`${a.name}OneRuleOverrides`] = script(a.state + a["one-rule-overrides"]);
+    scripts[`${a.name}OneRuleOverrides`] = script(a.state + override + a["one-rule-overrides"]);
   } else if (a["one-rule"] !== undefined) {
     // the one-rule section as it stands, its KEYS and ARGV the parameters a stored override applies
     const body = oneRuleOverrides.replace(/^-- #one-rule$/m, () => a["one-rule"]);

@@ -263,7 +263,7 @@ describe("overrides on: the override read in the decision's EVALSHA", () => {
     },
   );
 
-  it("one rule: the variant answers its integer, and the line beside it only when one is stored", async () => {
+  it("one rule: the variant answers its integer, and a string (it and what applied) only when one is stored", async () => {
     const answers: unknown[] = [];
     const realFetch = globalThis.fetch;
     globalThis.fetch = async (...args: Parameters<typeof fetch>) => {
@@ -281,11 +281,14 @@ describe("overrides on: the override read in the decision's EVALSHA", () => {
         await limiter.limit("id");
         await store(limiter, "id", "=pro");
         await limiter.limit("id", { cost: 2 });
-        await limiter.limit("id", { cost: 0 }); // a peek: limiterOverrides, its table and the line
+        await limiter.limit("id", { cost: 0 }); // a peek: limiterOverrides, its table and the answer
         // the store's own SET answered "OK"
         expect(
-          answers.filter((a) => a !== "OK").map((a) => (Array.isArray(a) ? a.length : typeof a)),
-        ).toEqual(["number", 2, 5]);
+          answers.filter((a) => a !== "OK").map((a) => (Array.isArray(a) ? [a.length, a[4]] : typeof a)),
+        ).toEqual(["number", "string", [5, "=pro"]]);
+        expect(answers.filter((a) => typeof a === "string" && a !== "OK")).toEqual([
+          expect.stringMatching(/^-?\d+=pro$/),
+        ]);
       }
     } finally {
       globalThis.fetch = realFetch;
@@ -386,13 +389,13 @@ describe("on a 3-node Redis Cluster", () => {
           "",
           table,
         ]);
-      // the custom burst of 3 takes the cost of 3, then nothing more; the line comes back
+      // the custom burst of 3 takes the cost of 3, then nothing more; the parameters applied come back
       const reply = (await decide()) as unknown[];
-      // the line comes back as a bulk string (bytes on this connection)
+      // as a bulk string (bytes on this connection)
       expect([...reply.slice(0, -1), String(reply.at(-1))]).toEqual([
         ...[1, 0, T0 + 600_000, 0],
         ...[1, 97, T0 - (T0 % 60_000) + 60_000, 0],
-        "!gcra 3 600000 3 fixedWindow 100 60000 0",
+        "!3 600000 3 100 60000 0",
       ]);
       expect(((await decide()) as unknown[])[0]).toBe(0);
     }

@@ -1,8 +1,9 @@
 // The overrides' scripts as the engine calls them: with overrides on, every decision also reads the
 // identifier's stored override, one GET more in the same EVALSHA. One rule that a one-rule script
 // takes runs that script's variant (<name>OneRuleOverrides); every other decision runs
-// limiterOverrides (lua/overrides.lua). The one place in TypeScript that knows the plan table and the
-// stored override's line.
+// limiterOverrides (lua/overrides.lua). The one place in TypeScript that knows the plan table.
+// lua/override.lua alone reads a stored line (src/engine/overrides.ts writes it): the script answers
+// what it applied, and this file turns that answer into the rules that decided.
 
 import { GRACE } from "../algorithms/fixed-window.js";
 import { algorithmOf, checkRule, type Rule, type WindowRule } from "../algorithms/index.js";
@@ -11,9 +12,9 @@ import type { CallOptions, CallResult, Transport } from "../transport.js";
 import { type Decision, decidedBy, type RuleResult } from "../types.js";
 import { type Applied, decode, type PlanEncoding, type ScriptCallOptions, unexpected } from "./shared.js";
 
-/** How many decoded override lines RuleScripts keeps (a custom line is decoded once). */
+/** How many custom answers OverrideScripts keeps decoded (each is decoded once). */
 const APPLIED_ENTRIES = 1000;
-/** Override lines already warned about, once per isolate each. */
+/** Stale lines already warned about, once per isolate each. */
 const warned = new Set<string>();
 function stale(line: string, why: string): void {
   if (warned.has(line) || warned.size >= APPLIED_ENTRIES) return;
@@ -25,7 +26,7 @@ function stale(line: string, why: string): void {
 export class OverrideScripts {
   private readonly overridesCall: CallOptions;
   private readonly fixedCall: CallOptions;
-  /** Decoded override lines (LRU). */
+  /** Custom parameters' rules, by the answer that gave them (LRU). */
   private readonly applied = new Map<string, Applied>();
 
   constructor(
@@ -119,7 +120,8 @@ export class OverrideScripts {
 
   /**
    * fixedWindowOneRuleOverrides' EVALSHA (one fixed window): the window's key, the override key, the
-   * other windows' keys; ms until the key expires, cost, limit, window, now, the plan's table.
+   * other windows' keys; ms until the key expires, the limit, the plan's table, then the cost (when
+   * more than 1, or when now follows) and, with other windows, now.
    */
   private fixedCommand(
     plan: PlanEncoding,
@@ -134,8 +136,9 @@ export class OverrideScripts {
     command.push(plan.keys.override(identifier));
     for (const { plan: other, rule } of windows) command.push(other.keys.of(identifier, now)[rule]!);
     const ends = now - (now % window) + window;
-    command.push(String(ends + Math.min(window, GRACE) - now), String(cost), String(limit), String(window));
-    command.push(now.toString(16), plan.table!);
+    command.push(String(ends + Math.min(window, GRACE) - now), String(limit), plan.table!);
+    if (cost !== 1 || windows.length > 0) command.push(String(cost));
+    if (windows.length > 0) command.push(now.toString(16));
     return command;
   }
 
@@ -162,14 +165,18 @@ export class OverrideScripts {
 
   /**
    * The Decision of a one-rule override script's reply (fixedWindow, gcra, tokenBucket, slidingWindow):
-   * the one-rule integer, or it and the stored line, decoded under the rule that line applies.
+   * the one-rule integer, or, with an override stored, a string: that integer, then what the override
+   * applied (lua/override.lua), under whose rule it is decoded.
    */
   private decodeOneRule(plan: PlanEncoding, result: unknown, cost: number, now: number): Decision | Error {
     let applied: Applied = plan;
     let value = result;
-    if (Array.isArray(result) && result.length === 2 && typeof result[1] === "string") {
-      applied = this.appliedOf(result[1]);
-      value = result[0];
+    if (typeof result === "string") {
+      const at = result.search(/[=!?]/);
+      if (at > 0) {
+        applied = this.appliedOf(result.slice(at));
+        value = Number(result.slice(0, at));
+      }
     }
     if (typeof value !== "number" || !Number.isInteger(value)) return unexpected(result);
     const rule = applied.rules[0]!;
@@ -192,31 +199,71 @@ export class OverrideScripts {
   }
 
   /**
-   * The Decision of a limiter script's reply that may end in a stored override's line (with overrides
-   * on): decided by the rules that line names.
+   * The Decision of limiterOverrides' reply: the limiter script's table, and, with an override stored,
+   * what it applied as one element more, under whose rules it is decoded.
    */
   decodeStored(plan: PlanEncoding, result: unknown, reserving: boolean, now: number): Decision | Error {
     const n = plan.rules.length;
     if (!Array.isArray(result) || result.length !== 4 * n + (reserving ? 2 + n : 1)) {
       return decode(plan, result, reserving, now);
     }
-    const line = result[result.length - 1];
-    if (typeof line !== "string") return unexpected(result);
-    return decode(this.appliedOf(line), result.slice(0, -1), reserving, now);
+    const answer = result[result.length - 1];
+    if (typeof answer !== "string") return unexpected(result);
+    return decode(this.appliedOf(answer), result.slice(0, -1), reserving, now);
   }
 
-  /** What a stored override's line applies, as lua/overrides.lua reads it; decoded once per line. */
-  private appliedOf(line: string): Applied {
-    const cached = this.applied.get(line);
+  /**
+   * The rules a script's answer says a stored override applied (lua/override.lua):
+   *   "=<plan>"                that plan's
+   *   "!<p1> <p2> <p3>[ ...]"  the base rules' algorithms with these parameters, 3 per rule ("custom")
+   *   "?<line>"                the base rules: the stored line is stale (warned once)
+   */
+  private appliedOf(answer: string): Applied {
+    const kind = answer[0];
+    if (kind === "=") return this.plans.get(answer.slice(1)) ?? this.base;
+    if (kind === "?") {
+      const line = answer.slice(1);
+      stale(
+        line,
+        line.startsWith("=")
+          ? "names a plan this Limiter does not have"
+          : "does not fit this Limiter's rules",
+      );
+      return this.base;
+    }
+    const cached = this.applied.get(answer);
     if (cached !== undefined) {
-      this.applied.delete(line);
-      this.applied.set(line, cached);
+      this.applied.delete(answer);
+      this.applied.set(answer, cached);
       return cached;
     }
-    const applied = decodeLine(line, this.plans, this.base);
+    const applied = this.custom(answer);
     if (this.applied.size >= APPLIED_ENTRIES) this.applied.delete(this.applied.keys().next().value!);
-    this.applied.set(line, applied);
+    this.applied.set(answer, applied);
     return applied;
+  }
+
+  /**
+   * The custom rules of an answer "!<p1> <p2> <p3>[ ...]": each base rule's algorithm with the
+   * parameters applied. Parameters its constructor refuses (a line written by hand) decide nothing
+   * here: the base rules, warned once.
+   */
+  private custom(answer: string): Applied {
+    const params = answer.slice(1).split(" ").map(Number);
+    const rules: Rule[] = [];
+    for (const own of this.base.rules) {
+      const at = 3 * rules.length;
+      const checked = checkRule(
+        own.name,
+        algorithmOf(own).config(params[at]!, params[at + 1]!, params[at + 2]!),
+      );
+      if (checked.issues !== undefined) {
+        stale(answer, "does not fit this Limiter's rules");
+        return this.base;
+      }
+      rules.push(checked.rule);
+    }
+    return { name: "custom", rules };
   }
 }
 
@@ -266,44 +313,4 @@ export function withTables(
     out.set(call.name, { ...call, table, windows, fixed, lean });
   }
   return out;
-}
-
-/** The rules a stored override's line applies (lua/overrides.lua decides the same). */
-function decodeLine(line: string, plans: ReadonlyMap<string, PlanEncoding>, base: PlanEncoding): Applied {
-  if (line.startsWith("=")) {
-    const plan = plans.get(line.slice(1));
-    if (plan !== undefined) return plan;
-    stale(line, "names a plan this Limiter does not have");
-    return base;
-  }
-  const tokens = line.startsWith("!")
-    ? line
-        .slice(1)
-        .split(" ")
-        .filter((t) => t !== "")
-    : [];
-  const rules: Rule[] = [];
-  if (tokens.length === 4 * base.rules.length) {
-    for (let i = 0; i < base.rules.length; i++) {
-      const own = base.rules[i]!;
-      const [algorithm, p1, p2, p3] = tokens.slice(4 * i, 4 * i + 4).map(String) as [
-        string,
-        string,
-        string,
-        string,
-      ];
-      if (algorithm !== base.args[4 * i]) break;
-      const module = algorithmOf(own);
-      if (module.windowed && ![...plans.values()].some((plan) => plan.args[4 * i + 2] === p2)) break;
-      const a = Number(p1);
-      // a sliding window's counts change format at PACK: a line across it is stale (lua/override.lua)
-      if (module.carries?.(own.limit, a) !== undefined) break;
-      const checked = checkRule(own.name, module.config(a, Number(p2), Number(p3)));
-      if (checked.issues !== undefined) break;
-      rules.push(checked.rule);
-    }
-  }
-  if (rules.length === base.rules.length) return { name: "custom", rules };
-  stale(line, "does not fit this Limiter's rules");
-  return base;
 }
