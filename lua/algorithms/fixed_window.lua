@@ -86,21 +86,22 @@ end
 return count
 
 -- #one-rule-overrides
--- The one-rule script with overrides on (scripts/build-lua.mjs puts lua/override.lua before this).
--- KEYS[1] the window's key under the call's plan; KEYS[2] the override key; KEYS[3..] keys of other
--- windows some plan gives this rule. ARGV[1] ms until KEYS[1] expires; ARGV[2] the call's limit;
--- ARGV[3] the plan table (lua/override.lua); ARGV[4] the cost, when more than 1; ARGV[5], with
--- KEYS[3..] only, now (hexadecimal). One MGET reads every count this call may use and the stored
--- override (all keys share the identifier's hash tag); then only an admission writes, so the count is
--- exactly what was admitted whatever limit applies next (first: MGET SET; later: MGET INCRBY; denied:
--- MGET). Answers the count after adding the cost (admitted iff count <= the applied limit); with an
--- override stored, a string: that count, then what the override applied (lua/override.lua).
+-- The one-rule script with overrides on. KEYS[1] the window's key under the call's plan; KEYS[2] the
+-- override key; KEYS[3..] keys of other windows some plan gives this rule. ARGV[1] ms until KEYS[1]
+-- expires; ARGV[2] the call's limit; ARGV[3] the plan table (lua/override.lua); ARGV[4] the cost, when
+-- more than 1 (or when ARGV[5] follows); ARGV[5], with KEYS[3..] only, now (hexadecimal). One MGET
+-- reads every count this call may use and the stored override (all keys share the identifier's hash
+-- tag); then only an admission writes, so the count is exactly what was admitted whatever limit applies
+-- next (first: MGET SET; later: MGET INCRBY; denied: MGET). The count after adding the cost (admitted
+-- iff count <= the applied limit) comes back as lua/one_rule_overrides.lua says: count * 64 + the tag
+-- of the plan applied, or a string.
 local values = redis.call("MGET", unpack(KEYS))
 local key, value, ttl, limit, units = KEYS[1], values[1], ARGV[1], ARGV[2], ARGV[4] or "1"
-local answer
-if values[2] then
+local stored, tag, answer = values[2], 0, ""
+if stored then
+-- #override
   local P
-  P, answer = override(values[2], ARGV[3], 1, { "fixedWindow" }, 1)
+  P, tag, answer = override(stored, ARGV[3], 1, { "fixedWindow" }, 1)
   limit = P[1]
   if P[4] ~= "0" then
     local at, now, window = tonumber(P[4]), tonumber(ARGV[5], 16), tonumber(P[2])
@@ -112,7 +113,7 @@ limit = tonumber(limit)
 local cost = units == "1" and 1 or tonumber(units)
 local count = tonumber(value)
 if count and count + cost <= limit then
-  -- only what INCRBY takes is a count (read() above): anything else starts the window afresh
+  -- only what INCRBY takes is a count (as read() in #state says): anything else starts the window afresh
   count = redis.pcall("INCRBY", key, units)
   if type(count) ~= "number" then count = nil end
 elseif count and string.format("%d", count) == value then
@@ -124,8 +125,8 @@ if not count then
   if cost <= limit then redis.call("SET", key, units, "PX", ttl) end
   count = cost
 end
-if answer then return string.format("%d%s", count, answer) end
-return count
+if (tag > 0 or not stored) and count < 140737488355328 and count > -140737488355328 then return count * 64 + tag end
+return string.format("%d%s", count, answer)
 
 -- #refund
 -- The window's count, in the key of the window the units were counted in. A count above the limit

@@ -14,6 +14,9 @@ import { type Applied, decode, type PlanEncoding, type ScriptCallOptions, unexpe
 
 /** How many custom answers OverrideScripts keeps decoded (each is decoded once). */
 const APPLIED_ENTRIES = 1000;
+/** How many plans a table tags with one character (lua/override.lua): the others are answered by name. */
+const TAGGED = 62;
+
 /** Stale lines already warned about, once per isolate each. */
 const warned = new Set<string>();
 function stale(line: string, why: string): void {
@@ -28,6 +31,8 @@ export class OverrideScripts {
   private readonly fixedCall: CallOptions;
   /** Custom parameters' rules, by the answer that gave them (LRU). */
   private readonly applied = new Map<string, Applied>();
+  /** The plans by tag - 1: their order in every table. */
+  private readonly tagged: readonly PlanEncoding[];
 
   constructor(
     private readonly transport: Transport,
@@ -37,6 +42,7 @@ export class OverrideScripts {
   ) {
     this.overridesCall = { ...options, script: LIMITER_OVERRIDES };
     this.fixedCall = { ...options, script: FIXED_WINDOW_ONE_RULE_OVERRIDES };
+    this.tagged = [...plans.values()].slice(0, TAGGED);
   }
 
   /** Decides `cost` units of `identifier` at `now` under `plan`, reserving nothing (RuleScripts.decide). */
@@ -164,21 +170,25 @@ export class OverrideScripts {
   }
 
   /**
-   * The Decision of a one-rule override script's reply (fixedWindow, gcra, tokenBucket, slidingWindow):
-   * the one-rule integer, or, with an override stored, a string: that integer, then what the override
-   * applied (lua/override.lua), under whose rule it is decoded.
+   * The Decision of a one-rule override script's reply (fixedWindow, gcra, tokenBucket, slidingWindow),
+   * decoded under the rule applied (lua/one_rule_overrides.lua): the one-rule integer r as r * 64 + the
+   * tag of the plan applied (0: the call's), or a string, r then what applied.
    */
   private decodeOneRule(plan: PlanEncoding, result: unknown, cost: number, now: number): Decision | Error {
     let applied: Applied = plan;
-    let value = result;
-    if (typeof result === "string") {
+    let value: number;
+    if (typeof result === "number") {
+      const tag = result - Math.floor(result / 64) * 64;
+      value = (result - tag) / 64;
+      if (tag > 0) applied = this.tagged[tag - 1] ?? plan;
+    } else if (typeof result === "string") {
       const at = result.search(/[=!?]/);
-      if (at > 0) {
-        applied = this.appliedOf(result.slice(at));
-        value = Number(result.slice(0, at));
-      }
+      value = Number(at < 0 ? result : result.slice(0, at));
+      if (at >= 0) applied = this.appliedOf(result.slice(at));
+    } else {
+      return unexpected(result);
     }
-    if (typeof value !== "number" || !Number.isInteger(value)) return unexpected(result);
+    if (!Number.isSafeInteger(value)) return unexpected(result);
     const rule = applied.rules[0]!;
     const outcome = algorithmOf(rule).outcome!(rule, value, cost, now);
     const rules: Record<string, RuleResult> = {};
@@ -200,7 +210,7 @@ export class OverrideScripts {
 
   /**
    * The Decision of limiterOverrides' reply: the limiter script's table, and, with an override stored,
-   * what it applied as one element more, under whose rules it is decoded.
+   * one element more, the tag of the plan applied or what applied, under whose rules it is decoded.
    */
   decodeStored(plan: PlanEncoding, result: unknown, reserving: boolean, now: number): Decision | Error {
     const n = plan.rules.length;
@@ -208,8 +218,14 @@ export class OverrideScripts {
       return decode(plan, result, reserving, now);
     }
     const answer = result[result.length - 1];
-    if (typeof answer !== "string") return unexpected(result);
-    return decode(this.appliedOf(answer), result.slice(0, -1), reserving, now);
+    const applied =
+      typeof answer === "number"
+        ? this.tagged[answer - 1]
+        : typeof answer === "string"
+          ? this.appliedOf(answer)
+          : undefined;
+    if (applied === undefined) return unexpected(result);
+    return decode(applied, result.slice(0, -1), reserving, now);
   }
 
   /**
@@ -268,10 +284,11 @@ export class OverrideScripts {
 }
 
 /**
- * Adds the plan table and other windows' keys to every encoding (overrides on). A fixed or sliding
- * window that another plan gives another window has a key of its own there (RuleKeys): a call declares
- * one key per such window beside its own, and the table gives each plan's rule the KEYS index of its
- * key (0: the call's own).
+ * Adds the plan table (lua/override.lua) and other windows' keys to every encoding (overrides on). A
+ * fixed or sliding window that another plan gives another window has a key of its own there
+ * (RuleKeys): a call declares one key per such window beside its own, and the table gives each plan's
+ * rule, and each window a plan gives a rule, the KEYS index of its key (0: the call's own). Plans are
+ * tagged in `all`'s order, which OverrideScripts reads answers by.
  */
 export function withTables(
   all: ReadonlyMap<string, PlanEncoding>,
@@ -282,26 +299,39 @@ export function withTables(
     const n = call.rules.length;
     const windows: { plan: PlanEncoding; rule: number }[] = [];
     const index = new Map<string, number>();
-    let table = "\n";
+    const keyOf = (plan: PlanEncoding, i: number, window: number) => {
+      if (window === (call.rules[i] as { window: number }).window) return 0;
+      const id = `${i}:${window}`;
+      let k = index.get(id);
+      if (k === undefined) {
+        windows.push({ plan, rule: i });
+        k = n + 1 + windows.length;
+        index.set(id, k);
+      }
+      return k;
+    };
+    let table = "";
+    let tag = 65;
     for (const plan of all.values()) {
-      table += plan.name;
+      table += `\n${plan.name}\t${String.fromCharCode(tag <= 65 + TAGGED - 1 ? tag++ : 64)}`;
       for (let i = 0; i < n; i++) {
         const rule = plan.rules[i]!;
-        let k = 0;
-        const window = "window" in rule ? rule.window : 0;
-        if (algorithmOf(rule).windowed && window !== (call.rules[i] as { window: number }).window) {
-          const id = `${i}:${window}`;
-          k = index.get(id) ?? 0;
-          if (k === 0) {
-            windows.push({ plan, rule: i });
-            k = n + 1 + windows.length;
-            index.set(id, k);
-          }
-        }
+        const k = algorithmOf(rule).windowed ? keyOf(plan, i, (rule as WindowRule).window) : 0;
         table += ` ${plan.args[4 * i + 1]} ${plan.args[4 * i + 2]} ${plan.args[4 * i + 3]} ${k}`;
       }
-      table += "\n";
     }
+    // each window a plan gives a fixed or sliding window rule, for custom lines
+    const seen = new Set<string>();
+    for (const plan of all.values()) {
+      plan.rules.forEach((rule, i) => {
+        if (!algorithmOf(rule).windowed || i >= n) return;
+        const window = (rule as WindowRule).window;
+        if (seen.has(`${i}:${window}`)) return;
+        seen.add(`${i}:${window}`);
+        table += `\n#${i + 1} ${window} ${keyOf(plan, i, window)}`;
+      });
+    }
+    table += "\n";
     // one rule whose one-rule script counts denials (a fixed window) takes its own variant
     // (fixedCommand) for a cost up to its limit
     const module = n === 1 ? algorithmOf(call.rules[0]!) : undefined;
