@@ -93,8 +93,9 @@ return count
 -- reads every count this call may use and the stored override (all keys share the identifier's hash
 -- tag); then only an admission writes, so the count is exactly what was admitted whatever limit applies
 -- next (first: MGET SET; later: MGET INCRBY; denied: MGET). The count after adding the cost (admitted
--- iff count <= the applied limit) comes back as lua/one_rule_overrides.lua says: count * 64 + the tag
--- of the plan applied, or a string.
+-- iff count <= the applied limit) comes back as count * 64 + the tag of the plan applied
+-- (lua/override.lua; 0: nothing stored), or, for a custom or stale override, a plan past the 62nd or a
+-- count beyond 2^47, as a string: the count in decimal, then the reader's string.
 local values = redis.call("MGET", unpack(KEYS))
 local key, value, ttl, limit, units = KEYS[1], values[1], ARGV[1], ARGV[2], ARGV[4] or "1"
 local stored, tag, answer = values[2], 0, ""

@@ -263,8 +263,8 @@ describe("overrides on: the override read in the decision's EVALSHA", () => {
     },
   );
 
-  it("one rule: the variant answers r * 64 + the tag of the plan applied, else a string: r, then what applied", async () => {
-    vi.spyOn(console, "warn").mockImplementation(() => {});
+  /** The results of every EVALSHA `run` sends, through the Limiters' fetch. */
+  async function replies(run: () => Promise<void>): Promise<unknown[]> {
     const answers: unknown[] = [];
     const realFetch = globalThis.fetch;
     globalThis.fetch = async (...args: Parameters<typeof fetch>) => {
@@ -274,46 +274,74 @@ describe("overrides on: the override read in the decision's EVALSHA", () => {
       return response;
     };
     try {
-      for (const [, rule, plans, customs] of lean) {
-        const { limiter, clock } = limiterOf({ r: rule }, plans);
-        // the table's plans in order, tag 1 the first; 0 nothing stored
-        const tagged = ["", "=default", ...Object.keys(plans).map((name) => `=${name}`)];
-        const applied = (a: unknown): unknown =>
-          typeof a === "number"
-            ? tagged[((a % 64) + 64) % 64]
-            : Array.isArray(a)
-              ? [a.length, applied(a.at(-1))]
-              : typeof a === "string"
-                ? // r beyond 2^47 (a sliding window's packed counts, usually) or what no tag says
-                  a.slice(a.search(/[=!?]/))
-                : a;
-        clock.set(T0);
-        await limiter.limit("warm-up");
-        answers.length = 0;
+      await run();
+    } finally {
+      globalThis.fetch = realFetch;
+    }
+    // not a store's own SET's "OK", nor a first call's NOSCRIPT and SCRIPT LOAD
+    return answers.filter(
+      (a) => a !== "OK" && a !== undefined && !(typeof a === "string" && /^[0-9a-f]{40}$/.test(a)),
+    );
+  }
+  /** What a reply says applied: its type when nothing, the plan of a tag, what a string says. */
+  const applied =
+    (tags: string[]) =>
+    (a: unknown): unknown =>
+      typeof a === "number"
+        ? tags.length > 0
+          ? tags[((a % 64) + 64) % 64]
+          : "number"
+        : Array.isArray(a)
+          ? [a.length, typeof a.at(-1) === "number" ? `=${["default", "pro"][a.at(-1) - 1]}` : a.at(-1)]
+          : typeof a === "string"
+            ? a.slice(a.search(/[=!?]/))
+            : a;
+
+  it("one rule: the variant answers its integer, and with an override stored a string: it, then what applied", async () => {
+    vi.spyOn(console, "warn").mockImplementation(() => {});
+    for (const [, rule, plans, customs] of lean) {
+      const { limiter, clock } = limiterOf({ r: rule }, plans);
+      clock.set(T0);
+      await limiter.limit("warm-up");
+      const answers = await replies(async () => {
         await limiter.limit("id");
         await store(limiter, "id", "=pro");
         await limiter.limit("id", { cost: 2 });
-        await limiter.limit("id", { cost: 0 }); // a peek: limiterOverrides, its table and the tag
+        // a peek: limiterOverrides, whose table gains the tag of the plan (pro is the second)
+        await limiter.limit("id", { cost: 0 });
         await store(limiter, "id", customs[0]!);
         await limiter.limit("id");
         await store(limiter, "id", "=gone");
         await limiter.limit("id");
-        // (not the store's own SET's "OK", nor a first call's NOSCRIPT and SCRIPT LOAD)
-        const decisions = answers.filter(
-          (a) => a !== "OK" && a !== undefined && !(typeof a === "string" && /^[0-9a-f]{40}$/.test(a)),
-        );
-        expect(decisions.map(applied)).toEqual([
-          "",
-          "=pro",
-          [5, "=pro"],
-          `!${customs[0]!.split(" ").slice(1).join(" ")}`,
-          "?=gone",
-        ]);
-        expect(typeof decisions[0]).toBe("number");
-      }
-    } finally {
-      globalThis.fetch = realFetch;
+      });
+      expect(answers.map(applied([]))).toEqual([
+        "number",
+        "=pro",
+        [5, "=pro"],
+        `!${customs[0]!.split(" ").slice(1).join(" ")}`,
+        "?=gone",
+      ]);
     }
+  });
+
+  it("one fixed window: its variant answers count * 64 + the tag of the plan applied, a string for a custom or stale line", async () => {
+    vi.spyOn(console, "warn").mockImplementation(() => {});
+    const { limiter, clock } = limiterOf(
+      { r: fixedWindow({ limit: 5, window: "1h" }) },
+      { pro: { r: { limit: 9 } } },
+    );
+    clock.set(T0);
+    const answers = await replies(async () => {
+      await limiter.limit("id");
+      await store(limiter, "id", "=pro");
+      await limiter.limit("id", { cost: 2 });
+      await store(limiter, "id", "!fixedWindow 7 3600000 0");
+      await limiter.limit("id");
+      await store(limiter, "id", "=gone");
+      await limiter.limit("id");
+    });
+    expect(answers).toEqual([1 * 64, 3 * 64 + 2, "4!7 3600000 0", "5?=gone"]);
+    expect(answers.map(applied(["", "=default", "=pro"]))).toEqual(["", "=pro", "!7 3600000 0", "?=gone"]);
   });
 
   it("one sliding window: a plan's other window counts in its own key; a cost above the applied limit is never admitted", async () => {

@@ -171,13 +171,15 @@ export class OverrideScripts {
 
   /**
    * The Decision of a one-rule override script's reply (fixedWindow, gcra, tokenBucket, slidingWindow),
-   * decoded under the rule applied (lua/one_rule_overrides.lua): the one-rule integer r as r * 64 + the
-   * tag of the plan applied (0: the call's), or a string, r then what applied.
+   * decoded under the rule applied: the one-rule integer r (the fixed window's as r * 64 + the tag of
+   * the plan applied, 0 the call's), or a string, r then what applied (lua/one_rule_overrides.lua).
    */
   private decodeOneRule(plan: PlanEncoding, result: unknown, cost: number, now: number): Decision | Error {
     let applied: Applied = plan;
     let value: number;
-    if (typeof result === "number") {
+    if (typeof result === "number" && !plan.fixed) {
+      value = result;
+    } else if (typeof result === "number") {
       const tag = result - Math.floor(result / 64) * 64;
       value = (result - tag) / 64;
       if (tag > 0) applied = this.tagged[tag - 1] ?? plan;
