@@ -16,6 +16,7 @@ end
 local stored = redis.call("GET", KEYS[2])
 if not stored then return one_rule(KEYS, ARGV) end
 -- #override
-local P, _, answer = override(stored, ARGV[#ARGV], 1, { ALGORITHM, ARGV[3] }, 1)
-local key = P[4] == "0" and KEYS[1] or KEYS[tonumber(P[4])]
+local P, _, answer = override(stored, ARGV[#ARGV], 1, { ALGORITHM, ARGV[3], ARGV[4] }, 1)
+local k = tonumber(P[4])
+local key = k == 0 and KEYS[1] or KEYS[k]
 return string.format("%d%s", one_rule({ key }, { ARGV[1], ARGV[2], P[1], P[2], P[3] }), answer)

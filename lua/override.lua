@@ -8,12 +8,14 @@
 --         arguments encode a rule
 -- T       the plan table (src/engine/scripts/overrides.ts builds it once per plan of the call): per plan
 --         of the Limiter, "\n<name>\t<tag>" and " <p1> <p2> <p3> <k>" per rule; then per fixed or
---         sliding window rule i and window w that a plan gives it, "\n#<i> <w> <k>"; ending in "\n".
---         k is the KEYS index of that rule's key in that window, 0 when it is the call's; the tag is one
---         character, the plan's place in the table plus 65 ("A" the first), or "@" past the 62nd
--- n, A, o the call's n rules: rule i's algorithm is A[o + 4(i-1)], its limit A[o + 4(i-1) + 1]
+--         sliding window rule i and window w that a plan gives it, "\n#<i> <w> " and k as one character
+--         (48 + k: "0" for 0); ending in "\n". k is the KEYS index of that rule's key in that window, 0
+--         when it is the call's; the tag is one character, the plan's place in the table plus 65 ("A"
+--         the first), or "@" past the 62nd
+-- n, A, o the call's n rules: rule i's algorithm is A[o + 4(i-1)], its parameters the 3 after it (a
+--         window's own, when not given, is looked up in T)
 --
--- Returns 4 tokens per rule, p1 p2 p3 k, then what the script answers the engine, which reads what
+-- Returns 4 values per rule, p1 p2 p3 k (tonumber() reads each), then what the script answers the engine, which reads what
 -- was applied from that alone (it never reads a line): a tag, the plan's place in the table plus 1
 -- (0: none), and a string:
 --   "=<plan>"                that plan's rules
@@ -36,17 +38,17 @@ local function override(stored, T, n, A, o)
       local j = 4 * i
       _, e, algorithm, P[j - 3], P[j - 2], P[j - 1] = string.find(rest, "^ ?(%a+) (%d+) (%d+) (%d+)", e + 1)
       if algorithm ~= A[o + j - 4] then e = nil break end
-      P[j] = "0"
-      if algorithm == "fixedWindow" or algorithm == "slidingWindow" then
-        -- its window's key: the call's (k 0), or the key of another plan with that window; none is stale
+      P[j] = 0
+      if (algorithm == "fixedWindow" or algorithm == "slidingWindow") and P[j - 2] ~= A[o + j - 2] then
+        -- another window than the call's: the key of a plan with that window; none is stale
         local _, w = string.find(T, "\n#" .. i .. " " .. P[j - 2] .. " ", 1, true)
         if not w then e = nil break end
-        P[j] = string.match(T, "^%d+", w + 1)
-        -- the packed state holds counts below PACK = 2^25: a limit across it is another format
-        if algorithm == "slidingWindow" and (tonumber(P[j - 3]) < 33554432) ~= (tonumber(A[o + j - 3]) < 33554432) then
-          e = nil
-          break
-        end
+        P[j] = string.byte(T, w + 1) - 48
+      end
+      -- the packed state holds counts below PACK = 2^25: a limit across it is another format
+      if algorithm == "slidingWindow" and (tonumber(P[j - 3]) < 33554432) ~= (tonumber(A[o + j - 3]) < 33554432) then
+        e = nil
+        break
       end
       answer = answer .. (i > 1 and " " or "") .. P[j - 3] .. " " .. P[j - 2] .. " " .. P[j - 1]
     end

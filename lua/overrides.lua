@@ -25,6 +25,7 @@ if stored then
   for i = 1, n do
     local j = 4 * i
     A[j], A[j + 1], A[j + 2] = P[j - 3], P[j - 2], P[j - 1]
-    K[i] = P[j] == "0" and KEYS[i] or KEYS[tonumber(P[j])]
+    local k = tonumber(P[j])
+    K[i] = k == 0 and KEYS[i] or KEYS[k]
   end
 end

@@ -104,8 +104,9 @@ if stored then
   local P
   P, tag, answer = override(stored, ARGV[3], 1, { "fixedWindow" }, 1)
   limit = P[1]
-  if P[4] ~= "0" then
-    local at, now, window = tonumber(P[4]), tonumber(ARGV[5], 16), tonumber(P[2])
+  local at = tonumber(P[4])
+  if at ~= 0 then
+    local now, window = tonumber(ARGV[5], 16), tonumber(P[2])
     key, value = KEYS[at], values[at]
     ttl = now - now % window + window + math.min(window, GRACE) - now
   end

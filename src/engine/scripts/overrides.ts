@@ -330,7 +330,7 @@ export function withTables(
         const window = (rule as WindowRule).window;
         if (seen.has(`${i}:${window}`)) return;
         seen.add(`${i}:${window}`);
-        table += `\n#${i + 1} ${window} ${keyOf(plan, i, window)}`;
+        table += `\n#${i + 1} ${window} ${String.fromCharCode(48 + keyOf(plan, i, window))}`;
       });
     }
     table += "\n";
