@@ -15,17 +15,18 @@
 -- n, A, o the call's n rules: rule i's algorithm is A[o + 4(i-1)], its parameters the 3 after it (a
 --         window's own, when not given, is looked up in T)
 --
--- Returns 4 values per rule, p1 p2 p3 k (tonumber() reads each), then what the script answers the engine, which reads what
--- was applied from that alone (it never reads a line): a tag, the plan's place in the table plus 1
--- (0: none), and a string:
+-- Returns 4 values per rule, p1 p2 p3 k (tonumber() reads each), then what the script answers the
+-- engine, which learns what applied from that alone (it never reads a line): a tag, the plan's place
+-- in the table plus 1 (0: none), and a string:
 --   "=<plan>"                that plan's rules
 --   "!<p1> <p2> <p3>[ ...]"  custom parameters, 3 per rule in rule order
 --   "?<line>"                a stale line, and the base rules' ("default"): a plan this Limiter does
 --                            not have, or rules that do not fit its own (another algorithm or number of
 --                            rules, a window no plan gives that rule, a sliding window's limit across
 --                            PACK, where its counts change format)
--- Only digits are parameters (the engine writes nothing else). A plan costs three string.find()s, a
--- custom line one per rule and one per window.
+-- Only digits are parameters (the engine writes nothing else). A plan costs a match of the line, a
+-- plain find and one find per rule in T; a custom line one find per rule, and one plain find per
+-- window other than the call's.
 local function override(stored, T, n, A, o)
   local kind, rest = string.match(stored, "^([=!])([^\n]*)")
   local P, at, e, _ = { nil, nil, nil, nil }, nil, nil, nil
