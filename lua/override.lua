@@ -28,18 +28,22 @@
 -- plain find and one find per rule in T; a custom line one find per rule, and one plain find per
 -- window other than the call's.
 local function override(stored, T, n, A, o)
-  local kind, rest = string.match(stored, "^([=!])([^\n]*)")
+  local kind, name = string.byte(stored, 1), nil
   local P, at, e, _ = { nil, nil, nil, nil }, nil, nil, nil
-  if kind == "=" then
-    at, e = string.find(T, "\n" .. rest .. "\t", 1, true)
-  elseif kind == "!" then
-    local answer, algorithm = "!", nil
-    e = 0
+  if kind == 61 then
+    -- "=<plan>"
+    name = string.match(stored, "^=([^\n]*)")
+    at, e = string.find(T, "\n" .. name .. "\t", 1, true)
+  elseif kind == 33 then
+    -- "!": per rule the call's algorithm (letters), then 3 parameters; then the line's end
+    local answer = "!"
+    e = 1
     for i = 1, n do
       local j = 4 * i
-      _, e, algorithm, P[j - 3], P[j - 2], P[j - 1] = string.find(rest, "^ ?(%a+) (%d+) (%d+) (%d+)", e + 1)
-      if algorithm ~= A[o + j - 4] then e = nil break end
+      _, e, P[j - 3], P[j - 2], P[j - 1] = string.find(stored, "^ ?" .. A[o + j - 4] .. " (%d+) (%d+) (%d+)", e + 1)
+      if not e then break end
       P[j] = 0
+      local algorithm = A[o + j - 4]
       if (algorithm == "fixedWindow" or algorithm == "slidingWindow") and P[j - 2] ~= A[o + j - 2] then
         -- another window than the call's: the key of a plan with that window; none is stale
         local _, w = string.find(T, "\n#" .. i .. " " .. P[j - 2] .. " ", 1, true)
@@ -53,11 +57,11 @@ local function override(stored, T, n, A, o)
       end
       answer = answer .. (i > 1 and " " or "") .. P[j - 3] .. " " .. P[j - 2] .. " " .. P[j - 1]
     end
-    if e == #rest then return P, 0, answer end
+    if e and (e == #stored or string.byte(stored, e + 1) == 10) then return P, 0, answer end
   end
   local tag, answer = 0, nil
   if at then
-    tag, answer = string.byte(T, e + 1) - 64, "=" .. rest
+    tag, answer = string.byte(T, e + 1) - 64, "=" .. name
   else
     answer = "?" .. string.match(stored, "^[^\n]*")
     at, e = string.find(T, "\ndefault\t", 1, true)
