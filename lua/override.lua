@@ -1,56 +1,75 @@
--- Which parameters and keys a stored override's line applies: shared by limiterOverrides (its head,
--- lua/overrides.lua) and the one-rule scripts with overrides on (lua/one_rule_overrides.lua).
+-- The one reader of a stored override: which parameters and keys it applies, and what the script answers
+-- about it. scripts/build-lua.mjs puts this file where `-- #override` stands in every script that reads
+-- an override (lua/overrides.lua, lua/one_rule_overrides.lua, fixed_window.lua's one-rule-overrides):
+-- inside the branch that runs only when an override is stored, so that a call with none pays nothing.
 --
--- line  the stored line: `=<plan>` or `!` and 4 tokens per rule (`<algorithm> <p1> <p2> <p3>`)
--- T     the plan table: per plan of the Limiter, "\n<name>" and " <p1> <p2> <p3> <k>" per rule, ending
---       in "\n"; k is the KEYS index of that rule's key under that plan, 0 when it is the call's
--- n     the number of rules; call[o ..] the call's own 4 tokens per rule, as the line's
--- Returns 4 tokens per rule, p1 p2 p3 k. A plan this Limiter does not have, or a custom line whose
--- algorithms or windows do not fit its rules, is stale: the base rules' ("default").
-local function applied(line, T, n, call, o)
-  -- a plan's line of the table: its 4n tokens, or nil
-  local function plan_line(name)
-    local at = string.find(T, "\n" .. name .. " ", 1, true)
-    if not at then return nil end
-    local t = {}
-    for token in string.gmatch(string.sub(T, at + #name + 2, string.find(T, "\n", at + 1, true) - 1), "%S+") do
-      t[#t + 1] = token
-    end
-    return t
-  end
-  local chosen
-  local kind = string.sub(line, 1, 1)
-  if kind == "=" then
-    chosen = plan_line(string.sub(line, 2))
-  elseif kind == "!" then
-    local t = {}
-    for token in string.gmatch(string.sub(line, 2), "%S+") do t[#t + 1] = token end
-    if #t == 4 * n then
-      chosen = {}
-      for i = 1, n do
-        local at = 4 * (i - 1)
-        local algorithm = t[at + 1]
-        if algorithm ~= call[o + at] then chosen = nil break end
-        -- a sliding window keeps its counts in another format from a limit of 2^25 (PACK): a line
-        -- across that bound (written for other base rules) is stale
-        if algorithm == "slidingWindow" and (tonumber(t[at + 2]) < 33554432) ~= (tonumber(call[o + at + 1]) < 33554432) then
-          chosen = nil
-          break
-        end
-        chosen[at + 1], chosen[at + 2], chosen[at + 3], chosen[at + 4] = t[at + 2], t[at + 3], t[at + 4], "0"
-        -- a window other than the call's counts in that window's key, which some plan declared
-        if (algorithm == "fixedWindow" or algorithm == "slidingWindow") and t[at + 3] ~= call[o + at + 2] then
-          local k
-          for plan in string.gmatch(T, "[^\n]+") do
-            local p = {}
-            for token in string.gmatch(plan, "%S+") do p[#p + 1] = token end
-            if p[at + 3] == t[at + 3] then k = p[at + 5] break end
-          end
-          if not k then chosen = nil break end
-          chosen[at + 4] = k
-        end
+-- stored  the stored override, `<line>\n<json>` (src/engine/overrides.ts writes it); its line is
+--         `=<plan>`, or `!` and 4 tokens per rule, `<algorithm> <p1> <p2> <p3>`, as the limiter script's
+--         arguments encode a rule
+-- T       the plan table (src/engine/scripts/overrides.ts builds it once per plan of the call): per plan
+--         of the Limiter, "\n<name>\t<tag>" and " <p1> <p2> <p3> <k>" per rule; then per fixed or
+--         sliding window rule i and window w that a plan gives it, "\n#<i> <w> " and k as one character
+--         (48 + k: "0" for 0); ending in "\n". k is the KEYS index of that rule's key in that window, 0
+--         when it is the call's; the tag is one character, the plan's place in the table plus 65 ("A"
+--         the first), or "@" past the 62nd
+-- n, A, o the call's n rules: rule i's algorithm is A[o + 4(i-1)], its parameters the 3 after it (a
+--         window's own, when not given, is looked up in T)
+--
+-- Returns 4 values per rule, p1 p2 p3 k (tonumber() reads each), then what the script answers the
+-- engine, which learns what applied from that alone (it never reads a line): a tag, the plan's place
+-- in the table plus 1 (0: none), and a string:
+--   "=<plan>"                that plan's rules
+--   "!<p1> <p2> <p3>[ ...]"  custom parameters, 3 per rule in rule order
+--   "?<line>"                a stale line, and the base rules' ("default"): a plan this Limiter does
+--                            not have, or rules that do not fit its own (another algorithm or number of
+--                            rules, a window no plan gives that rule, a sliding window's limit across
+--                            PACK, where its counts change format)
+-- Only digits are parameters (the engine writes nothing else). A plan costs a match of the line, a
+-- plain find and one find per rule in T; a custom line one find per rule, and one plain find per
+-- window other than the call's.
+local function override(stored, T, n, A, o)
+  local kind, name = string.byte(stored, 1), nil
+  local P, at, e, _ = { nil, nil, nil, nil }, nil, nil, nil
+  if kind == 61 then
+    -- "=<plan>"
+    name = string.match(stored, "^=([^\n]*)")
+    at, e = string.find(T, "\n" .. name .. "\t", 1, true)
+  elseif kind == 33 then
+    -- "!": per rule the call's algorithm (letters), then 3 parameters; then the line's end
+    local answer = "!"
+    e = 1
+    for i = 1, n do
+      local j = 4 * i
+      _, e, P[j - 3], P[j - 2], P[j - 1] = string.find(stored, "^ ?" .. A[o + j - 4] .. " (%d+) (%d+) (%d+)", e + 1)
+      if not e then break end
+      P[j] = 0
+      local algorithm = A[o + j - 4]
+      if (algorithm == "fixedWindow" or algorithm == "slidingWindow") and P[j - 2] ~= A[o + j - 2] then
+        -- another window than the call's: the key of a plan with that window; none is stale
+        local _, w = string.find(T, "\n#" .. i .. " " .. P[j - 2] .. " ", 1, true)
+        if not w then e = nil break end
+        P[j] = string.byte(T, w + 1) - 48
       end
+      -- the packed state holds counts below PACK = 2^25: a limit across it is another format
+      if algorithm == "slidingWindow" and (tonumber(P[j - 3]) < 33554432) ~= (tonumber(A[o + j - 3]) < 33554432) then
+        e = nil
+        break
+      end
+      answer = answer .. (i > 1 and " " or "") .. P[j - 3] .. " " .. P[j - 2] .. " " .. P[j - 1]
     end
+    if e and (e == #stored or string.byte(stored, e + 1) == 10) then return P, 0, answer end
   end
-  return chosen or plan_line("default")
+  local tag, answer = 0, nil
+  if at then
+    tag, answer = string.byte(T, e + 1) - 64, "=" .. name
+  else
+    answer = "?" .. string.match(stored, "^[^\n]*")
+    at, e = string.find(T, "\ndefault\t", 1, true)
+  end
+  e = e + 1
+  for i = 1, n do
+    local j = 4 * i
+    _, e, P[j - 3], P[j - 2], P[j - 1], P[j] = string.find(T, "^ (%d+) (%d+) (%d+) (%d+)", e + 1)
+  end
+  return P, tag, answer
 end

@@ -12,11 +12,13 @@
 //                    algorithm's state and check inside `if several or A[3] == "<name>" then ... end`,
 //                    then lua/dispatcher.lua;
 //   limiterOverrides the same with lua/overrides.lua as its head and the dispatcher wrapped in a
-//                    function, whose answer gains a stored override's line;
+//                    function, whose answer gains what a stored override applied;
 //   oneRule.<name>   the algorithm's state, then its one-rule body;
 //   <name>OneRuleOverrides  the algorithm's state, then its one-rule-overrides body; for an algorithm
-//                    with a one-rule section and none such, its state, lua/override.lua, then
-//                    lua/one_rule_overrides.lua with the one-rule section in a function of its own;
+//                    with a one-rule section and none such, its state, then lua/one_rule_overrides.lua
+//                    with the one-rule section in a function of its own;
+//                    (every script that reads a stored override has lua/override.lua, the one reader,
+//                    where its `-- #override` line stands)
 //   refund           lua/refund.lua with each algorithm's state and refund, in a `do ... end` of its
 //                    own, where its `-- #refunds` line stands;
 //   settle           lua/settle.lua with each algorithm's state, refund and settle, in a
@@ -48,7 +50,8 @@ function sections(file) {
   let current;
   for (const line of read(file).split("\n")) {
     const marker = /^-- #([\w-]+)\s*$/.exec(line);
-    if (marker) {
+    // `-- #override` is where lua/override.lua goes, not a section
+    if (marker && marker[1] !== "override") {
       current = marker[1];
       if (!SECTIONS.includes(current)) throw new Error(`lua/${file}: unknown section -- #${current}`);
       if (out[current] !== undefined) throw new Error(`lua/${file}: two -- #${current} sections`);
@@ -102,16 +105,21 @@ const limiter = [
   ...checks,
   read("dispatcher.lua"),
 ].join("\n");
-// The same decisions after lua/overrides.lua's head; the dispatcher, wrapped, answers a table to which
-// the stored override's line is added.
+// lua/override.lua, the one reader of a stored override, goes where a script's `-- #override` line
+// stands (inside the branch that runs only when one is stored: a call with none creates no closure).
 const override = read("override.lua");
+const withOverride = (text, file) => {
+  if (!/^-- #override$/m.test(text)) throw new Error(`${file} has no -- #override line`);
+  return text.replace(/^-- #override$/m, () => override);
+};
+// The same decisions after lua/overrides.lua's head; the dispatcher, wrapped, answers a table to which
+// what a stored override applied is added.
 const limiterOverrides = [
-  shared + override,
-  read("overrides.lua"),
+  shared + withOverride(read("overrides.lua"), "lua/overrides.lua"),
   read("prelude.lua"),
   ...checks,
   `local function decide()\n${read("dispatcher.lua")}\nend`,
-  "local out = decide()\nif line then out[#out + 1] = line end\nreturn out",
+  "local out = decide()\nif answer then out[#out + 1] = answer end\nreturn out",
 ].join("\n");
 
 const refundFile = read("refund.lua");
@@ -152,17 +160,30 @@ const oneRule = Object.fromEntries(
   algorithms.filter((a) => a["one-rule"] !== undefined).map((a) => [a.name, script(a.state + a["one-rule"])]),
 );
 
+// The state a body needs: all of it when the body calls any of its functions, else its constants alone
+// (each local function is a closure made on every run of the script).
+const stateFor = (a, body) => {
+  const functions = [...a.state.matchAll(/^local function (\w+)/gm)].map((m) => m[1]);
+  const code = strip(body);
+  if (functions.some((name) => new RegExp(`\\b${name}\\(`).test(code))) return a.state;
+  return a.state
+    .split("\n")
+    .filter((line) => /^local [A-Z][A-Z_]* = /.test(line))
+    .map((line) => `${line}\n`)
+    .join("");
+};
 const oneRuleOverrides = read("one_rule_overrides.lua");
 if (!/^-- #one-rule$/m.test(oneRuleOverrides))
   throw new Error("lua/one_rule_overrides.lua has no -- #one-rule line");
 for (const a of algorithms) {
   if (a["one-rule-overrides"] !== undefined) {
-    scripts[`${a.name}OneRuleOverrides`] = script(a.state + a["one-rule-overrides"]);
+    const body = withOverride(a["one-rule-overrides"], `lua/algorithms/${a.file}`);
+    scripts[`${a.name}OneRuleOverrides`] = script(stateFor(a, body) + body);
   } else if (a["one-rule"] !== undefined) {
     // the one-rule section as it stands, its KEYS and ARGV the parameters a stored override applies
     const body = oneRuleOverrides.replace(/^-- #one-rule$/m, () => a["one-rule"]);
     scripts[`${a.name}OneRuleOverrides`] = script(
-      `${a.state}local ALGORITHM = "${a.name}"\n${override}${body}`,
+      `${a.state}local ALGORITHM = "${a.name}"\n${withOverride(body, "lua/one_rule_overrides.lua")}`,
     );
   }
 }

@@ -88,58 +88,47 @@ return count
 -- #one-rule-overrides
 -- The one-rule script with overrides on. KEYS[1] the window's key under the call's plan; KEYS[2] the
 -- override key; KEYS[3..] keys of other windows some plan gives this rule. ARGV[1] ms until KEYS[1]
--- expires; ARGV[2] cost; ARGV[3], ARGV[4] the call's limit and window; ARGV[5] now (hexadecimal);
--- ARGV[6] the plan table (lua/overrides.lua). One MGET reads the stored override and every count this
--- call may use (all keys share the identifier's hash tag); then only an admission writes, so the count
--- is exactly what was admitted whatever limit applies next (first: MGET SET; later: MGET INCRBY;
--- denied: MGET). Answers the count after adding the cost (admitted iff count <= the applied limit),
--- and the stored override's line beside it when one is stored.
-local key, units, ttl = KEYS[1], ARGV[2], ARGV[1]
-local cost, limit = tonumber(units), tonumber(ARGV[3])
-local values = redis.call("MGET", KEYS[2], unpack(KEYS, 1, 1), unpack(KEYS, 3))
-local stored, value = values[1], values[2]
-local line
+-- expires; ARGV[2] the call's limit; ARGV[3] the plan table (lua/override.lua); ARGV[4] the cost, when
+-- more than 1 (or when ARGV[5] follows); ARGV[5], with KEYS[3..] only, now (hexadecimal). One MGET
+-- reads every count this call may use and the stored override (all keys share the identifier's hash
+-- tag); then only an admission writes, so the count is exactly what was admitted whatever limit applies
+-- next (first: MGET SET; later: MGET INCRBY; denied: MGET). The count after adding the cost (admitted
+-- iff count <= the applied limit) comes back as count * 64 + the tag of the plan applied
+-- (lua/override.lua; 0: nothing stored), or, for a custom or stale override, a plan past the 62nd or a
+-- count beyond 2^47, as a string: the count in decimal, then the reader's string.
+local values = redis.call("MGET", unpack(KEYS))
+local key, value, ttl, limit, units = KEYS[1], values[1], ARGV[1], ARGV[2], ARGV[4] or "1"
+local stored, tag, answer = values[2], 0, ""
 if stored then
-  line = string.match(stored, "^[^\n]*")
-  local T = ARGV[6]
-  local function plan_line(name)
-    local at = string.find(T, "\n" .. name .. " ", 1, true)
-    if at then return string.match(T, "^(%d+) (%d+) %d+ (%d+)", at + #name + 2) end
-  end
-  local l, w, k
-  local kind = string.sub(line, 1, 1)
-  if kind == "=" then
-    l, w, k = plan_line(string.sub(line, 2))
-  elseif kind == "!" then
-    local p1, p2 = string.match(line, "^!fixedWindow (%d+) (%d+) %d+$")
-    if p2 == ARGV[4] then
-      l, w, k = p1, p2, "0"
-    elseif p2 then
-      -- another window counts in the key a plan with that window declared
-      k = string.match(T, "\n%S+ %d+ " .. p2 .. " %d+ (%d+)\n")
-      if k then l, w = p1, p2 end
-    end
-  end
-  if not l then l, w, k = plan_line("default") end
-  limit = tonumber(l)
-  if k ~= "0" then
-    local now, window = tonumber(ARGV[5], 16), tonumber(w)
-    local at = tonumber(k)
+-- #override
+  local P
+  P, tag, answer = override(stored, ARGV[3], 1, { "fixedWindow" }, 1)
+  limit = P[1]
+  local at = tonumber(P[4])
+  if at ~= 0 then
+    local now, window = tonumber(ARGV[5], 16), tonumber(P[2])
     key, value = KEYS[at], values[at]
     ttl = now - now % window + window + math.min(window, GRACE) - now
   end
 end
--- only what INCRBY takes is a count (as read() says); anything else starts the window afresh
+limit = tonumber(limit)
+local cost = units == "1" and 1 or tonumber(units)
 local count = tonumber(value)
-if not (count and string.format("%d", count) == value) then count = nil end
 if count and count + cost <= limit then
-  redis.call("INCRBY", key, units)
-elseif not count and cost <= limit then
-  redis.call("SET", key, units, "PX", ttl)
+  -- only what INCRBY takes is a count (as read() in #state says): anything else starts the window afresh
+  count = redis.pcall("INCRBY", key, units)
+  if type(count) ~= "number" then count = nil end
+elseif count and string.format("%d", count) == value then
+  count = count + cost
+else
+  count = nil
 end
-count = (count or 0) + cost
-if line then return { count, line } end
-return count
+if not count then
+  if cost <= limit then redis.call("SET", key, units, "PX", ttl) end
+  count = cost
+end
+if (tag > 0 or not stored) and count < 140737488355328 and count > -140737488355328 then return count * 64 + tag end
+return string.format("%d%s", count, answer)
 
 -- #refund
 -- The window's count, in the key of the window the units were counted in. A count above the limit

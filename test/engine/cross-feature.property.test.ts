@@ -510,15 +510,20 @@ function noteSent(command: unknown[], reply: unknown): void {
   bump(sent.scripts, name);
   const result = Array.isArray(reply) ? reply.map(Number) : [];
   if (name === "limiterOverrides" && Array.isArray(reply)) {
-    // 4 a rule, then (reserving) the units reserved and a window per rule, then any stored line
-    const tail = reply.length - 4 * sent.rules;
-    bump(sent.scripts, tail >= 1 + sent.rules ? "limiterOverrides reserving" : "limiterOverrides");
-    if (typeof reply[reply.length - 1] === "string" && tail % (1 + sent.rules) !== 0)
-      bump(sent.scripts, "limiterOverrides with a line");
+    // 5 a rule, then (reserving: its argument before the table is not empty) the units reserved,
+    // then, with an override stored, what it applied (a plan's tag, or a string)
+    const reserving = command.at(-2) !== "";
+    const tail = reply.length - 5 * sent.rules - (reserving ? 1 : 0);
+    bump(sent.scripts, reserving ? "limiterOverrides reserving" : "limiterOverrides");
+    if (tail === 1) bump(sent.scripts, "limiterOverrides with a line");
   }
   if (name.endsWith("OneRuleOverrides")) {
-    const line = Array.isArray(reply) ? " with a line" : "";
-    bump(sent.scripts, `${name} (${sent.algorithm})${line}`);
+    // with an override stored a string (the integer, then what applied); the fixed window's integer
+    // also carries the tag of a plan applied (count * 64 + tag, 0: nothing stored)
+    const stored =
+      typeof reply === "string" ||
+      (name === "fixedWindowOneRuleOverrides" && typeof reply === "number" && reply % 64 !== 0);
+    bump(sent.scripts, `${name} (${sent.algorithm})${stored ? " with a line" : ""}`);
   }
   if (name !== "pool") return;
   const op = String(command[3 + Number(command[2]) + 1]);

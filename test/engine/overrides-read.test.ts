@@ -190,25 +190,29 @@ describe("overrides on: the override read in the decision's EVALSHA", () => {
   // the override. That it decides what the model (and so limiterOverrides) decides, under every kind
   // of stored line, plans of other rates and windows, for costs the applied rule may refuse, is
   // test/engine/cross-feature.property.test.ts's; here, what each variant answers on the wire.
-  const lean: [string, RuleConfig, Record<string, Record<string, Record<string, unknown>>>][] = [
+  const lean: [string, RuleConfig, Record<string, Record<string, Record<string, unknown>>>, string][] = [
     [
       "gcra",
       gcra({ limit: 7, period: "1h", burst: 5 }),
       { pro: { r: { limit: 11, burst: 9 } }, slow: { r: { limit: 3, period: "2h" } } },
+      "!gcra 5 3600000 3",
     ],
     [
       "tokenBucket",
       tokenBucket({ capacity: 5, refillRate: 7, interval: "1h" }),
       { pro: { r: { capacity: 9 } }, slow: { r: { refillRate: 3, interval: "2h" } } },
+      "!gcra 5 3600000 3",
     ],
     [
       "slidingWindow",
       slidingWindow({ limit: 7, window: "1h" }),
       { pro: { r: { limit: 11 } }, long: { r: { limit: 9, window: "2h" } } },
+      "!slidingWindow 3 3600000 0",
     ],
   ];
 
-  it("one rule: the variant answers its integer, and the line beside it only when one is stored", async () => {
+  /** The results of every EVALSHA `run` sends, through the Limiters' fetch. */
+  async function replies(run: () => Promise<void>): Promise<unknown[]> {
     const answers: unknown[] = [];
     const realFetch = globalThis.fetch;
     globalThis.fetch = async (...args: Parameters<typeof fetch>) => {
@@ -218,23 +222,74 @@ describe("overrides on: the override read in the decision's EVALSHA", () => {
       return response;
     };
     try {
-      for (const [, rule, plans] of lean) {
-        const { limiter, clock } = limiterOf({ r: rule }, plans);
-        clock.set(T0);
-        await limiter.limit("warm-up");
-        answers.length = 0;
-        await limiter.limit("id");
-        await store(limiter, "id", "=pro");
-        await limiter.limit("id", { cost: 2 });
-        await limiter.limit("id", { cost: 0 }); // a peek: limiterOverrides, its table and the line
-        // the store's own SET answered "OK"
-        expect(
-          answers.filter((a) => a !== "OK").map((a) => (Array.isArray(a) ? a.length : typeof a)),
-        ).toEqual(["number", 2, 6]);
-      }
+      await run();
     } finally {
       globalThis.fetch = realFetch;
     }
+    // not a store's own SET's "OK", nor a first call's NOSCRIPT and SCRIPT LOAD
+    return answers.filter(
+      (a) => a !== "OK" && a !== undefined && !(typeof a === "string" && /^[0-9a-f]{40}$/.test(a)),
+    );
+  }
+  /** What a reply says applied: its type when nothing, the plan of a tag, what a string says. */
+  const applied =
+    (tags: string[]) =>
+    (a: unknown): unknown =>
+      typeof a === "number"
+        ? tags.length > 0
+          ? tags[((a % 64) + 64) % 64]
+          : "number"
+        : Array.isArray(a)
+          ? [a.length, typeof a.at(-1) === "number" ? `=${["default", "pro"][a.at(-1) - 1]}` : a.at(-1)]
+          : typeof a === "string"
+            ? a.slice(a.search(/[=!?]/))
+            : a;
+
+  it("one rule: the variant answers its integer, and with an override stored a string: it, then what applied", async () => {
+    vi.spyOn(console, "warn").mockImplementation(() => {});
+    for (const [, rule, plans, custom] of lean) {
+      const { limiter, clock } = limiterOf({ r: rule }, plans);
+      clock.set(T0);
+      await limiter.limit("warm-up");
+      const answers = await replies(async () => {
+        await limiter.limit("id");
+        await store(limiter, "id", "=pro");
+        await limiter.limit("id", { cost: 2 });
+        // a peek: limiterOverrides, whose table gains the tag of the plan (pro is the second)
+        await limiter.limit("id", { cost: 0 });
+        await store(limiter, "id", custom);
+        await limiter.limit("id");
+        await store(limiter, "id", "=gone");
+        await limiter.limit("id");
+      });
+      expect(answers.map(applied([]))).toEqual([
+        "number",
+        "=pro",
+        [5, "=pro"],
+        `!${custom.split(" ").slice(1).join(" ")}`,
+        "?=gone",
+      ]);
+    }
+  });
+
+  it("one fixed window: its variant answers count * 64 + the tag of the plan applied, a string for a custom or stale line", async () => {
+    vi.spyOn(console, "warn").mockImplementation(() => {});
+    const { limiter, clock } = limiterOf(
+      { r: fixedWindow({ limit: 5, window: "1h" }) },
+      { pro: { r: { limit: 9 } } },
+    );
+    clock.set(T0);
+    const answers = await replies(async () => {
+      await limiter.limit("id");
+      await store(limiter, "id", "=pro");
+      await limiter.limit("id", { cost: 2 });
+      await store(limiter, "id", "!fixedWindow 7 3600000 0");
+      await limiter.limit("id");
+      await store(limiter, "id", "=gone");
+      await limiter.limit("id");
+    });
+    expect(answers).toEqual([1 * 64, 3 * 64 + 2, "4!7 3600000 0", "5?=gone"]);
+    expect(answers.map(applied(["", "=default", "=pro"]))).toEqual(["", "=pro", "!7 3600000 0", "?=gone"]);
   });
 
   it("one sliding window: a plan's other window counts in its own key; a cost above the applied limit is never admitted", async () => {
@@ -314,7 +369,7 @@ describe("on a 3-node Redis Cluster", () => {
     });
     const keys = new RuleKeys(limiter.prefix, limiter.rules);
     // the table of a call under the base rules, the Limiter's only plan
-    const table = "\ndefault 10 600000 10 0 100 60000 0 0\n";
+    const table = "\ndefault\tA 10 600000 10 0 100 60000 0 0\n#2 60000 0\n";
     for (const id of ["user:42", "{a}", "\u{1F600}", "x".repeat(10_000)]) {
       const override = keys.override(id);
       const all = [...limiter.keys(id, T0), override];
@@ -331,13 +386,13 @@ describe("on a 3-node Redis Cluster", () => {
           "",
           table,
         ]);
-      // the custom burst of 3 takes the cost of 3, then nothing more; the line comes back
+      // the custom burst of 3 takes the cost of 3, then nothing more; the parameters applied come back
       const reply = (await decide()) as unknown[];
-      // the line comes back as a bulk string (bytes on this connection)
+      // as a bulk string (bytes on this connection)
       expect([...reply.slice(0, -1), String(reply.at(-1))]).toEqual([
         ...[1, 0, T0 + 600_000, 0, T0 + 600_000],
         ...[1, 97, T0 - (T0 % 60_000) + 60_000, 0, T0 - (T0 % 60_000)],
-        "!gcra 3 600000 3 fixedWindow 100 60000 0",
+        "!3 600000 3 100 60000 0",
       ]);
       expect(((await decide()) as unknown[])[0]).toBe(0);
     }

@@ -1,8 +1,9 @@
 // The overrides' scripts as the engine calls them: with overrides on, every decision also reads the
 // identifier's stored override, one GET more in the same EVALSHA. One rule that a one-rule script
 // takes runs that script's variant (<name>OneRuleOverrides); every other decision runs
-// limiterOverrides (lua/overrides.lua). The one place in TypeScript that knows the plan table and the
-// stored override's line.
+// limiterOverrides (lua/overrides.lua). The one place in TypeScript that knows the plan table.
+// lua/override.lua alone reads a stored line (src/engine/overrides.ts writes it): the script answers
+// what it applied, and this file turns that answer into the rules that decided.
 
 import { expiresIn } from "../algorithms/fixed-window.js";
 import { algorithmOf, checkRule, type Rule, type WindowRule } from "../algorithms/index.js";
@@ -18,9 +19,12 @@ import {
   unexpected,
 } from "./shared.js";
 
-/** How many decoded override lines RuleScripts keeps (a custom line is decoded once). */
+/** How many custom answers OverrideScripts keeps decoded (each is decoded once). */
 const APPLIED_ENTRIES = 1000;
-/** Override lines already warned about, once per isolate each. */
+/** How many plans a table tags with one character (lua/override.lua): the others are answered by name. */
+const TAGGED = 62;
+
+/** Stale lines already warned about, once per isolate each. */
 const warned = new Set<string>();
 function stale(line: string, why: string): void {
   if (warned.has(line) || warned.size >= APPLIED_ENTRIES) return;
@@ -32,8 +36,10 @@ function stale(line: string, why: string): void {
 export class OverrideScripts {
   private readonly overridesCall: CallOptions;
   private readonly fixedCall: CallOptions;
-  /** Decoded override lines (LRU). */
+  /** Custom parameters' rules, by the answer that gave them (LRU). */
   private readonly applied = new Map<string, Applied>();
+  /** The plans by tag - 1: their order in every table. */
+  private readonly tagged: readonly PlanEncoding[];
 
   constructor(
     private readonly transport: Transport,
@@ -43,6 +49,7 @@ export class OverrideScripts {
   ) {
     this.overridesCall = { ...options, script: LIMITER_OVERRIDES };
     this.fixedCall = { ...options, script: FIXED_WINDOW_ONE_RULE_OVERRIDES };
+    this.tagged = [...plans.values()].slice(0, TAGGED);
   }
 
   /** Decides `cost` units of `identifier` at `now` under `plan`, reserving nothing (RuleScripts.decide). */
@@ -126,7 +133,8 @@ export class OverrideScripts {
 
   /**
    * fixedWindowOneRuleOverrides' EVALSHA (one fixed window): the window's key, the override key, the
-   * other windows' keys; ms until the key expires, cost, limit, window, now, the plan's table.
+   * other windows' keys; ms until the key expires, the limit, the plan's table, then the cost (when
+   * more than 1, or when now follows) and, with other windows, now.
    */
   private fixedCommand(
     plan: PlanEncoding,
@@ -140,8 +148,9 @@ export class OverrideScripts {
     const command = ["EVALSHA", FIXED_WINDOW_ONE_RULE_OVERRIDES.sha1, String(2 + windows.length), keys[0]!];
     command.push(plan.keys.override(identifier));
     for (const { plan: other, rule } of windows) command.push(other.keys.of(identifier, now)[rule]!);
-    command.push(String(expiresIn(window, now)), String(cost), String(limit), String(window));
-    command.push(now.toString(16), plan.table!);
+    command.push(String(expiresIn(window, now)), String(limit), plan.table!);
+    if (cost !== 1 || windows.length > 0) command.push(String(cost));
+    if (windows.length > 0) command.push(now.toString(16));
     return command;
   }
 
@@ -167,17 +176,27 @@ export class OverrideScripts {
   }
 
   /**
-   * The Decision of a one-rule override script's reply (fixedWindow, gcra, tokenBucket, slidingWindow):
-   * the one-rule integer, or it and the stored line, decoded under the rule that line applies.
+   * The Decision of a one-rule override script's reply (fixedWindow, gcra, tokenBucket, slidingWindow),
+   * decoded under the rule applied: the one-rule integer r (the fixed window's as r * 64 + the tag of
+   * the plan applied, 0 the call's), or a string, r then what applied (lua/one_rule_overrides.lua).
    */
   private decodeOneRule(plan: PlanEncoding, result: unknown, cost: number, now: number): Decision | Error {
     let applied: Applied = plan;
-    let value = result;
-    if (Array.isArray(result) && result.length === 2 && typeof result[1] === "string") {
-      applied = this.appliedOf(result[1]);
-      value = result[0];
+    let value: number;
+    if (typeof result === "number" && !plan.fixed) {
+      value = result;
+    } else if (typeof result === "number") {
+      const tag = result - Math.floor(result / 64) * 64;
+      value = (result - tag) / 64;
+      if (tag > 0) applied = this.tagged[tag - 1] ?? plan;
+    } else if (typeof result === "string") {
+      const at = result.search(/[=!?]/);
+      value = Number(at < 0 ? result : result.slice(0, at));
+      if (at >= 0) applied = this.appliedOf(result.slice(at));
+    } else {
+      return unexpected(result);
     }
-    if (typeof value !== "number" || !Number.isInteger(value)) return unexpected(result);
+    if (!Number.isSafeInteger(value)) return unexpected(result);
     const rule = applied.rules[0]!;
     const module = algorithmOf(rule);
     return oneRuleDecision(
@@ -193,39 +212,86 @@ export class OverrideScripts {
   }
 
   /**
-   * The Decision of a limiter script's reply that may end in a stored override's line (with overrides
-   * on): decided by the rules that line names.
+   * The Decision of limiterOverrides' reply: the limiter script's table, and, with an override stored,
+   * one element more, the tag of the plan applied or what applied, under whose rules it is decoded.
    */
   decodeStored(plan: PlanEncoding, result: unknown, reserving: boolean, now: number): Decision | Error {
     const n = plan.rules.length;
     if (!Array.isArray(result) || result.length !== 5 * n + (reserving ? 2 : 1)) {
       return decode(plan, result, reserving, now);
     }
-    const line = result[result.length - 1];
-    if (typeof line !== "string") return unexpected(result);
-    return decode(this.appliedOf(line), result.slice(0, -1), reserving, now);
+    const answer = result[result.length - 1];
+    const applied =
+      typeof answer === "number"
+        ? this.tagged[answer - 1]
+        : typeof answer === "string"
+          ? this.appliedOf(answer)
+          : undefined;
+    if (applied === undefined) return unexpected(result);
+    return decode(applied, result.slice(0, -1), reserving, now);
   }
 
-  /** What a stored override's line applies, as lua/overrides.lua reads it; decoded once per line. */
-  private appliedOf(line: string): Applied {
-    const cached = this.applied.get(line);
+  /**
+   * The rules a script's answer says a stored override applied (lua/override.lua):
+   *   "=<plan>"                that plan's
+   *   "!<p1> <p2> <p3>[ ...]"  the base rules' algorithms with these parameters, 3 per rule ("custom")
+   *   "?<line>"                the base rules: the stored line is stale (warned once)
+   */
+  private appliedOf(answer: string): Applied {
+    const kind = answer[0];
+    if (kind === "=") return this.plans.get(answer.slice(1)) ?? this.base;
+    if (kind === "?") {
+      const line = answer.slice(1);
+      stale(
+        line,
+        line.startsWith("=")
+          ? "names a plan this Limiter does not have"
+          : "does not fit this Limiter's rules",
+      );
+      return this.base;
+    }
+    const cached = this.applied.get(answer);
     if (cached !== undefined) {
-      this.applied.delete(line);
-      this.applied.set(line, cached);
+      this.applied.delete(answer);
+      this.applied.set(answer, cached);
       return cached;
     }
-    const applied = decodeLine(line, this.plans, this.base);
+    const applied = this.custom(answer);
     if (this.applied.size >= APPLIED_ENTRIES) this.applied.delete(this.applied.keys().next().value!);
-    this.applied.set(line, applied);
+    this.applied.set(answer, applied);
     return applied;
+  }
+
+  /**
+   * The custom rules of an answer "!<p1> <p2> <p3>[ ...]": each base rule's algorithm with the
+   * parameters applied. Parameters its constructor refuses (a line written by hand) decide nothing
+   * here: the base rules, warned once.
+   */
+  private custom(answer: string): Applied {
+    const params = answer.slice(1).split(" ").map(Number);
+    const rules: Rule[] = [];
+    for (const own of this.base.rules) {
+      const at = 3 * rules.length;
+      const checked = checkRule(
+        own.name,
+        algorithmOf(own).config(params[at]!, params[at + 1]!, params[at + 2]!),
+      );
+      if (checked.issues !== undefined) {
+        stale(answer, "does not fit this Limiter's rules");
+        return this.base;
+      }
+      rules.push(checked.rule);
+    }
+    return { name: "custom", rules, carrier: carrierOf(rules) };
   }
 }
 
 /**
- * Adds the plan table and other windows' keys to every encoding (overrides on). A fixed or sliding
- * window that another plan gives another window has a key of its own there (RuleKeys): a call declares
- * one key per such window beside its own, and the table gives each plan's rule the KEYS index of its
- * key (0: the call's own).
+ * Adds the plan table (lua/override.lua) and other windows' keys to every encoding (overrides on). A
+ * fixed or sliding window that another plan gives another window has a key of its own there
+ * (RuleKeys): a call declares one key per such window beside its own, and the table gives each plan's
+ * rule, and each window a plan gives a rule, the KEYS index of its key (0: the call's own). Plans are
+ * tagged in `all`'s order, which OverrideScripts reads answers by.
  */
 export function withTables(
   all: ReadonlyMap<string, PlanEncoding>,
@@ -236,26 +302,39 @@ export function withTables(
     const n = call.rules.length;
     const windows: { plan: PlanEncoding; rule: number }[] = [];
     const index = new Map<string, number>();
-    let table = "\n";
+    const keyOf = (plan: PlanEncoding, i: number, window: number) => {
+      if (window === (call.rules[i] as { window: number }).window) return 0;
+      const id = `${i}:${window}`;
+      let k = index.get(id);
+      if (k === undefined) {
+        windows.push({ plan, rule: i });
+        k = n + 1 + windows.length;
+        index.set(id, k);
+      }
+      return k;
+    };
+    let table = "";
+    let tag = 65;
     for (const plan of all.values()) {
-      table += plan.name;
+      table += `\n${plan.name}\t${String.fromCharCode(tag <= 65 + TAGGED - 1 ? tag++ : 64)}`;
       for (let i = 0; i < n; i++) {
         const rule = plan.rules[i]!;
-        let k = 0;
-        const window = "window" in rule ? rule.window : 0;
-        if (algorithmOf(rule).windowed && window !== (call.rules[i] as { window: number }).window) {
-          const id = `${i}:${window}`;
-          k = index.get(id) ?? 0;
-          if (k === 0) {
-            windows.push({ plan, rule: i });
-            k = n + 1 + windows.length;
-            index.set(id, k);
-          }
-        }
+        const k = algorithmOf(rule).windowed ? keyOf(plan, i, (rule as WindowRule).window) : 0;
         table += ` ${plan.args[4 * i + 1]} ${plan.args[4 * i + 2]} ${plan.args[4 * i + 3]} ${k}`;
       }
-      table += "\n";
     }
+    // each window a plan gives a fixed or sliding window rule, for custom lines
+    const seen = new Set<string>();
+    for (const plan of all.values()) {
+      plan.rules.forEach((rule, i) => {
+        if (!algorithmOf(rule).windowed || i >= n) return;
+        const window = (rule as WindowRule).window;
+        if (seen.has(`${i}:${window}`)) return;
+        seen.add(`${i}:${window}`);
+        table += `\n#${i + 1} ${window} ${String.fromCharCode(48 + keyOf(plan, i, window))}`;
+      });
+    }
+    table += "\n";
     // one rule whose one-rule script counts denials (a fixed window) takes its own variant
     // (fixedCommand) for a cost up to its limit
     const module = n === 1 ? algorithmOf(call.rules[0]!) : undefined;
@@ -267,44 +346,4 @@ export function withTables(
     out.set(call.name, { ...call, table, windows, fixed, lean });
   }
   return out;
-}
-
-/** The rules a stored override's line applies (lua/overrides.lua decides the same). */
-function decodeLine(line: string, plans: ReadonlyMap<string, PlanEncoding>, base: PlanEncoding): Applied {
-  if (line.startsWith("=")) {
-    const plan = plans.get(line.slice(1));
-    if (plan !== undefined) return plan;
-    stale(line, "names a plan this Limiter does not have");
-    return base;
-  }
-  const tokens = line.startsWith("!")
-    ? line
-        .slice(1)
-        .split(" ")
-        .filter((t) => t !== "")
-    : [];
-  const rules: Rule[] = [];
-  if (tokens.length === 4 * base.rules.length) {
-    for (let i = 0; i < base.rules.length; i++) {
-      const own = base.rules[i]!;
-      const [algorithm, p1, p2, p3] = tokens.slice(4 * i, 4 * i + 4).map(String) as [
-        string,
-        string,
-        string,
-        string,
-      ];
-      if (algorithm !== base.args[4 * i]) break;
-      const module = algorithmOf(own);
-      if (module.windowed && ![...plans.values()].some((plan) => plan.args[4 * i + 2] === p2)) break;
-      const a = Number(p1);
-      // a sliding window's counts change format at PACK: a line across it is stale (lua/override.lua)
-      if (module.carries?.(own.limit, a) !== undefined) break;
-      const checked = checkRule(own.name, module.config(a, Number(p2), Number(p3)));
-      if (checked.issues !== undefined) break;
-      rules.push(checked.rule);
-    }
-  }
-  if (rules.length === base.rules.length) return { name: "custom", rules, carrier: carrierOf(rules) };
-  stale(line, "does not fit this Limiter's rules");
-  return base;
 }
