@@ -162,16 +162,25 @@ const ENTRIES: Record<string, Entry> = {
  * declaration stops naming it (a constructor users never call, a field typed by an internal class):
  *  - Counter, Transport: the parameters of Analytics' constructor, which only the Limiter calls;
  *  - OverridesContext: the parameter of Overrides' constructor, likewise;
- *  - Region: `limiter.region`'s type, `Readonly<Region["stats"]>`;
- *  - RuleBase: the fields every rule has, which GcraRule, TokenBucketRule and WindowRule extend.
+ *  - RuleBase: the fields every rule has, which GcraRule, TokenBucketRule and WindowRule extend;
+ *  - edgelimit/upstash's Aggregate, AlgorithmSpec, CommonConfig, Event, Geo and RatelimitBase: the
+ *    entry exports exactly the names @upstash/ratelimit 2.2.0 exports, whose own declarations name
+ *    these shapes without exporting them either.
  */
 const UNNAMED = [
+  "Aggregate (adapters/upstash/analytics.d.ts, in Analytics)",
+  "AlgorithmSpec (adapters/upstash/algorithm.d.ts, in Algorithm)",
+  "CommonConfig (adapters/upstash/ratelimit.d.ts, in MultiRegionRatelimitConfig)",
+  "CommonConfig (adapters/upstash/ratelimit.d.ts, in RatelimitConfig)",
   "Counter (engine/analytics.d.ts, in Analytics)",
+  "Event (adapters/upstash/analytics.d.ts, in Analytics)",
+  "Geo (adapters/upstash/analytics.d.ts, in Analytics)",
   "OverridesContext (engine/overrides.d.ts, in Overrides)",
-  "Region (engine/region.d.ts, in Limiter)",
-  "RuleBase (engine/algorithms.d.ts, in GcraRule)",
-  "RuleBase (engine/algorithms.d.ts, in TokenBucketRule)",
-  "RuleBase (engine/algorithms.d.ts, in WindowRule)",
+  "RatelimitBase (adapters/upstash/ratelimit.d.ts, in MultiRegionRatelimit)",
+  "RatelimitBase (adapters/upstash/ratelimit.d.ts, in Ratelimit)",
+  "RuleBase (engine/algorithms/shared.d.ts, in GcraRule)",
+  "RuleBase (engine/algorithms/shared.d.ts, in TokenBucketRule)",
+  "RuleBase (engine/algorithms/shared.d.ts, in WindowRule)",
   "Transport (engine/transport.d.ts, in Analytics)",
 ];
 

@@ -265,7 +265,7 @@ describe("overrides on: the override read in the decision's EVALSHA", () => {
       expect(answers.map(applied([]))).toEqual([
         "number",
         "=pro",
-        [5, "=pro"],
+        [6, "=pro"],
         `!${custom.split(" ").slice(1).join(" ")}`,
         "?=gone",
       ]);

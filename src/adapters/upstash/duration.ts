@@ -4,7 +4,9 @@
 
 type Unit = "ms" | "s" | "m" | "h" | "d" | "w";
 /** A window or interval as @upstash/ratelimit spells it: `"10 s"`, `"1m"`, `"1.5 s"`, `"1 w"`. */
-export type Duration = `${number} ${Unit}` | `${number}${Unit}`;
+export type Duration =
+  | `${number} ${"ms" | "s" | "m" | "h" | "d" | "w"}`
+  | `${number}${"ms" | "s" | "m" | "h" | "d" | "w"}`;
 
 const UNITS: Record<Unit, number> = {
   ms: 1,
