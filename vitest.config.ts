@@ -30,6 +30,10 @@ const SLOW = [
   "test/engine/analytics.test.ts",
   // a measurement: 15 to 30 simulated seconds at 200 decisions a second, on 1, 4 and 16 isolates
   "test/engine/leases-admission.test.ts",
+  // the peer beside edgelimit/upstash on one database: its analytics flush and a stalled Redis's
+  // timeout wait on the real clock; several databases behind delay proxies
+  "test/adapters/upstash/beside-the-peer.test.ts",
+  "test/adapters/upstash/multi-region.test.ts",
   // workerd through Miniflare
   "test/engine/analytics-workerd.test.ts",
   "test/engine/leases-workerd.test.ts",

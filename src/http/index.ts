@@ -1,6 +1,8 @@
 /**
  * `edgelimit/http`: a Decision as an HTTP answer (RateLimit, RateLimit-Policy and Retry-After headers,
- * a 429 application/problem+json), and the helpers the middlewares are built from. Web Standards only.
+ * a 429 application/problem+json), and the helpers the middlewares are built from: a client's identity,
+ * a request's real cost read from its response, and the Worker's route matching (paths as the Worker
+ * and the Vercel middleware read them, every method a request may be taken for). Web Standards only.
  */
 
 export { type FailureLog, type FailureLogOptions, failureLog } from "./error-log.js";
@@ -22,6 +24,18 @@ export {
   unauthorized,
 } from "./headers.js";
 export { hashed } from "./identity.js";
+export {
+  compileRoutes,
+  findRoute,
+  formMethods,
+  matchesPath,
+  normalizePath,
+  type PathPattern,
+  parsePathPattern,
+  type RouteMatch,
+  type RouteTable,
+  requestedMethods,
+} from "./routes.js";
 export {
   openaiUsage,
   type UsageLog,
