@@ -17,8 +17,8 @@
 //   deposited into a pool asks it once it expires (sweep). A pool nobody asks again expires with its
 //   units, which stay consumed at home until home's state expires: fewer admissions, never more.
 import type { RedisCallError } from "./errors.js";
-import type { PoolScript } from "./pool-script.js";
 import type { PlanEncoding, Reservation } from "./scripts/limiter.js";
+import type { PoolScript } from "./scripts/pool.js";
 import {
   fromHeld,
   type Home,
@@ -32,7 +32,7 @@ import {
 import type { Transport } from "./transport.js";
 import type { Decision } from "./types.js";
 
-/** What the regional tier runs on the region's database: the pool script's calls (pool-script.ts). */
+/** What the regional tier runs on the region's database: the pool script's calls (scripts/pool.ts). */
 export type PoolStore = Pick<PoolScript, "take" | "put" | "free" | "drain">;
 
 /** Pools whose deposits a tier remembers, to take back their leftovers (the oldest forgotten first). */

@@ -5,7 +5,7 @@ import { describe, expect, it } from "vitest";
 import { compileRule, fixedWindow, gcra, type Rule } from "../../src/engine/algorithms/index.js";
 import { RedisCallError } from "../../src/engine/errors.js";
 import { RuleKeys } from "../../src/engine/keys.js";
-import type { Deposit, PoolPut, PoolTake } from "../../src/engine/pool-script.js";
+import type { Deposit, PoolPut, PoolTake } from "../../src/engine/scripts/pool.js";
 import type { Applied, PlanEncoding, Reservation } from "../../src/engine/scripts/limiter.js";
 import { estimate, Home, type HomeScripts, withHeld } from "../../src/engine/tier.js";
 import { IsolateTier } from "../../src/engine/tier-isolate.js";

@@ -1,9 +1,9 @@
 // The pool script (lua/pool.lua) as the engine calls it, on a region's own database: takes from a
 // regional pool, or deposits units home reserved for it. The one place that knows its argument layout
 // and what its replies mean.
-import { POOL } from "./generated/scripts.js";
-import { type ScriptCallOptions, unexpected } from "./scripts/shared.js";
-import type { CallOptions, Transport } from "./transport.js";
+import { POOL } from "../generated/scripts.js";
+import type { CallOptions, Transport } from "../transport.js";
+import { type ScriptCallOptions, unexpected } from "./shared.js";
 
 /** What a regional pool answered to a take (lua/pool.lua). */
 export type PoolTake =
