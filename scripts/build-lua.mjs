@@ -107,10 +107,12 @@ const limiter = [
 ].join("\n");
 // lua/override.lua, the one reader of a stored override, goes where a script's `-- #override` line
 // stands (inside the branch that runs only when one is stored: a call with none creates no closure).
-const override = read("override.lua");
+// Its two readers, of n rules (override) and of one (override_one): a script gets the one it calls.
+const [override, overrideOne] = read("override.lua").split(/^-- #one\n/m);
 const withOverride = (text, file) => {
   if (!/^-- #override$/m.test(text)) throw new Error(`${file} has no -- #override line`);
-  return text.replace(/^-- #override$/m, () => override);
+  const reader = /\boverride_one\(/.test(strip(text)) ? overrideOne : override;
+  return text.replace(/^-- #override$/m, () => reader);
 };
 // The same decisions after lua/overrides.lua's head; the dispatcher, wrapped, answers a table to which
 // what a stored override applied is added.
@@ -183,7 +185,7 @@ for (const a of algorithms) {
     // the one-rule section as it stands, its KEYS and ARGV the parameters a stored override applies
     const body = oneRuleOverrides.replace(/^-- #one-rule$/m, () => a["one-rule"]);
     scripts[`${a.name}OneRuleOverrides`] = script(
-      `${a.state}local ALGORITHM = "${a.name}"\n${withOverride(body, "lua/one_rule_overrides.lua")}`,
+      `${a.state}local ALGORITHM, CUSTOM = "${a.name}", "^!${a.name} (%d+) (%d+) (%d+)"\n${withOverride(body, "lua/one_rule_overrides.lua")}`,
     );
   }
 }

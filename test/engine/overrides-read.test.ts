@@ -245,7 +245,7 @@ describe("overrides on: the override read in the decision's EVALSHA", () => {
             ? a.slice(a.search(/[=!?]/))
             : a;
 
-  it("one rule: the variant answers its integer, and with an override stored a string: it, then what applied", async () => {
+  it("one rule: the variant answers its integer * 64 + the tag of the plan applied, a string for a custom or stale line", async () => {
     vi.spyOn(console, "warn").mockImplementation(() => {});
     for (const [, rule, plans, custom] of lean) {
       const { limiter, clock } = limiterOf({ r: rule }, plans);
@@ -262,11 +262,11 @@ describe("overrides on: the override read in the decision's EVALSHA", () => {
         await store(limiter, "id", "=gone");
         await limiter.limit("id");
       });
-      expect(answers.map(applied([]))).toEqual([
-        "number",
+      expect(answers.map(applied(["", "=default", "=pro"]))).toEqual([
+        "",
         "=pro",
         [6, "=pro"],
-        `!${custom.split(" ").slice(1).join(" ")}`,
+        custom,
         "?=gone",
       ]);
     }
