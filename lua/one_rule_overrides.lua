@@ -8,7 +8,7 @@
 -- ARGV     the one-rule script's (now, cost, then the rule's parameters as the limiter script encodes
 --          them), then the plan table T (lua/override.lua)
 -- The one-rule section runs as it stands, on the call's parameters and key or on those a stored
--- override applies (lua/override.lua reads it; they replace the call's in KEYS and ARGV). Its integer r
+-- override applies (lua/override.lua reads it). Its integer r
 -- comes back as r * 64 + the tag of the plan applied (0: nothing stored), or, for a custom or stale
 -- override, a plan past the 62nd or |r| beyond 2^47, as a string: r in decimal, then the reader's
 -- answer.
@@ -16,15 +16,16 @@ local function one_rule(KEYS, ARGV)
 -- #one-rule
 end
 local stored = redis.call("GET", KEYS[2])
-local tag, answer = 0, nil
-if stored then
--- #override
-  local k
-  ARGV[3], ARGV[4], ARGV[5], k, tag, answer = override_one(stored, ARGV[#ARGV], CUSTOM, ALGORITHM, ARGV[3], ARGV[4])
-  if k ~= 0 then KEYS[1] = KEYS[k] end
+if not stored then
+  local r = one_rule(KEYS, ARGV)
+  if r < 140737488355328 and r > -140737488355328 then return r * 64 end
+  return string.format("%d", r)
 end
-local r = one_rule(KEYS, ARGV)
+local T, own1, own2 = ARGV[#ARGV], ARGV[3], ARGV[4]
+local p1, p2, p3, k, tag, answer = nil, nil, nil, nil, 0, nil
+-- #override
+local r = one_rule({ k == 0 and KEYS[1] or KEYS[k] }, { ARGV[1], ARGV[2], p1, p2, p3 })
 if not answer and r < 140737488355328 and r > -140737488355328 then return r * 64 + tag end
 -- a plan's tag that r leaves no room for: its name
-if not answer and tag > 0 then answer = "=" .. string.match(stored, "^=([^\n]*)") end
-return string.format("%d%s", r, answer or "")
+if not answer then answer = "=" .. string.match(stored, "^=([^\n]*)") end
+return string.format("%d%s", r, answer)

@@ -288,8 +288,13 @@ describe("overrides on: the override read in the decision's EVALSHA", () => {
       await store(limiter, "id", "=gone");
       await limiter.limit("id");
     });
-    expect(answers).toEqual([1 * 64, 3 * 64 + 2, "4!7 3600000 0", "5?=gone"]);
-    expect(answers.map(applied(["", "=default", "=pro"]))).toEqual(["", "=pro", "!7 3600000 0", "?=gone"]);
+    expect(answers).toEqual([1 * 64, 3 * 64 + 2, "4!fixedWindow 7 3600000 0", "5?=gone"]);
+    expect(answers.map(applied(["", "=default", "=pro"]))).toEqual([
+      "",
+      "=pro",
+      "!fixedWindow 7 3600000 0",
+      "?=gone",
+    ]);
   });
 
   it("one sliding window: a plan's other window counts in its own key; a cost above the applied limit is never admitted", async () => {
