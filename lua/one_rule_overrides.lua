@@ -11,7 +11,7 @@
 -- override applies (lua/override.lua reads it). Its integer r
 -- comes back as r * 64 + the tag of the plan applied (0: nothing stored), or, for a custom or stale
 -- override, a plan past the 62nd or |r| beyond 2^47, as a string: r in decimal, then the reader's
--- answer.
+-- answer ("#<tag>" for a plan's tag r leaves no room for).
 local function one_rule(KEYS, ARGV)
 -- #one-rule
 end
@@ -26,6 +26,6 @@ local p1, p2, p3, k, tag, answer = nil, nil, nil, nil, 0, nil
 -- #override
 local r = one_rule({ k == 0 and KEYS[1] or KEYS[k] }, { ARGV[1], ARGV[2], p1, p2, p3 })
 if not answer and r < 140737488355328 and r > -140737488355328 then return r * 64 + tag end
--- a plan's tag that r leaves no room for: its name
-if not answer then answer = "=" .. string.match(stored, "^=([^\n]*)") end
+-- a plan's tag that r leaves no room for: "#" and the tag
+if not answer then return string.format("%d#%d", r, tag) end
 return string.format("%d%s", r, answer)

@@ -96,7 +96,7 @@ return count
 -- iff count <= the applied limit) comes back as count * 64 + the tag of the plan applied
 -- (lua/override.lua; 0: nothing stored), or, for a custom or stale override, a plan past the 62nd or a
 -- count beyond 2^47, as a string: the count in decimal, then the reader's answer (lua/override.lua's
--- one-rule reader, inline here).
+-- one-rule reader, inline here), or "#<tag>" for a plan's tag the count leaves no room for.
 local values = redis.call("MGET", unpack(KEYS))
 local key, value, ttl, limit, units = KEYS[1], values[1], ARGV[1], ARGV[2], ARGV[4] or "1"
 local stored, tag, answer = values[2], 0, nil
@@ -128,7 +128,7 @@ if not count then
   count = cost
 end
 if not answer and count < 140737488355328 and count > -140737488355328 then return count * 64 + tag end
-if not answer then answer = stored and "=" .. string.match(stored, "^=([^\n]*)") or "" end
+if not answer then return string.format(stored and "%d#%d" or "%d", count, tag) end
 return string.format("%d%s", count, answer)
 
 -- #refund

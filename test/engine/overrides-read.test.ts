@@ -242,7 +242,9 @@ describe("overrides on: the override read in the decision's EVALSHA", () => {
         : Array.isArray(a)
           ? [a.length, typeof a.at(-1) === "number" ? `=${["default", "pro"][a.at(-1) - 1]}` : a.at(-1)]
           : typeof a === "string"
-            ? a.slice(a.search(/[=!?]/))
+            ? a.includes("#")
+              ? tags[Number(a.slice(a.indexOf("#") + 1))]
+              : a.slice(a.search(/[=!?]/))
             : a;
 
   it("one rule: the variant answers its integer * 64 + the tag of the plan applied, a string for a custom or stale line", async () => {

@@ -188,7 +188,7 @@ export class OverrideScripts {
       value = (result - tag) / 64;
       if (tag > 0) applied = this.tagged[tag - 1] ?? plan;
     } else if (typeof result === "string") {
-      const at = result.search(/[=!?]/);
+      const at = result.search(/[=!?#]/);
       value = Number(at < 0 ? result : result.slice(0, at));
       if (at >= 0) applied = this.appliedOf(result.slice(at));
     } else {
@@ -232,12 +232,14 @@ export class OverrideScripts {
   /**
    * The rules a script's answer says a stored override applied (lua/override.lua):
    *   "=<plan>"                that plan's
+   *   "#<tag>"                 the plan of that tag (a one-rule script whose integer left it no room)
    *   "!<p1> <p2> <p3>[ ...]"  the base rules' algorithms with these parameters, 3 per rule ("custom"),
    *                            each rule's algorithm before them when a one-rule script answers
    *   "?<line>"                the base rules: the stored line is stale (warned once)
    */
   private appliedOf(answer: string): Applied {
     const kind = answer[0];
+    if (kind === "#") return this.tagged[Number(answer.slice(1)) - 1] ?? this.base;
     if (kind === "=") return this.plans.get(answer.slice(1)) ?? this.base;
     if (kind === "?") {
       const line = answer.slice(1);
