@@ -1,22 +1,31 @@
 -- An algorithm's one-rule script with overrides on (scripts/build-lua.mjs: the algorithm's state,
--- `local ALGORITHM = "<name>"`, then this file with the algorithm's one-rule section where
--- `-- #one-rule` stands). One GET more than the one-rule script.
+-- `local ALGORITHM = "<name>"` and CUSTOM, its custom line's pattern (lua/override.lua), then this
+-- file with the algorithm's one-rule section where `-- #one-rule` stands). One GET more than the
+-- one-rule script.
 --
 -- KEYS[1]  the rule's key under the call's plan; KEYS[2] the identifier's override key; KEYS[3..]
 --          keys of windows other than the call's, which another plan gives the rule (usually none)
 -- ARGV     the one-rule script's (now, cost, then the rule's parameters as the limiter script encodes
 --          them), then the plan table T (lua/override.lua)
 -- The one-rule section runs as it stands, on the call's parameters and key or on those a stored
--- override applies (lua/override.lua reads it). Its integer comes back as it is when nothing is stored,
--- else as a string: the integer in decimal, then the reader's string (its results, a sliding window's
--- packed counts, leave no room for a tag in the integer).
+-- override applies (lua/override.lua reads it). Its integer r
+-- comes back as r * 64 + the tag of the plan applied (0: nothing stored), or, for a custom or stale
+-- override, a plan past the 62nd or |r| beyond 2^47, as a string: r in decimal, then the reader's
+-- answer ("#<tag>" for a plan's tag r leaves no room for).
 local function one_rule(KEYS, ARGV)
 -- #one-rule
 end
 local stored = redis.call("GET", KEYS[2])
-if not stored then return one_rule(KEYS, ARGV) end
+if not stored then
+  local r = one_rule(KEYS, ARGV)
+  if r < 140737488355328 and r > -140737488355328 then return r * 64 end
+  return string.format("%d", r)
+end
+local T, own1, own2 = ARGV[#ARGV], ARGV[3], ARGV[4]
+local p1, p2, p3, k, tag, answer = nil, nil, nil, nil, 0, nil
 -- #override
-local P, _, answer = override(stored, ARGV[#ARGV], 1, { ALGORITHM, ARGV[3], ARGV[4] }, 1)
-local k = tonumber(P[4])
-local key = k == 0 and KEYS[1] or KEYS[k]
-return string.format("%d%s", one_rule({ key }, { ARGV[1], ARGV[2], P[1], P[2], P[3] }), answer)
+local r = one_rule({ k == 0 and KEYS[1] or KEYS[k] }, { ARGV[1], ARGV[2], p1, p2, p3 })
+if not answer and r < 140737488355328 and r > -140737488355328 then return r * 64 + tag end
+-- a plan's tag that r leaves no room for: "#" and the tag
+if not answer then return string.format("%d#%d", r, tag) end
+return string.format("%d%s", r, answer)

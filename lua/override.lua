@@ -73,3 +73,41 @@ local function override(stored, T, n, A, o)
   end
   return P, tag, answer
 end
+-- #one
+-- The same for one rule (a one-rule script's variant), inline: no closure, no call, no table. It reads
+-- stored, T, ALGORITHM, CUSTOM (the algorithm's custom line as a pattern,
+-- "^!<algorithm> (%d+) (%d+) (%d+)": a constant, no pattern is built per call) and the call's own p1
+-- and p2 as sent, own1 and own2; it sets the includer's locals p1 p2 p3 (strings), k (a number), tag (0:
+-- none, or past the 62nd) and answer (nil when the tag says it: a custom line answers itself,
+-- "!<algorithm> <p1> <p2> <p3>"). A plan costs a capture of its name, a plain find and 4 captures; a
+-- custom line the 3 captures of its parameters.
+local kind, e, _ = string.byte(stored, 1), nil, nil
+if kind == 33 then
+  _, e, p1, p2, p3 = string.find(stored, CUSTOM)
+  if e and (e == #stored or string.byte(stored, e + 1) == 10) then
+    k = 0
+    if p2 ~= own2 and (ALGORITHM == "fixedWindow" or ALGORITHM == "slidingWindow") then
+      -- another window than the call's: the key of a plan with that window; none is stale
+      local _, w = string.find(T, "\n#1 " .. p2 .. " ", 1, true)
+      k = w and string.byte(T, w + 1) - 48
+    end
+    -- the packed state holds counts below PACK = 2^25: a limit across it is another format
+    if ALGORITHM == "slidingWindow" and (tonumber(p1) < 33554432) ~= (tonumber(own1) < 33554432) then k = nil end
+    if k then answer = string.sub(stored, 1, e) end
+  end
+elseif kind == 61 then
+  local name = string.match(stored, "^=([^\n]*)")
+  _, e = string.find(T, "\n" .. name .. "\t", 1, true)
+  if e then
+    tag = string.byte(T, e + 1) - 64
+    _, _, p1, p2, p3, k = string.find(T, "^ (%d+) (%d+) (%d+) (%d+)", e + 2)
+    if tag == 0 then answer = "=" .. name end
+  end
+end
+if not k then
+  -- stale: the base rules'
+  _, e = string.find(T, "\ndefault\t", 1, true)
+  _, _, p1, p2, p3, k = string.find(T, "^ (%d+) (%d+) (%d+) (%d+)", e + 2)
+  tag, answer = 0, "?" .. string.match(stored, "^[^\n]*")
+end
+k = tonumber(k)

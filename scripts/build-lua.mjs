@@ -107,10 +107,13 @@ const limiter = [
 ].join("\n");
 // lua/override.lua, the one reader of a stored override, goes where a script's `-- #override` line
 // stands (inside the branch that runs only when one is stored: a call with none creates no closure).
-const override = read("override.lua");
+// Its two readers, of n rules (the function override) and of one (inline, after `-- #one`): a script
+// that calls override() gets the first, any other the second.
+const [override, overrideOne] = read("override.lua").split(/^-- #one\n/m);
 const withOverride = (text, file) => {
   if (!/^-- #override$/m.test(text)) throw new Error(`${file} has no -- #override line`);
-  return text.replace(/^-- #override$/m, () => override);
+  const reader = /\boverride\(/.test(strip(text)) ? override : overrideOne;
+  return text.replace(/^-- #override$/m, () => reader);
 };
 // The same decisions after lua/overrides.lua's head; the dispatcher, wrapped, answers a table to which
 // what a stored override applied is added.
@@ -172,18 +175,20 @@ const stateFor = (a, body) => {
     .map((line) => `${line}\n`)
     .join("");
 };
+// What lua/override.lua's one-rule reader reads of the algorithm: its name and its custom line's pattern.
+const custom = (a) => `local ALGORITHM, CUSTOM = "${a.name}", "^!${a.name} (%d+) (%d+) (%d+)"\n`;
 const oneRuleOverrides = read("one_rule_overrides.lua");
 if (!/^-- #one-rule$/m.test(oneRuleOverrides))
   throw new Error("lua/one_rule_overrides.lua has no -- #one-rule line");
 for (const a of algorithms) {
   if (a["one-rule-overrides"] !== undefined) {
     const body = withOverride(a["one-rule-overrides"], `lua/algorithms/${a.file}`);
-    scripts[`${a.name}OneRuleOverrides`] = script(stateFor(a, body) + body);
+    scripts[`${a.name}OneRuleOverrides`] = script(`${stateFor(a, body)}${custom(a)}${body}`);
   } else if (a["one-rule"] !== undefined) {
     // the one-rule section as it stands, its KEYS and ARGV the parameters a stored override applies
     const body = oneRuleOverrides.replace(/^-- #one-rule$/m, () => a["one-rule"]);
     scripts[`${a.name}OneRuleOverrides`] = script(
-      `${a.state}local ALGORITHM = "${a.name}"\n${withOverride(body, "lua/one_rule_overrides.lua")}`,
+      `${a.state}${custom(a)}${withOverride(body, "lua/one_rule_overrides.lua")}`,
     );
   }
 }

@@ -95,19 +95,19 @@ return count
 -- next (first: MGET SET; later: MGET INCRBY; denied: MGET). The count after adding the cost (admitted
 -- iff count <= the applied limit) comes back as count * 64 + the tag of the plan applied
 -- (lua/override.lua; 0: nothing stored), or, for a custom or stale override, a plan past the 62nd or a
--- count beyond 2^47, as a string: the count in decimal, then the reader's string.
+-- count beyond 2^47, as a string: the count in decimal, then the reader's answer (lua/override.lua's
+-- one-rule reader, inline here), or "#<tag>" for a plan's tag the count leaves no room for.
 local values = redis.call("MGET", unpack(KEYS))
 local key, value, ttl, limit, units = KEYS[1], values[1], ARGV[1], ARGV[2], ARGV[4] or "1"
-local stored, tag, answer = values[2], 0, ""
+local stored, tag, answer = values[2], 0, nil
 if stored then
+  -- the call's window is not sent: a custom line's window is looked up in T (the call's: k = 0)
+  local T, own1, own2, p1, p2, p3, k = ARGV[3], limit, nil, nil, nil, nil, nil
 -- #override
-  local P
-  P, tag, answer = override(stored, ARGV[3], 1, { "fixedWindow" }, 1)
-  limit = P[1]
-  local at = tonumber(P[4])
-  if at ~= 0 then
-    local now, window = tonumber(ARGV[5], 16), tonumber(P[2])
-    key, value = KEYS[at], values[at]
+  limit = p1
+  if k ~= 0 then
+    local now, window = tonumber(ARGV[5], 16), tonumber(p2)
+    key, value = KEYS[k], values[k]
     ttl = now - now % window + window + math.min(window, GRACE) - now
   end
 end
@@ -127,7 +127,8 @@ if not count then
   if cost <= limit then redis.call("SET", key, units, "PX", ttl) end
   count = cost
 end
-if (tag > 0 or not stored) and count < 140737488355328 and count > -140737488355328 then return count * 64 + tag end
+if not answer and count < 140737488355328 and count > -140737488355328 then return count * 64 + tag end
+if not answer then return string.format(stored and "%d#%d" or "%d", count, tag) end
 return string.format("%d%s", count, answer)
 
 -- #refund

@@ -518,11 +518,9 @@ function noteSent(command: unknown[], reply: unknown): void {
     if (tail === 1) bump(sent.scripts, "limiterOverrides with a line");
   }
   if (name.endsWith("OneRuleOverrides")) {
-    // with an override stored a string (the integer, then what applied); the fixed window's integer
-    // also carries the tag of a plan applied (count * 64 + tag, 0: nothing stored)
-    const stored =
-      typeof reply === "string" ||
-      (name === "fixedWindowOneRuleOverrides" && typeof reply === "number" && reply % 64 !== 0);
+    // with an override stored the integer carries the tag of a plan applied (r * 64 + tag, 0:
+    // nothing stored), or the answer is a string (the integer, then what applied)
+    const stored = typeof reply === "string" || (typeof reply === "number" && reply % 64 !== 0);
     bump(sent.scripts, `${name} (${sent.algorithm})${stored ? " with a line" : ""}`);
   }
   if (name !== "pool") return;

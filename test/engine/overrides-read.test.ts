@@ -242,10 +242,12 @@ describe("overrides on: the override read in the decision's EVALSHA", () => {
         : Array.isArray(a)
           ? [a.length, typeof a.at(-1) === "number" ? `=${["default", "pro"][a.at(-1) - 1]}` : a.at(-1)]
           : typeof a === "string"
-            ? a.slice(a.search(/[=!?]/))
+            ? a.includes("#")
+              ? tags[Number(a.slice(a.indexOf("#") + 1))]
+              : a.slice(a.search(/[=!?]/))
             : a;
 
-  it("one rule: the variant answers its integer, and with an override stored a string: it, then what applied", async () => {
+  it("one rule: the variant answers its integer * 64 + the tag of the plan applied, a string for a custom or stale line", async () => {
     vi.spyOn(console, "warn").mockImplementation(() => {});
     for (const [, rule, plans, custom] of lean) {
       const { limiter, clock } = limiterOf({ r: rule }, plans);
@@ -262,11 +264,11 @@ describe("overrides on: the override read in the decision's EVALSHA", () => {
         await store(limiter, "id", "=gone");
         await limiter.limit("id");
       });
-      expect(answers.map(applied([]))).toEqual([
-        "number",
+      expect(answers.map(applied(["", "=default", "=pro"]))).toEqual([
+        "",
         "=pro",
         [6, "=pro"],
-        `!${custom.split(" ").slice(1).join(" ")}`,
+        custom,
         "?=gone",
       ]);
     }
@@ -288,8 +290,13 @@ describe("overrides on: the override read in the decision's EVALSHA", () => {
       await store(limiter, "id", "=gone");
       await limiter.limit("id");
     });
-    expect(answers).toEqual([1 * 64, 3 * 64 + 2, "4!7 3600000 0", "5?=gone"]);
-    expect(answers.map(applied(["", "=default", "=pro"]))).toEqual(["", "=pro", "!7 3600000 0", "?=gone"]);
+    expect(answers).toEqual([1 * 64, 3 * 64 + 2, "4!fixedWindow 7 3600000 0", "5?=gone"]);
+    expect(answers.map(applied(["", "=default", "=pro"]))).toEqual([
+      "",
+      "=pro",
+      "!fixedWindow 7 3600000 0",
+      "?=gone",
+    ]);
   });
 
   it("one sliding window: a plan's other window counts in its own key; a cost above the applied limit is never admitted", async () => {

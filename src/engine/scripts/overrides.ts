@@ -177,20 +177,18 @@ export class OverrideScripts {
 
   /**
    * The Decision of a one-rule override script's reply (fixedWindow, gcra, tokenBucket, slidingWindow),
-   * decoded under the rule applied: the one-rule integer r (the fixed window's as r * 64 + the tag of
-   * the plan applied, 0 the call's), or a string, r then what applied (lua/one_rule_overrides.lua).
+   * decoded under the rule applied: the one-rule integer r as r * 64 + the tag of the plan applied (0
+   * the call's), or a string, r then what applied (lua/one_rule_overrides.lua).
    */
   private decodeOneRule(plan: PlanEncoding, result: unknown, cost: number, now: number): Decision | Error {
     let applied: Applied = plan;
     let value: number;
-    if (typeof result === "number" && !plan.fixed) {
-      value = result;
-    } else if (typeof result === "number") {
+    if (typeof result === "number") {
       const tag = result - Math.floor(result / 64) * 64;
       value = (result - tag) / 64;
       if (tag > 0) applied = this.tagged[tag - 1] ?? plan;
     } else if (typeof result === "string") {
-      const at = result.search(/[=!?]/);
+      const at = result.search(/[=!?#]/);
       value = Number(at < 0 ? result : result.slice(0, at));
       if (at >= 0) applied = this.appliedOf(result.slice(at));
     } else {
@@ -234,11 +232,14 @@ export class OverrideScripts {
   /**
    * The rules a script's answer says a stored override applied (lua/override.lua):
    *   "=<plan>"                that plan's
-   *   "!<p1> <p2> <p3>[ ...]"  the base rules' algorithms with these parameters, 3 per rule ("custom")
+   *   "#<tag>"                 the plan of that tag (a one-rule script whose integer left it no room)
+   *   "!<p1> <p2> <p3>[ ...]"  the base rules' algorithms with these parameters, 3 per rule ("custom"),
+   *                            each rule's algorithm before them when a one-rule script answers
    *   "?<line>"                the base rules: the stored line is stale (warned once)
    */
   private appliedOf(answer: string): Applied {
     const kind = answer[0];
+    if (kind === "#") return this.tagged[Number(answer.slice(1)) - 1] ?? this.base;
     if (kind === "=") return this.plans.get(answer.slice(1)) ?? this.base;
     if (kind === "?") {
       const line = answer.slice(1);
@@ -268,7 +269,12 @@ export class OverrideScripts {
    * here: the base rules, warned once.
    */
   private custom(answer: string): Applied {
-    const params = answer.slice(1).split(" ").map(Number);
+    // a one-rule script answers the custom line itself, its algorithm before the parameters
+    const params = answer
+      .slice(1)
+      .split(" ")
+      .filter((token) => token !== "" && !/^[A-Za-z]/.test(token))
+      .map(Number);
     const rules: Rule[] = [];
     for (const own of this.base.rules) {
       const at = 3 * rules.length;
