@@ -26,6 +26,7 @@ const SLOW = [
   "test/engine/lock.test.ts",
   // a 3-node Redis Cluster
   "test/engine/cluster.test.ts",
+  "test/engine/nested-cluster.test.ts",
   "test/engine/overrides-read.test.ts",
   "test/engine/analytics.test.ts",
   // a measurement: 15 to 30 simulated seconds at 200 decisions a second, on 1, 4 and 16 isolates

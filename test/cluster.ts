@@ -96,3 +96,67 @@ export async function startCluster(): Promise<Cluster> {
     stop,
   };
 }
+
+/** A REST endpoint in front of a cluster: what a Limiter with `cluster: true` is given. */
+export interface ClusterRest {
+  readonly url: string;
+  readonly token: string;
+  /** Commands it has routed, by name (EVALSHA, EVAL, DEL, ...). */
+  readonly commands: Map<string, number>;
+  /** HTTP requests it has answered. */
+  requests: number;
+  close(): Promise<void>;
+}
+
+/**
+ * The Upstash REST protocol's `/pipeline` in front of `cluster`, each command routed as a cluster
+ * client routes it (to a node, then where a MOVED points): a command whose keys span slots gets the
+ * node's CROSSSLOT error, as a Redis Cluster behind a REST proxy answers it.
+ */
+export async function clusterRest(cluster: Cluster, token = "cluster-token"): Promise<ClusterRest> {
+  const { createServer } = await import("node:http");
+  const plain = (reply: Reply | undefined): unknown => {
+    if (reply instanceof Uint8Array) return Buffer.from(reply).toString("utf8");
+    if (Array.isArray(reply)) return reply.map(plain);
+    return reply;
+  };
+  const rest: ClusterRest = {
+    url: "",
+    token,
+    commands: new Map(),
+    requests: 0,
+    close: async () => {},
+  };
+  const server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on("data", (chunk: Buffer) => chunks.push(chunk));
+    req.on("end", async () => {
+      rest.requests += 1;
+      if (req.headers.authorization !== `Bearer ${token}`) {
+        res.writeHead(401).end(JSON.stringify({ error: "Unauthorized" }));
+        return;
+      }
+      const body = JSON.parse(Buffer.concat(chunks).toString("utf8")) as
+        | (string | number)[][]
+        | (string | number)[];
+      const pipeline = req.url === "/pipeline";
+      const commands = (pipeline ? body : [body]) as (string | number)[][];
+      const replies = [];
+      for (const command of commands) {
+        const name = String(command[0]).toUpperCase();
+        rest.commands.set(name, (rest.commands.get(name) ?? 0) + 1);
+        const reply = await cluster.call(command.map(String));
+        replies.push(reply instanceof RedisError ? { error: reply.message } : { result: plain(reply) });
+      }
+      res.writeHead(200, { "content-type": "application/json" });
+      res.end(JSON.stringify(pipeline ? replies : replies[0]));
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const address = server.address() as { port: number };
+  Object.assign(rest, {
+    url: `http://127.0.0.1:${address.port}`,
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  });
+  return rest;
+}

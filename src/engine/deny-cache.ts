@@ -130,7 +130,13 @@ export class DenyCache {
    * (a global quota) answers every subject sharing it, until that rule could admit again. Each entry
    * answers as that rule: its limit, remaining, reset and retry.
    */
-  setEach(keys: Readonly<Record<string, string>>, cost: number, now: number, decision: Decision, plan = decision.plan): void {
+  setEach(
+    keys: Readonly<Record<string, string>>,
+    cost: number,
+    now: number,
+    decision: Decision,
+    plan = decision.plan,
+  ): void {
     const rules = decision.decidedBy;
     for (const name in keys) {
       const rule = decision.rules[name];
@@ -156,7 +162,12 @@ export class DenyCache {
    * with one, the one that holds longest; undefined when none has. Its `rules` are the outcomes of the
    * rules whose key the subject shares with the one denied (all of them for that subject itself).
    */
-  getEach(keys: Readonly<Record<string, string>>, cost: number, now: number, plan = "default"): Decision | undefined {
+  getEach(
+    keys: Readonly<Record<string, string>>,
+    cost: number,
+    now: number,
+    plan = "default",
+  ): Decision | undefined {
     let answer: Decision | undefined;
     for (const name in keys) {
       const hit = this.get(keys[name]!, cost, now, plan, keys);

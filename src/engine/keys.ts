@@ -212,6 +212,8 @@ export class RuleKeys {
     readonly prefix: string,
     rules: readonly Rule[],
     base?: readonly Rule[],
+    /** Take every subject as tags (`{=user:42}`), even when every rule is keyed by "id": one field's part of a split decision (scripts/split.ts). */
+    tagged = false,
   ) {
     this.suffixes = rules.map((rule, i) => {
       const { key, windowed } = algorithmOf(rule);
@@ -223,7 +225,7 @@ export class RuleKeys {
     this.windows = rules.map((rule) => algorithmOf(rule).keyWindow(rule));
     const fields = fieldsOf(rules);
     this.places =
-      fields.length === 1 && fields[0] === "id"
+      fields.length === 1 && fields[0] === "id" && !tagged
         ? undefined
         : rules.map((rule) => fields.indexOf(fieldOf(rule)));
   }

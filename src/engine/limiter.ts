@@ -38,8 +38,17 @@ export interface LimiterOptions {
   redis: unknown;
   /** Key namespace (default "edgelimit"): 1-64 characters of A-Z a-z 0-9 _ . : - */
   prefix?: string;
-  /** The rules every decision checks, by name; a request is admitted only if all of them admit it. */
+  /**
+   * The rules every decision checks, by name; a request is admitted only if all of them admit it. A
+   * rule's `by` names the field of the identifier record that keys it (default "id"): see docs/nested.md.
+   */
   rules: Record<string, RuleConfig>;
+  /**
+   * Redis Cluster behind the REST endpoint (default false). With rules keyed by several fields, their
+   * keys live in different slots: a decision is then one script call per field, sent together, and a
+   * denial gives back what the other fields took (one more round trip). See docs/nested.md.
+   */
+  cluster?: boolean;
   /**
    * Plans by name: each changes fields of some rules (`{ pro: { perMinute: { limit: 1000 } } }`), the
    * fields left out keeping the base rule's. A call names its plan (`limit(id, { plan: "pro" })`); the
@@ -182,6 +191,7 @@ const OPTIONS = [
   "region",
   "analytics",
   "onDecision",
+  "cluster",
 ];
 
 /**
@@ -212,6 +222,8 @@ export class Limiter {
   /** Per rule name, the field it is keyed by (its `by`). */
   private readonly fields: ReadonlyMap<string, string>;
   private readonly scripts: RuleScripts;
+  /** Redis Cluster: one call per field, and a reset's DEL per slot. */
+  private readonly cluster: boolean;
   /** Per plan ("default" included): what its decisions send, and its tiers. */
   private readonly plans: ReadonlyMap<string, Plan>;
   /** Every plan of this Limiter, for the message of an unknown one. */
@@ -288,6 +300,10 @@ export class Limiter {
     }
     this.failOpen = onError === "allow";
     this.clock = checkClock(options.clock ?? Date.now);
+    const cluster = options.cluster ?? false;
+    if (typeof cluster !== "boolean")
+      throw new TypeError(`cluster: must be true or false, got ${describe(cluster)}`);
+    this.cluster = cluster;
     const batchWindow = options.batchWindow ?? 0;
     if (batchWindow !== 0) positiveMs(batchWindow, "batchWindow");
     const breaker = options.breaker;
@@ -301,6 +317,7 @@ export class Limiter {
       { timeout, batchWindow, breaker: breaker !== false },
       planRules,
       options.overrides !== undefined && options.overrides !== false,
+      cluster,
     );
 
     const denyCache = options.denyCache ?? { maxEntries: 10_000 };
@@ -490,20 +507,19 @@ export class Limiter {
           for (const key of encoding.keys.allOfTag(keyTag(value, field), field, encoding.rules, now))
             keys.add(key);
         }
-        const reply = await this.transport.call(["DEL", ...keys], { timeout: this.timeout, breaker: false });
-        if (!reply.ok) throw reply.error;
+        await this.delete(keys);
         return;
       }
     }
     identifier = this.identities.subject(identifier);
-    if (this.identities.nested) for (const key of Object.values(this.cacheKeys(identifier))) this.cache?.delete(key);
+    if (this.identities.nested)
+      for (const key of Object.values(this.cacheKeys(identifier))) this.cache?.delete(key);
     else this.cache?.delete(identifier);
     for (const { encoding, isolate } of this.plans.values()) {
       isolate?.drop(identifier);
       for (const key of encoding.keys.all(identifier, now)) keys.add(key);
     }
-    const reply = await this.transport.call(["DEL", ...keys], { timeout: this.timeout, breaker: false });
-    if (!reply.ok) throw reply.error;
+    await this.delete(keys);
     if (this.regional !== undefined) {
       const pools = [...this.plans.values()].map((plan) => poolKey(plan.encoding, identifier));
       await deletePools(this.regional.transport, pools, this.timeout);
@@ -518,8 +534,32 @@ export class Limiter {
    */
   keys(identifier: Identity, now: number = this.now(), plan?: string): string[] {
     const subject =
-      typeof identifier === "string" && !this.identities.nested ? identifier : this.identities.subject(identifier);
+      typeof identifier === "string" && !this.identities.nested
+        ? identifier
+        : this.identities.subject(identifier);
     return this.planOf(plan).encoding.keys.of(subject, now);
+  }
+
+  /** Deletes `keys`: one DEL, or on Redis Cluster one per hash tag (a slot each), in one request. */
+  private async delete(keys: ReadonlySet<string>): Promise<void> {
+    const options = { timeout: this.timeout, breaker: false };
+    if (!this.cluster) {
+      const reply = await this.transport.call(["DEL", ...keys], options);
+      if (!reply.ok) throw reply.error;
+      return;
+    }
+    const bySlot = new Map<string, string[]>();
+    for (const key of keys) {
+      const tag = key.slice(key.indexOf("{"), key.indexOf("}") + 1);
+      bySlot.set(tag, [...(bySlot.get(tag) ?? []), key]);
+    }
+    const replies = await this.transport.pipeline(
+      [...bySlot.values()].map((group) => ["DEL", ...group]),
+      { timeout: this.timeout },
+    );
+    if (replies instanceof Error) throw replies;
+    const failed = replies.find((reply) => reply.error !== undefined);
+    if (failed !== undefined) throw new Error(`reset: Redis answered ${String(failed.error)}`);
   }
 
   /**
@@ -713,7 +753,8 @@ export class Limiter {
       const now = this.now();
       // units given back may admit what a cached denial would refuse
       if (difference < 0) {
-        if (this.identities.nested) for (const key of Object.values(this.cacheKeys(identifier))) this.cache?.delete(key);
+        if (this.identities.nested)
+          for (const key of Object.values(this.cacheKeys(identifier))) this.cache?.delete(key);
         else this.cache?.delete(identifier);
       }
       let counted: Counted;

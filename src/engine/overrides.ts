@@ -19,6 +19,7 @@
 //   first attempt landing after another writer's newer set (docs/overrides.md).
 import {
   checkChanges,
+  fieldOf,
   type PlanConfig,
   planConfigs,
   type Rule,
@@ -370,8 +371,10 @@ export class Overrides {
     }
     if (issues.length > 0) throw new Error(issues.map(issueText).join("; "));
     if (compiled === undefined) return `=${plan}`;
-    // the limiter script's 4 arguments per rule, as it is sent them (now and cost dropped)
-    return `!${limiterArgs(compiled, 0, 1).slice(2).join(" ")}`;
+    // the limiter script's 4 arguments per rule, as it is sent them (now and cost dropped); with rules
+    // keyed by several fields, of the rules keyed by this override's field only (lua/nested_overrides.lua)
+    const own = context.identities.nested ? compiled.filter((rule) => fieldOf(rule) === field) : compiled;
+    return `!${limiterArgs(own, 0, 1).slice(2).join(" ")}`;
   }
 
   private on(): OverridesContext {

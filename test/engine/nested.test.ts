@@ -7,6 +7,7 @@ import { describe, expect, it } from "vitest";
 import { fixedWindow, gcra, Limiter, type LimiterOptions } from "../../src/index.js";
 import { privateRedis } from "../own-bridge.js";
 import { manualClock, T0, uniquePrefix } from "../support.js";
+import { expectWithin, nestedLoad } from "./nested-load.js";
 
 const own = privateRedis();
 
@@ -237,4 +238,14 @@ describe("rules keyed by several identifiers", () => {
     });
     expect(limiter.keys({ id: "k1", global: "all" })[0]!.endsWith(":{=k1}:perKey:gcra")).toBe(true);
   });
+
+  it.each([
+    ["without leases", {}],
+    ["with leases", { lease: { max: 5, ttl: "1s" } }],
+  ])(
+    "holds 4 instances × 64 callers with random costs within every identifier's limit, %s",
+    async (_, options) => {
+      expectWithin(await nestedLoad(own.redis, options));
+    },
+  );
 });

@@ -12,7 +12,7 @@
 // the engine calls: it sends each call to its family.
 import { algorithmOf, type Rule } from "../algorithms/index.js";
 import { LIMITER } from "../generated/scripts.js";
-import type { RuleKeys } from "../keys.js";
+import { fieldsOf, type RuleKeys } from "../keys.js";
 import type { CallOptions, CallResult, Transport } from "../transport.js";
 import { carrierOf, type Decision } from "../types.js";
 import { OverrideScripts, withTables } from "./overrides.js";
@@ -28,6 +28,7 @@ import {
   type Reservation,
   type ScriptCallOptions,
 } from "./shared.js";
+import { SplitScripts } from "./split.js";
 
 export type { Applied, Counted, PlanEncoding, PlanRules, Reservation, ScriptCallOptions } from "./shared.js";
 
@@ -59,6 +60,8 @@ export class RuleScripts {
   private readonly overrides: OverrideScripts | undefined;
   /** The refund and settle scripts. */
   private readonly giving: SettleScripts;
+  /** On Redis Cluster with rules keyed by several fields: every call, one per field (./split.ts). */
+  private readonly split: SplitScripts | undefined;
   /** The base rules' encoding ("default"). */
   readonly base: PlanEncoding;
   /** Every encoding by plan name, "default" included. */
@@ -80,6 +83,8 @@ export class RuleScripts {
     options: ScriptCallOptions,
     plans: readonly PlanRules[] = [],
     overrides = false,
+    /** Redis Cluster: rules keyed by several fields are decided one field per call (./split.ts). */
+    cluster = false,
   ) {
     this.limiterCall = { ...options, script: LIMITER };
     const exact = plans.length > 0 || overrides;
@@ -99,6 +104,20 @@ export class RuleScripts {
     this.plans = overrides ? withTables(all, options) : all;
     this.overrides = overrides ? new OverrideScripts(transport, options, this.base, this.plans) : undefined;
     this.giving = new SettleScripts(transport, options, this.base, this.plans);
+    const fields = fieldsOf(rules);
+    this.split =
+      cluster && fields.length > 1
+        ? new SplitScripts(
+            rules,
+            keys.prefix,
+            transport,
+            options,
+            plans,
+            overrides,
+            fields,
+            (r, k, t, o, p, v) => new RuleScripts(r, k, t, o, p, v),
+          )
+        : undefined;
   }
 
   /**
@@ -121,6 +140,9 @@ export class RuleScripts {
     then?: (decision: Decision | Error) => T,
     plan: PlanEncoding = this.base,
   ): Promise<T | Decision | Error> {
+    if (this.split !== undefined) {
+      return this.split.decide(identifier, cost, now, plan).then((d) => (then === undefined ? d : then(d)));
+    }
     if (this.overrides !== undefined) return this.overrides.decide(identifier, cost, now, then, plan);
     const keys = plan.keys.of(identifier, now);
     const one = plan.one;
@@ -150,6 +172,7 @@ export class RuleScripts {
     want: number,
     plan: PlanEncoding = this.base,
   ): Promise<Reservation | Error> {
+    if (this.split !== undefined) return this.split.reserve(identifier, cost, now, want, plan);
     const keys = plan.keys.of(identifier, now);
     const overrides = this.overrides;
     const reply =
@@ -179,6 +202,7 @@ export class RuleScripts {
     now: number,
     applied: Applied = this.base,
   ): Promise<boolean> {
+    if (this.split !== undefined) return this.split.refund(identifier, units, windowStarts, now, applied);
     return this.giving.refund(identifier, units, windowStarts, now, applied);
   }
 
@@ -189,6 +213,7 @@ export class RuleScripts {
    * settle needs beside (its module's `countOf`).
    */
   counted(decision: Decision): Counted {
+    if (this.split !== undefined) return this.split.counted(decision);
     return this.giving.counted(decision);
   }
 
@@ -205,6 +230,7 @@ export class RuleScripts {
     actual: number,
     now: number,
   ): Promise<CallResult> {
+    if (this.split !== undefined) return this.split.settle(identifier, counted, cost, actual, now);
     return this.giving.settle(identifier, counted, cost, actual, now);
   }
 

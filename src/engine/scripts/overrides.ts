@@ -6,7 +6,7 @@
 // what it applied, and this file turns that answer into the rules that decided.
 
 import { expiresIn } from "../algorithms/fixed-window.js";
-import { algorithmOf, checkRule, type Rule, type WindowRule } from "../algorithms/index.js";
+import { algorithmOf, checkRule, fieldOf, type Rule, type WindowRule } from "../algorithms/index.js";
 import {
   FIXED_WINDOW_ONE_RULE_OVERRIDES,
   LIMITER_NESTED_OVERRIDES,
@@ -150,8 +150,12 @@ export class OverrideScripts {
     for (const { plan: other, rule } of windows) command.push(other.keys.of(identifier, now)[rule]!);
     command.push(now.toString(16), String(cost));
     for (const arg of plan.args) command.push(arg);
-    command.push(reserve === undefined ? "" : String(reserve), plan.table!);
-    if (places !== undefined) command.push(places);
+    command.push(reserve === undefined ? "" : String(reserve));
+    if (places === undefined) command.push(plan.table!);
+    else {
+      for (const table of plan.tables!) command.push(table);
+      command.push(places);
+    }
     return command;
   }
 
@@ -267,15 +271,29 @@ export class OverrideScripts {
     const places = plan.places!;
     const rules: Rule[] = [];
     const names = new Set<string>();
+    // each rule's place among its field's rules: where a custom answer gives its parameters
+    const within = new Map<number, number>();
     for (let i = 0; i < plan.rules.length; i++) {
-      const answer = answers[places.charCodeAt(i) - 49];
-      let applied: Applied | undefined = plan;
-      if (typeof answer === "number" && answer > 0) applied = this.tagged[answer - 1];
-      else if (typeof answer === "string") applied = this.appliedOf(answer);
-      else if (answer !== 0) return undefined;
-      if (applied === undefined) return undefined;
-      rules.push(applied.rules[i]!);
-      names.add(applied.name);
+      const place = places.charCodeAt(i);
+      within.set(place, (within.get(place) ?? -1) + 1);
+      const answer = answers[place - 49];
+      let rule: Rule | undefined;
+      let name = plan.name;
+      if (typeof answer === "number" && answer > 0) {
+        const tagged = this.tagged[answer - 1];
+        rule = tagged?.rules[i];
+        name = tagged?.name ?? name;
+      } else if (typeof answer === "string" && answer.startsWith("!")) {
+        rule = this.customRule(answer, within.get(place)!, this.base.rules[i]!);
+        name = "custom";
+      } else if (typeof answer === "string") {
+        const applied = this.appliedOf(answer);
+        rule = applied.rules[i];
+        name = applied.name;
+      } else if (answer === 0) rule = plan.rules[i];
+      if (rule === undefined) return undefined;
+      rules.push(rule);
+      names.add(name);
     }
     if (names.size === 1 && names.has(plan.name)) return plan;
     // a plan whose rules these are (an override's plan that changes only its own field's rules) keeps
@@ -286,6 +304,23 @@ export class OverrideScripts {
       if (candidate !== undefined && candidate.args.join(" ") === args) return candidate;
     }
     return { name: "custom", rules, carrier: carrierOf(rules) };
+  }
+
+  /**
+   * Rule `own` with the parameters a field's custom answer ("!<p1> <p2> <p3>[ ...]", 3 per rule of that
+   * field) gives the rule at place `at` among them; `own` itself (warned once) when they do not fit.
+   */
+  private customRule(answer: string, at: number, own: Rule): Rule {
+    const params = answer.slice(1).split(" ").map(Number);
+    const checked = checkRule(
+      own.name,
+      algorithmOf(own).config(params[3 * at]!, params[3 * at + 1]!, params[3 * at + 2]!),
+    );
+    if (checked.issues !== undefined) {
+      stale(answer, "does not fit this Limiter's rules");
+      return own;
+    }
+    return own.by === undefined ? checked.rule : { ...checked.rule, by: own.by };
   }
 
   /**
@@ -370,7 +405,7 @@ export function withTables(
     const overrideKeys = fields.length > 1 ? fields.length : 1;
     const places =
       fields.length > 1
-        ? call.rules.map((rule) => String.fromCharCode(49 + fields.indexOf(rule.by ?? "id"))).join("")
+        ? call.rules.map((rule) => String.fromCharCode(49 + fields.indexOf(fieldOf(rule)))).join("")
         : undefined;
     const windows: { plan: PlanEncoding; rule: number }[] = [];
     const index = new Map<string, number>();
@@ -385,28 +420,38 @@ export function withTables(
       }
       return k;
     };
-    let table = "";
-    let tag = 65;
-    for (const plan of all.values()) {
-      table += `\n${plan.name}\t${String.fromCharCode(tag <= 65 + TAGGED - 1 ? tag++ : 64)}`;
-      for (let i = 0; i < n; i++) {
-        const rule = plan.rules[i]!;
-        const k = algorithmOf(rule).windowed ? keyOf(plan, i, (rule as WindowRule).window) : 0;
-        table += ` ${plan.args[4 * i + 1]} ${plan.args[4 * i + 2]} ${plan.args[4 * i + 3]} ${k}`;
+    // the table over some of the rules (all of them; with several fields, one field's): per plan its
+    // name, tag and those rules' parameters; then each window a plan gives one of them, for custom lines
+    const build = (indices: readonly number[]) => {
+      let table = "";
+      let tag = 65;
+      for (const plan of all.values()) {
+        table += `\n${plan.name}\t${String.fromCharCode(tag <= 65 + TAGGED - 1 ? tag++ : 64)}`;
+        for (const i of indices) {
+          const rule = plan.rules[i]!;
+          const k = algorithmOf(rule).windowed ? keyOf(plan, i, (rule as WindowRule).window) : 0;
+          table += ` ${plan.args[4 * i + 1]} ${plan.args[4 * i + 2]} ${plan.args[4 * i + 3]} ${k}`;
+        }
       }
-    }
-    // each window a plan gives a fixed or sliding window rule, for custom lines
-    const seen = new Set<string>();
-    for (const plan of all.values()) {
-      plan.rules.forEach((rule, i) => {
-        if (!algorithmOf(rule).windowed || i >= n) return;
-        const window = (rule as WindowRule).window;
-        if (seen.has(`${i}:${window}`)) return;
-        seen.add(`${i}:${window}`);
-        table += `\n#${i + 1} ${window} ${String.fromCharCode(48 + keyOf(plan, i, window))}`;
-      });
-    }
-    table += "\n";
+      const seen = new Set<string>();
+      for (const plan of all.values()) {
+        indices.forEach((i, at) => {
+          const rule = plan.rules[i];
+          if (rule === undefined || !algorithmOf(rule).windowed) return;
+          const window = (rule as WindowRule).window;
+          if (seen.has(`${i}:${window}`)) return;
+          seen.add(`${i}:${window}`);
+          table += `\n#${at + 1} ${window} ${String.fromCharCode(48 + keyOf(plan, i, window))}`;
+        });
+      }
+      return `${table}\n`;
+    };
+    const every = call.rules.map((_, i) => i);
+    const tables =
+      places === undefined
+        ? undefined
+        : fields.map((field) => build(every.filter((i) => fieldOf(call.rules[i]!) === field)));
+    const table = tables === undefined ? build(every) : undefined;
     // one rule whose one-rule script counts denials (a fixed window) takes its own variant
     // (fixedCommand) for a cost up to its limit
     const module = n === 1 ? algorithmOf(call.rules[0]!) : undefined;
@@ -415,7 +460,7 @@ export function withTables(
     // it there) takes that script's variant
     const script = call.one === undefined ? undefined : module?.oneRuleOverrides;
     const lean = script === undefined ? undefined : { ...options, script };
-    out.set(call.name, { ...call, table, windows, fixed, lean, places });
+    out.set(call.name, { ...call, table, tables, windows, fixed, lean, places });
   }
   return out;
 }

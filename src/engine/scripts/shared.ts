@@ -97,6 +97,8 @@ export interface PlanEncoding {
    * (one character, "1" the first): the call takes limiterNestedOverrides, an override key per field.
    */
   readonly places?: string;
+  /** With `places`: the plan table of each field's rules, in field order (lua/nested_overrides.lua). */
+  readonly tables?: readonly string[];
 }
 
 /** The rules a stored override applied: a plan's, the custom ones, or the base rules when it is stale. */
@@ -188,7 +190,7 @@ export function unexpected(result: unknown): RedisCallError {
 
 /** Whether `candidate` binds more tightly than `current`: a denial over an admission, then the
  * later retry among denials, then the fewer remaining among admissions. */
-function binds(candidate: RuleResult, current: RuleResult): boolean {
+export function binds(candidate: RuleResult, current: RuleResult): boolean {
   if (candidate.allowed !== current.allowed) return !candidate.allowed;
   if (!candidate.allowed) return candidate.retryAfter > current.retryAfter;
   return candidate.remaining < current.remaining;
