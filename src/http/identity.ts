@@ -66,6 +66,40 @@ export function parseKeySpec(text: string): KeySpec {
 }
 
 /**
+ * A key spec written back as a route's `key` takes it ("ip", "header:x-api-key", "cookie:sid"): one
+ * text per spec, header names lowercased, so two spellings of one header are one spec.
+ *
+ * @example
+ * keySpecText(parseKeySpec("header:X-API-Key")) // "header:x-api-key"
+ */
+export function keySpecText(spec: KeySpec): string {
+  return spec.kind === "header" || spec.kind === "cookie" ? `${spec.kind}:${spec.name}` : spec.kind;
+}
+
+/** Who a request is counted as: one identifier (the `id` field), or a record of them, one a rule's `by`. */
+export type Identity = string | Readonly<Record<string, string>>;
+
+/** What a middleware's `key` may answer: an identity, a field of it left undefined when not found. */
+export type KeyAnswer = string | Readonly<Record<string, string | undefined>> | undefined;
+
+/**
+ * The identity a `key` answered, or undefined when it names no one: undefined, "", an empty record, or a
+ * record with a field undefined or "" (a header sent empty is no key: never one bucket shared by every
+ * such caller, whichever rule it is for).
+ *
+ * @example
+ * identityOf({ key: "k1", ip: undefined }) // undefined
+ * identityOf({ key: "k1", ip: "203.0.113.7" }) // { key: "k1", ip: "203.0.113.7" }
+ */
+export function identityOf(answer: KeyAnswer): Identity | undefined {
+  if (answer === undefined || answer === "") return undefined;
+  if (typeof answer === "string") return answer;
+  const values = Object.values(answer);
+  if (values.length === 0 || values.some((value) => value === undefined || value === "")) return undefined;
+  return answer as Readonly<Record<string, string>>;
+}
+
+/**
  * The client's address from CF-Connecting-IP, which Cloudflare sets on every request and a client
  * cannot override. X-Forwarded-For and X-Real-IP are never read: clients write them.
  *

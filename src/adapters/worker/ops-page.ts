@@ -4,7 +4,7 @@
 // identifier or a path a client chose shows as text. Numbers a test (or a person) reads sit in data-*
 // attributes and titles beside the text that shows them.
 
-import type { KeySpec } from "../../http/identity.js";
+import { type KeySpec, keySpecText } from "../../http/identity.js";
 import type { RouteConfig } from "./config.js";
 
 /** The counts of one route over the window asked for: its Limiter's `analytics.report()`, and `shadowDenied`. */
@@ -26,7 +26,8 @@ export interface RouteReport {
 
 /** One route as the page shows it: its config, and its report or why there is none. */
 export interface OpsRoute {
-  readonly route: Pick<RouteConfig, "name" | "mode" | "key" | "rules" | "cost" | "match">;
+  readonly route: Pick<RouteConfig, "name" | "mode" | "key" | "rules" | "cost" | "match"> &
+    Partial<Pick<RouteConfig, "identifiers">>;
   readonly report: RouteReport | { readonly error: string };
 }
 
@@ -168,10 +169,16 @@ function topTable(route: string, top: RouteReport["top"]): string {
 }
 
 function policy(route: OpsRoute["route"]): string {
+  // a rule counted by a key of its own shows that key as the config wrote it, not its record field
+  const shown = (rule: object) => {
+    const by = (rule as { by?: string }).by;
+    const spec = by === undefined ? undefined : route.identifiers?.[by];
+    return spec === undefined ? rule : { ...rule, by: keySpecText(spec) };
+  };
   const rules = Object.entries(route.rules)
     .map(
       ([name, rule]) =>
-        `<li><code>${escapeHtml(name)}</code> <code>${escapeHtml(JSON.stringify(rule))}</code></li>`,
+        `<li><code>${escapeHtml(name)}</code> <code>${escapeHtml(JSON.stringify(shown(rule)))}</code></li>`,
     )
     .join("");
   return (
