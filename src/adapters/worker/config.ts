@@ -543,9 +543,9 @@ export function parseConfig(input: unknown): ConfigResult {
       ...output,
       // off (false) is the same as leaving it out
       ...(analytics === undefined ? {} : { analytics }),
-      routes: output.routes.map(({ overrides, rules, ...route }) => ({
+      routes: output.routes.map(({ overrides, ...route }) => ({
         ...route,
-        ...keyedRules(route.key, rules),
+        ...keyedRules(route.key, route.rules),
         ...(overrides === undefined ? {} : { overrides }),
       })) as RouteConfig[],
       allow: IpSet.from(output.allow),
