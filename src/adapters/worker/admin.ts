@@ -57,8 +57,8 @@ import {
   clientIp,
   clientKey,
   cookie,
-  type KeySpec,
   identifierOf,
+  type KeySpec,
   keySpecText,
   parseKeySpec,
 } from "../../http/identity.js";
@@ -593,7 +593,10 @@ function keyedBy(route: AdminRoute, by: string | null): KeyedBy | Response {
   const text = keySpecText(spec);
   const field = Object.entries(route.identifiers).find(([, other]) => keySpecText(other) === text)?.[0];
   if (field === undefined) {
-    return problem(400, `by: no rule of ${quoted(route.name)} counts by ${quoted(text)}; its rules count by ${texts}`);
+    return problem(
+      400,
+      `by: no rule of ${quoted(route.name)} counts by ${quoted(text)}; its rules count by ${texts}`,
+    );
   }
   return { field, spec, what: by === null ? "route's key" : `key ${JSON.stringify(text)}` };
 }

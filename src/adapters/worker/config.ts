@@ -60,8 +60,8 @@ import { describe, readDuration } from "../../engine/duration.js";
 import { PREFIX } from "../../engine/keys.js";
 import { checkLease, type LeaseConfig } from "../../engine/leases.js";
 import { checkOverrides, type OverridesConfig } from "../../engine/overrides.js";
-import { type Issue, MAX_TIMER_MS } from "../../engine/validate.js";
 import { sha256Hex } from "../../engine/sha256.js";
+import { type Issue, MAX_TIMER_MS } from "../../engine/validate.js";
 import { type KeySpec, keySpecText, parseKeySpec } from "../../http/identity.js";
 import { IpSet, parseRange } from "../../http/ip.js";
 import { parsePathPattern, type RouteMatch } from "../../http/routes.js";
@@ -310,7 +310,8 @@ function engineFields(rule: unknown): RuleConfig {
 
 // A rule's "by": any key a route's "key" takes, as that key's own check says.
 function byIssue(by: unknown): string | undefined {
-  if (typeof by !== "string") return `must be a key such as "ip", "header:x-api-key" or "global", got ${describe(by)}`;
+  if (typeof by !== "string")
+    return `must be a key such as "ip", "header:x-api-key" or "global", got ${describe(by)}`;
   try {
     parseKeySpec(by);
     return undefined;

@@ -197,7 +197,8 @@ function limitedRoute(
   const identity =
     fields.length === 1 && fields[0]![0] === "id"
       ? key
-      : (c: Context<AppEnv>) => Object.fromEntries(fields.map(([field, spec]) => [field, identifier(spec, c)]));
+      : (c: Context<AppEnv>) =>
+          Object.fromEntries(fields.map(([field, spec]) => [field, identifier(spec, c)]));
   const middleware = (limiter: Limiter) =>
     rateLimit<AppEnv>({
       limiter,

@@ -61,7 +61,10 @@ describe("a rule's by", () => {
         c: { algorithm: "gcra", limit: 9, period: "1s", by: "path" },
       },
     });
-    expect(route.identifiers).toEqual({ "cookie:sid": { kind: "cookie", name: "sid" }, path: { kind: "path" } });
+    expect(route.identifiers).toEqual({
+      "cookie:sid": { kind: "cookie", name: "sid" },
+      path: { kind: "path" },
+    });
     expect(Object.values(route.rules).map((rule) => (rule as { by?: string }).by)).toEqual([
       "cookie:sid",
       "cookie:sid",
