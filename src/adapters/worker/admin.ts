@@ -584,6 +584,8 @@ function keyedBy(route: AdminRoute, by: string | null): KeyedBy | Response {
   const texts = [...new Set(counted)].map((text) => JSON.stringify(text)).join(", ");
   let spec: KeySpec = route.key;
   if (by !== null) {
+    // parseKeySpec quotes what it refuses: a long one is refused here, unquoted
+    if (by.length > 200) return problem(400, "by: not a key (longer than 200 characters)");
     try {
       spec = parseKeySpec(by);
     } catch (error) {

@@ -191,6 +191,9 @@ describe("overrides of one identifier (?by=)", () => {
     expect(await detail(await put(env, "by=user&key=u1", { rules: { perKey: { limit: 9 } } }), 400)).toBe(
       'by: "user" is not a key; use "ip", "path", "global", "header:NAME" or "cookie:NAME"',
     );
+    expect(await detail(await put(env, `by=${"x".repeat(201)}&key=k1`, { plan: "pro" }), 400)).toBe(
+      "by: not a key (longer than 200 characters)",
+    );
     expect(await detail(await put(env, "by=ip&key=nope", { rules: { perIp: { limit: 9 } } }), 400)).toBe(
       'key: not an IP address, got "nope"',
     );
