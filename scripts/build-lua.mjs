@@ -11,6 +11,7 @@
 //   limiter          a head (`local A, K, n = ARGV, KEYS, #KEYS`), lua/prelude.lua, then each
 //                    algorithm's state and check inside `if several or A[3] == "<name>" then ... end`,
 //                    then lua/dispatcher.lua;
+//   limiterNestedOverrides  the same with lua/nested_overrides.lua as its head (rules keyed by several fields)
 //   limiterOverrides the same with lua/overrides.lua as its head and the dispatcher wrapped in a
 //                    function, whose answer gains what a stored override applied;
 //   oneRule.<name>   the algorithm's state, then its one-rule body;
@@ -125,6 +126,15 @@ const limiterOverrides = [
   "local out = decide()\nif answer then out[#out + 1] = answer end\nreturn out",
 ].join("\n");
 
+// The same for rules keyed by several fields, reading each field's override (lua/nested_overrides.lua).
+const limiterNestedOverrides = [
+  shared + withOverride(read("nested_overrides.lua"), "lua/nested_overrides.lua"),
+  read("prelude.lua"),
+  ...checks,
+  `local function decide()\n${read("dispatcher.lua")}\nend`,
+  "local out = decide()\nif answer then out[#out + 1] = answer end\nreturn out",
+].join("\n");
+
 const refundFile = read("refund.lua");
 if (!/^-- #refunds$/m.test(refundFile)) throw new Error("lua/refund.lua has no -- #refunds line");
 const refunds = algorithms
@@ -139,6 +149,7 @@ const settles = algorithms.map((a) => `do\n${a.state}${a.refund ?? ""}${a.settle
 const scripts = {
   limiter: script(limiter),
   limiterOverrides: script(limiterOverrides),
+  limiterNestedOverrides: script(limiterNestedOverrides),
   refund: script(refundFile.replace(/^-- #refunds$/m, refunds)),
   settle: script(settleFile.replace(/^-- #settles$/m, () => settles)),
 };
@@ -151,6 +162,7 @@ for (const file of readdirSync(luaDir).sort()) {
       "refund.lua",
       "settle.lua",
       "overrides.lua",
+      "nested_overrides.lua",
       "override.lua",
       "one_rule_overrides.lua",
     ].includes(file)

@@ -102,6 +102,55 @@ export class DenyCache {
     }
   }
 
+  /**
+   * With rules keyed by several fields: caches each rule of `decision` that denied under that rule's
+   * own key (`keys[i]`, its place and its identifier's tag), so that a denial by a shared identifier
+   * (a global quota) answers every subject that shares it, until that rule could admit again. Each
+   * entry holds that rule's outcome alone: what a cached answer for another subject knows.
+   */
+  setEach(
+    keys: readonly string[],
+    names: readonly string[],
+    cost: number,
+    now: number,
+    decision: Decision,
+    plan = decision.plan,
+  ): void {
+    const rules = decision.decidedBy;
+    for (let i = 0; i < keys.length; i++) {
+      const name = names[i]!;
+      const rule = decision.rules[name];
+      if (rule === undefined || rule.allowed) continue;
+      const key = keys[i]!;
+      const one: Decision = {
+        allowed: false,
+        limit: rule.limit,
+        remaining: rule.remaining,
+        resetAt: rule.resetAt,
+        retryAfter: rule.retryAfter,
+        rule: name,
+        source: decision.source,
+        plan: decision.plan,
+        decidedAt: decision.decidedAt,
+        rules: { [name]: rule },
+      };
+      this.set(key, cost, now, rules === undefined ? one : decidedBy(one, rules), plan);
+    }
+  }
+
+  /**
+   * The cached denial answering a subject whose rules' keys are `keys` (see setEach): of the rules
+   * with one, the one that holds longest; undefined when none has.
+   */
+  getEach(keys: readonly string[], cost: number, now: number, plan = "default"): Decision | undefined {
+    let answer: Decision | undefined;
+    for (const key of keys) {
+      const hit = this.get(key, cost, now, plan);
+      if (hit !== undefined && (answer === undefined || hit.retryAfter > answer.retryAfter)) answer = hit;
+    }
+    return answer;
+  }
+
   delete(identifier: string): void {
     this.entries.delete(identifier);
   }

@@ -1,4 +1,11 @@
-import { checkPlans, compileRule, type PlanConfig, type Rule, type RuleConfig } from "./algorithms/index.js";
+import {
+  checkPlans,
+  compileRule,
+  fieldOf,
+  type PlanConfig,
+  type Rule,
+  type RuleConfig,
+} from "./algorithms/index.js";
 import {
   Analytics,
   type AnalyticsOptions,
@@ -12,7 +19,7 @@ import {
 import type { BreakerOptions } from "./breaker.js";
 import { DenyCache } from "./deny-cache.js";
 import { describe } from "./duration.js";
-import { checkIdentifier, checkPrefix, RuleKeys } from "./keys.js";
+import { checkPrefix, Identities, type Identity, keyTag, RuleKeys, tagsOf } from "./keys.js";
 import { type LeaseOptions, leaseConfig } from "./leases.js";
 import { Overrides, type OverridesOptions, overridesConfig } from "./overrides.js";
 import { type RegionOptions, regionPool } from "./region.js";
@@ -93,6 +100,8 @@ export interface LimiterOptions {
   /**
    * Called with every decision and its identifier, on every path (Redis, cache, lease, error): to send
    * metrics elsewhere. Called synchronously, never awaited; what it throws is caught and logged once.
+   * With rules keyed by several fields, the identifier is the binding rule's, as `field=value`
+   * (`org=acme`).
    */
   onDecision?: (decision: Decision, identifier: string) => void;
 }
@@ -198,6 +207,10 @@ export class Limiter {
   /** The caller's clock this limiter decides by (epoch ms); each Decision says what it read (`decidedAt`). */
   readonly clock: () => number;
   private readonly ruleKeys: RuleKeys;
+  /** What a call's identifier or record of identifiers is made into: the subject its keys, caches and leases go by. */
+  private readonly identities: Identities;
+  /** Per rule name, the field it is keyed by (its `by`). */
+  private readonly fields: ReadonlyMap<string, string>;
   private readonly scripts: RuleScripts;
   /** Per plan ("default" included): what its decisions send, and its tiers. */
   private readonly plans: ReadonlyMap<string, Plan>;
@@ -251,6 +264,8 @@ export class Limiter {
     }
     this.rules = Object.entries(rules).map(([name, config]) => compileRule(name, config));
     this.ruleKeys = new RuleKeys(this.prefix, this.rules);
+    this.identities = new Identities(this.rules);
+    this.fields = new Map(this.rules.map((rule) => [rule.name, fieldOf(rule)]));
     const planRules: { name: string; rules: readonly Rule[]; keys: RuleKeys }[] = [];
     if (options.plans !== undefined) {
       const checked = checkPlans(rules, options.plans);
@@ -365,10 +380,8 @@ export class Limiter {
         plans: planConfigs,
         timeout,
         clock: () => this.now(),
-        forget: (identifier) => {
-          this.cache?.delete(identifier);
-          for (const plan of this.plans.values()) plan.isolate?.release(identifier);
-        },
+        identities: this.identities,
+        forget: (value, field) => this.forget(value, field),
       },
     );
   }
@@ -397,13 +410,19 @@ export class Limiter {
    * @example
    * const { allowed, remaining, retryAfter } = await limiter.limit("203.0.113.7", { cost: 1 });
    */
-  limit(identifier: string, options?: LimitOptions): Promise<Decision> {
-    const decision = this.decideOne(identifier, options);
+  limit(identifier: Identity, options?: LimitOptions): Promise<Decision> {
+    const subject = this.identities.subject(identifier);
+    const decision = this.decideOne(subject, options);
     const observe = this.observe;
     if (observe === undefined) return decision;
     const waitUntil = options?.waitUntil;
+    const identities = this.identities;
     return decision.then((d) => {
-      observe(d, identifier, waitUntil);
+      observe(
+        d,
+        identities.nested ? identities.label(subject, this.fields.get(d.rule) ?? "id") : subject,
+        waitUntil,
+      );
       return d;
     });
   }
@@ -414,14 +433,15 @@ export class Limiter {
    * region's database) and home, one call each.
    */
   private decideOne(identifier: string, options: LimitOptions | undefined): Promise<Decision> {
-    checkIdentifier(identifier);
     const cost = options?.cost ?? 1;
     if (typeof cost !== "number" || !Number.isInteger(cost) || cost < 0) {
       throw new RangeError(`cost: must be a whole number of units, 0 or more, got ${describe(cost)}`);
     }
     const plan = this.planOf(options?.plan);
     const now = this.now();
-    const cached = this.cache?.get(identifier, Math.max(cost, 1), now, plan.encoding.name);
+    const cached = this.identities.nested
+      ? this.cache?.getEach(this.cacheKeys(identifier), Math.max(cost, 1), now, plan.encoding.name)
+      : this.cache?.get(identifier, Math.max(cost, 1), now, plan.encoding.name);
     if (cached) return Promise.resolve(cached);
     const waitUntil = options?.waitUntil;
     if (waitUntil !== undefined && typeof waitUntil !== "function") {
@@ -456,11 +476,28 @@ export class Limiter {
    * @example
    * await limiter.reset("user:42");
    */
-  async reset(identifier: string): Promise<void> {
-    checkIdentifier(identifier);
-    this.cache?.delete(identifier);
+  async reset(identifier: Identity): Promise<void> {
     const now = this.now();
     const keys = new Set<string>();
+    if (this.identities.nested) {
+      // a record of several fields resets its subject; of one field, every rule keyed by it
+      const whole =
+        typeof identifier === "object" && identifier !== null && Object.keys(identifier).length > 1;
+      if (!whole) {
+        const { field, value } = this.identities.one(identifier);
+        this.forget(value, field, true);
+        for (const { encoding } of this.plans.values()) {
+          for (const key of encoding.keys.allOfTag(keyTag(value, field), field, encoding.rules, now))
+            keys.add(key);
+        }
+        const reply = await this.transport.call(["DEL", ...keys], { timeout: this.timeout, breaker: false });
+        if (!reply.ok) throw reply.error;
+        return;
+      }
+    }
+    identifier = this.identities.subject(identifier);
+    if (this.identities.nested) for (const key of this.cacheKeys(identifier)) this.cache?.delete(key);
+    else this.cache?.delete(identifier);
     for (const { encoding, isolate } of this.plans.values()) {
       isolate?.drop(identifier);
       for (const key of encoding.keys.all(identifier, now)) keys.add(key);
@@ -479,8 +516,41 @@ export class Limiter {
    * the window's index. A plan shares the base rule's key, except where it changes a fixed or sliding
    * window's `window`: the rule's key then ends in ".<window ms>".
    */
-  keys(identifier: string, now: number = this.now(), plan?: string): string[] {
-    return this.planOf(plan).encoding.keys.of(identifier, now);
+  keys(identifier: Identity, now: number = this.now(), plan?: string): string[] {
+    return this.planOf(plan).encoding.keys.of(this.identities.subject(identifier), now);
+  }
+
+  /**
+   * With rules keyed by several fields, the deny cache's keys of a subject: one per rule, its place and
+   * its field's tag, so a denial by a shared identifier (a global quota) answers every subject sharing it.
+   */
+  private cacheKeys(subject: string): string[] {
+    const tags = tagsOf(subject);
+    const fields = this.identities.fields;
+    return this.rules.map((rule, i) => `${i}${tags[fields.indexOf(fieldOf(rule))]}`);
+  }
+
+  /**
+   * Drops this Limiter's cached denials and leases of `value` in `field` (an override or a reset of it
+   * changed what they were decided under); with `drop`, its leases go without a refund (their state
+   * at home was deleted).
+   */
+  private forget(value: string, field: string, drop = false): void {
+    if (!this.identities.nested) {
+      this.cache?.delete(value);
+      for (const plan of this.plans.values()) {
+        if (drop) plan.isolate?.drop(value);
+        else plan.isolate?.release(value);
+      }
+      return;
+    }
+    const tag = keyTag(value, field);
+    this.rules.forEach((rule, i) => {
+      if (fieldOf(rule) === field) this.cache?.delete(`${i}${tag}`);
+    });
+    const place = this.identities.fields.indexOf(field);
+    const holds = (subject: string) => tagsOf(subject)[place] === tag;
+    for (const plan of this.plans.values()) plan.isolate?.forEach(holds, drop);
   }
 
   private now(): number {
@@ -551,7 +621,19 @@ export class Limiter {
     counted?: Counted,
   ): Decision {
     if (!decision.allowed) {
-      this.cache?.set(identifier, Math.max(cost, 1), now, decision, encoding.name);
+      if (!this.identities.nested)
+        this.cache?.set(identifier, Math.max(cost, 1), now, decision, encoding.name);
+      else {
+        const names = encoding.rules.map((rule) => rule.name);
+        this.cache?.setEach(
+          this.cacheKeys(identifier),
+          names,
+          Math.max(cost, 1),
+          now,
+          decision,
+          encoding.name,
+        );
+      }
       return decision;
     }
     return this.ticket(decision, identifier, cost, undefined, counted);
@@ -634,7 +716,10 @@ export class Limiter {
       if (difference === 0 || decision.source === "error") return done({ difference, via: "none" });
       const now = this.now();
       // units given back may admit what a cached denial would refuse
-      if (difference < 0) this.cache?.delete(identifier);
+      if (difference < 0) {
+        if (this.identities.nested) for (const key of this.cacheKeys(identifier)) this.cache?.delete(key);
+        else this.cache?.delete(identifier);
+      }
       let counted: Counted;
       const isolate = ticket.isolate;
       if (isolate !== undefined) {

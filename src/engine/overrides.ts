@@ -27,7 +27,7 @@ import {
 } from "./algorithms/index.js";
 import { type Duration, describe, readDuration } from "./duration.js";
 import { RedisCallError } from "./errors.js";
-import { checkIdentifier, type RuleKeys } from "./keys.js";
+import type { Identities, Identity, RuleKeys } from "./keys.js";
 import { limiterArgs } from "./scripts/limiter.js";
 import type { Transport } from "./transport.js";
 import { type Issue, issuesText, issueText, MAX_TIMER_MS } from "./validate.js";
@@ -79,8 +79,10 @@ export interface OverridesContext {
   readonly plans: Record<string, PlanConfig> | undefined;
   readonly timeout: number;
   readonly clock: () => number;
-  /** Drops this Limiter's cached denial and leases of the identifier. */
-  readonly forget: (identifier: string) => void;
+  /** What an override's identity is read as: a string (the id), or a record of one field. */
+  readonly identities: Identities;
+  /** Drops this Limiter's cached denials and leases of the identifier `value` in `field`. */
+  readonly forget: (value: string, field: string) => void;
 }
 
 /** maxStale when `overrides: true`: Retry-After is whole seconds and at least 1 (docs/overrides.md). */
@@ -176,18 +178,18 @@ export class Overrides {
    * @example
    * await limiter.overrides.set("key_123", { plan: "pro", expiresAt: Date.now() + 3_600_000 });
    */
-  async set(identifier: string, override: Override): Promise<void> {
+  async set(identifier: Identity, override: Override): Promise<void> {
     const context = this.on();
-    checkIdentifier(identifier);
-    const line = this.lineOf(override, context);
+    const { field, value: id } = context.identities.one(identifier);
+    const line = this.lineOf(override, context, field);
     const value = `${line}\n${JSON.stringify(override)}`;
-    const key = context.keys.override(identifier);
+    const key = context.keys.overrideOf(id, field);
     const expiresAt = override.expiresAt;
     const set =
       expiresAt === undefined ? ["SET", key, value] : ["SET", key, value, "PXAT", String(expiresAt)];
     // one pipeline, in this order (see the file's head)
-    await this.run([["ZADD", this.indexKey, "0", identifier], set]);
-    context.forget(identifier);
+    await this.run([["ZADD", this.indexOf(field), "0", id], set]);
+    context.forget(id, field);
   }
 
   /**
@@ -196,10 +198,10 @@ export class Overrides {
    * @example
    * await limiter.overrides.get("key_456") // { rules: { perMinute: { limit: 5000 } }, expiresAt: 1767225600000 }
    */
-  async get(identifier: string): Promise<Override | undefined> {
+  async get(identifier: Identity): Promise<Override | undefined> {
     const context = this.on();
-    checkIdentifier(identifier);
-    const [value] = await this.run([["GET", context.keys.override(identifier)]]);
+    const { field, value: id } = context.identities.one(identifier);
+    const [value] = await this.run([["GET", context.keys.overrideOf(id, field)]]);
     return typeof value === "string" ? parse(value) : undefined;
   }
 
@@ -210,14 +212,22 @@ export class Overrides {
    * @example
    * await limiter.overrides.delete("key_456");
    */
-  async delete(identifier: string): Promise<void> {
+  async delete(identifier: Identity): Promise<void> {
     const context = this.on();
-    checkIdentifier(identifier);
+    const { field, value: id } = context.identities.one(identifier);
     await this.run([
-      ["DEL", context.keys.override(identifier)],
-      ["ZREM", this.indexKey, identifier],
+      ["DEL", context.keys.overrideOf(id, field)],
+      ["ZREM", this.indexOf(field), id],
     ]);
-    context.forget(identifier);
+    context.forget(id, field);
+  }
+
+  /**
+   * The index of the overrides of identifiers in `field`: `<prefix>:overrides` for "id" (`indexKey`),
+   * `<prefix>:overrides.<field>` for another.
+   */
+  private indexOf(field: string): string {
+    return field === "id" ? this.indexKey! : `${this.indexKey}.${field}`;
   }
 
   /**
@@ -226,7 +236,9 @@ export class Overrides {
    * @example
    * for await (const { identifier, override } of limiter.overrides.list()) console.log(identifier, override);
    */
-  async *list(options: { pageSize?: number; within?: string } = {}): AsyncGenerator<OverrideEntry> {
+  async *list(
+    options: { pageSize?: number; within?: string; by?: string } = {},
+  ): AsyncGenerator<OverrideEntry> {
     this.on();
     let after: string | undefined;
     for (;;) {
@@ -234,6 +246,7 @@ export class Overrides {
         after,
         limit: options.pageSize ?? DEFAULT_PAGE,
         within: options.within,
+        by: options.by,
       });
       yield* page.items;
       if (page.next === undefined) return;
@@ -249,9 +262,18 @@ export class Overrides {
    * @example
    * const { items, next } = await limiter.overrides.page({ within: "api:", limit: 50 });
    */
-  async page(options: { after?: string; limit?: number; within?: string } = {}): Promise<OverridesPage> {
+  async page(
+    options: { after?: string; limit?: number; within?: string; by?: string } = {},
+  ): Promise<OverridesPage> {
     const context = this.on();
     const { after, within } = options;
+    const field = options.by ?? "id";
+    if (!context.identities.fields.includes(field)) {
+      throw new RangeError(
+        `by: no rule is keyed by ${describe(field)}; the rules are keyed by ${context.identities.fields.join(", ")}`,
+      );
+    }
+    const index = this.indexOf(field);
     const limit = options.limit ?? DEFAULT_PAGE;
     if (typeof limit !== "number" || !Number.isInteger(limit) || limit < 1 || limit > MAX_PAGE) {
       throw new RangeError(`limit: must be a whole number from 1 to ${MAX_PAGE}, got ${describe(limit)}`);
@@ -269,12 +291,10 @@ export class Overrides {
       if (after === undefined || after < within) min = `[${within}`;
       max = `(${within.slice(0, -1)}${String.fromCharCode(within.charCodeAt(within.length - 1) + 1)}`;
     }
-    const [members] = await this.run([
-      ["ZRANGE", this.indexKey, min, max, "BYLEX", "LIMIT", "0", String(limit)],
-    ]);
+    const [members] = await this.run([["ZRANGE", index, min, max, "BYLEX", "LIMIT", "0", String(limit)]]);
     const ids = members as string[];
     if (ids.length === 0) return { items: [] };
-    const values = await this.run(ids.map((id) => ["GET", context.keys.override(id)]));
+    const values = await this.run(ids.map((id) => ["GET", context.keys.overrideOf(id, field)]));
     const items: OverrideEntry[] = [];
     const gone: string[] = [];
     ids.forEach((identifier, i) => {
@@ -283,12 +303,12 @@ export class Overrides {
       else gone.push(identifier);
     });
     // members whose key was deleted or expired: out of the index
-    if (gone.length > 0) await this.run([["ZREM", this.indexKey, ...gone]]);
+    if (gone.length > 0) await this.run([["ZREM", index, ...gone]]);
     return ids.length === limit ? { items, next: ids[ids.length - 1]! } : { items };
   }
 
   /** The stored line of a valid override, or an Error naming every field wrong. */
-  private lineOf(override: Override, context: OverridesContext): string {
+  private lineOf(override: Override, context: OverridesContext, field: string): string {
     const issues: Issue[] = [];
     if (override === null || typeof override !== "object" || Array.isArray(override)) {
       throw new TypeError(
@@ -321,6 +341,18 @@ export class Overrides {
           message: `expected the rules it changes, e.g. { ${Object.keys(context.rules)[0]}: { limit: 1000 } }, got ${describe(rules)}`,
         });
       } else if (issues.every((issue) => issue.path[0] !== "plan")) {
+        // an override of an identifier in `field` changes only the rules keyed by it
+        for (const name of Object.keys(rules)) {
+          const by = (context.rules[name] as { by?: string } | undefined)?.by ?? "id";
+          if (context.rules[name] !== undefined && by !== field) {
+            issues.push({
+              path: ["rules", name],
+              message: `keyed by ${JSON.stringify(by)}, not ${JSON.stringify(field)}: an override of { ${field}: ... } changes only the rules keyed by ${field}`,
+            });
+          }
+        }
+      }
+      if (issues.every((issue) => issue.path[0] !== "plan" && issue.path[0] !== "rules")) {
         const base = planConfigs(context.rules, context.plans, plan ?? "default");
         const checked = checkChanges(base, rules, ["rules"], "an override");
         if (checked.issues !== undefined) issues.push(...checked.issues);

@@ -249,6 +249,18 @@ export class IsolateTier extends Tier {
     if (seen?.lease) this.giveBackAll([this.detach(identifier, seen)], this.clock(), waitUntil);
   }
 
+  /**
+   * Ends the lease of every identifier `holds` matches (with rules keyed by several fields: every
+   * subject sharing one identifier), as `drop` (with `drop`) or `release` does.
+   */
+  forEach(holds: (identifier: string) => boolean, drop: boolean): void {
+    for (const [identifier, seen] of [...this.seen]) {
+      if (!seen.lease || !holds(identifier)) continue;
+      if (drop) this.drop(identifier);
+      else this.release(identifier);
+    }
+  }
+
   /** Gives back every lease's unused units now; resolves once every refund is done. Leases no more. */
   async dispose(): Promise<void> {
     this.stop();

@@ -5,10 +5,10 @@ import { GCRA_ONE_RULE, GCRA_ONE_RULE_OVERRIDES } from "../generated/scripts.js"
 import type { OneRule, ScriptCallOptions } from "../scripts/shared.js";
 import type { RuleResult } from "../types.js";
 import type { RuleConfig } from "./index.js";
-import { type AlgorithmModule, ceilDiv, policyOf, type RuleBase } from "./shared.js";
+import { type AlgorithmModule, ceilDiv, type KeyedOptions, policyOf, type RuleBase } from "./shared.js";
 
 /** `limit` units per `period`, up to `burst` at once (default: `limit`). O(1) memory, exact. */
-export interface GcraOptions {
+export interface GcraOptions extends KeyedOptions {
   limit: number;
   period: Duration;
   burst?: number;

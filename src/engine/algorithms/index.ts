@@ -18,7 +18,13 @@ import { type TokenBucketOptions, type TokenBucketRule, tokenBucketAlgorithm } f
 
 export { fixedWindow } from "./fixed-window.js";
 export { type GcraOptions, type GcraRule, gcra } from "./gcra.js";
-export { type AlgorithmModule, MAX_EXACT, type WindowOptions, type WindowRule } from "./shared.js";
+export {
+  type AlgorithmModule,
+  type KeyedOptions,
+  MAX_EXACT,
+  type WindowOptions,
+  type WindowRule,
+} from "./shared.js";
 export { slidingLog } from "./sliding-log.js";
 export { slidingWindow } from "./sliding-window.js";
 export { type TokenBucketOptions, type TokenBucketRule, tokenBucket } from "./token-bucket.js";
@@ -114,14 +120,21 @@ export function checkRule(
   const module = ALGORITHMS[algorithm as Algorithm];
   const known = module.fields;
   for (const field of Object.keys(config)) {
-    if (field !== "algorithm" && !known.includes(field)) {
+    if (field !== "algorithm" && field !== "by" && !known.includes(field)) {
       issues.push({
         path: [...at, field],
-        message: `not an option of ${algorithm}; it takes ${known.join(", ")}`,
+        message: `not an option of ${algorithm}; it takes ${[...known, "by"].join(", ")}`,
       });
     }
   }
   const c = config as unknown as Record<string, unknown>;
+  const by = c.by ?? "id";
+  if (typeof by !== "string" || !FIELD.test(by)) {
+    issues.push({
+      path: [...at, "by"],
+      message: `must name a field of the identifier record, 1-64 characters of A-Z a-z 0-9 _ . : - (got ${describe(by)})`,
+    });
+  }
   // Each field is checked on its own, so one mistake does not hide the next.
   const fields: Fields = {
     has: (field) => c[field] !== undefined,
@@ -150,7 +163,22 @@ export function checkRule(
     },
   };
   const rule = module.compile(name, fields);
-  return rule === undefined ? { issues } : { rule };
+  if (rule === undefined || issues.length > 0) return { issues };
+  // `by` is set only where it is not the default, so a rule keyed by "id" reads as it always did
+  return { rule: by === "id" ? rule : { ...rule, by: by as string } };
+}
+
+/** What a rule's `by` may be: a field of the identifier record (a Worker's key spec, "header:x-api-key", is one). */
+export const FIELD = /^[A-Za-z0-9_.:-]{1,64}$/;
+
+/**
+ * The field of the identifier record that keys `rule` (its `by`; "id" by default).
+ *
+ * @example
+ * fieldOf(compileRule("perOrg", fixedWindow({ limit: 25, window: "1h", by: "org" }))) // "org"
+ */
+export function fieldOf(rule: Pick<Rule, "by">): string {
+  return rule.by ?? "id";
 }
 
 /**
@@ -322,11 +350,12 @@ export function checkChanges(
         continue;
       }
       for (const [field, value] of Object.entries(fields)) {
-        if (field === "algorithm") {
-          if (value !== base.algorithm) {
+        if (field === "algorithm" || field === "by") {
+          const was = (base as unknown as Record<string, unknown>)[field];
+          if (field === "algorithm" ? value !== was : (value ?? "id") !== (was ?? "id")) {
             issues.push({
-              path: [...root, name, "algorithm"],
-              message: `${what} cannot change a rule's algorithm`,
+              path: [...root, name, field],
+              message: `${what} cannot change a rule's ${field === "by" ? "identifier field (by)" : "algorithm"}`,
             });
           }
         } else if (value !== undefined) merged[field] = value;

@@ -8,14 +8,29 @@ import type { RuleResult } from "../types.js";
 import type { Rule, RuleConfig } from "./index.js";
 
 /** `limit` units per `window`. */
-export interface WindowOptions {
+export interface WindowOptions extends KeyedOptions {
   limit: number;
   window: Duration;
+}
+
+/** What every rule constructor takes beside its own fields. */
+export interface KeyedOptions {
+  /**
+   * The field of the identifier record that keys this rule (default "id"): with
+   * `limit({ user: "u1", org: "acme" })`, a rule `by: "org"` counts acme's requests. A string
+   * identifier is `{ id: identifier }`.
+   */
+  by?: string;
 }
 
 /** What every validated rule has, whatever its algorithm. */
 export interface RuleBase {
   readonly name: string;
+  /**
+   * The field of the identifier record that keys the rule, when it is not "id" (the default: a rule
+   * without `by` is keyed by the identifier a call gives as a string).
+   */
+  readonly by?: string;
   /** The limit reported in decisions (burst for GCRA, capacity for a token bucket). */
   readonly limit: number;
   /**

@@ -3,10 +3,10 @@
 import type { Duration } from "../duration.js";
 import { gcraCounted, gcraOne, gcraOutcome, TAT } from "./gcra.js";
 import type { RuleConfig } from "./index.js";
-import { type AlgorithmModule, policyOf, type RuleBase } from "./shared.js";
+import { type AlgorithmModule, type KeyedOptions, policyOf, type RuleBase } from "./shared.js";
 
 /** A bucket of `capacity` tokens refilled continuously at `refillRate` tokens per `interval` (default 1s). */
-export interface TokenBucketOptions {
+export interface TokenBucketOptions extends KeyedOptions {
   capacity: number;
   refillRate: number;
   interval?: Duration;

@@ -7,7 +7,12 @@
 
 import { expiresIn } from "../algorithms/fixed-window.js";
 import { algorithmOf, checkRule, type Rule, type WindowRule } from "../algorithms/index.js";
-import { FIXED_WINDOW_ONE_RULE_OVERRIDES, LIMITER_OVERRIDES } from "../generated/scripts.js";
+import {
+  FIXED_WINDOW_ONE_RULE_OVERRIDES,
+  LIMITER_NESTED_OVERRIDES,
+  LIMITER_OVERRIDES,
+} from "../generated/scripts.js";
+import { fieldsOf } from "../keys.js";
 import type { CallOptions, CallResult, Transport } from "../transport.js";
 import { carrierOf, type Decision } from "../types.js";
 import {
@@ -35,6 +40,7 @@ function stale(line: string, why: string): void {
 /** A Limiter's decisions with overrides on: their commands, and their replies read under the stored line. */
 export class OverrideScripts {
   private readonly overridesCall: CallOptions;
+  private readonly nestedCall: CallOptions;
   private readonly fixedCall: CallOptions;
   /** Custom parameters' rules, by the answer that gave them (LRU). */
   private readonly applied = new Map<string, Applied>();
@@ -48,6 +54,7 @@ export class OverrideScripts {
     private readonly plans: ReadonlyMap<string, PlanEncoding>,
   ) {
     this.overridesCall = { ...options, script: LIMITER_OVERRIDES };
+    this.nestedCall = { ...options, script: LIMITER_NESTED_OVERRIDES };
     this.fixedCall = { ...options, script: FIXED_WINDOW_ONE_RULE_OVERRIDES };
     this.tagged = [...plans.values()].slice(0, TAGGED);
   }
@@ -61,6 +68,16 @@ export class OverrideScripts {
     plan: PlanEncoding,
   ): Promise<T | Decision | Error> {
     const keys = plan.keys.of(identifier, now);
+    if (plan.places !== undefined) {
+      return this.transport.callThen(
+        this.overridesCommand(plan, identifier, keys, cost, now, undefined),
+        this.nestedCall,
+        (reply) => {
+          const decision = reply.ok ? this.decodeStored(plan, reply.result, false, now) : reply.error;
+          return then === undefined ? decision : then(decision);
+        },
+      );
+    }
     const rule = plan.rules[0] as WindowRule;
     if (plan.fixed && cost >= 1 && cost <= rule.limit) {
       return this.transport.callThen(
@@ -104,13 +121,14 @@ export class OverrideScripts {
   ): Promise<CallResult> {
     return this.transport.call(
       this.overridesCommand(plan, identifier, keys, cost, now, want),
-      this.overridesCall,
+      plan.places === undefined ? this.overridesCall : this.nestedCall,
     );
   }
 
   /**
    * limiterOverrides' EVALSHA: the plan's keys, the override key, the other windows' keys; the limiter
-   * script's arguments, reserve ("" for none), the plan's table.
+   * script's arguments, reserve ("" for none), the plan's table. With rules keyed by several fields,
+   * limiterNestedOverrides': an override key per field, and each rule's field's place after the table.
    */
   overridesCommand(
     plan: PlanEncoding,
@@ -121,13 +139,18 @@ export class OverrideScripts {
     reserve: number | undefined,
   ): string[] {
     const windows = plan.windows ?? [];
-    const command = ["EVALSHA", LIMITER_OVERRIDES.sha1, String(keys.length + 1 + windows.length)];
+    const places = plan.places;
+    const overrides =
+      places === undefined ? [plan.keys.override(identifier)] : plan.keys.overrides(identifier);
+    const script = places === undefined ? LIMITER_OVERRIDES : LIMITER_NESTED_OVERRIDES;
+    const command = ["EVALSHA", script.sha1, String(keys.length + overrides.length + windows.length)];
     for (const key of keys) command.push(key);
-    command.push(plan.keys.override(identifier));
+    for (const key of overrides) command.push(key);
     for (const { plan: other, rule } of windows) command.push(other.keys.of(identifier, now)[rule]!);
     command.push(now.toString(16), String(cost));
     for (const arg of plan.args) command.push(arg);
     command.push(reserve === undefined ? "" : String(reserve), plan.table!);
+    if (places !== undefined) command.push(places);
     return command;
   }
 
@@ -219,6 +242,11 @@ export class OverrideScripts {
       return decode(plan, result, reserving, now);
     }
     const answer = result[result.length - 1];
+    if (plan.places !== undefined) {
+      const nested = Array.isArray(answer) ? this.nestedApplied(plan, answer) : undefined;
+      if (nested === undefined) return unexpected(result);
+      return decode(nested, result.slice(0, -1), reserving, now);
+    }
     const applied =
       typeof answer === "number"
         ? this.tagged[answer - 1]
@@ -227,6 +255,32 @@ export class OverrideScripts {
           : undefined;
     if (applied === undefined) return unexpected(result);
     return decode(applied, result.slice(0, -1), reserving, now);
+  }
+
+  /**
+   * The rules limiterNestedOverrides' answer says applied: per field, what its identifier's override
+   * applied (0: none, the call's plan), taken for the rules keyed by that field only. One plan
+   * throughout keeps its name; a mix is "custom".
+   */
+  private nestedApplied(plan: PlanEncoding, answers: unknown[]): Applied | undefined {
+    const places = plan.places!;
+    const rules: Rule[] = [];
+    const names = new Set<string>();
+    for (let i = 0; i < plan.rules.length; i++) {
+      const answer = answers[places.charCodeAt(i) - 49];
+      let applied: Applied | undefined = plan;
+      if (typeof answer === "number" && answer > 0) applied = this.tagged[answer - 1];
+      else if (typeof answer === "string") applied = this.appliedOf(answer);
+      else if (answer !== 0) return undefined;
+      if (applied === undefined) return undefined;
+      rules.push(applied.rules[i]!);
+      names.add(applied.name);
+    }
+    if (names.size === 1 && names.has(plan.name)) return plan;
+    const name = names.size === 1 ? [...names][0]! : "custom";
+    return name === "custom"
+      ? { name, rules, carrier: carrierOf(rules) }
+      : (this.plans.get(name) ?? { name, rules, carrier: carrierOf(rules) });
   }
 
   /**
@@ -286,7 +340,7 @@ export class OverrideScripts {
         stale(answer, "does not fit this Limiter's rules");
         return this.base;
       }
-      rules.push(checked.rule);
+      rules.push(own.by === undefined ? checked.rule : { ...checked.rule, by: own.by });
     }
     return { name: "custom", rules, carrier: carrierOf(rules) };
   }
@@ -306,6 +360,13 @@ export function withTables(
   const out = new Map<string, PlanEncoding>();
   for (const call of all.values()) {
     const n = call.rules.length;
+    // rules keyed by several fields: an override key per field before the other windows' keys
+    const fields = fieldsOf(call.rules);
+    const overrideKeys = fields.length > 1 ? fields.length : 1;
+    const places =
+      fields.length > 1
+        ? call.rules.map((rule) => String.fromCharCode(49 + fields.indexOf(rule.by ?? "id"))).join("")
+        : undefined;
     const windows: { plan: PlanEncoding; rule: number }[] = [];
     const index = new Map<string, number>();
     const keyOf = (plan: PlanEncoding, i: number, window: number) => {
@@ -314,7 +375,7 @@ export function withTables(
       let k = index.get(id);
       if (k === undefined) {
         windows.push({ plan, rule: i });
-        k = n + 1 + windows.length;
+        k = n + overrideKeys + windows.length;
         index.set(id, k);
       }
       return k;
@@ -349,7 +410,7 @@ export function withTables(
     // it there) takes that script's variant
     const script = call.one === undefined ? undefined : module?.oneRuleOverrides;
     const lean = script === undefined ? undefined : { ...options, script };
-    out.set(call.name, { ...call, table, windows, fixed, lean });
+    out.set(call.name, { ...call, table, windows, fixed, lean, places });
   }
   return out;
 }

@@ -92,6 +92,11 @@ export interface PlanEncoding {
    * `one` takes (one GCRA, token bucket or sliding window rule).
    */
   readonly lean?: CallOptions;
+  /**
+   * With overrides on and rules keyed by several fields: per rule, its field's place among the call's
+   * (one character, "1" the first): the call takes limiterNestedOverrides, an override key per field.
+   */
+  readonly places?: string;
 }
 
 /** The rules a stored override applied: a plan's, the custom ones, or the base rules when it is stale. */
