@@ -2,6 +2,7 @@
 // often than not (API keys, session ids), so they are hashed before they become part of a Redis key:
 // reading the keyspace must not hand out anyone's key.
 
+import type { Identity } from "../engine/keys.js";
 import { sha256Hex } from "../engine/sha256.js";
 import { formatIp, type IpAddress, isIpv4, networkOf, parseIp } from "./ip.js";
 import { canonicalPath, normalizePath } from "./routes.js";
@@ -77,7 +78,7 @@ export function keySpecText(spec: KeySpec): string {
 }
 
 /** Who a request is counted as: one identifier (the `id` field), or a record of them, one a rule's `by`. */
-export type Identity = string | Readonly<Record<string, string>>;
+export type { Identity } from "../engine/keys.js";
 
 /** What a middleware's `key` may answer: an identity, a field of it left undefined when not found. */
 export type KeyAnswer = string | Readonly<Record<string, string | undefined>> | undefined;

@@ -3,7 +3,7 @@ import type { Limiter } from "../../engine/limiter.js";
 import type { Decision, Settlement } from "../../engine/types.js";
 import { type FailureLog, failureLog } from "../../http/error-log.js";
 import { enforce, SHADOW_HEADER, unauthorized } from "../../http/headers.js";
-import { type Identity, identityOf } from "../../http/identity.js";
+import { identityOf } from "../../http/identity.js";
 import {
   bodyUsageRefusal,
   checkUsageSource,
@@ -166,7 +166,7 @@ export const rateLimit = <E extends Env = Env>({
       return;
     }
     // Lease refunds due now finish after the response, through the runtime's waitUntil where it has one.
-    const decision = await limiter.limit(id as Identity & string, {
+    const decision = await limiter.limit(id, {
       cost: await cost(ctx),
       plan: plan && (await plan(ctx)),
       waitUntil: waitUntilOf(c),

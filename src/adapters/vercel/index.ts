@@ -3,7 +3,7 @@ import { next } from "@vercel/functions/middleware";
 import type { Limiter } from "../../engine/limiter.js";
 import { failureLog } from "../../http/error-log.js";
 import { enforce, unauthorized } from "../../http/headers.js";
-import { clientKey, type Identity, identityOf } from "../../http/identity.js";
+import { clientKey, identityOf } from "../../http/identity.js";
 import { parseIp } from "../../http/ip.js";
 import { compileRoutes, normalizePath, parsePathPattern } from "../../http/routes.js";
 
@@ -80,7 +80,7 @@ export function createMiddleware(
     if (!limited(pathname)) return undefined;
     const id = identityOf(await key(request));
     if (id === undefined) return onMissingKey(request);
-    const decision = await limiter.limit(id as Identity & string, {
+    const decision = await limiter.limit(id, {
       cost: await cost(request),
       plan: plan && (await plan(request)),
       waitUntil: vercelWaitUntil(),

@@ -550,11 +550,11 @@ async function overrides(request: Request, name: string, routes: readonly AdminR
   const identifier = by.field === "id" ? value : { [by.field]: value };
   try {
     if (method === "DELETE") {
-      await store.delete(identifier as string);
+      await store.delete(identifier);
       return new Response(null, { status: 204, headers: { "Cache-Control": "no-store" } });
     }
     if (method === "GET") {
-      const override = await store.get(identifier as string);
+      const override = await store.get(identifier);
       return override === undefined ? problem(404, "key: no override") : json(override);
     }
     const text = await readBody(request);
@@ -563,7 +563,7 @@ async function overrides(request: Request, name: string, routes: readonly AdminR
     if (override instanceof Response) return override;
     const other = otherRule(route, by, override);
     if (other !== undefined) return other;
-    await store.set(identifier as string, override);
+    await store.set(identifier, override);
     return json(override);
   } catch (error) {
     return failure(error);

@@ -8,7 +8,7 @@ import { fixedWindow, Limiter } from "../../../src/index.js";
 import { bridgeRedis, manualClock, uniquePrefix } from "../../support.js";
 
 function setup() {
-  const limiter = new Limiter({
+  const options = {
     redis: bridgeRedis(),
     prefix: uniquePrefix("hono-record"),
     rules: {
@@ -18,7 +18,10 @@ function setup() {
     },
     clock: manualClock(),
     timeout: 15_000,
-  });
+  };
+  const limiter = new Limiter(options);
+  // peeks through a Limiter of its own, without a deny cache: every rule's count read from Redis
+  const peeker = new Limiter({ ...options, denyCache: false });
   const app = new Hono<{ Variables: RateLimitVariables }>();
   app.use(
     "/api/*",
@@ -34,7 +37,7 @@ function setup() {
     });
   /** Units left on each rule for `key` from `ip`, read with a peek (cost 0: nothing charged). */
   const left = async (key: string, ip: string) => {
-    const d = await limiter.limit({ key, ip, global: "all" }, { cost: 0 });
+    const d = await peeker.limit({ key, ip, global: "all" }, { cost: 0 });
     return Object.fromEntries(Object.entries(d.rules).map(([name, rule]) => [name, rule.remaining]));
   };
   return { send, left };

@@ -43,6 +43,8 @@ function setup(
       perIp: fixedWindow({ limit: perIp, window: "1h", by: "ip" }),
       global: fixedWindow({ limit: global, window: "1h", by: "global" }),
     },
+    // every rule's count read from Redis, never a cached denial's one rule
+    denyCache: false,
   });
   /** Units left on each rule for API key `key` from `ip` (a peek: nothing charged). */
   const left = async (key: string, ip: string) => {
