@@ -5,6 +5,7 @@
 // the admin API's overrides of one identifier (?by=).
 import { afterEach, beforeEach, describe, expect, inject, test, vi } from "vitest";
 import { hashed } from "../../../src/http/identity.js";
+import worker from "../../../src/adapters/worker/index.js";
 import { fixedWindow, Limiter } from "../../../src/index.js";
 import { call, config, envFor } from "./support.js";
 
@@ -54,9 +55,19 @@ function setup(
       Object.entries(decision.rules).map(([rule, { remaining }]) => [rule, remaining]),
     );
   };
+  /** One request, its body read to the end, then its background work (a settle among it) awaited. */
   const send = async (key: string | undefined, ip: string | null, path = "/x") => {
-    const response = await call(env, path, { ip, headers: key === undefined ? {} : { "x-api-key": key } });
+    const headers = new Headers(key === undefined ? {} : { "x-api-key": key });
+    if (ip !== null) headers.set("CF-Connecting-IP", ip);
+    const pending: Promise<unknown>[] = [];
+    const ctx = {
+      waitUntil: (promise: Promise<unknown>) => void pending.push(promise),
+      passThroughOnException: () => {},
+      props: {},
+    };
+    const response = await worker.fetch(new Request(`https://edge.example${path}`, { headers }), env, ctx);
     await response.arrayBuffer();
+    await Promise.all(pending);
     return response;
   };
   return { env, left, send };
