@@ -4,8 +4,8 @@
 // of docs/worker.md (the cost settled from OpenAI usage, on every rule), a request missing a key, and
 // the admin API's overrides of one identifier (?by=).
 import { afterEach, beforeEach, describe, expect, inject, test, vi } from "vitest";
-import { hashed } from "../../../src/http/identity.js";
 import worker from "../../../src/adapters/worker/index.js";
+import { hashed } from "../../../src/http/identity.js";
 import { fixedWindow, Limiter } from "../../../src/index.js";
 import { call, config, envFor } from "./support.js";
 
@@ -124,6 +124,30 @@ describe('a route whose rules count by "ip" and "global" beside its key', () => 
     expect((await send("k2", "2001:db8::2")).status).toBe(200);
     expect((await send("k3", "2001:db8::3")).status).toBe(429);
     expect(await left("k3", "2001:db8::/64")).toEqual({ perKey: 10, perIp: 0, global: 8 });
+  });
+});
+
+describe("analytics and the ops page", () => {
+  test("each decision is counted under its binding rule's identifier, shown as the key it reads", async () => {
+    const { env, send } = setup([1, 2, 100], {}, { analytics: true });
+    expect((await send("k1", "192.0.2.1")).status).toBe(200);
+    expect((await send("k1", "192.0.2.1")).status).toBe(429);
+    expect((await send("k2", "192.0.2.1")).status).toBe(200);
+    expect((await send("k3", "192.0.2.1")).status).toBe(429);
+    const response = await call(env, "/_edgelimit/analytics?minutes=5", { headers: auth });
+    const { routes } = (await response.json()) as {
+      routes: Record<
+        string,
+        { denials: Record<string, number>; top: { identifier: string; denied: number }[] }
+      >;
+    };
+    expect(routes.api!.denials).toEqual({ perKey: 1, perIp: 1, global: 0 });
+    const denied = routes.api!.top.filter(({ denied }) => denied > 0).map(({ identifier }) => identifier);
+    expect(denied.sort()).toEqual([`id=api:${hashed("k1")}`, "ip=api:192.0.2.1"]);
+    const html = await (await call(env, "/_edgelimit/", { headers: auth })).text();
+    expect(html).toContain('<tr data-identifier="ip=192.0.2.1" data-denied="1"');
+    expect(html).toContain(`<tr data-identifier="header:x-api-key=${hashed("k1")}" data-denied="1"`);
+    expect(html).toContain("&quot;by&quot;:&quot;ip&quot;");
   });
 });
 
