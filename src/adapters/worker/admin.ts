@@ -9,7 +9,7 @@
 //                                                  200 with the override as stored
 //   GET    {admin}/overrides/<route>?key=<value>   200 with the override, or 404
 //   DELETE {admin}/overrides/<route>?key=<value>   204
-//   ...?by=<key>&key=<value>                       the same, for the identifier a rule's "by" reads
+//   ...?by=<key>&key=<value>, ...?by=<key>         the same, for the identifier a rule's "by" reads
 //                                                  (?by=ip&key=203.0.113.7); without by, the route's key.
 //                                                  An override changes only rules that count by it.
 //   GET    {admin}/overrides/<route>[?after=&limit=]  200 { items: [{ identifier, override }], next }
@@ -535,11 +535,9 @@ async function overrides(request: Request, name: string, routes: readonly AdminR
       Allow: "GET, PUT, DELETE",
     });
   }
-  if (key === null && method === "GET" && !url.searchParams.has("by")) {
-    return list(store, route, url.searchParams);
-  }
   const by = keyedBy(route, url.searchParams.get("by"));
   if (by instanceof Response) return by;
+  if (key === null && method === "GET") return list(store, route, url.searchParams, by.field);
   if (key === null && by.spec.kind !== "global") {
     return problem(400, `key: required, e.g. ?key=<the value this ${by.what} reads from a request>`);
   }
@@ -639,7 +637,12 @@ function keyProblem(spec: KeySpec): string {
   }
 }
 
-async function list(store: Overrides, route: AdminRoute, params: URLSearchParams): Promise<Response> {
+async function list(
+  store: Overrides,
+  route: AdminRoute,
+  params: URLSearchParams,
+  field: string,
+): Promise<Response> {
   const after = params.get("after") ?? undefined;
   const limitText = params.get("limit");
   let limit = DEFAULT_PAGE;
@@ -652,6 +655,7 @@ async function list(store: Overrides, route: AdminRoute, params: URLSearchParams
   try {
     const page = await store.page({
       within: `${route.name}:`,
+      by: field,
       limit,
       ...(after === undefined ? {} : { after }),
     });

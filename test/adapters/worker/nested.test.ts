@@ -199,6 +199,17 @@ describe("overrides of one identifier (?by=)", () => {
     const byIp = await send("k4", "192.0.2.9");
     expect(byIp.status).toBe(429);
     expect(byIp.headers.get("ratelimit")).toMatch(/^"perIp";r=0;/);
+    // listed by the key they are for
+    const ipList = await call(env, "/_edgelimit/overrides/api?by=ip", { headers: auth });
+    expect(await ipList.json()).toEqual({
+      items: [{ identifier: "api:192.0.2.1", override: { rules: { perIp: { limit: 4 } } } }],
+      next: null,
+    });
+    const keyList = await call(env, "/_edgelimit/overrides/api", { headers: auth });
+    expect(await keyList.json()).toEqual({
+      items: [{ identifier: `api:${hashed("k1")}`, override: { rules: { perKey: { limit: 3 } } } }],
+      next: null,
+    });
     // read back and removed by the same identifier
     const got = await call(env, "/_edgelimit/overrides/api?by=ip&key=192.0.2.1", { headers: auth });
     expect(await got.json()).toEqual({ rules: { perIp: { limit: 4 } } });
