@@ -12,6 +12,12 @@ interface Entry {
   trustedUntil: number;
   decidedAt: number;
   decision: Decision;
+  /**
+   * With rules keyed by several fields (setEach): the denied subject's key of each rule, by rule name.
+   * Another subject sharing this entry's identifier is answered with the outcomes of the rules whose
+   * key it shares only: of the others, nothing here is known.
+   */
+  keys?: Readonly<Record<string, string>>;
 }
 
 /**
@@ -39,7 +45,13 @@ export class DenyCache {
    * The cached denial of `identifier` for `cost` at `now` under `plan` (default: the base rules), with
    * times made relative to `now`.
    */
-  get(identifier: string, cost: number, now: number, plan = "default"): Decision | undefined {
+  get(
+    identifier: string,
+    cost: number,
+    now: number,
+    plan = "default",
+    keys?: Readonly<Record<string, string>>,
+  ): Decision | undefined {
     const entry = this.entries.get(identifier);
     if (entry === undefined) return undefined;
     if (now >= entry.trustedUntil) {
@@ -53,8 +65,10 @@ export class DenyCache {
     const decision = entry.decision;
     // each object written out whole, no spreads: a copy that gains properties leaves V8's fast shapes
     const rules: Decision["rules"] = {};
+    const shared = entry.keys;
     for (const name in decision.rules) {
       const rule = decision.rules[name]!;
+      if (shared !== undefined && keys !== undefined && shared[name] !== keys[name]) continue;
       const retryAfter = Math.max(0, rule.retryAfter - elapsed);
       rules[name] = {
         allowed: rule.allowed || retryAfter === 0,
@@ -85,7 +99,14 @@ export class DenyCache {
    * overrides on they differ: a call under the base rules denied by an override says "custom", and the
    * next such call is answered from the entry.
    */
-  set(identifier: string, cost: number, now: number, decision: Decision, plan = decision.plan): void {
+  set(
+    identifier: string,
+    cost: number,
+    now: number,
+    decision: Decision,
+    plan = decision.plan,
+    keys?: Readonly<Record<string, string>>,
+  ): void {
     if (decision.retryAfter <= 0 || this.maxStale <= 0) return;
     this.entries.delete(identifier);
     const until = now + decision.retryAfter;
@@ -96,6 +117,7 @@ export class DenyCache {
       trustedUntil: Math.min(until, now + this.maxStale),
       decidedAt: now,
       decision,
+      keys,
     });
     if (this.entries.size > this.maxEntries) {
       this.entries.delete(this.entries.keys().next().value as string);
@@ -103,25 +125,16 @@ export class DenyCache {
   }
 
   /**
-   * With rules keyed by several fields: caches each rule of `decision` that denied under that rule's
-   * own key (`keys[i]`, its place and its identifier's tag), so that a denial by a shared identifier
-   * (a global quota) answers every subject that shares it, until that rule could admit again. Each
-   * entry holds that rule's outcome alone: what a cached answer for another subject knows.
+   * With rules keyed by several fields: caches the denial under the key of each rule that denied
+   * (`keys`, by rule name: its place and its identifier's tag), so that a denial by a shared identifier
+   * (a global quota) answers every subject sharing it, until that rule could admit again. Each entry
+   * answers as that rule: its limit, remaining, reset and retry.
    */
-  setEach(
-    keys: readonly string[],
-    names: readonly string[],
-    cost: number,
-    now: number,
-    decision: Decision,
-    plan = decision.plan,
-  ): void {
+  setEach(keys: Readonly<Record<string, string>>, cost: number, now: number, decision: Decision, plan = decision.plan): void {
     const rules = decision.decidedBy;
-    for (let i = 0; i < keys.length; i++) {
-      const name = names[i]!;
+    for (const name in keys) {
       const rule = decision.rules[name];
       if (rule === undefined || rule.allowed) continue;
-      const key = keys[i]!;
       const one: Decision = {
         allowed: false,
         limit: rule.limit,
@@ -132,20 +145,21 @@ export class DenyCache {
         source: decision.source,
         plan: decision.plan,
         decidedAt: decision.decidedAt,
-        rules: { [name]: rule },
+        rules: decision.rules,
       };
-      this.set(key, cost, now, rules === undefined ? one : decidedBy(one, rules), plan);
+      this.set(keys[name]!, cost, now, rules === undefined ? one : decidedBy(one, rules), plan, keys);
     }
   }
 
   /**
    * The cached denial answering a subject whose rules' keys are `keys` (see setEach): of the rules
-   * with one, the one that holds longest; undefined when none has.
+   * with one, the one that holds longest; undefined when none has. Its `rules` are the outcomes of the
+   * rules whose key the subject shares with the one denied (all of them for that subject itself).
    */
-  getEach(keys: readonly string[], cost: number, now: number, plan = "default"): Decision | undefined {
+  getEach(keys: Readonly<Record<string, string>>, cost: number, now: number, plan = "default"): Decision | undefined {
     let answer: Decision | undefined;
-    for (const key of keys) {
-      const hit = this.get(key, cost, now, plan);
+    for (const name in keys) {
+      const hit = this.get(keys[name]!, cost, now, plan, keys);
       if (hit !== undefined && (answer === undefined || hit.retryAfter > answer.retryAfter)) answer = hit;
     }
     return answer;

@@ -108,7 +108,7 @@ export class Identities {
    */
   subject(identity: unknown): string {
     if (!this.nested) {
-      if (typeof identity === "string") return checkIdentifier(identity);
+      if (identity === null || typeof identity !== "object") return checkIdentifier(identity);
       return checkIdentifier(this.record(identity).id, "identifier.id");
     }
     const record = typeof identity === "string" ? undefined : this.record(identity);

@@ -496,7 +496,7 @@ export class Limiter {
       }
     }
     identifier = this.identities.subject(identifier);
-    if (this.identities.nested) for (const key of this.cacheKeys(identifier)) this.cache?.delete(key);
+    if (this.identities.nested) for (const key of Object.values(this.cacheKeys(identifier))) this.cache?.delete(key);
     else this.cache?.delete(identifier);
     for (const { encoding, isolate } of this.plans.values()) {
       isolate?.drop(identifier);
@@ -517,17 +517,23 @@ export class Limiter {
    * window's `window`: the rule's key then ends in ".<window ms>".
    */
   keys(identifier: Identity, now: number = this.now(), plan?: string): string[] {
-    return this.planOf(plan).encoding.keys.of(this.identities.subject(identifier), now);
+    const subject =
+      typeof identifier === "string" && !this.identities.nested ? identifier : this.identities.subject(identifier);
+    return this.planOf(plan).encoding.keys.of(subject, now);
   }
 
   /**
    * With rules keyed by several fields, the deny cache's keys of a subject: one per rule, its place and
    * its field's tag, so a denial by a shared identifier (a global quota) answers every subject sharing it.
    */
-  private cacheKeys(subject: string): string[] {
+  private cacheKeys(subject: string): Record<string, string> {
     const tags = tagsOf(subject);
     const fields = this.identities.fields;
-    return this.rules.map((rule, i) => `${i}${tags[fields.indexOf(fieldOf(rule))]}`);
+    const keys: Record<string, string> = {};
+    this.rules.forEach((rule, i) => {
+      keys[rule.name] = `${i}${tags[fields.indexOf(fieldOf(rule))]}`;
+    });
+    return keys;
   }
 
   /**
@@ -623,17 +629,7 @@ export class Limiter {
     if (!decision.allowed) {
       if (!this.identities.nested)
         this.cache?.set(identifier, Math.max(cost, 1), now, decision, encoding.name);
-      else {
-        const names = encoding.rules.map((rule) => rule.name);
-        this.cache?.setEach(
-          this.cacheKeys(identifier),
-          names,
-          Math.max(cost, 1),
-          now,
-          decision,
-          encoding.name,
-        );
-      }
+      else this.cache?.setEach(this.cacheKeys(identifier), Math.max(cost, 1), now, decision, encoding.name);
       return decision;
     }
     return this.ticket(decision, identifier, cost, undefined, counted);
@@ -717,7 +713,7 @@ export class Limiter {
       const now = this.now();
       // units given back may admit what a cached denial would refuse
       if (difference < 0) {
-        if (this.identities.nested) for (const key of this.cacheKeys(identifier)) this.cache?.delete(key);
+        if (this.identities.nested) for (const key of Object.values(this.cacheKeys(identifier))) this.cache?.delete(key);
         else this.cache?.delete(identifier);
       }
       let counted: Counted;

@@ -123,7 +123,7 @@ export function checkRule(
     if (field !== "algorithm" && field !== "by" && !known.includes(field)) {
       issues.push({
         path: [...at, field],
-        message: `not an option of ${algorithm}; it takes ${[...known, "by"].join(", ")}`,
+        message: `not an option of ${algorithm}; it takes ${known.join(", ")}`,
       });
     }
   }

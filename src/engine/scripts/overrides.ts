@@ -18,6 +18,7 @@ import { carrierOf, type Decision } from "../types.js";
 import {
   type Applied,
   decode,
+  encodeRule,
   oneRuleDecision,
   type PlanEncoding,
   type ScriptCallOptions,
@@ -277,10 +278,14 @@ export class OverrideScripts {
       names.add(applied.name);
     }
     if (names.size === 1 && names.has(plan.name)) return plan;
-    const name = names.size === 1 ? [...names][0]! : "custom";
-    return name === "custom"
-      ? { name, rules, carrier: carrierOf(rules) }
-      : (this.plans.get(name) ?? { name, rules, carrier: carrierOf(rules) });
+    // a plan whose rules these are (an override's plan that changes only its own field's rules) keeps
+    // its name; any other mix is "custom"
+    const args = rules.flatMap(encodeRule).join(" ");
+    for (const name of names) {
+      const candidate = this.plans.get(name);
+      if (candidate !== undefined && candidate.args.join(" ") === args) return candidate;
+    }
+    return { name: "custom", rules, carrier: carrierOf(rules) };
   }
 
   /**
