@@ -218,7 +218,7 @@ describe("every error names the path of the field at fault", () => {
         ...base,
         routes: [{ ...login, rules: { x: { algorithm: "gcra", limit: 5, period: "1m", window: "1m" } } }],
       },
-      ["routes[0].rules.x.window: not an option of gcra; it takes limit, period, burst, by"],
+      ["routes[0].rules.x.window: not an option of gcra; it takes limit, period, burst"],
     ],
     [
       { ...base, routes: [{ ...login, rules: { x: "gcra" } }] },
@@ -334,7 +334,7 @@ describe("every error of a rule, and costs no rule can admit", () => {
         ],
       }),
     ).toEqual([
-      "routes[0].rules.bad.extra: not an option of tokenBucket; it takes capacity, refillRate, interval, by",
+      "routes[0].rules.bad.extra: not an option of tokenBucket; it takes capacity, refillRate, interval",
       "routes[0].rules.bad.capacity: must be a positive whole number, got 0",
       "routes[0].rules.bad.refillRate: must be at most 2^50 (1125899906842624) to be counted exactly, got 1152921504606847000",
       'routes[0].rules.bad.interval: "1 week" is not a duration; use milliseconds or a string like "500ms", "10s", "1m", "1h", "1d"',
@@ -368,8 +368,8 @@ describe("rule and lease problems, each at its own path", () => {
     [
       withRules({ x: { algorithm: "gcra", limit: 5, period: "1m", "per.minute": 1, "": 2 } }),
       [
-        'routes[0].rules.x["per.minute"]: not an option of gcra; it takes limit, period, burst, by',
-        'routes[0].rules.x[""]: not an option of gcra; it takes limit, period, burst, by',
+        'routes[0].rules.x["per.minute"]: not an option of gcra; it takes limit, period, burst',
+        'routes[0].rules.x[""]: not an option of gcra; it takes limit, period, burst',
       ],
     ],
     [
@@ -489,7 +489,7 @@ describe("plans, overrides and adminPath", () => {
     ],
     [
       withApi({ plans: { pro: { perMinute: { limit: 5, colour: "red" } } } }),
-      ["routes[0].plans.pro.perMinute.colour: not an option of gcra; it takes limit, period, burst, by"],
+      ["routes[0].plans.pro.perMinute.colour: not an option of gcra; it takes limit, period, burst"],
     ],
     [
       withApi({ plans: { default: { perMinute: { limit: 5 } } } }),
