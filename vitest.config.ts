@@ -13,6 +13,7 @@ const SLOW = [
   "test/start.test.ts",
   "test/ops-browser.test.ts",
   "test/settle-wrangler.test.ts",
+  "test/adapters/worker-config/nested-wrangler.test.ts",
   // tsc, wrangler deploy --dry-run, a package build, node children
   "test/readme.test.ts",
   "test/consumer.test.ts",

@@ -2,6 +2,7 @@
 // often than not (API keys, session ids), so they are hashed before they become part of a Redis key:
 // reading the keyspace must not hand out anyone's key.
 
+import type { Identity } from "../engine/keys.js";
 import { sha256Hex } from "../engine/sha256.js";
 import { formatIp, type IpAddress, isIpv4, networkOf, parseIp } from "./ip.js";
 import { canonicalPath, normalizePath } from "./routes.js";
@@ -63,6 +64,40 @@ export function parseKeySpec(text: string): KeySpec {
   throw new Error(
     `${JSON.stringify(text)} is not a key; use "ip", "path", "global", "header:NAME" or "cookie:NAME"`,
   );
+}
+
+/**
+ * A key spec written back as a route's `key` takes it ("ip", "header:x-api-key", "cookie:sid"): one
+ * text per spec, header names lowercased, so two spellings of one header are one spec.
+ *
+ * @example
+ * keySpecText(parseKeySpec("header:X-API-Key")) // "header:x-api-key"
+ */
+export function keySpecText(spec: KeySpec): string {
+  return spec.kind === "header" || spec.kind === "cookie" ? `${spec.kind}:${spec.name}` : spec.kind;
+}
+
+/** Who a request is counted as: one identifier (the `id` field), or a record of them, one a rule's `by`. */
+export type { Identity } from "../engine/keys.js";
+
+/** What a middleware's `key` may answer: an identity, a field of it left undefined when not found. */
+export type KeyAnswer = string | Readonly<Record<string, string | undefined>> | undefined;
+
+/**
+ * The identity a `key` answered, or undefined when it names no one: undefined, "", an empty record, or a
+ * record with a field undefined or "" (a header sent empty is no key: never one bucket shared by every
+ * such caller, whichever rule it is for).
+ *
+ * @example
+ * identityOf({ key: "k1", ip: undefined }) // undefined
+ * identityOf({ key: "k1", ip: "203.0.113.7" }) // { key: "k1", ip: "203.0.113.7" }
+ */
+export function identityOf(answer: KeyAnswer): Identity | undefined {
+  if (answer === undefined || answer === "") return undefined;
+  if (typeof answer === "string") return answer;
+  const values = Object.values(answer);
+  if (values.length === 0 || values.some((value) => value === undefined || value === "")) return undefined;
+  return answer as Readonly<Record<string, string>>;
 }
 
 /**

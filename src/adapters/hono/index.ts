@@ -3,6 +3,7 @@ import type { Limiter } from "../../engine/limiter.js";
 import type { Decision, Settlement } from "../../engine/types.js";
 import { type FailureLog, failureLog } from "../../http/error-log.js";
 import { enforce, SHADOW_HEADER, unauthorized } from "../../http/headers.js";
+import { identityOf } from "../../http/identity.js";
 import {
   bodyUsageRefusal,
   checkUsageSource,
@@ -35,7 +36,8 @@ export type RateLimitEvent =
   | {
       kind: "shadow-denied" | "error";
       message: string;
-      key: string;
+      /** The identity decided on: the key, or the record of identifiers `key` answered. */
+      key: string | Readonly<Record<string, string>>;
       decision: Decision;
       method: string;
       path: string;
@@ -45,7 +47,7 @@ export type RateLimitEvent =
       /** A response without a usable cost (its reservation stays charged), or a settle that failed. */
       kind: "usage";
       message: string;
-      key: string;
+      key: string | Readonly<Record<string, string>>;
       decision: Decision;
       method: string;
       path: string;
@@ -64,10 +66,18 @@ export type SettleOption<E extends Env = Env> =
 export interface RateLimitOptions<E extends Env = Env> {
   limiter: Limiter;
   /**
-   * Who is asking (user id, API key, IP). `undefined` or `""` answers 401 in enforce mode; shadow mode serves
+   * Who is asking (user id, API key, IP): one identifier, or a record of them, one field per rule's
+   * `by` (`{ key: apiKey, ip, global: "all" }`), all decided in one call, all or nothing. `undefined`,
+   * `""`, or a record with a field `undefined` or `""` answers 401 in enforce mode; shadow mode serves
    * the request marked `EdgeLimit-Shadow: no-key`. `onMissingKey`, when given, answers in both modes.
    */
-  key: (c: Context<E>) => string | undefined | Promise<string | undefined>;
+  key: (
+    c: Context<E>,
+  ) =>
+    | string
+    | Readonly<Record<string, string | undefined>>
+    | undefined
+    | Promise<string | Readonly<Record<string, string | undefined>> | undefined>;
   /** Units this request takes (default 1); 0 only reads the state. */
   cost?: (c: Context<E>) => number | Promise<number>;
   /**
@@ -139,9 +149,9 @@ export const rateLimit = <E extends Env = Env>({
   }
   return async function rateLimit(c, next) {
     const ctx = c as unknown as Context<E>;
-    const id = await key(ctx);
     // An empty key (a header sent empty) is no key: never one bucket shared by every such caller.
-    if (id === undefined || id === "") {
+    const id = identityOf(await key(ctx));
+    if (id === undefined) {
       if (onMissingKey) return onMissingKey(ctx);
       if (mode === "enforce") return unauthorized();
       const { method, path } = c.req;

@@ -3,7 +3,7 @@ import { next } from "@vercel/functions/middleware";
 import type { Limiter } from "../../engine/limiter.js";
 import { failureLog } from "../../http/error-log.js";
 import { enforce, unauthorized } from "../../http/headers.js";
-import { clientKey } from "../../http/identity.js";
+import { clientKey, identityOf } from "../../http/identity.js";
 import { parseIp } from "../../http/ip.js";
 import { compileRoutes, normalizePath, parsePathPattern } from "../../http/routes.js";
 
@@ -12,9 +12,17 @@ export interface VercelRateLimitOptions {
   limiter: Limiter;
   /**
    * Who is asking (default: the client IP Vercel's edge puts in x-real-ip, an IPv6 client counted per
-   * /64). `undefined` answers 401 (see `onMissingKey`).
+   * /64): one identifier, or a record of them, one field per rule's `by` (`{ user, ip: clientIp(request),
+   * global: "all" }`), decided in one call, all or nothing. `undefined`, `""`, or a record with a field
+   * `undefined` or `""` answers 401 (see `onMissingKey`).
    */
-  key?: (request: Request) => string | undefined | Promise<string | undefined>;
+  key?: (
+    request: Request,
+  ) =>
+    | string
+    | Readonly<Record<string, string | undefined>>
+    | undefined
+    | Promise<string | Readonly<Record<string, string | undefined>> | undefined>;
   /**
    * The paths to limit (default: every path the middleware runs for); others pass untouched.
    * "/login" (that path), "/users/:id" (any one segment there), "/api/*" (/api and all below it).
@@ -70,8 +78,8 @@ export function createMiddleware(
   return async function rateLimitMiddleware(request) {
     const { pathname } = new URL(request.url);
     if (!limited(pathname)) return undefined;
-    const id = await key(request);
-    if (id === undefined || id === "") return onMissingKey(request);
+    const id = identityOf(await key(request));
+    if (id === undefined) return onMissingKey(request);
     const decision = await limiter.limit(id, {
       cost: await cost(request),
       plan: plan && (await plan(request)),

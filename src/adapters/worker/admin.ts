@@ -9,6 +9,9 @@
 //                                                  200 with the override as stored
 //   GET    {admin}/overrides/<route>?key=<value>   200 with the override, or 404
 //   DELETE {admin}/overrides/<route>?key=<value>   204
+//   ...?by=<key>&key=<value>, ...?by=<key>         the same, for the identifier a rule's "by" reads
+//                                                  (?by=ip&key=203.0.113.7); without by, the route's key.
+//                                                  An override changes only rules that count by it.
 //   GET    {admin}/overrides/<route>[?after=&limit=]  200 { items: [{ identifier, override }], next }
 //
 // The ops page and its JSON (analytics on in the config) take the token three ways, so a browser can
@@ -50,7 +53,15 @@ import type { Override, Overrides } from "../../engine/overrides.js";
 import type { RestConnection } from "../../engine/rest.js";
 import { transportFor } from "../../engine/transport.js";
 import { PROBLEM_JSON } from "../../http/headers.js";
-import { clientIp, clientKey, cookie, identifierOf } from "../../http/identity.js";
+import {
+  clientIp,
+  clientKey,
+  cookie,
+  identifierOf,
+  type KeySpec,
+  keySpecText,
+  parseKeySpec,
+} from "../../http/identity.js";
 import type { IpAddress } from "../../http/ip.js";
 import type { AnalyticsConfig, RouteConfig } from "./config.js";
 import { loginPage, type OpsRoute, opsPage, type RouteReport, STYLE } from "./ops-page.js";
@@ -524,13 +535,17 @@ async function overrides(request: Request, name: string, routes: readonly AdminR
       Allow: "GET, PUT, DELETE",
     });
   }
-  if (key === null && method === "GET") return list(store, route, url.searchParams);
-  if (key === null && route.key.kind !== "global") {
-    return problem(400, `key: required, e.g. ?key=<the value this route's key reads from a request>`);
+  const by = keyedBy(route, url.searchParams.get("by"));
+  if (by instanceof Response) return by;
+  if (key === null && method === "GET") return list(store, route, url.searchParams, by.field);
+  if (key === null && by.spec.kind !== "global") {
+    return problem(400, `key: required, e.g. ?key=<the value this ${by.what} reads from a request>`);
   }
-  const id = identifierOf(route.key, key ?? "");
-  if (id === undefined) return problem(400, `key: ${keyProblem(route)}, got ${quoted(key ?? "")}`);
-  const identifier = `${route.name}:${id}`;
+  const id = identifierOf(by.spec, key ?? "");
+  if (id === undefined) return problem(400, `key: ${keyProblem(by.spec)}, got ${quoted(key ?? "")}`);
+  // the identifier a request's is (index.ts): the route's key is the record's "id", a bare string
+  const value = `${route.name}:${id}`;
+  const identifier = by.field === "id" ? value : { [by.field]: value };
   try {
     if (method === "DELETE") {
       await store.delete(identifier);
@@ -544,6 +559,8 @@ async function overrides(request: Request, name: string, routes: readonly AdminR
     if (text instanceof Response) return text;
     const override = overrideOf(text);
     if (override instanceof Response) return override;
+    const other = otherRule(route, by, override);
+    if (other !== undefined) return other;
     await store.set(identifier, override);
     return json(override);
   } catch (error) {
@@ -551,22 +568,81 @@ async function overrides(request: Request, name: string, routes: readonly AdminR
   }
 }
 
-// What a key's value must be for the route's kind of key.
-function keyProblem(route: AdminRoute): string {
-  switch (route.key.kind) {
+/** Which of the route's identifiers an override is for: the field its rules count by, and its key. */
+interface KeyedBy {
+  readonly field: string;
+  readonly spec: KeySpec;
+  /** How a message names it: "route's key" or `rule key "ip"`. */
+  readonly what: string;
+}
+
+// `?by=`: a key as a rule's "by" gives it, one some rule of the route counts by; absent, the route's key.
+function keyedBy(route: AdminRoute, by: string | null): KeyedBy | Response {
+  const counted = Object.values(route.identifiers).map(keySpecText);
+  const texts = [...new Set(counted)].map((text) => JSON.stringify(text)).join(", ");
+  let spec: KeySpec = route.key;
+  if (by !== null) {
+    // parseKeySpec quotes what it refuses: a long one is refused here, unquoted
+    if (by.length > 200) return problem(400, "by: not a key (longer than 200 characters)");
+    try {
+      spec = parseKeySpec(by);
+    } catch (error) {
+      return problem(400, `by: ${(error as Error).message}`);
+    }
+  }
+  const text = keySpecText(spec);
+  const field = Object.entries(route.identifiers).find(([, other]) => keySpecText(other) === text)?.[0];
+  if (field === undefined) {
+    return problem(
+      400,
+      `by: no rule of ${quoted(route.name)} counts by ${quoted(text)}; its rules count by ${texts}`,
+    );
+  }
+  return { field, spec, what: by === null ? "route's key" : `key ${JSON.stringify(text)}` };
+}
+
+// An override of one identifier changes only the rules counted by it: a rule counted by another would
+// have one limit for one client and another for the rest of the identifiers it shares.
+function otherRule(route: AdminRoute, by: KeyedBy, override: Override): Response | undefined {
+  const rules = (override as { rules?: unknown }).rules;
+  if (rules === null || typeof rules !== "object" || Array.isArray(rules)) return undefined;
+  for (const name of Object.keys(rules)) {
+    const rule = route.rules[name] as { by?: string } | undefined;
+    // an unknown rule is set()'s to name
+    if (rule === undefined) continue;
+    const field = rule.by ?? "id";
+    if (field === by.field) continue;
+    const spec = keySpecText(route.identifiers[field]!);
+    const usage = field === "id" ? "leave by out" : `use ?by=${spec}`;
+    return problem(
+      400,
+      `rules.${name}: counts by ${JSON.stringify(spec)}, not by ${JSON.stringify(keySpecText(by.spec))}; to change it, ${usage}`,
+    );
+  }
+  return undefined;
+}
+
+// What a key's value must be for its kind of key.
+function keyProblem(spec: KeySpec): string {
+  switch (spec.kind) {
     case "ip":
       return "not an IP address";
     case "path":
       return 'must be a path starting with "/"';
     case "header":
     case "cookie":
-      return `must be the value of ${route.key.kind} ${route.key.name}, not empty`;
+      return `must be the value of ${spec.kind} ${spec.name}, not empty`;
     case "global":
-      return "not needed: this route counts every request together";
+      return "not needed: this key counts every request together";
   }
 }
 
-async function list(store: Overrides, route: AdminRoute, params: URLSearchParams): Promise<Response> {
+async function list(
+  store: Overrides,
+  route: AdminRoute,
+  params: URLSearchParams,
+  field: string,
+): Promise<Response> {
   const after = params.get("after") ?? undefined;
   const limitText = params.get("limit");
   let limit = DEFAULT_PAGE;
@@ -579,6 +655,7 @@ async function list(store: Overrides, route: AdminRoute, params: URLSearchParams
   try {
     const page = await store.page({
       within: `${route.name}:`,
+      by: field,
       limit,
       ...(after === undefined ? {} : { after }),
     });

@@ -16,7 +16,9 @@
 //       "key": "ip",                           "ip" (CF-Connecting-IP; IPv6 per /64), "header:NAME",
 //                                              "cookie:NAME", "path", "global"
 //       "rules": { "perMinute": { "algorithm": "gcra", "limit": 5, "period": "1m" } },
-//                                              required, at least one; as the rule constructors take them
+//                                              required, at least one; as the rule constructors take them,
+//                                              plus "by": a key as "key" takes them, the identifier that
+//                                              rule counts by (the route's "key" when absent)
 //       "mode": "enforce",                     or "shadow" (forward, mark EdgeLimit-Shadow, log)
 //       "cost": 1,                             units per request
 //       "timeout": "1s",                       how long a decision waits for Redis (Limiter default 1000 ms)
@@ -58,8 +60,9 @@ import { describe, readDuration } from "../../engine/duration.js";
 import { PREFIX } from "../../engine/keys.js";
 import { checkLease, type LeaseConfig } from "../../engine/leases.js";
 import { checkOverrides, type OverridesConfig } from "../../engine/overrides.js";
+import { sha256Hex } from "../../engine/sha256.js";
 import { type Issue, MAX_TIMER_MS } from "../../engine/validate.js";
-import { type KeySpec, parseKeySpec } from "../../http/identity.js";
+import { type KeySpec, keySpecText, parseKeySpec } from "../../http/identity.js";
 import { IpSet, parseRange } from "../../http/ip.js";
 import { parsePathPattern, type RouteMatch } from "../../http/routes.js";
 import { checkUsageSource, type UsageSource } from "../../http/usage.js";
@@ -71,8 +74,16 @@ export interface RouteConfig {
   readonly name: string;
   readonly match: RouteMatch;
   readonly key: KeySpec;
-  /** Validated rule objects, by name (as `compileRule` accepts them). */
+  /**
+   * Validated rule objects, by name (as `compileRule` accepts them). A rule with a `"by"` in the config
+   * carries `by`: the field of `identifiers` it is keyed by; the others are keyed by "id", the route's key.
+   */
   readonly rules: Readonly<Record<string, RuleConfig>>;
+  /**
+   * What a request is counted under, by field of the identifier record its Limiter decides on: "id" is
+   * the route's `key` (when a rule counts by it), any other field a rule's `"by"`. Each is read once a request.
+   */
+  readonly identifiers: Readonly<Record<string, KeySpec>>;
   /** "enforce" answers 429 when denied; "shadow" forwards anyway and reports what it would have done. */
   readonly mode: "enforce" | "shadow";
   /** Units each request takes (default 1). */
@@ -287,9 +298,31 @@ const match = strict("an object such as { path, methods }", {
   ),
 });
 
+/** A rule as the config gives it: the engine's fields, and the key it counts by when not the route's. */
+type ConfigRule = RuleConfig & { readonly by?: KeySpec };
+
+/** A rule's fields for the engine's checks: all but the Worker's own `by` (a key, checked here). */
+function engineFields(rule: unknown): RuleConfig {
+  if (rule === null || typeof rule !== "object" || Array.isArray(rule)) return rule as RuleConfig;
+  const { by: _by, ...fields } = rule as Record<string, unknown>;
+  return fields as unknown as RuleConfig;
+}
+
+// A rule's "by": any key a route's "key" takes, as that key's own check says.
+function byIssue(by: unknown): string | undefined {
+  if (typeof by !== "string")
+    return `must be a key such as "ip", "header:x-api-key" or "global", got ${describe(by)}`;
+  try {
+    parseKeySpec(by);
+    return undefined;
+  } catch (error) {
+    return (error as Error).message;
+  }
+}
+
 const rules = v.pipe(
   v.record(v.string(), v.unknown(), (issue) => `must be an object of named rules${got(issue)}`),
-  checked<Record<string, unknown>, Record<string, RuleConfig>>((record) => {
+  checked<Record<string, unknown>, Record<string, ConfigRule>>((record) => {
     const entries = Object.entries(record);
     if (entries.length === 0) {
       return {
@@ -300,13 +333,24 @@ const rules = v.pipe(
     }
     // checkRule's paths start at rules.<name> (a bad name's at rules alone); here each goes under the
     // rule's own entry of this route's rules.
-    const issues = entries.flatMap(([name, rule]) =>
-      (checkRule(name, rule as RuleConfig).issues ?? []).map((issue) => ({
+    const issues = entries.flatMap(([name, rule]) => {
+      const found = (checkRule(name, engineFields(rule)).issues ?? []).map((issue) => ({
         path: [name, ...issue.path.slice(2)],
         message: issue.message,
-      })),
+      }));
+      const by = (rule as { by?: unknown } | null)?.by;
+      const bad = by === undefined ? undefined : byIssue(by);
+      return bad === undefined ? found : [...found, { path: [name, "by"], message: bad }];
+    });
+    if (issues.length > 0) return { issues };
+    const value = Object.fromEntries(
+      entries.map(([name, rule]) => {
+        const { by } = rule as { by?: string };
+        const fields = engineFields(rule);
+        return [name, by === undefined ? fields : { ...fields, by: parseKeySpec(by) }];
+      }),
     );
-    return issues.length > 0 ? { issues } : { value: record as Record<string, RuleConfig> };
+    return { value: value as Record<string, ConfigRule> };
   }),
 );
 
@@ -502,12 +546,44 @@ export function parseConfig(input: unknown): ConfigResult {
       ...(analytics === undefined ? {} : { analytics }),
       routes: output.routes.map(({ overrides, ...route }) => ({
         ...route,
+        ...keyedRules(route.key, route.rules),
         ...(overrides === undefined ? {} : { overrides }),
       })) as RouteConfig[],
       allow: IpSet.from(output.allow),
       deny: IpSet.from(output.deny),
     },
   };
+}
+
+// An identifier record's field: 1-64 of these (the engine's rule `by`).
+const FIELD = /^[A-Za-z0-9_.:-]{1,64}$/;
+
+/**
+ * The field a key is read into: "id" for the route's own key (so a route whose rules all count by it
+ * keeps the keys it always had), else the key as written ("ip", "header:x-api-key"), or, for a header or
+ * cookie name no field can spell, its kind and a hash of its name ("cookie.<16 hex>", never a key's text).
+ */
+function fieldOf(spec: KeySpec, routeKey: KeySpec): string {
+  const text = keySpecText(spec);
+  if (text === keySpecText(routeKey)) return "id";
+  if (FIELD.test(text)) return text;
+  return `${spec.kind}.${sha256Hex(text).slice(0, 16)}`;
+}
+
+/** The route's rules, each keyed by its field, and the key each field is read from. */
+function keyedRules(
+  routeKey: KeySpec,
+  rules: Readonly<Record<string, ConfigRule>>,
+): Pick<RouteConfig, "rules" | "identifiers"> {
+  const identifiers: Record<string, KeySpec> = {};
+  const keyed: Record<string, RuleConfig> = {};
+  for (const [name, { by, ...rule }] of Object.entries(rules)) {
+    const spec = by ?? routeKey;
+    const field = fieldOf(spec, routeKey);
+    identifiers[field] = spec;
+    keyed[name] = (field === "id" ? rule : { ...rule, by: field }) as RuleConfig;
+  }
+  return { rules: keyed, identifiers };
 }
 
 // Two routes of one name would share counters; reported from the raw input, so it shows up alongside
@@ -538,7 +614,7 @@ function impossibleCosts(value: unknown): string[] {
     if (typeof cost !== "number" || !Number.isInteger(cost) || cost < 1) return;
     if (rules === null || typeof rules !== "object" || Array.isArray(rules)) return;
     const compiled = Object.entries(rules)
-      .map(([name, rule]) => checkRule(name, rule as RuleConfig).rule)
+      .map(([name, rule]) => checkRule(name, engineFields(rule)).rule)
       .filter((rule): rule is Rule => rule !== undefined);
     try {
       checkCost(compiled, cost, `routes[${i}].cost`);
@@ -560,9 +636,9 @@ function routePlans(value: unknown): string[] {
     const { cost = 1, rules, plans } = (route ?? {}) as { cost?: unknown; rules?: unknown; plans?: unknown };
     if (plans === null || typeof plans !== "object" || Array.isArray(plans)) return;
     if (rules === null || typeof rules !== "object" || Array.isArray(rules)) return;
-    const entries = Object.entries(rules as Record<string, RuleConfig>);
+    const entries = Object.entries(rules).map(([name, rule]) => [name, engineFields(rule)] as const);
     if (entries.length === 0 || entries.some(([name, rule]) => checkRule(name, rule).issues)) return;
-    const checked = checkPlans(rules as Record<string, RuleConfig>, plans);
+    const checked = checkPlans(Object.fromEntries(entries), plans);
     if (checked.issues !== undefined) {
       for (const { path, message } of checked.issues) errors.push(`${routeField(i, path)}: ${message}`);
       return;

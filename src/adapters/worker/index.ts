@@ -15,7 +15,7 @@ import { Limiter, type LimiterOptions } from "../../engine/limiter.js";
 import type { RestConnection } from "../../engine/rest.js";
 import { failureLog } from "../../http/error-log.js";
 import { PROBLEM_JSON } from "../../http/headers.js";
-import { clientIp, identify } from "../../http/identity.js";
+import { clientIp, identify, type KeySpec } from "../../http/identity.js";
 import type { IpAddress } from "../../http/ip.js";
 import {
   compileRoutes,
@@ -185,14 +185,24 @@ function limitedRoute(
   };
   const limiter = new Limiter(options);
   // Counters are namespaced by route (route names hold no ":"), so two routes never share a count.
-  const key = (c: Context<AppEnv>) => {
-    const id = identify(route.key, c.req.raw, c.get("ip"), c.get("path"));
+  const identifier = (spec: KeySpec, c: Context<AppEnv>) => {
+    const id = identify(spec, c.req.raw, c.get("ip"), c.get("path"));
     return id === undefined ? undefined : `${route.name}:${id}`;
   };
+  // the route's key: its slots in flight, and its rules unless they count by keys of their own
+  const key = (c: Context<AppEnv>) => identifier(route.key, c);
+  // Every key the rules count by, each read once, into one record decided in one call; a field left
+  // undefined (no such header) is a missing key, as the route's own is.
+  const fields = Object.entries(route.identifiers);
+  const identity =
+    fields.length === 1 && fields[0]![0] === "id"
+      ? key
+      : (c: Context<AppEnv>) =>
+          Object.fromEntries(fields.map(([field, spec]) => [field, identifier(spec, c)]));
   const middleware = (limiter: Limiter) =>
     rateLimit<AppEnv>({
       limiter,
-      key,
+      key: identity,
       cost: () => route.cost,
       mode: route.mode,
       legacyHeaders: config.legacyHeaders,

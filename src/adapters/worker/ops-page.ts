@@ -4,7 +4,7 @@
 // identifier or a path a client chose shows as text. Numbers a test (or a person) reads sit in data-*
 // attributes and titles beside the text that shows them.
 
-import type { KeySpec } from "../../http/identity.js";
+import { type KeySpec, keySpecText } from "../../http/identity.js";
 import type { RouteConfig } from "./config.js";
 
 /** The counts of one route over the window asked for: its Limiter's `analytics.report()`, and `shadowDenied`. */
@@ -26,7 +26,8 @@ export interface RouteReport {
 
 /** One route as the page shows it: its config, and its report or why there is none. */
 export interface OpsRoute {
-  readonly route: Pick<RouteConfig, "name" | "mode" | "key" | "rules" | "cost" | "match">;
+  readonly route: Pick<RouteConfig, "name" | "mode" | "key" | "rules" | "cost" | "match"> &
+    Partial<Pick<RouteConfig, "identifiers">>;
   readonly report: RouteReport | { readonly error: string };
 }
 
@@ -152,11 +153,19 @@ export function chart(minutes: RouteReport["minutes"]): string {
 }
 
 // An identifier as the Worker counts it is "<route>:<id>": the route is already the section's title.
-function shownIdentifier(route: string, identifier: string): string {
-  return identifier.startsWith(`${route}:`) ? identifier.slice(route.length + 1) : identifier;
+// A route whose rules count by several keys reports each decision under its binding rule's field,
+// "<field>=<route>:<id>": shown as the key that field reads, "ip=203.0.113.7", or "global".
+function shownIdentifier(route: OpsRoute["route"], identifier: string): string {
+  const strip = (id: string) => (id.startsWith(`${route.name}:`) ? id.slice(route.name.length + 1) : id);
+  const identifiers = route.identifiers ?? {};
+  const nested = Object.keys(identifiers).some((field) => field !== "id");
+  const eq = identifier.indexOf("=");
+  const spec = nested && eq > 0 ? identifiers[identifier.slice(0, eq)] : undefined;
+  if (spec === undefined) return strip(identifier);
+  return spec.kind === "global" ? "global" : `${keySpecText(spec)}=${strip(identifier.slice(eq + 1))}`;
 }
 
-function topTable(route: string, top: RouteReport["top"]): string {
+function topTable(route: OpsRoute["route"], top: RouteReport["top"]): string {
   const rows = top
     .map((entry) => {
       const id = shownIdentifier(route, entry.identifier);
@@ -168,10 +177,16 @@ function topTable(route: string, top: RouteReport["top"]): string {
 }
 
 function policy(route: OpsRoute["route"]): string {
+  // a rule counted by a key of its own shows that key as the config wrote it, not its record field
+  const shown = (rule: object) => {
+    const by = (rule as { by?: string }).by;
+    const spec = by === undefined ? undefined : route.identifiers?.[by];
+    return spec === undefined ? rule : { ...rule, by: keySpecText(spec) };
+  };
   const rules = Object.entries(route.rules)
     .map(
       ([name, rule]) =>
-        `<li><code>${escapeHtml(name)}</code> <code>${escapeHtml(JSON.stringify(rule))}</code></li>`,
+        `<li><code>${escapeHtml(name)}</code> <code>${escapeHtml(JSON.stringify(shown(rule)))}</code></li>`,
     )
     .join("");
   return (
@@ -198,7 +213,7 @@ function section({ route, report }: OpsRoute): string {
     `, <b>${report.nearLimit}</b> allowed near the limit</p>`;
   return (
     `${head}${totals}${chart(report.minutes)}<div class="grid">` +
-    topTable(route.name, report.top) +
+    topTable(route, report.top) +
     counts("Denials by rule", "denials", report.denials, "none") +
     counts("Errors by kind", "errors", report.errors, "none") +
     counts("Decisions by source", "sources", decisions.bySource, "none") +

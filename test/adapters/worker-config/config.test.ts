@@ -57,6 +57,7 @@ describe("a valid config", () => {
       },
       key: { kind: "ip" },
       rules: { perMinute: { algorithm: "gcra", limit: 5, period: "1m" } },
+      identifiers: { id: { kind: "ip" } },
       mode: "enforce",
       cost: 1,
     });
@@ -68,6 +69,7 @@ describe("a valid config", () => {
         burst: { algorithm: "tokenBucket", capacity: 20, refillRate: 10, interval: "1s" },
         daily: { algorithm: "fixedWindow", limit: 10000, window: "1d" },
       },
+      identifiers: { id: { kind: "header", name: "x-api-key" } },
       mode: "shadow",
       cost: 1,
     });
@@ -472,6 +474,7 @@ describe("plans, overrides and adminPath", () => {
       "rules",
       "mode",
       "cost",
+      "identifiers",
     ]);
   });
 
