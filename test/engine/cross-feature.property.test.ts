@@ -71,6 +71,12 @@ interface Second {
   limit: number;
   burst: number;
   factor: number;
+  /**
+   * Keyed by another identifier of the call, `org` (its `by`): the call's identity is then the record
+   * `{ id, org }` (the org constant, so one model per rule still holds), decided in one call with the
+   * nested scripts, r's overrides stored for `{ id }` alone.
+   */
+  org?: boolean;
 }
 
 interface Scenario {
@@ -242,6 +248,7 @@ const scenarioArb: fc.Arbitrary<Scenario> = fc
           limit: fc.integer({ min: 2, max: 12 }),
           burst: fc.integer({ min: 2, max: 12 }),
           factor: fc.constantFrom(0.5, 1, 2, 3),
+          org: fc.boolean(),
         }),
       },
     ),
@@ -279,10 +286,11 @@ const scenarioArb: fc.Arbitrary<Scenario> = fc
 function secondRule(second: Second, scale: number): RuleConfig {
   const { algorithm, limit, burst, factor } = second;
   const T = Math.max(10_000, Math.round(scale * factor));
-  if (algorithm === "gcra") return { algorithm, limit, period: limit * T, burst };
+  const by = second.org ? { by: "org" } : {};
+  if (algorithm === "gcra") return { algorithm, limit, period: limit * T, burst, ...by };
   if (algorithm === "tokenBucket")
-    return { algorithm, capacity: burst, refillRate: limit, interval: limit * T };
-  return { algorithm, limit, window: Math.max(MINUTE, Math.round(scale * factor)) } as RuleConfig;
+    return { algorithm, capacity: burst, refillRate: limit, interval: limit * T, ...by };
+  return { algorithm, limit, window: Math.max(MINUTE, Math.round(scale * factor)), ...by } as RuleConfig;
 }
 
 /** The scale a rule's clock moves by: its window, or its emission interval. */
@@ -477,6 +485,8 @@ const reached = {
   customDecisions: 0,
   staleLines: 0,
   severalRules: 0,
+  /** Decisions of runs whose second rule is keyed by another identifier (a record of two). */
+  nested: 0,
   settles: 0,
   givenBack: 0,
   hono: 0,
@@ -509,6 +519,10 @@ function noteSent(command: unknown[], reply: unknown): void {
   const name = scriptNames.get(String(command[1])) ?? "unknown";
   bump(sent.scripts, name);
   const result = Array.isArray(reply) ? reply.map(Number) : [];
+  if (name === "limiterNestedOverrides" && Array.isArray(reply)) {
+    // with an override stored, one element more: per field what it applied (an array)
+    bump(sent.scripts, Array.isArray(reply.at(-1)) ? "limiterNestedOverrides with a line" : name);
+  }
   if (name === "limiterOverrides" && Array.isArray(reply)) {
     // 5 a rule, then (reserving: its argument before the table is not empty) the units reserved,
     // then, with an override stored, what it applied (a plan's tag, or a string)
@@ -590,6 +604,8 @@ async function run(s: Scenario): Promise<void> {
           return { name: "default", rule, model: modelRule(rule) };
         })();
   const names = second === undefined ? ["r"] : ["r", "s"];
+  // the call's identity: the identifier, or with s keyed by org the record of both
+  const identity = s.second?.org ? { id: ID, org: "acme" } : ID;
   sent.rules = names.length;
   sent.algorithm = rules.algorithm;
   const maxStale = s.maxStale === undefined ? 1000 : Math.floor((s.maxStale * scale) / 1000);
@@ -640,7 +656,10 @@ async function run(s: Scenario): Promise<void> {
       "*",
       rateLimit({
         limiter,
-        key: (c) => c.req.header("x-id"),
+        key: (c) => {
+          const id = c.req.header("x-id");
+          return s.second?.org && id !== undefined ? { id, org: "acme" } : id;
+        },
         cost: (c) => Number(c.req.header("x-cost")),
         plan: (c) => (c.req.header("x-plan") === "pro" ? "pro" : undefined),
         log: () => {},
@@ -714,13 +733,13 @@ async function run(s: Scenario): Promise<void> {
     if (second?.rule.algorithm === "slidingWindow") {
       // (only without leases and pools: the model follows its windows)
       for (const _ of modelS.expireSliding(trueTime - maxSkew))
-        await home.del(limiters[0]!.keys(ID, trueTime)[1]!);
+        await home.del(limiters[0]!.keys(identity, trueTime)[1]!);
     }
     if (second?.model.algorithm === "gcra") {
       // s's state a refund left just ahead, as r's below
       let tat = exact ? modelS.fragileTat() : undefined;
       if (!exact) {
-        const key = limiters[0]!.keys(ID)[1]!;
+        const key = limiters[0]!.keys(identity)[1]!;
         const [stored, ttl] = await Promise.all([home.get<string>(key), home.pttl(key)]);
         if (stored !== null && ttl >= 0 && ttl < 10_000) tat = Number(String(stored).split(":")[0]);
       }
@@ -737,7 +756,7 @@ async function run(s: Scenario): Promise<void> {
       }
       for (const window of windows) {
         const plan = window === scale ? undefined : "pro";
-        await home.del(limiters[0]!.keys(ID, trueTime, plan)[0]!);
+        await home.del(limiters[0]!.keys(identity, trueTime, plan)[0]!);
       }
       return;
     }
@@ -745,7 +764,7 @@ async function run(s: Scenario): Promise<void> {
     // a state a refund left just ahead expires on Redis's clock, which the injected clocks do not follow
     let tat = exact ? model.fragileTat() : undefined;
     if (!exact) {
-      const key = limiters[0]!.keys(ID)[0]!;
+      const key = limiters[0]!.keys(identity)[0]!;
       const [stored, ttl] = await Promise.all([home.get<string>(key), home.pttl(key)]);
       if (stored !== null && ttl >= 0 && ttl < 10_000) tat = Number(String(stored).split(":")[0]);
     }
@@ -812,7 +831,7 @@ async function run(s: Scenario): Promise<void> {
           const windowed = rules.algorithm === "fixedWindow" || rules.algorithm === "slidingWindow";
           const line =
             instance % 2 === 0 ? "=gone" : `!${windowed ? rules.algorithm : "fixedWindow"} 1 1000 0`;
-          await home.set(new RuleKeys(prefix, limiter.rules).override(ID), `${line}\n{}`);
+          await home.set(new RuleKeys(prefix, limiter.rules).overrideOf(ID, "id"), `${line}\n{}`);
           reached.staleLines++;
         }
         await drain();
@@ -905,7 +924,7 @@ async function run(s: Scenario): Promise<void> {
         if (seen[instance] === undefined) return fail(`${where}: Hono answered ${status} without a decision`);
         d = seen[instance]!;
       } else {
-        d = await limiter.limit(ID, {
+        d = await limiter.limit(identity, {
           cost: op.cost,
           plan: op.plan === "pro" ? "pro" : undefined,
           waitUntil,
@@ -915,7 +934,7 @@ async function run(s: Scenario): Promise<void> {
       const applied = appliedTo(op.plan);
       if (process.env.CROSS_DEBUG)
         log.push(
-          `   redis: ${JSON.stringify(await Promise.all([...limiters[0]!.keys(ID, now - scale), ...limiters[0]!.keys(ID, now)].map((key) => home.get(key))))} region ${JSON.stringify(limiters[0]!.region?.stats)}`,
+          `   redis: ${JSON.stringify(await Promise.all([...limiters[0]!.keys(identity, now - scale), ...limiters[0]!.keys(identity, now)].map((key) => home.get(key))))} region ${JSON.stringify(limiters[0]!.region?.stats)}`,
         );
       log.push(
         `${where} → ${d.source} ${d.allowed ? "allowed" : "denied"} remaining ${d.remaining} retryAfter ${d.retryAfter} plan ${d.plan} limit ${d.limit}`,
@@ -948,6 +967,7 @@ async function run(s: Scenario): Promise<void> {
 
       let counted: Record<string, Counted> | undefined;
       if (second !== undefined) reached.severalRules++;
+      if (s.second?.org) reached.nested++;
       if (exact) {
         check(
           d.source === "redis" || d.source === "cache",
@@ -1184,6 +1204,7 @@ describe("features that hold together", () => {
     expect(reached.lagging).toBeGreaterThan(20);
     expect(reached.staleLines).toBeGreaterThan(10);
     expect(reached.severalRules).toBeGreaterThan(100);
+    expect(reached.nested).toBeGreaterThan(50);
     // every script with overrides on, with and without a stored line: each one-rule variant under
     // each algorithm that takes it, limiterOverrides with and without a reservation
     const variants = [
@@ -1196,6 +1217,9 @@ describe("features that hold together", () => {
       expect(sent.scripts.get(what) ?? 0, what).toBeGreaterThanOrEqual(3);
     for (const what of ["limiterOverrides", "limiterOverrides reserving", "limiterOverrides with a line"])
       expect(sent.scripts.get(what) ?? 0, what).toBeGreaterThanOrEqual(100);
+    // rules keyed by two identifiers: the nested script, with and without an override's line
+    for (const what of ["limiterNestedOverrides", "limiterNestedOverrides with a line"])
+      expect(sent.scripts.get(what) ?? 0, what).toBeGreaterThanOrEqual(20);
     // every operation of the pool (lua/pool.lua), each outcome
     for (const what of [
       "take: taken",
