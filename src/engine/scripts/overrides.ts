@@ -298,6 +298,7 @@ export class OverrideScripts {
     if (names.size === 1 && names.has(plan.name)) return plan;
     // a plan whose rules these are (an override's plan that changes only its own field's rules) keeps
     // its name; any other mix is "custom"
+    if (names.has("custom")) return { name: "custom", rules, carrier: carrierOf(rules) };
     const args = rules.flatMap(encodeRule).join(" ");
     for (const name of names) {
       const candidate = this.plans.get(name);
