@@ -6,7 +6,7 @@
 import { describe, expect, it } from "vitest";
 import { fixedWindow, gcra, Limiter, type LimiterOptions } from "../../src/index.js";
 import { privateRedis } from "../own-bridge.js";
-import { manualClock, T0, uniquePrefix } from "../support.js";
+import { manualClock, sharedBridge, T0, uniquePrefix } from "../support.js";
 import { expectWithin, nestedLoad } from "./nested-load.js";
 
 const own = privateRedis();
@@ -214,6 +214,24 @@ describe("rules keyed by several identifiers", () => {
     ]);
   });
 
+  it("names each decision to onDecision and analytics by its binding rule's identifier", async () => {
+    const seen: string[] = [];
+    const { limiter } = nested({
+      analytics: true,
+      onDecision: (d, identifier) => seen.push(`${d.rule} ${identifier}`),
+    });
+    await limiter.limit(who("u1", "acme"), { cost: 10 }); // perUser binds: 0 left
+    await limiter.limit(who("u2", "acme"), { cost: 10 });
+    await limiter.limit(who("u3", "acme"), { cost: 6 }); // denied by perOrg (5 left)
+    await limiter.limit(who("u/é {x}", "acme"), { cost: 1 });
+    expect(seen).toEqual(["perUser user=u1", "perUser user=u2", "perOrg org=acme", "perOrg org=acme"]);
+    await limiter.analytics.flush();
+    const report = await limiter.analytics.report();
+    // the most denied identifiers: acme, by the rule that denied it
+    expect(report.top).toEqual([{ identifier: "org=acme", denied: 1, allowed: 1 }]);
+    await limiter.dispose();
+  });
+
   it("keeps a string identifier for rules keyed by id beside the others", async () => {
     const clock = manualClock();
     const limiter = new Limiter({
@@ -242,6 +260,12 @@ describe("rules keyed by several identifiers", () => {
   it.each([
     ["without leases", {}],
     ["with leases", { lease: { max: 5, ttl: "1s" } }],
+    // the region's database: the shared server's bridge (the pools there, the rule keys here)
+    ["with a regional pool", { region: { redis: sharedBridge(), pool: { max: 6, ttl: "5s" } } }],
+    [
+      "with a regional pool and leases",
+      { lease: { max: 5, ttl: "1s" }, region: { redis: sharedBridge(), pool: { max: 6, ttl: "5s" } } },
+    ],
   ])(
     "holds 4 instances × 64 callers with random costs within every identifier's limit, %s",
     async (_, options) => {
