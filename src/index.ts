@@ -9,6 +9,7 @@ export {
   type GcraOptions,
   type GcraRule,
   gcra,
+  type KeyedOptions,
   type PlanConfig,
   type Rule,
   type RuleConfig,
@@ -32,6 +33,7 @@ export type {
 export type { BreakerOptions, BreakerState } from "./engine/breaker.js";
 export type { Duration } from "./engine/duration.js";
 export { RedisCallError, type RedisErrorKind } from "./engine/errors.js";
+export type { Identity } from "./engine/keys.js";
 export type { LeaseOptions, WaitUntil } from "./engine/leases.js";
 export { Limiter, type LimiterOptions, type LimitOptions, type SettleOptions } from "./engine/limiter.js";
 export type {
