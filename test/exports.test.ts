@@ -55,6 +55,8 @@ const ENTRIES: Record<string, Entry> = {
       "Duration",
       "GcraOptions",
       "GcraRule",
+      "Identity",
+      "KeyedOptions",
       "LeaseOptions",
       "LimitOptions",
       "LimiterOptions",
