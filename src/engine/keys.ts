@@ -109,13 +109,22 @@ export class Identities {
   subject(identity: unknown): string {
     if (!this.nested) {
       if (identity === null || typeof identity !== "object") return checkIdentifier(identity);
-      return checkIdentifier(this.record(identity).id, "identifier.id");
+      const record = this.record(identity);
+      return checkIdentifier(Object.hasOwn(record, "id") ? record.id : undefined, "identifier.id");
     }
     const record = typeof identity === "string" ? undefined : this.record(identity);
     let subject = "";
     for (let i = 0; i < this.fields.length; i++) {
       const field = this.fields[i]!;
-      const value = record === undefined ? (field === "id" ? identity : undefined) : record[field];
+      // an own field only: a record's prototype (toString, constructor) is no identifier
+      const value =
+        record === undefined
+          ? field === "id"
+            ? identity
+            : undefined
+          : Object.hasOwn(record, field)
+            ? record[field]
+            : undefined;
       if (value === undefined) {
         throw new TypeError(
           `identifier.${field}: missing; rule "${this.firstRule[i]}" is keyed by it (by: "${field}"), so limit() takes a record such as { ${this.fields.map((f) => `${f}: "..."`).join(", ")} }`,

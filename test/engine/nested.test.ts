@@ -122,6 +122,12 @@ describe("rules keyed by several identifiers", () => {
     expect([d.rules.perUser!.remaining, d.rules.perOrg!.remaining, d.rules.global!.remaining]).toEqual([
       10, 25, 40,
     ]);
+    // a field the record only inherits is missing
+    const inherited = new Limiter({
+      redis: own.redis,
+      rules: { r: gcra({ limit: 1, period: "1s", by: "toString" }) },
+    });
+    expect(() => inherited.limit({})).toThrow(/^identifier\.toString: missing/);
   });
 
   it("answers every user from the deny cache once the global limit is spent, until its retry moment", async () => {
