@@ -66,6 +66,8 @@ interface Nested {
   limit(w: Who, cost: number): Promise<{ allowed: boolean; rule?: RuleName; error: boolean }>;
   /** Each rule's remaining units for `w`, charging nothing. */
   peek(w: Who): Promise<Record<RuleName, number>>;
+  /** Waits for the work handed to `waitUntil` (lease top-ups and refunds), so it is counted with its sample. */
+  drain(): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -94,14 +96,24 @@ function nested(kind: Kind, o: NestedOptions): Nested {
       ...(o.cache ? {} : { denyCache: false }),
       ...(kind === "edgelimit+lease" ? { lease: LEASE } : {}),
     });
+    // as on a Worker: background work goes to `waitUntil` (with none, a timer would send lease refunds
+    // up to a ttl later, into another contestant's counts)
+    const pending = new Set<Promise<unknown>>();
+    const waitUntil = (p: Promise<unknown>) => {
+      pending.add(p);
+      void p.finally(() => pending.delete(p));
+    };
     return {
       limit: async (w, cost) => {
-        const d = await limiter.limit(w, { cost });
+        const d = await limiter.limit(w, { cost, waitUntil });
         return { allowed: d.allowed, rule: d.rule as RuleName, error: d.source === "error" };
       },
       peek: async (w) => {
         const d = await limiter.limit(w, { cost: 0 });
         return Object.fromEntries(RULES.map((r) => [r, d.rules[r]!.remaining])) as Record<RuleName, number>;
+      },
+      drain: async () => {
+        while (pending.size > 0) await Promise.allSettled([...pending]);
       },
       close: () => limiter.dispose(),
     };
@@ -132,6 +144,7 @@ function nested(kind: Kind, o: NestedOptions): Nested {
       );
       return Object.fromEntries(RULES.map((r, i) => [r, left[i]!.remaining])) as Record<RuleName, number>;
     },
+    drain: async () => {},
     close: async () => {},
   };
 }
@@ -164,6 +177,7 @@ async function loops(env: Awaited<ReturnType<typeof startEnv>>, smoke: boolean, 
   for (const c of cs) {
     await closedLoop(decide(c), 64, s.sampleMs / 2);
     await closedLoop(decide(c), 1, s.sampleMs / 2);
+    await c.drain();
   }
   const rows: LoopRow[] = [];
   for (const inFlight of [1, 64]) {
@@ -179,6 +193,7 @@ async function loops(env: Awaited<ReturnType<typeof startEnv>>, smoke: boolean, 
       await inTurns(cs.length, round, async (i) => {
         await env.resetCounts();
         const { latencies, seconds } = await closedLoop(decide(cs[i]!), inFlight, s.sampleMs);
+        await cs[i]!.drain();
         const counts = await env.counts();
         const run = runs[i]!;
         run.rates.push(latencies.length / seconds);
@@ -240,6 +255,7 @@ async function load(env: Awaited<ReturnType<typeof startEnv>>, kind: Kind, smoke
       }
     }),
   );
+  for (const c of instances) await c.drain();
   await Promise.all(instances.map((c) => c.close())); // leases given back
   // a reader of its own, with no lease of its own to take
   const reader = nested(kind === "peer" ? kind : "edgelimit", { redis: env.client(), ...options(false) });
