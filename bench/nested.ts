@@ -27,7 +27,7 @@ import { type Policy, rng, SIM_T0 } from "./scenarios.js";
 
 const RULES = ["perKey", "perIp", "global"] as const;
 type RuleName = (typeof RULES)[number];
-/** Each rule: the field it is keyed by, edgelimit's algorithm and the peer's (the peer's in this order). */
+/** Each rule: the field it is keyed by, edgelimit's algorithm and the peer's; the peer awaits its limiters in this order. */
 const SHAPE: Record<RuleName, { by: string; ours: Algo; peer: Algo }> = {
   perKey: { by: "key", ours: "gcra", peer: "tokenBucket" },
   perIp: { by: "ip", ours: "slidingWindow", peer: "slidingWindow" },
