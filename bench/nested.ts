@@ -345,29 +345,31 @@ export const nestedBudgets: Part<NestedResult> = {
 
 ${rules.join("\n")}
 
-edgelimit decides them in one Limiter (one EVALSHA, all or nothing); the peer is three
-\`Ratelimit\`s awaited in turn, key, IP, then global, stopping at the first that denies. A private
-redis-server and bridge; each contestant its own @upstash/redis client.
+edgelimit decides them in one Limiter (one EVALSHA, all or nothing); the peer is three \`Ratelimit\`s
+awaited in turn, key, IP, then global, stopping at the first that denies. A private redis-server and
+bridge; each contestant its own @upstash/redis client.
 
 ### (a) Closed loops, nothing denied
 
-${s.rounds} interleaved round${s.rounds === 1 ? "" : "s"} of ${s.sampleMs / 1000} s; decisions/s is the median round, ÷ peer the median of
-the rounds' ratios (each round runs the three in turn). 1000 keys in turn on 250 IPs,
-limits of 10⁹ a minute; deny caches off. Requests, EVALSHA and commands per decision: the bridge's counter and
-INFO commandstats (a script's inner commands included), over every round. With leases, a decision is answered
-with no request only when its key, its IP and the global limit all hold units in that instance: EVALSHA per
-decision below 1 is the share that was not.
+${s.rounds} interleaved round${s.rounds === 1 ? "" : "s"} of ${s.sampleMs / 1000} s, each running the three in turn; decisions/s is the
+median round, ÷ peer the median of the rounds' ratios. 1000 keys in turn on 250 IPs, limits of 10⁹ a
+minute, deny caches off. Requests, EVALSHA and commands per decision: the bridge's counter and INFO
+commandstats (a script's inner commands included) over every round, lease top-ups and refunds included
+(handed to \`waitUntil\` and awaited after each round). With leases, a decision is answered with no
+request only when its key, its IP and the global limit all hold units in that instance; its EVALSHA
+count is the decisions that were not, and the top-ups and refunds.
 
 ${table(["contestant", "in flight", "decisions/s", "÷ peer", "p50 / p99 ms", "HTTP requests per decision", "EVALSHA per decision", "Redis commands per decision"], loopRows)}
 
 ### (b) ${INSTANCES} instances × ${CALLERS} callers, random costs, most decisions denied
 
-${INSTANCES} instances on one Redis (each its own client, deny cache and leases, as isolates are), ${CALLERS} callers in
-flight, ${s.perCaller} decisions each, ${LOAD_KEYS} keys on 4 IPs picked at random, costs 1–3, on a clock that does not move, so
-nothing refills and every limit is exact: ${limits}. Then the instances are disposed (leases
-given back) and every identifier's limits are peeked. Over: units admitted past a limit. Charged for
-denials: units the limits hold as taken that no admitted request took, that is what denied requests
-charged to the rules that did not deny them. Each cell: the sum, then ${RULES.join(" / ")}.
+${INSTANCES} instances on one Redis (each its own client, deny cache and leases, as isolates are),
+${CALLERS} callers in flight, ${s.perCaller} decisions each, ${LOAD_KEYS} keys on 4 IPs picked at random, costs 1–3, on a
+clock that does not move, so nothing refills and every limit is exact: ${limits}. Then the
+instances are disposed (leases given back) and every identifier's limits are peeked. Over: units
+admitted past a limit. Charged for denials: units the limits hold as taken that no admitted request
+took, that is what denied requests charged to the rules that did not deny them. Each cell: the sum,
+then ${RULES.join(" / ")}.
 
 ${table(["contestant", "decisions", "denied, by binding rule", "over the limit", "charged for denials", "Redis errors"], loadRows)}`;
   },
