@@ -10,7 +10,7 @@ export interface Results extends ReportContext {
   parts: Record<string, unknown>;
 }
 
-const INTRO = `At the edge: 20 ms each way, \`lease: ${JSON.stringify(LEASE)}\` (part 5). Lean scripts: one rule, every algorithm and path (part 2). Client CPU: one rule, every path, against the peer's default client and its cheaper one (part 7). Overrides: one rule, every algorithm and path, none, a plan or a custom override stored (part 8). Analytics: 1,000 decisions with analytics on and off (part 9). Regions: three regions, home 60 ms one way from B and C (part 10).`;
+const INTRO = `At the edge: 20 ms each way, \`lease: ${JSON.stringify(LEASE)}\` (part 5). Lean scripts: one rule, every algorithm and path (part 2). Client CPU: one rule, every path, against the peer's default client and its cheaper one (part 7). Overrides: one rule, every algorithm and path, none, a plan or a custom override stored (part 8). Analytics: 1,000 decisions with analytics on and off (part 9). Regions: three regions, home 60 ms one way from B and C (part 10). Nested budgets: an API key, its IP and a global limit in one decision, beside three peer limiters awaited in turn (part 11).`;
 
 /** `parts` in section order; `goalOrder` names the parts whose goals head the report, in that order. */
 export function renderReport(r: Results, parts: Part[], goalOrder: string[], chartFile: string): string {

@@ -1,7 +1,7 @@
 // `npm run bench`: every part against a private redis-server and bridge; writes BENCHMARKS.md and
 // BENCHMARKS.svg. `npm run bench:smoke`: a few iterations of each part, no wrangler, writes nothing
 // (unless given --out FILE). `--only lua,cpu` runs those parts (throughput, lua, memory, accuracy,
-// tokens, edge, worker, cpu, overrides, analytics, regions; accuracy includes tokens). A part marked
+// tokens, edge, worker, cpu, overrides, analytics, regions, nested; accuracy includes tokens). A part marked
 // `alone` runs in a process of its own: `node --import tsx bench/run.ts --part NAME [--smoke]` prints
 // its result as JSON.
 import { execFile } from "node:child_process";
@@ -18,6 +18,7 @@ import { arg, type BenchEnv, log, type Part, startEnv } from "./harness.js";
 import { ROOT } from "./load.js";
 import { lua } from "./lua-cost.js";
 import { memory } from "./memory.js";
+import { nestedBudgets } from "./nested.js";
 import { overrides } from "./overrides-cost.js";
 import { regions } from "./regions.js";
 import { type Results, renderReport } from "./report.js";
@@ -38,9 +39,10 @@ const PARTS: Part[] = [
   overrides,
   analytics,
   regions,
+  nestedBudgets,
 ];
 /** Whose goals head the report, in this order. */
-const GOALS = ["edge", "lua", "accuracy", "cpu", "overrides", "analytics", "regions"];
+const GOALS = ["edge", "lua", "accuracy", "cpu", "overrides", "analytics", "regions", "nested"];
 
 const exec = promisify(execFile);
 const smoke = process.argv.includes("--smoke");
