@@ -116,24 +116,19 @@ const withOverride = (text, file) => {
   const reader = /\boverride\(/.test(strip(text)) ? override : overrideOne;
   return text.replace(/^-- #override$/m, () => reader);
 };
-// The same decisions after lua/overrides.lua's head; the dispatcher, wrapped, answers a table to which
-// what a stored override applied is added.
-const limiterOverrides = [
-  shared + withOverride(read("overrides.lua"), "lua/overrides.lua"),
-  read("prelude.lua"),
-  ...checks,
-  `local function decide()\n${read("dispatcher.lua")}\nend`,
-  "local out = decide()\nif answer then out[#out + 1] = answer end\nreturn out",
-].join("\n");
-
-// The same for rules keyed by several fields, reading each field's override (lua/nested_overrides.lua).
-const limiterNestedOverrides = [
-  shared + withOverride(read("nested_overrides.lua"), "lua/nested_overrides.lua"),
-  read("prelude.lua"),
-  ...checks,
-  `local function decide()\n${read("dispatcher.lua")}\nend`,
-  "local out = decide()\nif answer then out[#out + 1] = answer end\nreturn out",
-].join("\n");
+// The same decisions after a head that reads stored overrides: lua/overrides.lua's (one identifier), or
+// lua/nested_overrides.lua's (rules keyed by several fields, an override per field); the dispatcher,
+// wrapped, answers a table to which what a stored override applied is added.
+const afterOverrides = (file) =>
+  [
+    shared + withOverride(read(file), `lua/${file}`),
+    read("prelude.lua"),
+    ...checks,
+    `local function decide()\n${read("dispatcher.lua")}\nend`,
+    "local out = decide()\nif answer then out[#out + 1] = answer end\nreturn out",
+  ].join("\n");
+const limiterOverrides = afterOverrides("overrides.lua");
+const limiterNestedOverrides = afterOverrides("nested_overrides.lua");
 
 const refundFile = read("refund.lua");
 if (!/^-- #refunds$/m.test(refundFile)) throw new Error("lua/refund.lua has no -- #refunds line");

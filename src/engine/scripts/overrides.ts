@@ -69,16 +69,6 @@ export class OverrideScripts {
     plan: PlanEncoding,
   ): Promise<T | Decision | Error> {
     const keys = plan.keys.of(identifier, now);
-    if (plan.places !== undefined) {
-      return this.transport.callThen(
-        this.overridesCommand(plan, identifier, keys, cost, now, undefined),
-        this.nestedCall,
-        (reply) => {
-          const decision = reply.ok ? this.decodeStored(plan, reply.result, false, now) : reply.error;
-          return then === undefined ? decision : then(decision);
-        },
-      );
-    }
     const rule = plan.rules[0] as WindowRule;
     if (plan.fixed && cost >= 1 && cost <= rule.limit) {
       return this.transport.callThen(
@@ -101,9 +91,10 @@ export class OverrideScripts {
         },
       );
     }
+    // several rules (with several fields: limiterNestedOverrides)
     return this.transport.callThen(
       this.overridesCommand(plan, identifier, keys, cost, now, undefined),
-      this.overridesCall,
+      plan.places === undefined ? this.overridesCall : this.nestedCall,
       (reply) => {
         const decision = reply.ok ? this.decodeStored(plan, reply.result, false, now) : reply.error;
         return then === undefined ? decision : then(decision);
