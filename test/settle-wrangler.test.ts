@@ -14,7 +14,7 @@ import { Redis } from "@upstash/redis";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { parseConfig } from "../src/adapters/worker/config.js";
 import { fixedWindow, Limiter } from "../src/index.js";
-import { type StartedWorker, startWorker } from "./started-worker.js";
+import { type StartedWorker, startOnBridge } from "./started-worker.js";
 import { sharedBridge } from "./support.js";
 
 const dir = mkdtempSync(join(tmpdir(), "edgelimit-settle-wrangler-"));
@@ -156,16 +156,7 @@ beforeAll(async () => {
   expect(parseConfig(config).ok).toBe(true);
   const file = join(dir, "settle.json");
   writeFileSync(file, JSON.stringify(config));
-  const env: NodeJS.ProcessEnv = {
-    ...process.env,
-    UPSTASH_REDIS_REST_URL: bridge.url,
-    UPSTASH_REDIS_REST_TOKEN: inject("bridgeToken"),
-  };
-  start = startWorker(file, env);
-  base = await start.until(
-    "the banner",
-    (output) => /edgelimit is running at (http:\/\/127\.0\.0\.1:\d+) /.exec(output)?.[1],
-  );
+  ({ start, base } = await startOnBridge(file, bridge.url, inject("bridgeToken")));
 }, 120_000);
 
 afterAll(async () => {

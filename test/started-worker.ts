@@ -59,3 +59,24 @@ export function startWorker(configFile: string, env: NodeJS.ProcessEnv): Started
     },
   };
 }
+
+/**
+ * Starts scripts/start.mjs on `configFile` against the REST bridge at `url` (its `token`) and waits for
+ * its banner: the running Worker and its address.
+ */
+export async function startOnBridge(
+  configFile: string,
+  url: string,
+  token: string,
+): Promise<{ start: StartedWorker; base: string }> {
+  const start = startWorker(configFile, {
+    ...process.env,
+    UPSTASH_REDIS_REST_URL: url,
+    UPSTASH_REDIS_REST_TOKEN: token,
+  });
+  const base = await start.until(
+    "the banner",
+    (output) => /edgelimit is running at (http:\/\/127\.0\.0\.1:\d+) /.exec(output)?.[1],
+  );
+  return { start, base };
+}
