@@ -76,8 +76,8 @@ end
 -- #one
 -- The same for one rule (a one-rule script's variant), inline: no closure, no call, no table. It reads
 -- stored, T, ALGORITHM, CUSTOM (the algorithm's custom line as a pattern,
--- "^!<algorithm> (%d+) (%d+) (%d+)": a constant, no pattern is built per call) and the call's own p1
--- and p2 as sent, own1 and own2; it sets the includer's locals p1 p2 p3 (strings), k (a number), tag (0:
+-- "^!<algorithm> (%d+) (%d+) (%d+)": a constant, no pattern is built per call) and the call's own p2
+-- as sent, own2 (nil when the call does not send it); it sets the includer's locals p1 p2 p3 (strings), k (a number), tag (0:
 -- none, or past the 62nd) and answer (nil when the tag says it: a custom line answers itself,
 -- "!<algorithm> <p1> <p2> <p3>"). A plan costs a capture of its name, a plain find and 4 captures; a
 -- custom line the 3 captures of its parameters.
@@ -91,8 +91,10 @@ if kind == 33 then
       local _, w = string.find(T, "\n#1 " .. p2 .. " ", 1, true)
       k = w and string.byte(T, w + 1) - 48
     end
-    -- the packed state holds counts below PACK = 2^25: a limit across it is another format
-    if ALGORITHM == "slidingWindow" and (tonumber(p1) < 33554432) ~= (tonumber(own1) < 33554432) then k = nil end
+    -- the packed state holds counts below PACK = 2^25 = 33554432, the only state the one-rule script
+    -- reads (the call's own limit is below it): a larger limit is another format. By its digits, with no
+    -- number made (the engine writes none with a leading zero)
+    if ALGORITHM == "slidingWindow" and (#p1 > 8 or #p1 == 8 and p1 >= "33554432") then k = nil end
     if k then answer = string.sub(stored, 1, e) end
   end
 elseif kind == 61 then

@@ -102,7 +102,7 @@ local key, value, ttl, limit, units = KEYS[1], values[1], ARGV[1], ARGV[2], ARGV
 local stored, tag, answer = values[2], 0, nil
 if stored then
   -- the call's window is not sent: a custom line's window is looked up in T (the call's: k = 0)
-  local T, own1, own2, p1, p2, p3, k = ARGV[3], limit, nil, nil, nil, nil, nil
+  local T, own2, p1, p2, p3, k = ARGV[3], nil, nil, nil, nil, nil
 -- #override
   limit = p1
   if k ~= 0 then
