@@ -76,11 +76,17 @@ end
 -- #one
 -- The same for one rule (a one-rule script's variant), inline: no closure, no call, no table. It reads
 -- stored, T, ALGORITHM, CUSTOM (the algorithm's custom line as a pattern,
--- "^!<algorithm> (%d+) (%d+) (%d+)": a constant, no pattern is built per call) and the call's own p2
--- as sent, own2 (nil when the call does not send it); it sets the includer's locals p1 p2 p3 (strings), k (a number), tag (0:
--- none, or past the 62nd) and answer (nil when the tag says it: a custom line answers itself,
--- "!<algorithm> <p1> <p2> <p3>"). A plan costs a capture of its name, a plain find and 4 captures; a
--- custom line the 3 captures of its parameters.
+-- "^!<algorithm> (%d+) (%d+) (%d+)": a constant, no pattern is built per call) and the call's own
+-- parameters as sent, own1 own2 own3 (own2 nil when the call does not send it: a window's, which k
+-- then decides); it sets the includer's locals p1 p2 p3 (strings), k (a number), tag and answer.
+--   tag     0 (none, or a plan past the 62nd), a plan's (1..62), or, for a custom line that changes at
+--           most one of the call's parameters, to a value of at most 4 digits, in the call's own key
+--           (k = 0), (value * 4 + which) * 64 + 63 (which: 1..3, 0 for none): the includer puts that
+--           beside r in one integer (r * 2^22 + tag, while |r| < 2^31)
+--   answer  nil when the tag says it; else the string that does (a custom line answers itself,
+--           "!<algorithm> <p1> <p2> <p3>", when r leaves no room for its tag)
+-- A plan costs a capture of its name, a plain find and 4 captures; a custom line the 3 captures of its
+-- parameters and 3 string comparisons.
 local kind, e, _ = string.byte(stored, 1), nil, nil
 if kind == 33 then
   _, e, p1, p2, p3 = string.find(stored, CUSTOM)
@@ -95,7 +101,16 @@ if kind == 33 then
     -- reads (the call's own limit is below it): a larger limit is another format. By its digits, with no
     -- number made (the engine writes none with a leading zero)
     if ALGORITHM == "slidingWindow" and (#p1 > 8 or #p1 == 8 and p1 >= "33554432") then k = nil end
-    if k then answer = string.sub(stored, 1, e) end
+    if k then
+      answer = string.sub(stored, 1, e)
+      if k == 0 then
+        local changed, which, value = 0, 0, "0"
+        if p1 ~= own1 then changed, which, value = 1, 1, p1 end
+        if own2 and p2 ~= own2 then changed, which, value = changed + 1, 2, p2 end
+        if p3 ~= own3 then changed, which, value = changed + 1, 3, p3 end
+        if changed < 2 and #value <= 4 then tag = (tonumber(value) * 4 + which) * 64 + 63 end
+      end
+    end
   end
 elseif kind == 61 then
   local name = string.match(stored, "^=([^\n]*)")

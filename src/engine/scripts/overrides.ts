@@ -23,6 +23,12 @@ import {
 const APPLIED_ENTRIES = 1000;
 /** How many plans a table tags with one character (lua/override.lua): the others are answered by name. */
 const TAGGED = 62;
+/**
+ * The tag of a custom line that changes at most one of the call's parameters, to a value of at most 4
+ * digits (lua/override.lua), and the room a one-rule script leaves it below its integer.
+ */
+const CUSTOM = 63;
+const CUSTOM_ROOM = 2 ** 22;
 
 /** Stale lines already warned about, once per isolate each. */
 const warned = new Set<string>();
@@ -178,15 +184,26 @@ export class OverrideScripts {
   /**
    * The Decision of a one-rule override script's reply (fixedWindow, gcra, tokenBucket, slidingWindow),
    * decoded under the rule applied: the one-rule integer r as r * 64 + the tag of the plan applied (0
-   * the call's), or a string, r then what applied (lua/one_rule_overrides.lua).
+   * the call's), as r * 2^22 + the tag of a custom line (CUSTOM below it: the call's parameters with
+   * the one it changes), or a string, r then what applied (lua/one_rule_overrides.lua).
    */
   private decodeOneRule(plan: PlanEncoding, result: unknown, cost: number, now: number): Decision | Error {
     let applied: Applied = plan;
     let value: number;
     if (typeof result === "number") {
       const tag = result - Math.floor(result / 64) * 64;
-      value = (result - tag) / 64;
-      if (tag > 0) applied = this.tagged[tag - 1] ?? plan;
+      if (tag === CUSTOM) {
+        // r * 2^22 + (changed * 4 + which) * 64 + 63: the call's parameters, `which` (1-3) changed
+        const low = result - Math.floor(result / CUSTOM_ROOM) * CUSTOM_ROOM;
+        value = (result - low) / CUSTOM_ROOM;
+        const params = plan.args.slice(1, 4);
+        const which = Math.floor(low / 64) % 4;
+        if (which > 0) params[which - 1] = String(Math.floor(low / 256));
+        applied = this.appliedOf(`!${params.join(" ")}`);
+      } else {
+        value = (result - tag) / 64;
+        if (tag > 0) applied = this.tagged[tag - 1] ?? plan;
+      }
     } else if (typeof result === "string") {
       const at = result.search(/[=!?#]/);
       value = Number(at < 0 ? result : result.slice(0, at));
