@@ -7,11 +7,12 @@
 --         `=<plan>`, or `!` and 4 tokens per rule, `<algorithm> <p1> <p2> <p3>`, as the limiter script's
 --         arguments encode a rule
 -- T       the plan table (src/engine/scripts/overrides.ts builds it once per plan of the call): per plan
---         of the Limiter, "\n<name>\t<tag>" and " <p1> <p2> <p3> <k>" per rule; then per fixed or
---         sliding window rule i and window w that a plan gives it, "\n#<i> <w> " and k as one character
---         (48 + k: "0" for 0); ending in "\n". k is the KEYS index of that rule's key in that window, 0
---         when it is the call's; the tag is one character, the plan's place in the table plus 65 ("A"
---         the first), or "@" past the 62nd
+--         of the Limiter, "\n=<name>\n", its tag, then per rule "<k> <p1> <p2> <p3> "; then per fixed
+--         or sliding window rule i and window w that a plan gives it, "\n#<i> <w> " and k; ending in
+--         "\n". k is one character, 48 + the KEYS index of that rule's key in that window ("0": the
+--         call's own); the tag is one character, the plan's place in the table plus 65 ("A" the first),
+--         or "@" past the 62nd. A plan's record starts with its stored line and the line's end, so the
+--         line is what a reader looks for (a plan's name is letters, digits, "_", "." and "-")
 -- n, A, o the call's n rules: rule i's algorithm is A[o + 4(i-1)], its parameters the 3 after it (a
 --         window's own, when not given, is looked up in T)
 --
@@ -28,12 +29,12 @@
 -- plain find and one find per rule in T; a custom line one find per rule, and one plain find per
 -- window other than the call's.
 local function override(stored, T, n, A, o)
-  local kind, name = string.byte(stored, 1), nil
+  local kind, line = string.byte(stored, 1), nil
   local P, at, e, _ = { nil, nil, nil, nil }, nil, nil, nil
   if kind == 61 then
-    -- "=<plan>"
-    name = string.match(stored, "^=([^\n]*)")
-    at, e = string.find(T, "\n" .. name .. "\t", 1, true)
+    -- "=<plan>\n": its record in T
+    line = string.match(stored, "^=[^\n]*\n")
+    if line then at, e = string.find(T, line, 1, true) end
   elseif kind == 33 then
     -- "!": per rule the call's algorithm (letters), then 3 parameters; then the line's end
     local answer = "!"
@@ -61,15 +62,17 @@ local function override(stored, T, n, A, o)
   end
   local tag, answer = 0, nil
   if at then
-    tag, answer = string.byte(T, e + 1) - 64, "=" .. name
+    tag, answer = string.byte(T, e + 1) - 64, string.sub(line, 1, -2)
   else
     answer = "?" .. string.match(stored, "^[^\n]*")
-    at, e = string.find(T, "\ndefault\t", 1, true)
+    at, e = string.find(T, "\n=default\n", 1, true)
   end
+  -- e + 2: the first rule's k
   e = e + 1
   for i = 1, n do
     local j = 4 * i
-    _, e, P[j - 3], P[j - 2], P[j - 1], P[j] = string.find(T, "^ (%d+) (%d+) (%d+) (%d+)", e + 1)
+    P[j] = string.byte(T, e + 1) - 48
+    _, e, P[j - 3], P[j - 2], P[j - 1] = string.find(T, "^ (%d+) (%d+) (%d+) ", e + 2)
   end
   return P, tag, answer
 end
@@ -85,7 +88,8 @@ end
 --           beside r in one integer (r * 2^22 + tag, while |r| < 2^31)
 --   answer  nil when the tag says it; else the string that does (a custom line answers itself,
 --           "!<algorithm> <p1> <p2> <p3>", when r leaves no room for its tag)
--- A plan costs a capture of its name, a plain find and 4 captures; a custom line the 3 captures of its
+-- A plan costs a match of its line, a plain find and the captures of its parameters (PLAN, the
+-- algorithm's pattern: the window's limit and window, or all 3); a custom line the 3 captures of its
 -- parameters and 3 string comparisons.
 local kind, e, _ = string.byte(stored, 1), nil, nil
 if kind == 33 then
@@ -113,18 +117,20 @@ if kind == 33 then
     end
   end
 elseif kind == 61 then
-  local name = string.match(stored, "^=([^\n]*)")
-  _, e = string.find(T, "\n" .. name .. "\t", 1, true)
+  -- "=<plan>\n": its record in T, its tag and k as characters, then its parameters
+  local line = string.match(stored, "^=[^\n]*\n")
+  if line then _, e = string.find(T, line, 1, true) end
   if e then
-    tag = string.byte(T, e + 1) - 64
-    _, _, p1, p2, p3, k = string.find(T, "^ (%d+) (%d+) (%d+) (%d+)", e + 2)
-    if tag == 0 then answer = "=" .. name end
+    tag, k = string.byte(T, e + 1, e + 2)
+    tag, k = tag - 64, k - 48
+    _, _, p1, p2, p3 = string.find(T, PLAN, e + 3)
+    if tag == 0 then answer = string.sub(line, 1, -2) end
   end
 end
 if not k then
   -- stale: the base rules'
-  _, e = string.find(T, "\ndefault\t", 1, true)
-  _, _, p1, p2, p3, k = string.find(T, "^ (%d+) (%d+) (%d+) (%d+)", e + 2)
+  _, e = string.find(T, "\n=default\n", 1, true)
+  k = string.byte(T, e + 2) - 48
+  _, _, p1, p2, p3 = string.find(T, PLAN, e + 3)
   tag, answer = 0, "?" .. string.match(stored, "^[^\n]*")
 end
-k = tonumber(k)

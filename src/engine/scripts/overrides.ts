@@ -339,11 +339,12 @@ export function withTables(
     let table = "";
     let tag = 65;
     for (const plan of all.values()) {
-      table += `\n${plan.name}\t${String.fromCharCode(tag <= 65 + TAGGED - 1 ? tag++ : 64)}`;
+      // the record starts with the plan's stored line and its end (lua/override.lua looks for it)
+      table += `\n=${plan.name}\n${String.fromCharCode(tag <= 65 + TAGGED - 1 ? tag++ : 64)}`;
       for (let i = 0; i < n; i++) {
         const rule = plan.rules[i]!;
         const k = algorithmOf(rule).windowed ? keyOf(plan, i, (rule as WindowRule).window) : 0;
-        table += ` ${plan.args[4 * i + 1]} ${plan.args[4 * i + 2]} ${plan.args[4 * i + 3]} ${k}`;
+        table += `${String.fromCharCode(48 + k)} ${plan.args[4 * i + 1]} ${plan.args[4 * i + 2]} ${plan.args[4 * i + 3]} `;
       }
     }
     // each window a plan gives a fixed or sliding window rule, for custom lines
