@@ -410,7 +410,7 @@ describe("on a 3-node Redis Cluster", () => {
     });
     const keys = new RuleKeys(limiter.prefix, limiter.rules);
     // the table of a call under the base rules, the Limiter's only plan
-    const table = "\ndefault\tA 10 600000 10 0 100 60000 0 0\n#2 60000 0\n";
+    const table = "\n=default\nA0 10 600000 10 0 100 60000 0 \n#2 60000 0\n";
     for (const id of ["user:42", "{a}", "\u{1F600}", "x".repeat(10_000)]) {
       const override = keys.override(id);
       const all = [...limiter.keys(id, T0), override];
