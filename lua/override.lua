@@ -88,9 +88,9 @@ end
 --           beside r in one integer (r * 2^22 + tag, while |r| < 2^31)
 --   answer  nil when the tag says it; else the string that does (a custom line answers itself,
 --           "!<algorithm> <p1> <p2> <p3>", when r leaves no room for its tag)
--- A plan costs a match of its line, a plain find and the captures of its parameters (PLAN, the
--- algorithm's pattern: the window's limit and window, or all 3); a custom line the 3 captures of its
--- parameters and 3 string comparisons.
+-- A plan costs a match of its line, a plain find and the captures of its parameters (a window's limit
+-- alone, its window being the call's unless k says otherwise; else all 3); a custom line the 3
+-- captures of its parameters and 3 string comparisons.
 local kind, e, _ = string.byte(stored, 1), nil, nil
 if kind == 33 then
   _, e, p1, p2, p3 = string.find(stored, CUSTOM)
@@ -123,14 +123,24 @@ elseif kind == 61 then
   if e then
     tag, k = string.byte(T, e + 1, e + 2)
     tag, k = tag - 64, k - 48
-    _, _, p1, p2, p3 = string.find(T, PLAN, e + 3)
     if tag == 0 then answer = string.sub(line, 1, -2) end
+  else
+    e = nil
   end
 end
 if not k then
   -- stale: the base rules'
   _, e = string.find(T, "\n=default\n", 1, true)
   k = string.byte(T, e + 2) - 48
-  _, _, p1, p2, p3 = string.find(T, PLAN, e + 3)
-  tag, answer = 0, "?" .. string.match(stored, "^[^\n]*")
+  tag, answer, kind = 0, "?" .. string.match(stored, "^[^\n]*"), 61
+end
+if kind == 61 then
+  -- a record's parameters: a window's limit alone, its window (k = 0: the call's own, own2) captured
+  -- only when it is another
+  if ALGORITHM == "fixedWindow" or ALGORITHM == "slidingWindow" then
+    _, _, p1 = string.find(T, "^ (%d+)", e + 3)
+    if k == 0 then p2 = own2 else _, _, p2 = string.find(T, "^ %d+ (%d+)", e + 3) end
+  else
+    _, _, p1, p2, p3 = string.find(T, "^ (%d+) (%d+) (%d+)", e + 3)
+  end
 end

@@ -175,13 +175,8 @@ const stateFor = (a, body) => {
     .map((line) => `${line}\n`)
     .join("");
 };
-// What lua/override.lua's one-rule reader reads of the algorithm: its name, its custom line's pattern,
-// and the pattern of a plan's parameters in T: the 2 its one-rule script reads (limit and window or
-// period), or all 3 when it reads a third (ARGV[5]).
-const custom = (a) => {
-  const plan = /\bARGV\[5\]/.test(a["one-rule"] ?? "") ? "^ (%d+) (%d+) (%d+)" : "^ (%d+) (%d+)";
-  return `local ALGORITHM, CUSTOM, PLAN = "${a.name}", "^!${a.name} (%d+) (%d+) (%d+)", "${plan}"\n`;
-};
+// What lua/override.lua's one-rule reader reads of the algorithm: its name and its custom line's pattern.
+const custom = (a) => `local ALGORITHM, CUSTOM = "${a.name}", "^!${a.name} (%d+) (%d+) (%d+)"\n`;
 const oneRuleOverrides = read("one_rule_overrides.lua");
 if (!/^-- #one-rule$/m.test(oneRuleOverrides))
   throw new Error("lua/one_rule_overrides.lua has no -- #one-rule line");
