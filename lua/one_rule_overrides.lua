@@ -29,8 +29,11 @@ local T, own1, own2, own3 = ARGV[#ARGV], ARGV[3], ARGV[4], #ARGV > 5 and ARGV[5]
 local p1, p2, p3, k, tag, answer = nil, nil, nil, nil, 0, nil
 -- #override
 local r = one_rule(k == 0 and KEYS[1] or KEYS[k], ARGV[1], ARGV[2], p1, p2, p3)
--- a custom line's tag, with room for it
-if tag >= 63 and r < 2147483648 and r > -2147483648 then return r * 4194304 + tag end
+-- a custom line's tag, with room for it; else the line's parameters
+if tag >= 63 then
+  if r < 2147483648 and r > -2147483648 then return r * 4194304 + tag end
+  answer = string.format("!%s %s %s", p1, p2, p3)
+end
 if not answer and r < 140737488355328 and r > -140737488355328 then return r * 64 + tag end
 -- a plan's tag that r leaves no room for: "#" and the tag
 if not answer then return string.format("%d#%d", r, tag) end

@@ -87,7 +87,8 @@ end
 --           (k = 0), (value * 4 + which) * 64 + 63 (which: 1..3, 0 for none): the includer puts that
 --           beside r in one integer (r * 2^22 + tag, while |r| < 2^31)
 --   answer  nil when the tag says it; else the string that does (a custom line answers itself,
---           "!<algorithm> <p1> <p2> <p3>", when r leaves no room for its tag)
+--           "!<algorithm> <p1> <p2> <p3>"; one with a tag, "!<p1> <p2> <p3>", made by the includer
+--           only when r leaves the tag no room)
 -- A plan costs a match of its line, a plain find and the captures of its parameters (a window's limit
 -- alone, its window being the call's unless k says otherwise; else all 3); a custom line the 3
 -- captures of its parameters and 3 string comparisons.
@@ -105,16 +106,14 @@ if kind == 33 then
     -- reads (the call's own limit is below it): a larger limit is another format. By its digits, with no
     -- number made (the engine writes none with a leading zero)
     if ALGORITHM == "slidingWindow" and (#p1 > 8 or #p1 == 8 and p1 >= "33554432") then k = nil end
-    if k then
-      answer = string.sub(stored, 1, e)
-      if k == 0 then
-        local changed, which, value = 0, 0, "0"
-        if p1 ~= own1 then changed, which, value = 1, 1, p1 end
-        if own2 and p2 ~= own2 then changed, which, value = changed + 1, 2, p2 end
-        if p3 ~= own3 then changed, which, value = changed + 1, 3, p3 end
-        if changed < 2 and #value <= 4 then tag = (tonumber(value) * 4 + which) * 64 + 63 end
-      end
+    if k == 0 then
+      local changed, which, value = 0, 0, "0"
+      if p1 ~= own1 then changed, which, value = 1, 1, p1 end
+      if own2 and p2 ~= own2 then changed, which, value = changed + 1, 2, p2 end
+      if p3 ~= own3 then changed, which, value = changed + 1, 3, p3 end
+      if changed < 2 and #value <= 4 then tag = (tonumber(value) * 4 + which) * 64 + 63 end
     end
+    if k and tag == 0 then answer = string.sub(stored, 1, e) end
   end
 elseif kind == 61 then
   -- "=<plan>\n": its record in T, its tag and k as characters, then its parameters

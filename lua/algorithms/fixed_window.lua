@@ -101,9 +101,9 @@ return count
 local values = redis.call("MGET", unpack(KEYS))
 local key, value, ttl, limit, units = KEYS[1], values[1], ARGV[1], ARGV[2], ARGV[4] or "1"
 local stored, tag, answer = values[2], 0, nil
+-- the call's window is not sent: a custom line's window is looked up in T (the call's: k = 0)
+local T, own1, own2, own3, p1, p2, p3, k = ARGV[3], limit, nil, "0", nil, nil, nil, nil
 if stored then
-  -- the call's window is not sent: a custom line's window is looked up in T (the call's: k = 0)
-  local T, own1, own2, own3, p1, p2, p3, k = ARGV[3], limit, nil, "0", nil, nil, nil, nil
 -- #override
   limit = p1
   if k ~= 0 then
@@ -128,8 +128,11 @@ if not count then
   if cost <= limit then redis.call("SET", key, units, "PX", ttl) end
   count = cost
 end
--- a custom line's tag, with room for it (lua/override.lua)
-if tag >= 63 and count < 2147483648 and count > -2147483648 then return count * 4194304 + tag end
+-- a custom line's tag, with room for it (lua/override.lua); else the line's parameters
+if tag >= 63 then
+  if count < 2147483648 and count > -2147483648 then return count * 4194304 + tag end
+  answer = string.format("!%s %s %s", p1, p2, p3)
+end
 if not answer and count < 140737488355328 and count > -140737488355328 then return count * 64 + tag end
 if not answer then return string.format(stored and "%d#%d" or "%d", count, tag) end
 return string.format("%d%s", count, answer)

@@ -333,6 +333,25 @@ describe("overrides on: the override read in the decision's EVALSHA", () => {
     expect(custom?.decidedBy?.map((r) => [r.algorithm, r.limit])).toEqual([["fixedWindow", 7]]);
   });
 
+  it("one rule: a custom line's tag that the integer leaves no room for comes back as the line's parameters", async () => {
+    const { limiter, clock } = limiterOf({ r: gcra({ limit: 1000, period: "1h", burst: 1000 }) });
+    clock.set(T0);
+    await store(limiter, "id", "!gcra 1000 3600000 999", {});
+    let decisions: Awaited<ReturnType<typeof limiter.limit>>[] = [];
+    const answers = await replies(async () => {
+      // d = units * period: 3.6e6 fits beside the tag, 600 units more (2.16e9 in all) do not
+      decisions = [await limiter.limit("id"), await limiter.limit("id", { cost: 600 })];
+    });
+    expect(answers).toEqual([
+      3_600_000 * 2 ** 22 + (999 * 4 + 3) * 64 + 63,
+      "2163600000!1000 3600000 999",
+    ]);
+    for (const decision of decisions) {
+      expect(decision).toMatchObject({ allowed: true, plan: "custom" });
+      expect(decision.decidedBy?.map((r) => [r.algorithm, (r as { burst?: number }).burst])).toEqual([["gcra", 999]]);
+    }
+  });
+
   it("one sliding window: a plan's other window counts in its own key; a cost above the applied limit is never admitted", async () => {
     vi.spyOn(console, "warn").mockImplementation(() => {});
     const { limiter, clock } = limiterOf(
