@@ -6,8 +6,8 @@
 -- stored  the stored override, `<line>\n<json>` (src/engine/overrides.ts writes it); its line is
 --         `=<plan>`, or `!` and 4 tokens per rule, `<algorithm> <p1> <p2> <p3>`, as the limiter script's
 --         arguments encode a rule
--- T       the plan table (src/engine/scripts/overrides.ts builds it once per plan of the call): per plan
---         of the Limiter, "\n=<name>\n", its tag, then per rule "<k> <p1> <p2> <p3> "; then per fixed
+-- T       the plan table (src/engine/scripts/overrides.ts builds it once per plan of the call): the
+--         call's first rule's window, when it has one; then per plan of the Limiter, "\n=<name>\n", its tag, then per rule "<k> <p1> <p2> <p3> "; then per fixed
 --         or sliding window rule i and window w that a plan gives it, "\n#<i> <w> " and k; ending in
 --         "\n". k is one character, 48 + the KEYS index of that rule's key in that window ("0": the
 --         call's own); the tag is one character, the plan's place in the table plus 65 ("A" the first),
@@ -79,7 +79,8 @@ end
 -- #one
 -- The same for one rule (a one-rule script's variant), inline: no closure, no call, no table. It reads
 -- stored, T, ALGORITHM, CUSTOM (the algorithm's custom line as a pattern,
--- "^!<algorithm> (%d+) (%d+) (%d+)": a constant, no pattern is built per call) and the call's own
+-- "^!<algorithm> (%d+) (%d+) (%d+)", and CUSTOM0, the same with a window's third parameter, always
+-- 0: constants, no pattern is built per call) and the call's own
 -- parameters as sent, own1 own2 own3 (own2 nil when the call does not send it: a window's, which k
 -- then decides); it sets the includer's locals p1 p2 p3 (strings), k (a number), tag and answer.
 --   tag     0 (none, or a plan past the 62nd), a plan's (1..62), or, for a custom line that changes at
@@ -94,13 +95,24 @@ end
 -- captures of its parameters and 3 string comparisons.
 local kind, e, _ = string.byte(stored, 1), nil, nil
 if kind == 33 then
-  _, e, p1, p2, p3 = string.find(stored, CUSTOM)
+  if ALGORITHM == "fixedWindow" or ALGORITHM == "slidingWindow" then
+    -- a window's third parameter is always 0 (src/engine/algorithms/shared.ts): not captured
+    _, e, p1, p2 = string.find(stored, CUSTOM0)
+    p3 = "0"
+  else
+    _, e, p1, p2, p3 = string.find(stored, CUSTOM)
+  end
   if e and (e == #stored or string.byte(stored, e + 1) == 10) then
     k = 0
     if p2 ~= own2 and (ALGORITHM == "fixedWindow" or ALGORITHM == "slidingWindow") then
-      -- another window than the call's: the key of a plan with that window; none is stale
-      local _, w = string.find(T, "\n#1 " .. p2 .. " ", 1, true)
-      k = w and string.byte(T, w + 1) - 48
+      if string.find(T, p2, 1, true) == 1 and string.byte(T, #p2 + 1) == 10 then
+        -- the call's own window, which T starts with (a fixed window's call does not send it)
+        k = 0
+      else
+        -- another window than the call's: the key of a plan with that window; none is stale
+        local _, w = string.find(T, "\n#1 " .. p2 .. " ", 1, true)
+        k = w and string.byte(T, w + 1) - 48
+      end
     end
     -- the packed state holds counts below PACK = 2^25 = 33554432, the only state the one-rule script
     -- reads (the call's own limit is below it): a larger limit is another format. By its digits, with no

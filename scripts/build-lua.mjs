@@ -175,8 +175,10 @@ const stateFor = (a, body) => {
     .map((line) => `${line}\n`)
     .join("");
 };
-// What lua/override.lua's one-rule reader reads of the algorithm: its name and its custom line's pattern.
-const custom = (a) => `local ALGORITHM, CUSTOM = "${a.name}", "^!${a.name} (%d+) (%d+) (%d+)"\n`;
+// What lua/override.lua's one-rule reader reads of the algorithm: its name and its custom line's
+// patterns (the second for a window's, whose third parameter is always 0).
+const custom = (a) =>
+  `local ALGORITHM, CUSTOM, CUSTOM0 = "${a.name}", "^!${a.name} (%d+) (%d+) (%d+)", "^!${a.name} (%d+) (%d+) 0"\n`;
 const oneRuleOverrides = read("one_rule_overrides.lua");
 if (!/^-- #one-rule$/m.test(oneRuleOverrides))
   throw new Error("lua/one_rule_overrides.lua has no -- #one-rule line");

@@ -336,7 +336,9 @@ export function withTables(
       }
       return k;
     };
-    let table = "";
+    // the first rule's window, when it has one: a fixed window's call does not send it
+    const first = call.rules[0]!;
+    let table = algorithmOf(first).windowed ? String((first as WindowRule).window) : "";
     let tag = 65;
     for (const plan of all.values()) {
       // the record starts with the plan's stored line and its end (lua/override.lua looks for it)
