@@ -3,7 +3,8 @@
 -- an override (lua/overrides.lua, lua/one_rule_overrides.lua, fixed_window.lua's one-rule-overrides):
 -- inside the branch that runs only when an override is stored, so that a call with none pays nothing.
 --
--- stored  the stored override, `<line>\n<json>` (src/engine/overrides.ts writes it); its line is
+-- stored  the stored override, `<line>\n<json>`, or a plan's line alone, `=<plan>\n`
+--         (src/engine/overrides.ts writes it); its line is
 --         `=<plan>`, or `!` and 4 tokens per rule, `<algorithm> <p1> <p2> <p3>`, as the limiter script's
 --         arguments encode a rule
 -- T       the plan table (src/engine/scripts/overrides.ts builds it once per plan of the call): the
@@ -90,7 +91,8 @@ end
 --   answer  nil when the tag says it; else the string that does (a custom line answers itself,
 --           "!<algorithm> <p1> <p2> <p3>"; one with a tag, "!<p1> <p2> <p3>", made by the includer
 --           only when r leaves the tag no room)
--- A plan costs a match of its line, a plain find and the captures of its parameters (a window's limit
+-- A plan costs a plain find of its value (and, when it has more than its line, a match of the line and
+-- a second find) and the captures of its parameters (a window's limit
 -- alone, its window being the call's unless k says otherwise; else all 3); a custom line the 3
 -- captures of its parameters and 3 string comparisons.
 local kind, e, _ = string.byte(stored, 1), nil, nil
@@ -128,9 +130,14 @@ if kind == 33 then
     if k and tag == 0 then answer = string.sub(stored, 1, e) end
   end
 elseif kind == 61 then
-  -- "=<plan>\n": its record in T, its tag and k as characters, then its parameters
-  local line = string.match(stored, "^=[^\n]*\n")
-  if line then _, e = string.find(T, line, 1, true) end
+  -- "=<plan>\n": its record in T, its tag and k as characters, then its parameters. A plan alone is
+  -- stored as that line: looked up as it is; else the line is cut from the value first
+  local line = stored
+  _, e = string.find(T, stored, 1, true)
+  if not e then
+    line = string.match(stored, "^=[^\n]*\n")
+    if line and line ~= stored then _, e = string.find(T, line, 1, true) end
+  end
   if e then
     tag, k = string.byte(T, e + 1, e + 2)
     tag, k = tag - 64, k - 48
