@@ -342,13 +342,12 @@ describe("overrides on: the override read in the decision's EVALSHA", () => {
       // d = units * period: 3.6e6 fits beside the tag, 600 units more (2.16e9 in all) do not
       decisions = [await limiter.limit("id"), await limiter.limit("id", { cost: 600 })];
     });
-    expect(answers).toEqual([
-      3_600_000 * 2 ** 22 + (999 * 4 + 3) * 64 + 63,
-      "2163600000!1000 3600000 999",
-    ]);
+    expect(answers).toEqual([3_600_000 * 2 ** 22 + (999 * 4 + 3) * 64 + 63, "2163600000!1000 3600000 999"]);
     for (const decision of decisions) {
       expect(decision).toMatchObject({ allowed: true, plan: "custom" });
-      expect(decision.decidedBy?.map((r) => [r.algorithm, (r as { burst?: number }).burst])).toEqual([["gcra", 999]]);
+      expect(decision.decidedBy?.map((r) => [r.algorithm, (r as { burst?: number }).burst])).toEqual([
+        ["gcra", 999],
+      ]);
     }
   });
 

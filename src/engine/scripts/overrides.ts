@@ -252,6 +252,7 @@ export class OverrideScripts {
    *   "#<tag>"                 the plan of that tag (a one-rule script whose integer left it no room)
    *   "!<p1> <p2> <p3>[ ...]"  the base rules' algorithms with these parameters, 3 per rule ("custom"),
    *                            each rule's algorithm before them when a one-rule script answers
+   *                            the line itself (decodeOneRule builds this form from a custom tag)
    *   "?<line>"                the base rules: the stored line is stale (warned once)
    */
   private appliedOf(answer: string): Applied {
@@ -286,7 +287,7 @@ export class OverrideScripts {
    * here: the base rules, warned once.
    */
   private custom(answer: string): Applied {
-    // a one-rule script answers the custom line itself, its algorithm before the parameters
+    // a one-rule script may answer the custom line itself, its algorithm before the parameters
     const params = answer
       .slice(1)
       .split(" ")
@@ -310,7 +311,8 @@ export class OverrideScripts {
 }
 
 /**
- * Adds the plan table (lua/override.lua) and other windows' keys to every encoding (overrides on). A
+ * Adds the plan table (lua/override.lua: the call's first window, then per plan a record that starts
+ * with the plan's stored line) and other windows' keys to every encoding (overrides on). A
  * fixed or sliding window that another plan gives another window has a key of its own there
  * (RuleKeys): a call declares one key per such window beside its own, and the table gives each plan's
  * rule, and each window a plan gives a rule, the KEYS index of its key (0: the call's own). Plans are
