@@ -93,8 +93,8 @@ end
 --           only when r leaves the tag no room)
 -- A plan costs a plain find of its value (and, when it has more than its line, a match of the line and
 -- a second find) and the captures of its parameters (a window's limit
--- alone, its window being the call's unless k says otherwise; else all 3); a custom line the 3
--- captures of its parameters and 3 string comparisons.
+-- alone, its window being the call's unless k says otherwise; else its first, and the others unless
+-- they are the call's own); a custom line the captures of its parameters and 3 string comparisons.
 local kind, e, _ = string.byte(stored, 1), nil, nil
 if kind == 33 then
   if ALGORITHM == "fixedWindow" or ALGORITHM == "slidingWindow" then
@@ -159,6 +159,19 @@ if kind == 61 then
     _, _, p1 = string.find(T, "^ (%d+)", e + 3)
     if k == 0 then p2 = own2 else _, _, p2 = string.find(T, "^ %d+ (%d+)", e + 3) end
   else
-    _, _, p1, p2, p3 = string.find(T, "^ (%d+) (%d+) (%d+)", e + 3)
+    -- the 2nd and 3rd when the call's own (the usual plan changes its limit or burst alone) are
+    -- compared in place: no string made
+    local a
+    _, a, p1 = string.find(T, "^ (%d+) ", e + 3)
+    if string.find(T, own2, a + 1, true) == a + 1 and string.byte(T, a + 1 + #own2) == 32 then
+      p2, a = own2, a + 1 + #own2
+    else
+      _, a, p2 = string.find(T, "^(%d+) ", a + 1)
+    end
+    if string.find(T, own3, a + 1, true) == a + 1 and string.byte(T, a + 1 + #own3) == 32 then
+      p3 = own3
+    else
+      _, _, p3 = string.find(T, "^(%d+) ", a + 1)
+    end
   end
 end

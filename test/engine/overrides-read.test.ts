@@ -333,6 +333,24 @@ describe("overrides on: the override read in the decision's EVALSHA", () => {
     expect(custom?.decidedBy?.map((r) => [r.algorithm, r.limit])).toEqual([["fixedWindow", 7]]);
   });
 
+  it("one gcra: a plan stored alone (its line as the value) that changes the period applies it", async () => {
+    const { limiter, clock } = limiterOf(
+      { r: gcra({ limit: 7, period: "1h", burst: 5 }) },
+      { pro: { r: { burst: 9 } }, slow: { r: { limit: 3, period: "2h" } } },
+    );
+    clock.set(T0);
+    await limiter.overrides.set("s", { plan: "slow" });
+    await limiter.overrides.set("p", { plan: "pro" });
+    expect(await admitted(limiter, "s", 8)).toEqual({ n: 5, plans: ["slow"] });
+    expect(await admitted(limiter, "p", 12)).toEqual({ n: 9, plans: ["pro"] });
+    const slow = await limiter.limit("s");
+    expect(
+      slow.decidedBy?.map((r) => [(r as { rate?: number }).rate, (r as { period?: number }).period]),
+    ).toEqual([[3, 7_200_000]]);
+    // 5 units at 2 h / 3 each: back to the full burst after 10/3 h
+    expect(slow.resetAt).toBe(T0 + Math.ceil((5 * 7_200_000) / 3));
+  });
+
   it("one rule: a custom line's tag that the integer leaves no room for comes back as the line's parameters", async () => {
     const { limiter, clock } = limiterOf({ r: gcra({ limit: 1000, period: "1h", burst: 1000 }) });
     clock.set(T0);
