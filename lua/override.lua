@@ -3,15 +3,17 @@
 -- an override (lua/overrides.lua, lua/one_rule_overrides.lua, fixed_window.lua's one-rule-overrides):
 -- inside the branch that runs only when an override is stored, so that a call with none pays nothing.
 --
--- stored  the stored override, `<line>\n<json>` (src/engine/overrides.ts writes it); its line is
+-- stored  the stored override, `<line>\n<json>`, or a plan's line alone, `=<plan>\n`
+--         (src/engine/overrides.ts writes it); its line is
 --         `=<plan>`, or `!` and 4 tokens per rule, `<algorithm> <p1> <p2> <p3>`, as the limiter script's
 --         arguments encode a rule
--- T       the plan table (src/engine/scripts/overrides.ts builds it once per plan of the call): per plan
---         of the Limiter, "\n<name>\t<tag>" and " <p1> <p2> <p3> <k>" per rule; then per fixed or
---         sliding window rule i and window w that a plan gives it, "\n#<i> <w> " and k as one character
---         (48 + k: "0" for 0); ending in "\n". k is the KEYS index of that rule's key in that window, 0
---         when it is the call's; the tag is one character, the plan's place in the table plus 65 ("A"
---         the first), or "@" past the 62nd
+-- T       the plan table (src/engine/scripts/overrides.ts builds it once per plan of the call): the
+--         call's first rule's window, when it has one; then per plan of the Limiter, "\n=<name>\n", its tag, then per rule "<k> <p1> <p2> <p3> "; then per fixed
+--         or sliding window rule i and window w that a plan gives it, "\n#<i> <w> " and k; ending in
+--         "\n". k is one character, 48 + the KEYS index of that rule's key in that window ("0": the
+--         call's own); the tag is one character, the plan's place in the table plus 65 ("A" the first),
+--         or "@" past the 62nd. A plan's record starts with its stored line and the line's end, so the
+--         line is what a reader looks for (a plan's name is letters, digits, "_", "." and "-")
 -- n, A, o the call's n rules: rule i's algorithm is A[o + 4(i-1)], its parameters the 3 after it (a
 --         window's own, when not given, is looked up in T)
 --
@@ -28,12 +30,12 @@
 -- plain find and one find per rule in T; a custom line one find per rule, and one plain find per
 -- window other than the call's.
 local function override(stored, T, n, A, o)
-  local kind, name = string.byte(stored, 1), nil
+  local kind, line = string.byte(stored, 1), nil
   local P, at, e, _ = { nil, nil, nil, nil }, nil, nil, nil
   if kind == 61 then
-    -- "=<plan>"
-    name = string.match(stored, "^=([^\n]*)")
-    at, e = string.find(T, "\n" .. name .. "\t", 1, true)
+    -- "=<plan>\n": its record in T
+    line = string.match(stored, "^=[^\n]*\n")
+    if line then at, e = string.find(T, line, 1, true) end
   elseif kind == 33 then
     -- "!": per rule the call's algorithm (letters), then 3 parameters; then the line's end
     local answer = "!"
@@ -61,53 +63,115 @@ local function override(stored, T, n, A, o)
   end
   local tag, answer = 0, nil
   if at then
-    tag, answer = string.byte(T, e + 1) - 64, "=" .. name
+    tag, answer = string.byte(T, e + 1) - 64, string.sub(line, 1, -2)
   else
     answer = "?" .. string.match(stored, "^[^\n]*")
-    at, e = string.find(T, "\ndefault\t", 1, true)
+    at, e = string.find(T, "\n=default\n", 1, true)
   end
+  -- e + 2: the first rule's k
   e = e + 1
   for i = 1, n do
     local j = 4 * i
-    _, e, P[j - 3], P[j - 2], P[j - 1], P[j] = string.find(T, "^ (%d+) (%d+) (%d+) (%d+)", e + 1)
+    P[j] = string.byte(T, e + 1) - 48
+    _, e, P[j - 3], P[j - 2], P[j - 1] = string.find(T, "^ (%d+) (%d+) (%d+) ", e + 2)
   end
   return P, tag, answer
 end
 -- #one
 -- The same for one rule (a one-rule script's variant), inline: no closure, no call, no table. It reads
 -- stored, T, ALGORITHM, CUSTOM (the algorithm's custom line as a pattern,
--- "^!<algorithm> (%d+) (%d+) (%d+)": a constant, no pattern is built per call) and the call's own p1
--- and p2 as sent, own1 and own2; it sets the includer's locals p1 p2 p3 (strings), k (a number), tag (0:
--- none, or past the 62nd) and answer (nil when the tag says it: a custom line answers itself,
--- "!<algorithm> <p1> <p2> <p3>"). A plan costs a capture of its name, a plain find and 4 captures; a
--- custom line the 3 captures of its parameters.
+-- "^!<algorithm> (%d+) (%d+) (%d+)", and CUSTOM0, the same with a window's third parameter, always
+-- 0: constants, no pattern is built per call) and the call's own
+-- parameters as sent, own1 own2 own3 (own2 nil when the call does not send it: a window's, which k
+-- then decides); it sets the includer's locals p1 p2 p3 (strings), k (a number), tag and answer.
+--   tag     0 (none, or a plan past the 62nd), a plan's (1..62), or, for a custom line that changes at
+--           most one of the call's parameters, to a value of at most 4 digits, in the call's own key
+--           (k = 0), (value * 4 + which) * 64 + 63 (which: 1..3, 0 for none): the includer puts that
+--           beside r in one integer (r * 2^22 + tag, while |r| < 2^31)
+--   answer  nil when the tag says it; else the string that does (a custom line answers itself,
+--           "!<algorithm> <p1> <p2> <p3>"; one with a tag, "!<p1> <p2> <p3>", made by the includer
+--           only when r leaves the tag no room)
+-- A plan costs a plain find of its value (and, when it has more than its line, a match of the line and
+-- a second find) and the captures of its parameters (a window's limit
+-- alone, its window being the call's unless k says otherwise; else its first, and the others unless
+-- they are the call's own); a custom line the captures of its parameters and 3 string comparisons.
 local kind, e, _ = string.byte(stored, 1), nil, nil
 if kind == 33 then
-  _, e, p1, p2, p3 = string.find(stored, CUSTOM)
+  if ALGORITHM == "fixedWindow" or ALGORITHM == "slidingWindow" then
+    -- a window's third parameter is always 0 (src/engine/algorithms/shared.ts): not captured
+    _, e, p1, p2 = string.find(stored, CUSTOM0)
+    p3 = "0"
+  else
+    _, e, p1, p2, p3 = string.find(stored, CUSTOM)
+  end
   if e and (e == #stored or string.byte(stored, e + 1) == 10) then
     k = 0
     if p2 ~= own2 and (ALGORITHM == "fixedWindow" or ALGORITHM == "slidingWindow") then
-      -- another window than the call's: the key of a plan with that window; none is stale
-      local _, w = string.find(T, "\n#1 " .. p2 .. " ", 1, true)
-      k = w and string.byte(T, w + 1) - 48
+      if string.find(T, p2, 1, true) == 1 and string.byte(T, #p2 + 1) == 10 then
+        -- the call's own window, which T starts with (a fixed window's call does not send it)
+        k = 0
+      else
+        -- another window than the call's: the key of a plan with that window; none is stale
+        local _, w = string.find(T, "\n#1 " .. p2 .. " ", 1, true)
+        k = w and string.byte(T, w + 1) - 48
+      end
     end
-    -- the packed state holds counts below PACK = 2^25: a limit across it is another format
-    if ALGORITHM == "slidingWindow" and (tonumber(p1) < 33554432) ~= (tonumber(own1) < 33554432) then k = nil end
-    if k then answer = string.sub(stored, 1, e) end
+    -- the packed state holds counts below PACK = 2^25 = 33554432, the only state the one-rule script
+    -- reads (the call's own limit is below it): a larger limit is another format. By its digits, with no
+    -- number made (the engine writes none with a leading zero)
+    if ALGORITHM == "slidingWindow" and (#p1 > 8 or #p1 == 8 and p1 >= "33554432") then k = nil end
+    if k == 0 then
+      local changed, which, value = 0, 0, "0"
+      if p1 ~= own1 then changed, which, value = 1, 1, p1 end
+      if own2 and p2 ~= own2 then changed, which, value = changed + 1, 2, p2 end
+      if p3 ~= own3 then changed, which, value = changed + 1, 3, p3 end
+      if changed < 2 and #value <= 4 then tag = (tonumber(value) * 4 + which) * 64 + 63 end
+    end
+    if k and tag == 0 then answer = string.sub(stored, 1, e) end
   end
 elseif kind == 61 then
-  local name = string.match(stored, "^=([^\n]*)")
-  _, e = string.find(T, "\n" .. name .. "\t", 1, true)
+  -- "=<plan>\n": its record in T, its tag and k as characters, then its parameters. A plan alone is
+  -- stored as that line: looked up as it is; else the line is cut from the value first
+  local line = stored
+  _, e = string.find(T, stored, 1, true)
+  if not e then
+    line = string.match(stored, "^=[^\n]*\n")
+    if line and line ~= stored then _, e = string.find(T, line, 1, true) end
+  end
   if e then
-    tag = string.byte(T, e + 1) - 64
-    _, _, p1, p2, p3, k = string.find(T, "^ (%d+) (%d+) (%d+) (%d+)", e + 2)
-    if tag == 0 then answer = "=" .. name end
+    tag, k = string.byte(T, e + 1, e + 2)
+    tag, k = tag - 64, k - 48
+    if tag == 0 then answer = string.sub(line, 1, -2) end
+  else
+    e = nil
   end
 end
 if not k then
   -- stale: the base rules'
-  _, e = string.find(T, "\ndefault\t", 1, true)
-  _, _, p1, p2, p3, k = string.find(T, "^ (%d+) (%d+) (%d+) (%d+)", e + 2)
-  tag, answer = 0, "?" .. string.match(stored, "^[^\n]*")
+  _, e = string.find(T, "\n=default\n", 1, true)
+  k = string.byte(T, e + 2) - 48
+  tag, answer, kind = 0, "?" .. string.match(stored, "^[^\n]*"), 61
 end
-k = tonumber(k)
+if kind == 61 then
+  -- a record's parameters: a window's limit alone, its window (k = 0: the call's own, own2) captured
+  -- only when it is another
+  if ALGORITHM == "fixedWindow" or ALGORITHM == "slidingWindow" then
+    _, _, p1 = string.find(T, "^ (%d+)", e + 3)
+    if k == 0 then p2 = own2 else _, _, p2 = string.find(T, "^ %d+ (%d+)", e + 3) end
+  else
+    -- the 2nd and 3rd when the call's own (the usual plan changes its limit or burst alone) are
+    -- compared in place: no string made
+    local a
+    _, a, p1 = string.find(T, "^ (%d+) ", e + 3)
+    if string.find(T, own2, a + 1, true) == a + 1 and string.byte(T, a + 1 + #own2) == 32 then
+      p2, a = own2, a + 1 + #own2
+    else
+      _, a, p2 = string.find(T, "^(%d+) ", a + 1)
+    end
+    if string.find(T, own3, a + 1, true) == a + 1 and string.byte(T, a + 1 + #own3) == 32 then
+      p3 = own3
+    else
+      _, _, p3 = string.find(T, "^(%d+) ", a + 1)
+    end
+  end
+end

@@ -182,8 +182,10 @@ const stateFor = (a, body) => {
     .map((line) => `${line}\n`)
     .join("");
 };
-// What lua/override.lua's one-rule reader reads of the algorithm: its name and its custom line's pattern.
-const custom = (a) => `local ALGORITHM, CUSTOM = "${a.name}", "^!${a.name} (%d+) (%d+) (%d+)"\n`;
+// What lua/override.lua's one-rule reader reads of the algorithm: its name and its custom line's
+// patterns (the second for a window's, whose third parameter is always 0).
+const custom = (a) =>
+  `local ALGORITHM, CUSTOM, CUSTOM0 = "${a.name}", "^!${a.name} (%d+) (%d+) (%d+)", "^!${a.name} (%d+) (%d+) 0"\n`;
 const oneRuleOverrides = read("one_rule_overrides.lua");
 if (!/^-- #one-rule$/m.test(oneRuleOverrides))
   throw new Error("lua/one_rule_overrides.lua has no -- #one-rule line");
@@ -192,8 +194,12 @@ for (const a of algorithms) {
     const body = withOverride(a["one-rule-overrides"], `lua/algorithms/${a.file}`);
     scripts[`${a.name}OneRuleOverrides`] = script(`${stateFor(a, body)}${custom(a)}${body}`);
   } else if (a["one-rule"] !== undefined) {
-    // the one-rule section as it stands, its KEYS and ARGV the parameters a stored override applies
-    const body = oneRuleOverrides.replace(/^-- #one-rule$/m, () => a["one-rule"]);
+    // the one-rule section as the body of one_rule(KEY, ARG1, ..., ARG5): its KEYS[1] and ARGV[i] are
+    // that function's parameters, the call's or those a stored override applies
+    const section = a["one-rule"].replace(/\bKEYS\[1\]/g, "KEY").replace(/\bARGV\[([1-5])\]/g, "ARG$1");
+    if (/\b(KEYS|ARGV)\b/.test(strip(section)))
+      throw new Error(`lua/algorithms/${a.file}: its one-rule section may read only KEYS[1] and ARGV[1..5]`);
+    const body = oneRuleOverrides.replace(/^-- #one-rule$/m, () => section);
     scripts[`${a.name}OneRuleOverrides`] = script(
       `${a.state}${custom(a)}${withOverride(body, "lua/one_rule_overrides.lua")}`,
     );

@@ -94,15 +94,16 @@ return count
 -- tag); then only an admission writes, so the count is exactly what was admitted whatever limit applies
 -- next (first: MGET SET; later: MGET INCRBY; denied: MGET). The count after adding the cost (admitted
 -- iff count <= the applied limit) comes back as count * 64 + the tag of the plan applied
--- (lua/override.lua; 0: nothing stored), or, for a custom or stale override, a plan past the 62nd or a
+-- (lua/override.lua; 0: nothing stored), as count * 2^22 + the tag of a custom line that changes one
+-- parameter by little, or, for a custom or stale override, a plan past the 62nd or a
 -- count beyond 2^47, as a string: the count in decimal, then the reader's answer (lua/override.lua's
 -- one-rule reader, inline here), or "#<tag>" for a plan's tag the count leaves no room for.
 local values = redis.call("MGET", unpack(KEYS))
 local key, value, ttl, limit, units = KEYS[1], values[1], ARGV[1], ARGV[2], ARGV[4] or "1"
 local stored, tag, answer = values[2], 0, nil
+-- the call's window is not sent: a custom line's window is looked up in T (the call's: k = 0)
+local T, own1, own2, own3, p1, p2, p3, k = ARGV[3], limit, nil, "0", nil, nil, nil, nil
 if stored then
-  -- the call's window is not sent: a custom line's window is looked up in T (the call's: k = 0)
-  local T, own1, own2, p1, p2, p3, k = ARGV[3], limit, nil, nil, nil, nil, nil
 -- #override
   limit = p1
   if k ~= 0 then
@@ -126,6 +127,11 @@ end
 if not count then
   if cost <= limit then redis.call("SET", key, units, "PX", ttl) end
   count = cost
+end
+-- a custom line's tag, with room for it (lua/override.lua); else the line's parameters
+if tag >= 63 then
+  if count < 2147483648 and count > -2147483648 then return count * 4194304 + tag end
+  answer = string.format("!%s %s %s", p1, p2, p3)
 end
 if not answer and count < 140737488355328 and count > -140737488355328 then return count * 64 + tag end
 if not answer then return string.format(stored and "%d#%d" or "%d", count, tag) end

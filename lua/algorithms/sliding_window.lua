@@ -206,8 +206,10 @@ end
 -- window. Answers one integer, n when admitted and -n - 1 when denied: n = counts * 4 + newer * 2 +
 -- slotted, with current after the cost when admitted and as it stands when denied; newer is 1 when a
 -- lagging caller was counted in the next window. Slotted 1 (limit and counts below SMALL):
--- counts = (slots * SLOT + current * SMALL + previous) * 2 + skewed, the slots and skewed (1 or 0) as
--- read; else counts = current * PACK + previous, and not skewed.
+-- counts = (slots * SLOT + current * SMALL + previous) * 2 + skewed, skewed (1 or 0) as read, and the
+-- slots as read once skewed, else 0 (only a skewed state spreads by them): so n stays below 2^39
+-- while clocks agree, and the overrides' variant can still tag it as an integer; else
+-- counts = current * PACK + previous, and not skewed.
 local now = tonumber(ARGV[1], 16)
 local cost = ARGV[2] == "1" and 1 or tonumber(ARGV[2])
 local limit, window = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -221,7 +223,11 @@ if admitted then
 end
 local n
 if limit < SMALL and current < SMALL and previous < SMALL then
-  n = (((slots % SAME) * SLOT + current * SMALL + previous) * 2 + (slots >= SKEWED and 1 or 0)) * 4 + newer + 1
+  if slots >= SKEWED then
+    n = (((slots % SAME) * SLOT + current * SMALL + previous) * 2 + 1) * 4 + newer + 1
+  else
+    n = (current * SMALL + previous) * 8 + newer + 1
+  end
 else
   n = (current * PACK + previous) * 4 + newer
 end

@@ -6,7 +6,8 @@
 // - Value: `<line>\n<json>`. The line is what the script reads: `=<plan>` for a plan alone, or `!` and
 //   4 tokens per rule in rule order, as the limiter script's ARGV encodes a rule, resolved here from the
 //   base rules (or the named plan's) with the override's fields over them. The json is the override as
-//   given: what get() returns.
+//   given: what get() returns. A plan with nothing else (no expiresAt) is its line alone, `=<plan>\n`,
+//   which is also how the plan table names its record: the script looks the value up as it is.
 // - Index: a ZSET `<prefix>:overrides` of identifiers, all scored 0, paged by lex: list() needs neither
 //   KEYS nor SCAN. set() writes ZADD before SET and delete() DEL before ZREM (one pipeline, in order),
 //   so a failure can only leave an index member without a key; a page drops and ZREMs those, as it does
@@ -183,7 +184,9 @@ export class Overrides {
     const context = this.on();
     const { field, value: id } = context.identities.one(identifier);
     const line = this.lineOf(override, context, field);
-    const value = `${line}\n${JSON.stringify(override)}`;
+    // a plan alone is its line (the script then finds it in the plan table as it is stored)
+    const alone = override.rules === undefined && override.expiresAt === undefined;
+    const value = alone ? `${line}\n` : `${line}\n${JSON.stringify(override)}`;
     const key = context.keys.overrideOf(id, field);
     const expiresAt = override.expiresAt;
     const set =
@@ -450,7 +453,9 @@ function hostileField(value: unknown, path: (string | number)[]): Issue | undefi
   return undefined;
 }
 
-/** The override stored in `value` (`<line>\n<json>`). */
+/** The override stored in `value` (`<line>\n<json>`, or a plan's line alone: `=<plan>\n`). */
 function parse(value: string): Override {
-  return JSON.parse(value.slice(value.indexOf("\n") + 1)) as Override;
+  const end = value.indexOf("\n");
+  if (end === value.length - 1 && value.startsWith("=")) return { plan: value.slice(1, end) };
+  return JSON.parse(value.slice(end + 1)) as Override;
 }

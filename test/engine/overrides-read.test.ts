@@ -190,24 +190,35 @@ describe("overrides on: the override read in the decision's EVALSHA", () => {
   // the override. That it decides what the model (and so limiterOverrides) decides, under every kind
   // of stored line, plans of other rates and windows, for costs the applied rule may refuse, is
   // test/engine/cross-feature.property.test.ts's; here, what each variant answers on the wire.
-  const lean: [string, RuleConfig, Record<string, Record<string, Record<string, unknown>>>, string][] = [
+  // the last: what the one-rule variant answers for the custom line (two parameters changed: the line;
+  // one: its integer, "!<which>=<value>")
+  const lean: [
+    string,
+    RuleConfig,
+    Record<string, Record<string, Record<string, unknown>>>,
+    string,
+    string,
+  ][] = [
     [
       "gcra",
       gcra({ limit: 7, period: "1h", burst: 5 }),
       { pro: { r: { limit: 11, burst: 9 } }, slow: { r: { limit: 3, period: "2h" } } },
+      "!gcra 5 3600000 3",
       "!gcra 5 3600000 3",
     ],
     [
       "tokenBucket",
       tokenBucket({ capacity: 5, refillRate: 7, interval: "1h" }),
       { pro: { r: { capacity: 9 } }, slow: { r: { refillRate: 3, interval: "2h" } } },
-      "!gcra 5 3600000 3",
+      "!gcra 7 3600000 3",
+      "!3=3",
     ],
     [
       "slidingWindow",
       slidingWindow({ limit: 7, window: "1h" }),
       { pro: { r: { limit: 11 } }, long: { r: { limit: 9, window: "2h" } } },
       "!slidingWindow 3 3600000 0",
+      "!1=3",
     ],
   ];
 
@@ -232,13 +243,20 @@ describe("overrides on: the override read in the decision's EVALSHA", () => {
     );
   }
   /** What a reply says applied: its type when nothing, the plan of a tag, what a string says. */
+  /** A custom line's integer answer (tag 63): which parameter of the call's it changed, and to what. */
+  const packed = (a: number) => {
+    const low = a - Math.floor(a / 2 ** 22) * 2 ** 22;
+    return `!${Math.floor(low / 64) % 4}=${Math.floor(low / 256)}`;
+  };
   const applied =
     (tags: string[]) =>
     (a: unknown): unknown =>
       typeof a === "number"
-        ? tags.length > 0
-          ? tags[((a % 64) + 64) % 64]
-          : "number"
+        ? ((a % 64) + 64) % 64 === 63
+          ? packed(a)
+          : tags.length > 0
+            ? tags[((a % 64) + 64) % 64]
+            : "number"
         : Array.isArray(a)
           ? [a.length, typeof a.at(-1) === "number" ? `=${["default", "pro"][a.at(-1) - 1]}` : a.at(-1)]
           : typeof a === "string"
@@ -247,9 +265,9 @@ describe("overrides on: the override read in the decision's EVALSHA", () => {
               : a.slice(a.search(/[=!?]/))
             : a;
 
-  it("one rule: the variant answers its integer * 64 + the tag of the plan applied, a string for a custom or stale line", async () => {
+  it("one rule: the variant answers its integer * 64 + the tag of the plan applied, * 2^22 + a custom line's tag, a string for another custom or a stale line", async () => {
     vi.spyOn(console, "warn").mockImplementation(() => {});
-    for (const [, rule, plans, custom] of lean) {
+    for (const [, rule, plans, custom, answered] of lean) {
       const { limiter, clock } = limiterOf({ r: rule }, plans);
       clock.set(T0);
       await limiter.limit("warm-up");
@@ -268,35 +286,87 @@ describe("overrides on: the override read in the decision's EVALSHA", () => {
         "",
         "=pro",
         [6, "=pro"],
-        custom,
+        answered,
         "?=gone",
       ]);
+      // a plan's answer is an integer, the sliding window's too (mid-window, where its slots would
+      // leave the tag no room: it answers them only once clocks disagreed)
+      expect(typeof answers[1]).toBe("number");
     }
   });
 
-  it("one fixed window: its variant answers count * 64 + the tag of the plan applied, a string for a custom or stale line", async () => {
+  it("one fixed window: its variant answers count * 64 + the tag of the plan applied, * 2^22 + a custom line's tag, a string for another custom or a stale line", async () => {
     vi.spyOn(console, "warn").mockImplementation(() => {});
     const { limiter, clock } = limiterOf(
       { r: fixedWindow({ limit: 5, window: "1h" }) },
       { pro: { r: { limit: 9 } } },
     );
     clock.set(T0);
+    let custom: Awaited<ReturnType<typeof limiter.limit>> | undefined;
     const answers = await replies(async () => {
       await limiter.limit("id");
       await store(limiter, "id", "=pro");
       await limiter.limit("id", { cost: 2 });
       await store(limiter, "id", "!fixedWindow 7 3600000 0");
+      custom = await limiter.limit("id");
+      // a changed value of 5 digits leaves no room: the line
+      await store(limiter, "id", "!fixedWindow 10000 3600000 0");
       await limiter.limit("id");
       await store(limiter, "id", "=gone");
       await limiter.limit("id");
     });
-    expect(answers).toEqual([1 * 64, 3 * 64 + 2, "4!fixedWindow 7 3600000 0", "5?=gone"]);
+    expect(answers).toEqual([
+      1 * 64,
+      3 * 64 + 2,
+      4 * 2 ** 22 + (7 * 4 + 1) * 64 + 63,
+      "5!fixedWindow 10000 3600000 0",
+      "6?=gone",
+    ]);
     expect(answers.map(applied(["", "=default", "=pro"]))).toEqual([
       "",
       "=pro",
-      "!fixedWindow 7 3600000 0",
+      "!1=7",
+      "!fixedWindow 10000 3600000 0",
       "?=gone",
     ]);
+    expect(custom).toMatchObject({ allowed: true, limit: 7, remaining: 3, plan: "custom" });
+    expect(custom?.decidedBy?.map((r) => [r.algorithm, r.limit])).toEqual([["fixedWindow", 7]]);
+  });
+
+  it("one gcra: a plan stored alone (its line as the value) that changes the period applies it", async () => {
+    const { limiter, clock } = limiterOf(
+      { r: gcra({ limit: 7, period: "1h", burst: 5 }) },
+      { pro: { r: { burst: 9 } }, slow: { r: { limit: 3, period: "2h" } } },
+    );
+    clock.set(T0);
+    await limiter.overrides.set("s", { plan: "slow" });
+    await limiter.overrides.set("p", { plan: "pro" });
+    expect(await admitted(limiter, "s", 8)).toEqual({ n: 5, plans: ["slow"] });
+    expect(await admitted(limiter, "p", 12)).toEqual({ n: 9, plans: ["pro"] });
+    const slow = await limiter.limit("s");
+    expect(
+      slow.decidedBy?.map((r) => [(r as { rate?: number }).rate, (r as { period?: number }).period]),
+    ).toEqual([[3, 7_200_000]]);
+    // 5 units at 2 h / 3 each: back to the full burst after 10/3 h
+    expect(slow.resetAt).toBe(T0 + Math.ceil((5 * 7_200_000) / 3));
+  });
+
+  it("one rule: a custom line's tag that the integer leaves no room for comes back as the line's parameters", async () => {
+    const { limiter, clock } = limiterOf({ r: gcra({ limit: 1000, period: "1h", burst: 1000 }) });
+    clock.set(T0);
+    await store(limiter, "id", "!gcra 1000 3600000 999", {});
+    let decisions: Awaited<ReturnType<typeof limiter.limit>>[] = [];
+    const answers = await replies(async () => {
+      // d = units * period: 3.6e6 fits beside the tag, 600 units more (2.16e9 in all) do not
+      decisions = [await limiter.limit("id"), await limiter.limit("id", { cost: 600 })];
+    });
+    expect(answers).toEqual([3_600_000 * 2 ** 22 + (999 * 4 + 3) * 64 + 63, "2163600000!1000 3600000 999"]);
+    for (const decision of decisions) {
+      expect(decision).toMatchObject({ allowed: true, plan: "custom" });
+      expect(decision.decidedBy?.map((r) => [r.algorithm, (r as { burst?: number }).burst])).toEqual([
+        ["gcra", 999],
+      ]);
+    }
   });
 
   it("one sliding window: a plan's other window counts in its own key; a cost above the applied limit is never admitted", async () => {
@@ -376,7 +446,7 @@ describe("on a 3-node Redis Cluster", () => {
     });
     const keys = new RuleKeys(limiter.prefix, limiter.rules);
     // the table of a call under the base rules, the Limiter's only plan
-    const table = "\ndefault\tA 10 600000 10 0 100 60000 0 0\n#2 60000 0\n";
+    const table = "\n=default\nA0 10 600000 10 0 100 60000 0 \n#2 60000 0\n";
     for (const id of ["user:42", "{a}", "\u{1F600}", "x".repeat(10_000)]) {
       const override = keys.override(id);
       const all = [...limiter.keys(id, T0), override];

@@ -115,11 +115,11 @@ describe("the overrides option", () => {
 });
 
 describe("stored format", () => {
-  it("a plan: `=<plan>\\n<json>` in the identifier's hash tag, indexed, no TTL", async () => {
+  it("a plan alone: `=<plan>\\n` in the identifier's hash tag, indexed, no TTL", async () => {
     const { limiter, redis, prefix } = setup();
     await limiter.overrides.set("key_123", { plan: "enterprise" });
     const key = `${prefix}:{=key_123}:override`;
-    expect(await redis.get(key)).toBe('=enterprise\n{"plan":"enterprise"}');
+    expect(await redis.get(key)).toBe("=enterprise\n");
     // the same hash tag as every rule key of the identifier: one slot
     for (const ruleKey of limiter.keys("key_123"))
       expect(ruleKey.startsWith(`${prefix}:{=key_123}:`)).toBe(true);
@@ -128,6 +128,15 @@ describe("stored format", () => {
     expect(await redis.pttl(`${prefix}:overrides`)).toBe(-1);
     expect(await limiter.overrides.get("key_123")).toEqual({ plan: "enterprise" });
     expect(await limiter.overrides.get("key_999")).toBeUndefined();
+    // with an expiry, the json follows the line; a value stored with its json (as earlier versions
+    // wrote a plan alone) reads the same
+    const expiresAt = NOW + DAY;
+    await limiter.overrides.set("key_456", { plan: "enterprise", expiresAt });
+    expect(await redis.get(`${prefix}:{=key_456}:override`)).toBe(
+      `=enterprise\n{"plan":"enterprise","expiresAt":${expiresAt}}`,
+    );
+    await redis.set(`${prefix}:{=key_789}:override`, '=enterprise\n{"plan":"enterprise"}');
+    expect(await limiter.overrides.get("key_789")).toEqual({ plan: "enterprise" });
   });
 
   it("custom rules: `!` and 4 tokens per rule as the script's ARGV, over the base or the named plan; PXAT = expiresAt", async () => {
@@ -273,7 +282,7 @@ describe("set() validation: the field named, nothing stored", () => {
     expect(await redis.get(`${prefix}:{=a}:override`)).toBe(
       '!gcra 100 60000 100 fixedWindow 10000 86400000 0\n{"rules":{"daily":{"window":"1d"}}}',
     );
-    expect(await redis.get(`${prefix}:{=b}:override`)).toBe('=default\n{"plan":"default"}');
+    expect(await redis.get(`${prefix}:{=b}:override`)).toBe("=default\n");
   });
 
   it("a Limiter without plans says so; an empty identifier is refused", async () => {
@@ -586,7 +595,8 @@ describe("writes off the request path: a slow or lossy Redis", () => {
       expect(await limiter.overrides.get("k")).toEqual({ plan: "pro" });
       expect(hop.requests - before).toBe(2); // one request each, none sent again
       const redis = bridgeRedis();
-      expect(await redis.get(`${prefix}:{=k}:override`)).toBe('=pro\n{"plan":"pro"}');
+      // a plan alone is stored as its line
+      expect(await redis.get(`${prefix}:{=k}:override`)).toBe("=pro\n");
       await limiter.overrides.delete("k");
       expect(await redis.exists(`${prefix}:{=k}:override`)).toBe(0);
       expect(await redis.zcard(`${prefix}:overrides`)).toBe(0);

@@ -29,6 +29,12 @@ import {
 const APPLIED_ENTRIES = 1000;
 /** How many plans a table tags with one character (lua/override.lua): the others are answered by name. */
 const TAGGED = 62;
+/**
+ * The tag of a custom line that changes at most one of the call's parameters, to a value of at most 4
+ * digits (lua/override.lua), and the room a one-rule script leaves it below its integer.
+ */
+const CUSTOM = 63;
+const CUSTOM_ROOM = 2 ** 22;
 
 /** Stale lines already warned about, once per isolate each. */
 const warned = new Set<string>();
@@ -197,15 +203,26 @@ export class OverrideScripts {
   /**
    * The Decision of a one-rule override script's reply (fixedWindow, gcra, tokenBucket, slidingWindow),
    * decoded under the rule applied: the one-rule integer r as r * 64 + the tag of the plan applied (0
-   * the call's), or a string, r then what applied (lua/one_rule_overrides.lua).
+   * the call's), as r * 2^22 + the tag of a custom line (CUSTOM below it: the call's parameters with
+   * the one it changes), or a string, r then what applied (lua/one_rule_overrides.lua).
    */
   private decodeOneRule(plan: PlanEncoding, result: unknown, cost: number, now: number): Decision | Error {
     let applied: Applied = plan;
     let value: number;
     if (typeof result === "number") {
       const tag = result - Math.floor(result / 64) * 64;
-      value = (result - tag) / 64;
-      if (tag > 0) applied = this.tagged[tag - 1] ?? plan;
+      if (tag === CUSTOM) {
+        // r * 2^22 + (changed * 4 + which) * 64 + 63: the call's parameters, `which` (1-3) changed
+        const low = result - Math.floor(result / CUSTOM_ROOM) * CUSTOM_ROOM;
+        value = (result - low) / CUSTOM_ROOM;
+        const params = plan.args.slice(1, 4);
+        const which = Math.floor(low / 64) % 4;
+        if (which > 0) params[which - 1] = String(Math.floor(low / 256));
+        applied = this.appliedOf(`!${params.join(" ")}`);
+      } else {
+        value = (result - tag) / 64;
+        if (tag > 0) applied = this.tagged[tag - 1] ?? plan;
+      }
     } else if (typeof result === "string") {
       const at = result.search(/[=!?#]/);
       value = Number(at < 0 ? result : result.slice(0, at));
@@ -321,6 +338,7 @@ export class OverrideScripts {
    *   "#<tag>"                 the plan of that tag (a one-rule script whose integer left it no room)
    *   "!<p1> <p2> <p3>[ ...]"  the base rules' algorithms with these parameters, 3 per rule ("custom"),
    *                            each rule's algorithm before them when a one-rule script answers
+   *                            the line itself (decodeOneRule builds this form from a custom tag)
    *   "?<line>"                the base rules: the stored line is stale (warned once)
    */
   private appliedOf(answer: string): Applied {
@@ -355,7 +373,7 @@ export class OverrideScripts {
    * here: the base rules, warned once.
    */
   private custom(answer: string): Applied {
-    // a one-rule script answers the custom line itself, its algorithm before the parameters
+    // a one-rule script may answer the custom line itself, its algorithm before the parameters
     const params = answer
       .slice(1)
       .split(" ")
@@ -379,7 +397,8 @@ export class OverrideScripts {
 }
 
 /**
- * Adds the plan table (lua/override.lua) and other windows' keys to every encoding (overrides on). A
+ * Adds the plan table (lua/override.lua: the call's first window, then per plan a record that starts
+ * with the plan's stored line) and other windows' keys to every encoding (overrides on). A
  * fixed or sliding window that another plan gives another window has a key of its own there
  * (RuleKeys): a call declares one key per such window beside its own, and the table gives each plan's
  * rule, and each window a plan gives a rule, the KEYS index of its key (0: the call's own). Plans are
@@ -412,17 +431,20 @@ export function withTables(
       }
       return k;
     };
-    // the table over some of the rules (all of them; with several fields, one field's): per plan its
-    // name, tag and those rules' parameters; then each window a plan gives one of them, for custom lines
+    // the table over some of the rules (all of them; with several fields, one field's): their first
+    // rule's window, when it has one (a fixed window's call does not send it); per plan a record that
+    // starts with the plan's stored line and its end (lua/override.lua looks for it), its tag, and per
+    // rule its k and parameters; then each window a plan gives one of them, for custom lines
     const build = (indices: readonly number[]) => {
-      let table = "";
+      const first = call.rules[indices[0]!]!;
+      let table = algorithmOf(first).windowed ? String((first as WindowRule).window) : "";
       let tag = 65;
       for (const plan of all.values()) {
-        table += `\n${plan.name}\t${String.fromCharCode(tag <= 65 + TAGGED - 1 ? tag++ : 64)}`;
+        table += `\n=${plan.name}\n${String.fromCharCode(tag <= 65 + TAGGED - 1 ? tag++ : 64)}`;
         for (const i of indices) {
           const rule = plan.rules[i]!;
           const k = algorithmOf(rule).windowed ? keyOf(plan, i, (rule as WindowRule).window) : 0;
-          table += ` ${plan.args[4 * i + 1]} ${plan.args[4 * i + 2]} ${plan.args[4 * i + 3]} ${k}`;
+          table += `${String.fromCharCode(48 + k)} ${plan.args[4 * i + 1]} ${plan.args[4 * i + 2]} ${plan.args[4 * i + 3]} `;
         }
       }
       const seen = new Set<string>();
