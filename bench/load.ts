@@ -10,6 +10,7 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 import ts from "typescript";
 import type * as BridgeModule from "../src/bridge/index.js";
 import type * as RespModule from "../src/bridge/resp.js";
+import type * as UpstashModule from "../src/adapters/upstash/index.js";
 import type * as IndexModule from "../src/index.js";
 
 export const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
@@ -58,6 +59,8 @@ const load = async <T>(path: string): Promise<T> =>
   (await import(pathToFileURL(join(COMPILED, path)).href)) as T;
 
 export const edgelimit = await load<typeof IndexModule>("index.js");
+/** `edgelimit/upstash`, the peer's API on the engine. */
+export const upstashEntry = await load<typeof UpstashModule>("adapters/upstash/index.js");
 export const bridge = await load<typeof BridgeModule>("bridge/index.js");
 /** The bridge's own RESP client, for what a part asks Redis directly (not an entry's export). */
 export const resp = await load<typeof RespModule>("bridge/resp.js");
