@@ -8,9 +8,9 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, w
 import { dirname, join, relative } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import ts from "typescript";
+import type * as UpstashModule from "../src/adapters/upstash/index.js";
 import type * as BridgeModule from "../src/bridge/index.js";
 import type * as RespModule from "../src/bridge/resp.js";
-import type * as UpstashModule from "../src/adapters/upstash/index.js";
 import type * as IndexModule from "../src/index.js";
 
 export const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");

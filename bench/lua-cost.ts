@@ -76,7 +76,12 @@ export async function captureOurs(
  * What edgelimit/upstash's Ratelimit sends for `ids` at NOW, built by the peer's factory of `algo` at
  * `limit` per hour: the peer's API on the engine, captured as the Limiter's own is.
  */
-export async function captureEntry(algo: Algo, limit: number, prefix: string, ids: string[]): Promise<Captured> {
+export async function captureEntry(
+  algo: Algo,
+  limit: number,
+  prefix: string,
+  ids: string[],
+): Promise<Captured> {
   const { Ratelimit: Entry } = upstashEntry;
   const [window, bucket] = hourly(limit);
   const ratelimit = new Entry({
