@@ -29,6 +29,11 @@
 -- that agreed so far.
 -- Commands: GET, then INCRBY on commit (SET PX when a window starts; always SET PX for the text state).
 --
+-- Counting (the rule's third parameter, src/engine/algorithms/shared.ts's CountingOptions): 1
+-- (overshoot) counts a denied charge while the window has room left, up to four limits in
+-- all (a peek never); 2 (gives back) admits every decision and takes its cost off this window's
+-- count, then the previous one's, never below zero (the packed state holds no credit).
+--
 -- #state
 local PACK = 2 ^ 25
 local STAMP = 2 ^ 50
@@ -177,11 +182,43 @@ local function commit(key, now, units, limit, window, _, start, current, previou
   return fades, start
 end
 
+-- Counts a denied charge of `cost` (overshoot): while the window has room, at most up to 4 limits
+-- in all (a settle's debt cap: the wait and the state stay bounded, below PACK).
+local function overshoot(key, now, cost, limit, window, start, current, previous, room, slots)
+  if room <= 0 then return end
+  local units = math.min(cost, math.min(4 * limit, PACK - 1) - current)
+  if units > 0 then commit(key, now, units, limit, window, 0, start, current, previous, slots) end
+end
+
 -- #check
-algorithms.slidingWindow = function(key, now, cost, limit, window)
+-- A rule that gives back: `units` off this window's count, then the previous one's, never below zero.
+local function give_back(key, now, units, limit, window, _, start, current, previous, slots)
+  local mine = math.min(units, current)
+  local older = math.min(units - mine, previous)
+  if mine + older == 0 then return start + 2 * window, start end
+  redis.call("SET", key, encode(limit, start, window, current - mine, previous - older, slots),
+    "PX", string.format("%d", start + 2 * window - now))
+  return start + 2 * window, start
+end
+
+algorithms.slidingWindow = function(key, now, cost, limit, window, counting)
   local start, current, previous, room, spread, slots, late = counted(key, now, limit, window, true)
   -- back to the full limit once every counted unit has faded out
   local reset_at = current > 0 and start + 2 * window or previous > 0 and start + window or now
+  if counting == 2 then
+    -- the room once `cost` is given back (the estimate's formula, as counted() has it); the
+    -- dispatcher answers room - cost
+    local mine = math.min(cost, current)
+    local older = math.min(cost - mine, previous)
+    local weight = now > start and math.max(0, spread - now + start) or spread
+    local after = limit * spread - (previous - older) * weight - (current - mine) * spread
+    after = (after - after % spread) / spread
+    return math.max(after, 0) + cost, reset_at, 0, give_back, start, current, previous, slots
+  end
+  -- A[2] is the call's cost as sent: "0" for a peek, which counts nothing
+  if counting == 1 and cost > room and A[2] ~= "0" then
+    overshoot(key, now, cost, limit, window, start, current, previous, room, slots)
+  end
   if cost > limit then return room, reset_at, NEVER end
   if cost > room then
     if current + cost <= limit and not late then
@@ -203,7 +240,8 @@ end
 
 -- #one-rule
 -- One rule, cost 1..limit, limit below PACK, no reservation. ARGV: now (hexadecimal), cost, limit,
--- window. Answers one integer, n when admitted and -n - 1 when denied: n = counts * 4 + newer * 2 +
+-- window, and the rule's counting, "1" with overshoot (a denied charge is counted; the answer says the
+-- count before it); with overrides on, ARGV[5] is the applied rule's third parameter or the plan table. Answers one integer, n when admitted and -n - 1 when denied: n = counts * 4 + newer * 2 +
 -- slotted, with current after the cost when admitted and as it stands when denied; newer is 1 when a
 -- lagging caller was counted in the next window. Slotted 1 (limit and counts below SMALL):
 -- counts = (slots * SLOT + current * SMALL + previous) * 2 + skewed, the slots and skewed (1 or 0) as
@@ -218,6 +256,8 @@ local admitted = cost <= room
 if admitted then
   commit(key, now, cost, limit, window, 0, start, current, previous, slots)
   current = current + cost
+elseif ARGV[5] == "1" then
+  overshoot(key, now, cost, limit, window, start, current, previous, room, slots)
 end
 local n
 if limit < SMALL and current < SMALL and previous < SMALL then

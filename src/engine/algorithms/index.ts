@@ -7,6 +7,7 @@ import { fixedWindowAlgorithm } from "./fixed-window.js";
 import { type GcraOptions, type GcraRule, gcraAlgorithm } from "./gcra.js";
 import {
   type AlgorithmModule,
+  type CountingOptions,
   type Fields,
   MAX_EXACT,
   type WindowOptions,
@@ -18,7 +19,13 @@ import { type TokenBucketOptions, type TokenBucketRule, tokenBucketAlgorithm } f
 
 export { fixedWindow } from "./fixed-window.js";
 export { type GcraOptions, type GcraRule, gcra } from "./gcra.js";
-export { type AlgorithmModule, MAX_EXACT, type WindowOptions, type WindowRule } from "./shared.js";
+export {
+  type AlgorithmModule,
+  type CountingOptions,
+  MAX_EXACT,
+  type WindowOptions,
+  type WindowRule,
+} from "./shared.js";
 export { slidingLog } from "./sliding-log.js";
 export { slidingWindow } from "./sliding-window.js";
 export { type TokenBucketOptions, type TokenBucketRule, tokenBucket } from "./token-bucket.js";
@@ -27,8 +34,8 @@ export { type TokenBucketOptions, type TokenBucketRule, tokenBucket } from "./to
 export type RuleConfig =
   | ({ algorithm: "gcra" } & GcraOptions)
   | ({ algorithm: "tokenBucket" } & TokenBucketOptions)
-  | ({ algorithm: "fixedWindow" } & WindowOptions)
-  | ({ algorithm: "slidingWindow" } & WindowOptions)
+  | ({ algorithm: "fixedWindow" } & WindowOptions & CountingOptions)
+  | ({ algorithm: "slidingWindow" } & WindowOptions & CountingOptions)
   | ({ algorithm: "slidingLog" } & WindowOptions);
 
 export type Algorithm = RuleConfig["algorithm"];
@@ -136,6 +143,12 @@ export function checkRule(
       if ("ms" in read) return read.ms;
       issues.push({ path: [...at, field], message: read.message });
       return undefined;
+    },
+    flag(field) {
+      const value = c[field];
+      if (value === undefined || typeof value === "boolean") return value === true;
+      issues.push({ path: [...at, field], message: `must be true or false, got ${describe(value)}` });
+      return false;
     },
     bounded(count, ms, what) {
       if (count === undefined || ms === undefined || count * ms <= MAX_EXACT) return;
