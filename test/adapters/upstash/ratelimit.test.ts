@@ -77,6 +77,21 @@ describe("Ratelimit: exact counts", () => {
     expect(await ratelimit.limit("b")).toMatchObject({ success: true, remaining: 4 });
   });
 
+  it("cachedFixedWindow: exactly the limit, then a cache block with no request", async () => {
+    const { ratelimit } = build(Ratelimit.cachedFixedWindow(5, "1 h"));
+    const seen = [];
+    for (let i = 0; i < 6; i++) seen.push((await ratelimit.limit("cf")).success);
+    expect(seen).toEqual([true, true, true, true, true, false]);
+    const before = bridge.stats.requests;
+    expect(await ratelimit.limit("cf")).toMatchObject({ success: false, remaining: 0, reason: "cacheBlock" });
+    expect(bridge.stats.requests).toBe(before);
+    // a refund lifts the block and gives back in one request (the denial was counted, as the peer's
+    // fixed window counts it: 6 - 2 leaves 1)
+    expect(await ratelimit.limit("cf", { rate: -2 })).toMatchObject({ success: true, remaining: 1 });
+    expect(bridge.stats.requests).toBe(before + 1);
+    expect(await ratelimit.limit("cf")).toMatchObject({ success: true });
+  });
+
   it('"1 w" is a week', async () => {
     const { ratelimit } = build(Ratelimit.fixedWindow(1, "1 w"));
     const r = await ratelimit.limit("w");
