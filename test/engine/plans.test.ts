@@ -74,7 +74,7 @@ describe("validation", () => {
       'plans.pro.perMinute.limit: must be a positive whole number, got 1.5; plans.pro.perMinute.period: "soon" is not a duration; use milliseconds or a string like "500ms", "10s", "1m", "1h", "1d"',
     );
     expect(refusal({ pro: { daily: { capacity: 5 } } })).toBe(
-      "plans.pro.daily.capacity: not an option of fixedWindow; it takes limit, window",
+      "plans.pro.daily.capacity: not an option of fixedWindow; it takes limit, window, overshoot, givesBack",
     );
     expect(refusal({ pro: { daily: { algorithm: "slidingWindow" } } })).toBe(
       "plans.pro.daily.algorithm: a plan cannot change a rule's algorithm",

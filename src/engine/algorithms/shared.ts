@@ -27,9 +27,9 @@ export interface CountingOptions {
   overshoot?: boolean;
   /**
    * Every decision gives its cost back instead of taking it: always admitted, `remaining` as after
-   * the refund. A fixed window's count may go below zero (a credit: `remaining` above the limit); a
-   * sliding window gives back what its two counts hold, never below zero. For a Limiter of its own
-   * beside the charging one, on the same prefix and rule name: the two share the rule's keys.
+   * the refund. The count may go below zero, a credit (`remaining` above the limit) until the window
+   * ends (a sliding window's fades through the next one, as any count does). For a Limiter of its
+   * own beside the charging one, on the same prefix and rule name: the two share the rule's keys.
    */
   givesBack?: boolean;
 }

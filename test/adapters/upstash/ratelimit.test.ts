@@ -163,8 +163,12 @@ describe("Ratelimit: the peer's semantics kept", () => {
     expect((await ratelimit.limit("o")).success).toBe(false);
     await ratelimit.limit("o", { rate: -5 });
     expect((await ratelimit.getRemaining("o")).remaining).toBe(4);
-    // a sliding window gives back what its counts hold, never past the limit (its state holds no credit)
-    expect(await ratelimit.limit("o", { rate: -20 })).toMatchObject({ success: true, remaining: 10 });
+    // past what was charged, as the peer's 2.1: a credit, remaining above the limit
+    expect(await ratelimit.limit("o", { rate: -20 })).toMatchObject({ success: true, remaining: 24 });
+    expect((await ratelimit.getRemaining("o")).remaining).toBe(24);
+    expect(await ratelimit.limit("o", { rate: 4 })).toMatchObject({ success: true, remaining: 20 });
+    // a fresh identifier: 3 back before any charge is 13 left
+    expect(await ratelimit.limit("fresh", { rate: -3 })).toMatchObject({ success: true, remaining: 13 });
   });
 
   it("rate 0 answers and counts nothing", async () => {
