@@ -230,9 +230,12 @@ algorithms.slidingWindow = function(key, now, cost, limit, window, counting)
 end
 
 -- #one-rule
--- One rule, cost 1..limit, limit below PACK, no reservation, no counting option. ARGV: now
--- (hexadecimal), cost, limit, window. (A credit, which only a rule that gives back leaves, is decided
--- on, and answered as counts of zero: the limiter script answers it exactly.) Answers one integer, n when admitted and -n - 1 when denied: n = counts * 4 + newer * 2 +
+-- One rule, cost 1..limit, limit below PACK, no reservation, not a rule that gives back. ARGV: now
+-- (hexadecimal), cost, limit, window, and the rule's counting: "1" with overshoot (a denied charge is
+-- counted as the check counts it; with overrides on, ARGV[5] is the applied rule's third parameter or
+-- the plan table). A credit (counts below zero, which a rule that gives back leaves) is decided on
+-- exactly, and answered as counts of zero: `remaining` says at most the limit then, the limiter script
+-- (a peek) says it exactly. Answers one integer, n when admitted and -n - 1 when denied: n = counts * 4 + newer * 2 +
 -- slotted, with current after the cost when admitted and as it stands when denied; newer is 1 when a
 -- lagging caller was counted in the next window. Slotted 1 (limit and counts below SMALL):
 -- counts = (slots * SLOT + current * SMALL + previous) * 2 + skewed, the slots and skewed (1 or 0) as
@@ -247,6 +250,9 @@ local admitted = cost <= room
 if admitted then
   commit(key, now, cost, limit, window, 0, start, current, previous, slots)
   current = current + cost
+elseif ARGV[5] == "1" and room > 0 then
+  local units = math.min(cost, math.min(4 * limit, PACK - 1) - current)
+  if units > 0 then commit(key, now, units, limit, window, 0, start, current, previous, slots) end
 end
 if current < 0 or previous < 0 then current, previous = math.max(current, 0), math.max(previous, 0) end
 local n

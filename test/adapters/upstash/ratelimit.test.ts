@@ -166,7 +166,9 @@ describe("Ratelimit: the peer's semantics kept", () => {
     // past what was charged, as the peer's 2.1: a credit, remaining above the limit
     expect(await ratelimit.limit("o", { rate: -20 })).toMatchObject({ success: true, remaining: 24 });
     expect((await ratelimit.getRemaining("o")).remaining).toBe(24);
-    expect(await ratelimit.limit("o", { rate: 4 })).toMatchObject({ success: true, remaining: 20 });
+    // a charge in credit is admitted exactly; its own answer says at most the limit (docs/upstash.md)
+    expect(await ratelimit.limit("o", { rate: 4 })).toMatchObject({ success: true, remaining: 10 });
+    expect((await ratelimit.getRemaining("o")).remaining).toBe(20);
     // a fresh identifier: 3 back before any charge is 13 left
     expect(await ratelimit.limit("fresh", { rate: -3 })).toMatchObject({ success: true, remaining: 13 });
   });
