@@ -175,7 +175,11 @@ same("Ratelimit remaining", answers.map((a) => a.remaining), [2, 1, 0, 0]);
 same("getRemaining", (await ratelimit.getRemaining("user:1")).remaining, 0);
 await ratelimit.resetUsedTokens("user:1");
 same("getRemaining after reset", (await ratelimit.getRemaining("user:1")).remaining, 3);
-console.log("edgelimit/upstash: 3 of 4 admitted, reset to 3");
+// the peer's refund (a negative rate) and overshoot, each one EVALSHA
+same("refund", (await ratelimit.limit("user:1", { rate: -2 })).remaining, 5);
+same("overshoot", (await ratelimit.limit("user:1", { rate: 7 })).success, false);
+same("overshoot counted", (await ratelimit.getRemaining("user:1")).remaining, 0);
+console.log("edgelimit/upstash: 3 of 4 admitted, reset to 3, refund to 5, overshoot counted");
 
 // The Hono middleware: 2 per minute per key, the third answered 429 with the standard headers.
 const app = new Hono();
