@@ -18,8 +18,8 @@
 -- INCRBY (SET PX for a new key). A check reads an overshoot as a full window.
 --
 -- Counting (the rule's third parameter, src/engine/algorithms/shared.ts's CountingOptions): 1
--- (overshoot) counts a denied charge as well, in the check (a peek never), and the one-rule script
--- keeps it (no DECRBY); 2 (gives back) admits every decision and takes its cost off the count, which
+-- (overshoot) counts a denied charge as well: the one-rule script keeps it (no DECRBY), the check
+-- counts it up to 4 limits in all (a settle's debt cap; a peek never); 2 (gives back) admits every decision and takes its cost off the count, which
 -- may go below zero: a credit the next charges use first, `remaining` above the limit meanwhile.
 --
 -- This file is the algorithm's one source; scripts/build-lua.mjs cuts it at its `-- #` lines:
@@ -71,8 +71,11 @@ algorithms.fixedWindow = function(key, now, cost, limit, window, counting)
     return math.max(room + 2 * cost, cost), reset_at, 0, give_back, start, count
   end
   if cost > room then
-    -- A[2] is the call's cost as sent: "0" for a peek, which counts nothing
-    if counting == 1 and A[2] ~= "0" then commit(key, now, cost, limit, window, 0, start, count) end
+    -- overshoot, up to 4 limits in all; A[2] is the call's cost as sent: "0" for a peek, never counted
+    if counting == 1 and A[2] ~= "0" then
+      local units = math.min(cost, 4 * limit - count)
+      if units > 0 then commit(key, now, units, limit, window, 0, start, count) end
+    end
     return room, reset_at, cost > limit and NEVER or ends - now
   end
   return room, reset_at, 0, commit, start, count

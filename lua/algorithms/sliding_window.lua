@@ -235,8 +235,9 @@ end
 -- counted as the check counts it; with overrides on, ARGV[5] is the applied rule's third parameter or
 -- the plan table). A credit (counts below zero, which a rule that gives back leaves) is decided on
 -- exactly, and answered as counts of zero: `remaining` says at most the limit then, the limiter script
--- (a peek) says it exactly. Answers one integer, n when admitted and -n - 1 when denied: n = counts * 4 + newer * 2 +
--- slotted, with current after the cost when admitted and as it stands when denied; newer is 1 when a
+-- (a peek) says it exactly. Answers one integer, n when admitted and -n - 1 when denied:
+-- n = counts * 4 + newer * 2 + slotted, with current after the cost when admitted and as it stands
+-- when denied (before an overshoot is counted); newer is 1 when a
 -- lagging caller was counted in the next window. Slotted 1 (limit and counts below SMALL):
 -- counts = (slots * SLOT + current * SMALL + previous) * 2 + skewed, the slots and skewed (1 or 0) as
 -- read; else counts = current * PACK + previous, and not skewed.

@@ -20,9 +20,11 @@ export interface WindowOptions {
  */
 export interface CountingOptions {
   /**
-   * Count a charge larger than the room left although it is denied (a window already full counts it
-   * too; a peek never), as code that charges after the fact and stops at 0 left expects. Counted in
-   * the check, so with several rules this one is charged even when another denies.
+   * Count a charge larger than the room left although it is denied (a peek never), as code that
+   * charges after the fact and stops at 0 left expects: a fixed window counts every denied charge, a
+   * sliding window one that finds room left; beyond its one-rule script, at most 4 limits in all.
+   * Counted in the check, so with several rules this one is charged even when another denies; with
+   * `overrides` on, a fixed window's one-rule variant counts admissions only.
    */
   overshoot?: boolean;
   /**
