@@ -57,8 +57,9 @@ export function renderChart(throughput: ThroughputRow[], edge: EdgeRow[]): strin
       { title: "p99 latency, ms (less is better)", text: ms },
     ],
     throughput
-      .filter((r) => r.inFlight === 64)
-      .map((r) => ({ label: r.label, lib: r.lib, values: [r.perSec, r.p99] })),
+      // the two libraries; edgelimit/upstash has its columns in part 1's table
+      .filter((r) => r.inFlight === 64 && r.lib !== "entry")
+      .map((r) => ({ label: r.label, lib: r.lib as "edgelimit" | "upstash", values: [r.perSec, r.p99] })),
   );
   const delay = Math.max(...edge.map((e) => e.delay));
   const hot = edge.filter((e) => e.scenario.startsWith("(a)") && e.delay === delay && e.m);

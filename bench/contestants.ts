@@ -4,7 +4,7 @@ import { Ratelimit } from "@upstash/ratelimit";
 import type { Redis } from "@upstash/redis";
 import type { RuleConfig } from "../src/index.js";
 import { atTime } from "./harness.js";
-import { edgelimit } from "./load.js";
+import { edgelimit, upstashEntry } from "./load.js";
 import { bucketOf, type Policy } from "./scenarios.js";
 
 export { bucketOf, type Policy };
@@ -47,8 +47,16 @@ export function peerLimiter(algo: Algo, p: Policy, b: Bucket = bucketOf(p)) {
   return Ratelimit[algo as "fixedWindow"](p.limit, `${p.window} ms`);
 }
 
+/** The same algorithm from edgelimit/upstash's factories (the peer's API on edgelimit's engine). */
+export function entryLimiter(algo: Algo, p: Policy, b: Bucket = bucketOf(p)) {
+  const { Ratelimit: Entry } = upstashEntry;
+  if (algo === "tokenBucket") return Entry.tokenBucket(b.refillRate, `${b.interval} ms`, b.capacity);
+  return Entry[algo as "fixedWindow"](p.limit, `${p.window} ms`);
+}
+
 export interface Entry {
-  lib: "edgelimit" | "upstash";
+  /** "entry": edgelimit/upstash, the peer's API (and its algorithm names) on edgelimit's engine. */
+  lib: "edgelimit" | "upstash" | "entry";
   algo: Algo;
   /** Several rules: one Limiter with that many, or that many peer limiters awaited in turn. */
   rules?: number;
@@ -63,7 +71,7 @@ export const ALL: Entry[] = [
 ];
 
 export const labelOf = (e: Entry) =>
-  `${e.lib === "edgelimit" ? "edgelimit" : "@upstash/ratelimit"} ${e.algo}${(e.rules ?? 1) > 1 ? ` ×${e.rules} rules` : ""}${e.lease ? ` + lease (max ${e.lease.max}, ttl ${e.lease.ttl})` : ""}`;
+  `${{ edgelimit: "edgelimit", upstash: "@upstash/ratelimit", entry: "edgelimit/upstash" }[e.lib]} ${e.algo}${(e.rules ?? 1) > 1 ? ` ×${e.rules} rules` : ""}${e.lease ? ` + lease (max ${e.lease.max}, ttl ${e.lease.ttl})` : ""}`;
 
 export interface ContestantOptions {
   redis: Redis;
@@ -109,6 +117,30 @@ export function contestant(e: Entry, o: ContestantOptions): Contestant {
         return { allowed, local: source !== "redis" && source !== "error", error: source === "error" };
       },
       close: () => limiter.dispose(),
+    };
+  }
+  if (e.lib === "entry") {
+    // one instance per rule, awaited in turn, as code written against the peer does
+    const entries = policies.map(
+      (p, i) =>
+        new upstashEntry.Ratelimit({
+          redis: o.redis,
+          limiter: entryLimiter(e.algo, p),
+          prefix: `${o.prefix}:r${i}`,
+          ephemeralCache: o.cache === "off" ? false : undefined,
+          clock: o.clock,
+        }),
+    );
+    return {
+      limit: async (id) => {
+        for (const rl of entries) {
+          const r = await rl.limit(id);
+          if (r.reason === "timeout") return { allowed: true, local: false, error: true };
+          if (!r.success) return { allowed: false, local: r.reason === "cacheBlock", error: false };
+        }
+        return { allowed: true, local: false, error: false };
+      },
+      close: async () => {},
     };
   }
   const instances = policies.map(

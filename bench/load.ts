@@ -8,6 +8,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, w
 import { dirname, join, relative } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import ts from "typescript";
+import type * as UpstashModule from "../src/adapters/upstash/index.js";
 import type * as BridgeModule from "../src/bridge/index.js";
 import type * as RespModule from "../src/bridge/resp.js";
 import type * as IndexModule from "../src/index.js";
@@ -58,6 +59,8 @@ const load = async <T>(path: string): Promise<T> =>
   (await import(pathToFileURL(join(COMPILED, path)).href)) as T;
 
 export const edgelimit = await load<typeof IndexModule>("index.js");
+/** `edgelimit/upstash`, the peer's API on the engine. */
+export const upstashEntry = await load<typeof UpstashModule>("adapters/upstash/index.js");
 export const bridge = await load<typeof BridgeModule>("bridge/index.js");
 /** The bridge's own RESP client, for what a part asks Redis directly (not an entry's export). */
 export const resp = await load<typeof RespModule>("bridge/resp.js");

@@ -23,7 +23,7 @@ import {
   table,
   vs,
 } from "./harness.js";
-import { edgelimit } from "./load.js";
+import { edgelimit, upstashEntry } from "./load.js";
 import { type RedisBenchmark, redisBenchmark } from "./lua-redis-benchmark.js";
 
 export type LuaPath = "first" | "later" | "denied";
@@ -63,6 +63,46 @@ export async function captureOurs(
   ids: string[],
   before?: (limiter: InstanceType<typeof edgelimit.Limiter>, id: string) => Promise<unknown>,
 ): Promise<Captured> {
+  const limiter = new edgelimit.Limiter({
+    redis: { url: "http://capture.invalid", token: "capture" },
+    denyCache: false,
+    clock: () => NOW,
+    ...options,
+  });
+  return capturing(ids, (id) => limiter.limit(id), before && ((id) => before(limiter, id)));
+}
+
+/**
+ * What edgelimit/upstash's Ratelimit sends for `ids` at NOW, built by the peer's factory of `algo` at
+ * `limit` per hour: the peer's API on the engine, captured as the Limiter's own is.
+ */
+export async function captureEntry(
+  algo: Algo,
+  limit: number,
+  prefix: string,
+  ids: string[],
+): Promise<Captured> {
+  const { Ratelimit: Entry } = upstashEntry;
+  const [window, bucket] = hourly(limit);
+  const ratelimit = new Entry({
+    redis: { url: "http://capture.invalid", token: "capture" },
+    limiter:
+      algo === "tokenBucket"
+        ? Entry.tokenBucket(bucket.refillRate, `${bucket.interval} ms`, bucket.capacity)
+        : Entry[algo as "fixedWindow"](window.limit, `${window.window} ms`),
+    prefix,
+    ephemeralCache: false,
+    clock: () => NOW,
+  });
+  return capturing(ids, (id) => ratelimit.limit(id));
+}
+
+/** Runs `decide` for each of `ids` with `fetch` recording what goes out (replies are stand-ins). */
+async function capturing(
+  ids: string[],
+  decide: (id: string) => Promise<unknown>,
+  before?: (id: string) => Promise<unknown>,
+): Promise<Captured> {
   const setup: string[][] = [];
   const decisions: Command[] = [];
   const realFetch = globalThis.fetch;
@@ -81,16 +121,10 @@ export async function captureOurs(
       headers: { "content-type": "application/json" },
     });
   }) as typeof fetch;
-  const limiter = new edgelimit.Limiter({
-    redis: { url: "http://capture.invalid", token: "capture" },
-    denyCache: false,
-    clock: () => NOW,
-    ...options,
-  });
   try {
-    if (before) for (const id of ids) await before(limiter, id);
+    if (before) for (const id of ids) await before(id);
     // the stand-in's replies are not decisions: only the command sent matters here
-    for (const id of ids) await limiter.limit(id).catch(() => undefined);
+    for (const id of ids) await decide(id).catch(() => undefined);
   } finally {
     globalThis.fetch = realFetch;
   }
@@ -268,7 +302,12 @@ const measureLuaCost = (rounds: number, idCount: number) =>
     ).decisions;
     ourScript(mine);
     if (!peer) return [mine];
-    return [mine, await asEvalsha(conn, await capturePeer(peer, LIMIT, `lc-peer-${algo}`, ids))];
+    const theirs = await asEvalsha(conn, await capturePeer(peer, LIMIT, `lc-peer-${algo}`, ids));
+    // edgelimit/upstash, once per peer algorithm (gcra's pair repeats the token bucket's)
+    if (algo === "gcra") return [mine, theirs];
+    const entry = (await captureEntry(peer, LIMIT, `lc-entry-${algo}`, ids)).decisions;
+    ourScript(entry);
+    return [mine, theirs, entry];
   });
 type LuaCostRow = Awaited<ReturnType<typeof measureLuaCost>>[number];
 
@@ -292,14 +331,17 @@ export const lua: Part<{ rows: LuaCostRow[]; redisBenchmark: RedisBenchmark }> =
       commands(r.costs[0]),
       commands(r.costs[1]),
       ...vs(r.costs[0]!.usec.median, r.costs[1]?.usec.median, (x) => x.toFixed(2)),
+      r.costs[2] ? `${commands(r.costs[2])} / ${r.costs[2].usec.median.toFixed(2)}` : "–",
+      r.costs[2] && r.costs[1] ? `${(r.costs[2].usec.median / r.costs[1].usec.median).toFixed(2)}×` : "–",
       commandNames(r.costs[0]!.inner),
       r.costs[1] ? commandNames(r.costs[1].inner) : "–",
     ]);
     return `bench/lua-cost.ts: each library's real EVALSHA, captured from the library, sent straight to one redis-server,
 both libraries interleaved; commands as INFO commandstats counts them (EVALSHA and every command inside:
-Upstash bills both), µs its usec per EVALSHA. One rule; ratio is edgelimit ÷ peer.
+Upstash bills both), µs its usec per EVALSHA. One rule; ratio is edgelimit ÷ peer. "entry": \`edgelimit/upstash\`
+built by the peer's factory (its EVALSHA captured from it the same way), its commands and µs, and its ratio to the peer.
 
-${table(["algorithm | path | commands (ours) | commands (peer) | µs/EVALSHA (ours) | µs/EVALSHA (peer) | ratio", "script runs (ours) | script runs (peer)"], body, 2)}
+${table(["algorithm | path | commands (ours) | commands (peer) | µs/EVALSHA (ours) | µs/EVALSHA (peer) | ratio", "entry: commands / µs | entry ÷ peer | script runs (ours) | script runs (peer)"], body, 2)}
 
 bench/lua-redis-benchmark.ts: the same captured EVALSHA replayed by redis-benchmark (a fresh key each call for
 \`first\`, one key for \`later\` and \`denied\`), usec_per_call from INFO commandstats after each run, the two

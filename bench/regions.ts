@@ -20,7 +20,7 @@ import {
   startEnv,
   table,
 } from "./harness.js";
-import { edgelimit } from "./load.js";
+import { edgelimit, upstashEntry } from "./load.js";
 import { rng } from "./scenarios.js";
 
 export const REGIONS = ["A", "B", "C"] as const;
@@ -46,7 +46,11 @@ export const WARM = 10;
  */
 export const underBound = (kind: RegionKind) =>
   (kind.startsWith("regions") ? (REGIONS.length - 1) * POOL.max : 0) +
+  (kind === "entry" ? (REGIONS.length - 1) * ENTRY_POOL_MAX : 0) +
   (kind.endsWith("lease") ? REGIONS.length * ISOLATES * REGION_LEASE.max : 0);
+
+/** edgelimit/upstash's MultiRegionRatelimit pools a tenth of the limit (docs/upstash.md). */
+const ENTRY_POOL_MAX = Math.max(1, Math.floor(REGION_POLICY.limit / 10));
 
 /** Seconds per contestant; decisions/s of every region; identifiers besides the hot one (Zipf); its share. */
 const settings = (smoke: boolean) => ({
@@ -58,7 +62,7 @@ const settings = (smoke: boolean) => ({
 });
 type RegionSettings = ReturnType<typeof settings>;
 
-export type RegionKind = "home" | "home+lease" | "regions" | "regions+lease" | "peer";
+export type RegionKind = "home" | "home+lease" | "regions" | "regions+lease" | "peer" | "entry";
 export const REGION_CONTESTANTS: { kind: RegionKind; label: string }[] = [
   { kind: "home", label: "edgelimit, home only" },
   {
@@ -68,6 +72,7 @@ export const REGION_CONTESTANTS: { kind: RegionKind; label: string }[] = [
   { kind: "regions", label: `edgelimit, regions (pool max ${POOL.max}, ttl ${POOL.ttl})` },
   { kind: "regions+lease", label: `edgelimit, regions + lease` },
   { kind: "peer", label: "@upstash/ratelimit MultiRegionRatelimit" },
+  { kind: "entry", label: "edgelimit/upstash MultiRegionRatelimit" },
 ];
 
 /** (a) the steady Zipf traffic; (b) one identifier's burst in every region at once. */
@@ -217,6 +222,29 @@ function isolateOf(
       },
       // its writes to the other databases, still under way after the answer
       close: async () => void (await Promise.all(writes)),
+    };
+  }
+  if (kind === "entry") {
+    // the peer's constructor, the same three databases through this region's proxies: home is the
+    // first, the region the one that answers this isolate's PING first
+    const { MultiRegionRatelimit: Entry } = upstashEntry;
+    const rl = new Entry({
+      redis: REGIONS.map(
+        (_, db) => new Redis({ url: world.url(db, region), token: token(db), enableTelemetry: false }),
+      ),
+      limiter: Entry.fixedWindow(REGION_POLICY.limit, `${REGION_POLICY.window} ms`),
+      prefix,
+      clock,
+    });
+    return {
+      limit: async (id) => {
+        const t0 = performance.now();
+        const { now, result } = decideAt(() => rl.limit(id));
+        const r = await result;
+        const withoutHome = region === 0 ? false : performance.now() - t0 < 2 * HOME_DELAY;
+        return { allowed: r.success, withoutHome, error: r.reason === "timeout", now };
+      },
+      close: async () => {},
     };
   }
   const home = { url: world.url(0, region), token: token(0) };
@@ -481,7 +509,9 @@ request from a region and an isolate drawn at random. One rule for all: a fixed 
 identifier across every region; every run starts at a window boundary. The ideal is the exact fixed window over the
 whole world, from the times the limiters read; over / under are summed per identifier and window.
 edgelimit's regions: \`region: { redis: <the region's database>, pool: ${JSON.stringify(POOL)} }\` in B and C (A's
-database is home, so A's isolates keep no pool); leases \`${JSON.stringify(REGION_LEASE)}\`. The peer:
+database is home, so A's isolates keep no pool); leases \`${JSON.stringify(REGION_LEASE)}\`. edgelimit/upstash: its
+\`MultiRegionRatelimit\`, the peer's constructor over the same three databases (home the first; its region the one
+answering its PING first; pools of ${ENTRY_POOL_MAX}, a tenth of the limit, for 5 s); "without waiting on home" timed as the peer's. The peer:
 \`MultiRegionRatelimit\` over the same three databases (each instance reaches them through its region's proxies),
 \`fixedWindow\`, options at their defaults, analytics off; it sends each decision to all three databases, answers
 from the first reply, then writes each request id a database lacks into it, one HSET each (counted here, and awaited
@@ -511,6 +541,7 @@ ${table(head, lines("burst"))}`;
     const steady = all.filter((row) => row.scenario === "steady");
     const burst = all.filter((row) => row.scenario === "burst");
     const ours = steady.filter((row) => row.kind !== "peer");
+    const [entry, entryBurst] = [steady, burst].map((set) => set.find((row) => row.kind === "entry"));
     const regional = steady.find((row) => row.kind === "regions+lease");
     const [peer, peerBurst] = [steady, burst].map((set) => set.find((row) => row.kind === "peer"));
     const warm = regional?.regions.slice(1);
@@ -551,6 +582,17 @@ ${table(head, lines("burst"))}`;
           )
           .join("; "),
         peer ? "shown" : "pending",
+      ],
+      [
+        "edgelimit/upstash's MultiRegionRatelimit beside it, same run: over / under, (a) steady and (b) burst (part 10)",
+        [entry, entryBurst]
+          .map((row, i) =>
+            row ? `${i === 0 ? "(a)" : "(b)"} ${row.total.over} over, ${row.total.under} under` : "–",
+          )
+          .join("; "),
+        check(
+          entry ? [entry, entryBurst].every((row) => row === undefined || row.total.over === 0) : undefined,
+        ),
       ],
     ];
   },

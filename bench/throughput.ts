@@ -1,5 +1,6 @@
 // Part 1: closed loops (each of N workers sends its next decision when the previous one is answered),
-// the two contestants of a pair interleaved round by round, nothing denied, 1000 identifiers.
+// the contestants of a pair interleaved round by round, nothing denied, 1000 identifiers. Beside
+// edgelimit's Limiter and the peer: edgelimit/upstash, the peer's API on edgelimit's engine.
 import { type Algo, contestant, type Entry, labelOf } from "./contestants.js";
 import { closedLoop, fmt, inTurns, log, ms, type Part, percentile, table, vs } from "./harness.js";
 
@@ -34,6 +35,7 @@ export const throughput: Part<ThroughputRow[]> = {
       const entries: Entry[] = [
         { lib: "edgelimit", algo: ours, rules },
         { lib: "upstash", algo: theirs, rules },
+        { lib: "entry", algo: theirs, rules },
       ];
       const cs = entries.map((e) =>
         contestant(e, { redis: env.client(), prefix: `tp-${tag}-${n++}`, policy: OPEN, cache: "off" }),
@@ -78,7 +80,7 @@ export const throughput: Part<ThroughputRow[]> = {
     const rows: string[][] = [];
     for (const inFlight of [1, 64]) {
       for (const group of new Set(r.map((t) => t.group))) {
-        const [a, b] = ["edgelimit", "upstash"].map((lib) =>
+        const [a, b, c] = ["edgelimit", "upstash", "entry"].map((lib) =>
           r.find((t) => t.group === group && t.inFlight === inFlight && t.lib === lib),
         );
         if (!a || !b) continue;
@@ -86,16 +88,21 @@ export const throughput: Part<ThroughputRow[]> = {
           group,
           String(inFlight),
           ...vs(a.perSec, b.perSec, fmt),
+          c ? fmt(c.perSec) : "–",
+          c ? `${(c.perSec / b.perSec).toFixed(2)}×` : "–",
           `${ms(a.p50)} / ${ms(a.p99)}`,
           `${ms(b.p50)} / ${ms(b.p99)}`,
-          `${fmt(a.perRequest, 1)} / ${fmt(b.perRequest, 1)}`,
+          c ? `${ms(c.p50)} / ${ms(c.p99)}` : "–",
+          `${fmt(a.perRequest, 1)} / ${fmt(b.perRequest, 1)}${c ? ` / ${fmt(c.perRequest, 1)}` : ""}`,
         ]);
       }
     }
     return `Closed loops on the bridge (no added delay), ${s.rounds} interleaved rounds of ${s.sampleMs / 1000} s; decisions/s is the median round.
 Nothing is denied; 1000 identifiers in turn; caches off. "3 fixedWindow rules": one Limiter with 3 rules against
-three peer limiters awaited in turn.
+three peer limiters awaited in turn. "entry": \`edgelimit/upstash\`, the peer's API on edgelimit's engine (the
+peer's algorithm, one instance per rule awaited in turn, as code written against the peer runs); "entry ÷ peer"
+beside edgelimit's own ratio.
 
-${table(["pair", "in flight", "edgelimit /s", "peer /s", "ratio", "edgelimit p50 / p99 ms", "peer p50 / p99 ms", "decisions per HTTP request"], rows)}`;
+${table(["pair", "in flight", "edgelimit /s", "peer /s", "ratio", "entry /s", "entry ÷ peer", "edgelimit p50 / p99 ms", "peer p50 / p99 ms", "entry p50 / p99 ms", "decisions per HTTP request (edgelimit / peer / entry)"], rows)}`;
   },
 };

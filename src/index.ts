@@ -5,6 +5,7 @@
  */
 
 export {
+  type CountingOptions,
   fixedWindow,
   type GcraOptions,
   type GcraRule,

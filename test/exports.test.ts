@@ -50,6 +50,7 @@ const ENTRIES: Record<string, Entry> = {
       "BreakerOptions",
       "BreakerReport",
       "BreakerState",
+      "CountingOptions",
       "Decision",
       "DecisionSource",
       "Duration",

@@ -17,6 +17,11 @@
 -- The check (several rules, a peek, a cost above the limit, a reservation): GET, then on commit
 -- INCRBY (SET PX for a new key). A check reads an overshoot as a full window.
 --
+-- Counting (the rule's third parameter, src/engine/algorithms/shared.ts's CountingOptions): 1
+-- (overshoot) counts a denied charge as well: the one-rule script keeps it (no DECRBY), the check
+-- counts it up to 4 limits in all (a settle's debt cap; a peek never); 2 (gives back) admits every decision and takes its cost off the count, which
+-- may go below zero: a credit the next charges use first, `remaining` above the limit meanwhile.
+--
 -- This file is the algorithm's one source; scripts/build-lua.mjs cuts it at its `-- #` lines:
 -- state (shared by every path), check (the limiter script), one-rule (a script of its own), refund.
 
@@ -38,7 +43,8 @@ end
 -- settle's debt. Returns the window's end (the reset) and its start (the window counted in).
 local function commit(key, now, units, _, window, _, start, count)
   local ends = start + window
-  if count > 0 then
+  -- (a count below zero is a credit a rule that gives back left: kept)
+  if count ~= 0 then
     redis.call("INCRBY", key, units)
   else
     redis.call("SET", key, units, "PX", ends + math.min(window, GRACE) - now)
@@ -48,23 +54,38 @@ end
 
 -- #check
 
-algorithms.fixedWindow = function(key, now, cost, limit, window)
+-- A rule that gives back: the cost comes off the count (commit with units below zero).
+local function give_back(key, now, units, p1, window, p3, start, count)
+  return commit(key, now, -units, p1, window, p3, start, count)
+end
+
+algorithms.fixedWindow = function(key, now, cost, limit, window, counting)
   local start = now - now % window
   -- a value that is no count (not this version's) reads as a new window, which the commit SETs
   local count = read(key) or 0
   local ends = start + window
   local room = limit - count
   local reset_at = count > 0 and ends or now
-  if cost > limit then return room, reset_at, NEVER end
-  if cost > room then return room, reset_at, ends - now end
+  if counting == 2 then
+    -- admitted whatever the count; the dispatcher answers room - cost: what is left after the refund
+    return math.max(room + 2 * cost, cost), reset_at, 0, give_back, start, count
+  end
+  if cost > room then
+    -- overshoot, up to 4 limits in all; A[2] is the call's cost as sent: "0" for a peek, never counted
+    if counting == 1 and A[2] ~= "0" then
+      local units = math.min(cost, 4 * limit - count)
+      if units > 0 then commit(key, now, units, limit, window, 0, start, count) end
+    end
+    return room, reset_at, cost > limit and NEVER or ends - now
+  end
   return room, reset_at, 0, commit, start, count
 end
 
 -- #one-rule
 -- One rule, cost 1..limit, no reservation. KEYS[1] the window's key; ARGV[1] ms until the key
 -- expires (the window's end plus its grace, from the caller's clock); ARGV[2], ARGV[3] cost and limit,
--- when the cost is more than 1. Answers the window's count after adding the cost: admitted iff
--- count <= limit.
+-- when the cost is more than 1 (no limit with overshoot: a denied charge stays counted). Answers the
+-- window's count after adding the cost: admitted iff count <= limit.
 local key, units = KEYS[1], ARGV[2]
 local cost = units and tonumber(units) or 1
 local count = units and redis.pcall("INCRBY", key, units) or redis.pcall("INCR", key)
@@ -79,7 +100,7 @@ elseif type(count) ~= "number" then
 end
 -- a window a large cost overshot gets the cost back (its remaining units stay usable); once the
 -- window is full the overshoot is harmless (full either way) and stays, saving the DECRBY
-if units then
+if units and ARGV[3] then
   local limit = tonumber(ARGV[3])
   if count > limit and count - cost < limit then redis.call("DECRBY", key, units) end
 end

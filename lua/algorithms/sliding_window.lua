@@ -29,6 +29,14 @@
 -- that agreed so far.
 -- Commands: GET, then INCRBY on commit (SET PX when a window starts; always SET PX for the text state).
 --
+-- Counting (the rule's third parameter, src/engine/algorithms/shared.ts's CountingOptions): 1
+-- (overshoot) counts a denied charge while the window has room left, up to four limits in all (a
+-- peek never); 2 (gives back) admits every decision and takes its cost off this window's count, which
+-- may go below zero: a credit, weighed like any count, so it fades through the next window. A state
+-- with a count below zero is kept as text, "<current start>:<current>:<previous>", whatever the limit
+-- (a packed integer holds none); read() tries it only when the stored value is no integer, and the
+-- first commit that brings both counts back to zero or more packs it again.
+--
 -- #state
 local PACK = 2 ^ 25
 local STAMP = 2 ^ 50
@@ -58,14 +66,15 @@ local SKEWED = 8192
 local function read(key, limit, start, window, strict)
   local stored = redis.call("GET", key)
   if not stored then return nil end
-  if limit >= PACK then
-    local s, c, p = string.match(stored, "^(%-?%d+):(%d+):(%d+)$")
-    -- (no fifth value: a text state is in no packed layout)
+  local value = limit < PACK and tonumber(stored)
+  if not value then
+    -- the text state (a limit of PACK or more, or a credit: counts below zero), or nothing this
+    -- version wrote; no fifth value: a text state is in no packed layout
+    local s, c, p = string.match(stored, "^(%-?%d+):(%-?%d+):(%-?%d+)$")
     if s then return tonumber(s), tonumber(c), tonumber(p), 4095 end
     return nil
   end
-  local value = tonumber(stored)
-  if not value or (strict and string.format("%d", value) ~= stored) then return nil end
+  if strict and string.format("%d", value) ~= stored then return nil end
   local unit, pack, slots, slotted = STAMP, PACK, 4095, value >= 6 * 2 ^ 50
   -- slotted: its stamp read as 1..4 too, in units of 2^48. (x - x % y) / y is floor(x / y) without a
   -- call: this runs on every decision.
@@ -135,6 +144,7 @@ end
 
 -- The state as stored for the window starting at `start`.
 local function encode(limit, start, window, current, previous, slots)
+  if current < 0 or previous < 0 then return string.format("%d:%d:%d", start, current, previous) end
   local stamp = start / window % 4
   if limit < 2 ^ 18 and current < 2 ^ 18 and previous < 2 ^ 18 then
     return string.format("%d", (slots >= 8192 and 7 or 6) * 2 ^ 50 + stamp * 2 ^ 48 + slots % 4096 * 2 ^ 36
@@ -178,12 +188,30 @@ local function commit(key, now, units, limit, window, _, start, current, previou
 end
 
 -- #check
-algorithms.slidingWindow = function(key, now, cost, limit, window)
+-- A rule that gives back: `units` off this window's count, below zero if need be (a credit).
+local function give_back(key, now, units, limit, window, _, start, current, previous, slots)
+  redis.call("SET", key, encode(limit, start, window, current - units, previous, slots),
+    "PX", string.format("%d", start + 2 * window - now))
+  return start + 2 * window, start
+end
+
+algorithms.slidingWindow = function(key, now, cost, limit, window, counting)
   local start, current, previous, room, spread, slots, late = counted(key, now, limit, window, true)
   -- back to the full limit once every counted unit has faded out
   local reset_at = current > 0 and start + 2 * window or previous > 0 and start + window or now
-  if cost > limit then return room, reset_at, NEVER end
+  if counting == 2 then
+    -- admitted whatever the counts; the dispatcher answers room - cost: what is left after the refund
+    return math.max(room + 2 * cost, cost), reset_at, 0, give_back, start, current, previous, slots
+  end
+  -- overshoot: a denied charge counted while the window has room, up to 4 limits in all (a settle's
+  -- debt cap: the wait and the state stay bounded, below PACK); A[2] is "0" for a peek, never counted
+  if counting == 1 and cost > room and room > 0 and A[2] ~= "0" then
+    local units = math.min(cost, math.min(4 * limit, PACK - 1) - current)
+    if units > 0 then commit(key, now, units, limit, window, 0, start, current, previous, slots) end
+  end
   if cost > room then
+    -- (a credit may leave room for more than the limit: only then a cost above it is admitted)
+    if cost > limit then return room, reset_at, NEVER end
     if current + cost <= limit and not late then
       -- the previous window's weight has to fade: smallest e with previous*(spread-e) <= room left,
       -- reached at start + e (counted from now, not from the clamped elapsed: a lagging caller waits
@@ -202,9 +230,14 @@ algorithms.slidingWindow = function(key, now, cost, limit, window)
 end
 
 -- #one-rule
--- One rule, cost 1..limit, limit below PACK, no reservation. ARGV: now (hexadecimal), cost, limit,
--- window. Answers one integer, n when admitted and -n - 1 when denied: n = counts * 4 + newer * 2 +
--- slotted, with current after the cost when admitted and as it stands when denied; newer is 1 when a
+-- One rule, cost 1..limit, limit below PACK, no reservation, not a rule that gives back. ARGV: now
+-- (hexadecimal), cost, limit, window, and the rule's counting: "1" with overshoot (a denied charge is
+-- counted as the check counts it; with overrides on, ARGV[5] is the applied rule's third parameter or
+-- the plan table). A credit (counts below zero, which a rule that gives back leaves) is decided on
+-- exactly, and answered as counts of zero: `remaining` says at most the limit then, the limiter script
+-- (a peek) says it exactly. Answers one integer, n when admitted and -n - 1 when denied:
+-- n = counts * 4 + newer * 2 + slotted, with current after the cost when admitted and as it stands
+-- when denied (before an overshoot is counted); newer is 1 when a
 -- lagging caller was counted in the next window. Slotted 1 (limit and counts below SMALL):
 -- counts = (slots * SLOT + current * SMALL + previous) * 2 + skewed, skewed (1 or 0) as read, and the
 -- slots as read once skewed, else 0 (only a skewed state spreads by them): so n stays below 2^39
@@ -220,7 +253,11 @@ local admitted = cost <= room
 if admitted then
   commit(key, now, cost, limit, window, 0, start, current, previous, slots)
   current = current + cost
+elseif ARGV[5] == "1" and room > 0 then
+  local units = math.min(cost, math.min(4 * limit, PACK - 1) - current)
+  if units > 0 then commit(key, now, units, limit, window, 0, start, current, previous, slots) end
 end
+if current < 0 or previous < 0 then current, previous = math.max(current, 0), math.max(previous, 0) end
 local n
 if limit < SMALL and current < SMALL and previous < SMALL then
   if slots >= SKEWED then
@@ -241,10 +278,11 @@ return -n - 1
 refund.slidingWindow = function(key, now, units, limit, window, _, start)
   if now >= start + 2 * window then return false end
   local s, current, previous, slots = read(key, limit, start, window, true)
+  -- (a count below zero, a credit, stays as it is)
   if s == start then
-    current = math.max(0, current - units)
+    current = math.max(math.min(current, 0), current - units)
   elseif s == start + window then
-    previous = math.max(0, previous - units)
+    previous = math.max(math.min(previous, 0), previous - units)
   else
     return false
   end

@@ -1,6 +1,8 @@
 // The peer's algorithms as edgelimit rules. The static factories of Ratelimit return one of these:
 // what rule to build at a given limit (a dynamic limit builds it again), and the peer's semantics the
-// rule keeps (a window counts a charge that overshoots its room, although the call is denied).
+// rule keeps: a window counts a charge that overshoots its room, although the call is denied
+// (`overshoot`), and a negative rate is a refund in the same EVALSHA (`givesBack`, on a rule of the
+// same name, so the same keys).
 
 import { fixedWindow, type RuleConfig, slidingWindow, tokenBucket } from "../../index.js";
 import { type Duration, durationMs } from "./duration.js";
@@ -14,6 +16,11 @@ export interface AlgorithmSpec {
   readonly window: number;
   /** The rule this algorithm decides by at `limit` (the configured one, or a dynamic limit). */
   rule(limit: number): RuleConfig;
+  /**
+   * The windows' rule that gives units back at `limit` (a negative rate: one EVALSHA); undefined for
+   * the token bucket, whose refunds settle the decisions this instance admitted (ledger.ts).
+   */
+  refundRule?(limit: number): RuleConfig;
   /** True for the windows: a charge larger than the room left is counted, and denied. */
   readonly countsOvershoot: boolean;
 }
@@ -40,7 +47,8 @@ export function fixedWindowSpec(tokens: number, window: Duration): Algorithm {
     name: "fixedWindow",
     limit,
     window: ms,
-    rule: (at) => fixedWindow({ limit: at, window: ms }),
+    rule: (at) => fixedWindow({ limit: at, window: ms, overshoot: true }),
+    refundRule: (at) => fixedWindow({ limit: at, window: ms, givesBack: true }),
     countsOvershoot: true,
   };
   return () => spec;
@@ -54,7 +62,8 @@ export function slidingWindowSpec(tokens: number, window: Duration): Algorithm {
     name: "slidingWindow",
     limit,
     window: ms,
-    rule: (at) => slidingWindow({ limit: at, window: ms }),
+    rule: (at) => slidingWindow({ limit: at, window: ms, overshoot: true }),
+    refundRule: (at) => slidingWindow({ limit: at, window: ms, givesBack: true }),
     countsOvershoot: true,
   };
   return () => spec;
@@ -90,7 +99,8 @@ export function cachedFixedWindowSpec(tokens: number, window: Duration): Algorit
     name: "cachedFixedWindow",
     limit,
     window: ms,
-    rule: (at) => fixedWindow({ limit: at, window: ms }),
+    rule: (at) => fixedWindow({ limit: at, window: ms, overshoot: true }),
+    refundRule: (at) => fixedWindow({ limit: at, window: ms, givesBack: true }),
     countsOvershoot: true,
   };
   return () => spec;

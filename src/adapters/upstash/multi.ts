@@ -1,8 +1,8 @@
 // @upstash/ratelimit's MultiRegionRatelimit on edgelimit's regional pools. The peer decides in
 // whichever database answers first and reconciles the others afterwards, so every region may admit a
 // full limit at once. Here the first database is home and alone holds the count; the database that
-// answers this isolate fastest (measured once, in the background) is its region, whose pool hands out
-// units home has already counted: never over the limit.
+// answers this isolate fastest (measured once, in the background), when clearly nearer than home, is
+// its region, whose pool hands out units home has already counted: never over the limit.
 
 import type { LimiterOptions } from "../../index.js";
 import { type Algorithm, fixedWindowSpec, slidingWindowSpec } from "./algorithm.js";
@@ -19,6 +19,10 @@ export interface MultiRegionRatelimitConfig extends CommonConfig {
 
 /** How long a deposit in the region's pool may be handed out. */
 const POOL_TTL_MS = 5000;
+/** Ms a region's PING must beat home's by (and answer in under half its time) to get a pool. */
+const REGION_GAIN_MS = 5;
+/** Ms a PING is waited for; one that takes longer counts as unreachable. */
+const PING_WAIT_MS = 5000;
 
 interface Pingable {
   ping(): Promise<unknown>;
@@ -63,20 +67,30 @@ export class MultiRegionRatelimit extends RatelimitBase {
     if (databases.length > 1) void this.chooseRegion(databases);
   }
 
-  /** Pings every database once; the fastest becomes the region, unless it is home. */
+  /**
+   * Pings every database once; the fastest becomes the region when a pool there pays: it answers in
+   * less than half home's time and at least REGION_GAIN_MS sooner. Otherwise (home near, or every
+   * database as near as home) there is no region and every decision is home's, exactly.
+   */
   private async chooseRegion(databases: unknown[]): Promise<void> {
     const started = Date.now();
-    const answers = databases.map((redis, index) =>
-      (redis as Pingable).ping().then(
-        () => ({ index, ms: Date.now() - started }),
-        () => ({ index, ms: Number.POSITIVE_INFINITY }),
+    const times = await Promise.all(
+      databases.map((redis) =>
+        Promise.race([
+          (redis as Pingable).ping().then(
+            () => Date.now() - started,
+            () => Number.POSITIVE_INFINITY,
+          ),
+          new Promise<number>((resolve) => setTimeout(resolve, PING_WAIT_MS, Number.POSITIVE_INFINITY)),
+        ]),
       ),
     );
-    const fastest = await Promise.race(
-      answers.map((answer) => answer.then((a) => (Number.isFinite(a.ms) ? a : never()))),
-    );
-    if (fastest.index === 0) return;
-    this.chosen.region = databases[fastest.index];
+    let fastest = 0;
+    for (let i = 1; i < times.length; i++) if (times[i]! < times[fastest]!) fastest = i;
+    const home = times[0]!;
+    const near = times[fastest]!;
+    if (fastest === 0 || !(near * 2 < home && home - near >= REGION_GAIN_MS)) return;
+    this.chosen.region = databases[fastest];
     this.rebuild();
   }
 
@@ -89,9 +103,4 @@ export class MultiRegionRatelimit extends RatelimitBase {
   static slidingWindow(tokens: number, window: Duration): Algorithm {
     return slidingWindowSpec(tokens, window);
   }
-}
-
-/** A promise that never settles: a failed ping never wins the race. */
-function never(): Promise<never> {
-  return new Promise(() => {});
 }

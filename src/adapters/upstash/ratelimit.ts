@@ -1,7 +1,7 @@
 // @upstash/ratelimit's Ratelimit, answered by edgelimit's Limiter: one EVALSHA per decision, a
-// bounded deny cache, a timeout that aborts its request, the breaker, exact counts. The peer's
+// bounded ephemeral cache, a timeout that aborts its request, the breaker, exact counts. The peer's
 // semantics that code written against it depends on are kept here, around the Limiter's public API
-// (docs/upstash.md lists each one, kept or changed).
+// and the windows' CountingOptions (docs/upstash.md lists each one, kept or changed).
 
 import { type Decision, Limiter, type LimiterOptions, RedisCallError } from "../../index.js";
 import {
@@ -92,7 +92,7 @@ export interface RatelimitConfig extends CommonConfig {
 /** How long a dynamic limit read from Redis is trusted. */
 const DYNAMIC_FRESH_MS = 1000;
 const CACHE_ENTRIES = 10_000;
-/** Identifiers whose admitted decisions are held for a refund (the ones charged last). */
+/** Identifiers whose admitted decisions are held for a token bucket's refund (the ones charged last). */
 const LEDGER_IDENTIFIERS = 1000;
 /** Limiters kept at once, one per limit in force (the configured one, dynamic ones). */
 const MAX_LIMITERS = 4;
@@ -110,6 +110,15 @@ export interface Databases {
   limiterOptions(): Pick<LimiterOptions, "redis" | "region">;
 }
 
+/**
+ * The Limiters deciding at one limit: the one that charges, and for the windows one whose rule gives
+ * back (a negative rate), on the same prefix and rule name: the same keys, home only.
+ */
+interface Deciders {
+  readonly charging: Limiter;
+  readonly refunding: Limiter | undefined;
+}
+
 /** What Ratelimit and MultiRegionRatelimit share: the decisions, refunds and the peer's extras. */
 export abstract class RatelimitBase {
   protected readonly spec: AlgorithmSpec;
@@ -118,7 +127,7 @@ export abstract class RatelimitBase {
   private readonly timeout: number;
   private readonly cache: boolean;
   protected readonly clock: () => number;
-  private readonly limiters = new Map<number, Limiter>();
+  private readonly limiters = new Map<number, Deciders>();
   private readonly ledger = new Ledger(LEDGER_IDENTIFIERS);
   private readonly recorder: Recorder | undefined;
   private readonly denyList: DenyList | undefined;
@@ -168,35 +177,54 @@ export abstract class RatelimitBase {
   protected rebuild(): void {
     const old = [...this.limiters.values()];
     this.limiters.clear();
-    for (const limiter of old) void limiter.dispose();
+    for (const { charging, refunding } of old) {
+      void charging.dispose();
+      void refunding?.dispose();
+    }
   }
 
-  /** The Limiter deciding at `limit` (the configured one, or a dynamic limit), built once. */
-  private limiterAt(limit: number): Limiter {
-    let limiter = this.limiters.get(limit);
-    if (limiter === undefined) {
-      limiter = new Limiter({
-        ...this.databases.limiterOptions(),
+  /**
+   * The Limiters deciding at `limit` (the configured one, or a dynamic limit), built once. Their own
+   * deny cache is off: the ephemeral cache is `blocked` (below), which a refund lifts.
+   */
+  private limiterAt(limit: number): Deciders {
+    let deciders = this.limiters.get(limit);
+    if (deciders === undefined) {
+      const options = this.databases.limiterOptions();
+      const common = {
         prefix: this.keyPrefix,
-        rules: { [this.spec.name]: this.spec.rule(limit) },
-        denyCache: this.cache ? { maxEntries: CACHE_ENTRIES } : false,
+        denyCache: false as const,
         timeout: this.timeout,
-        onError: "allow",
         clock: this.clock,
-        lease:
-          this.spec.name === "cachedFixedWindow"
-            ? { max: Math.max(1, Math.floor(limit / 10)), ttl: Math.min(this.spec.window, 1000) }
-            : false,
-      });
-      this.limiters.set(limit, limiter);
-      // a dynamic limit that keeps changing keeps only the latest few Limiters (their deny caches)
+      };
+      const refundRule = this.spec.refundRule?.(limit);
+      deciders = {
+        charging: new Limiter({
+          ...options,
+          ...common,
+          rules: { [this.spec.name]: this.spec.rule(limit) },
+          onError: "allow",
+          lease:
+            this.spec.name === "cachedFixedWindow"
+              ? { max: Math.max(1, Math.floor(limit / 10)), ttl: Math.min(this.spec.window, 1000) }
+              : false,
+        }),
+        // a refund goes home, where every unit a pool or a lease holds was counted
+        refunding:
+          refundRule === undefined
+            ? undefined
+            : new Limiter({ redis: options.redis, ...common, rules: { [this.spec.name]: refundRule } }),
+      };
+      this.limiters.set(limit, deciders);
+      // a dynamic limit that keeps changing keeps only the latest few Limiters (their leases)
       if (this.limiters.size > MAX_LIMITERS) {
         const [oldest, retired] = this.limiters.entries().next().value!;
         this.limiters.delete(oldest);
-        void retired.dispose();
+        void retired.charging.dispose();
+        void retired.refunding?.dispose();
       }
     }
-    return limiter;
+    return deciders;
   }
 
   /** The limit in force: a dynamic limit (read at most once a second), else the configured one. */
@@ -289,8 +317,8 @@ export abstract class RatelimitBase {
   resetUsedTokens = async (identifier: string): Promise<void> => {
     this.ledger.forget(identifier);
     this.blocked?.delete(identifier);
-    await this.limiterAt(await this.currentLimit()).reset(identifier);
-    for (const limiter of this.limiters.values()) await limiter.reset(identifier).catch(() => {});
+    await this.limiterAt(await this.currentLimit()).charging.reset(identifier);
+    for (const { charging } of this.limiters.values()) await charging.reset(identifier).catch(() => {});
   };
 
   /**
@@ -301,7 +329,7 @@ export abstract class RatelimitBase {
    */
   getRemaining = async (identifier: string): Promise<{ remaining: number; reset: number; limit: number }> => {
     const limit = await this.currentLimit();
-    const peek = await this.limiterAt(limit).limit(identifier, { cost: 0 });
+    const peek = await this.limiterAt(limit).charging.limit(identifier, { cost: 0 });
     if (peek.source === "error") throw peek.error;
     return { remaining: peek.remaining, reset: this.resetOf(peek, true), limit: peek.limit };
   };
@@ -348,10 +376,10 @@ export abstract class RatelimitBase {
    */
   private async decide(identifier: string, rate: number): Promise<RatelimitResponse> {
     const limit = await this.currentLimit();
-    const limiter = this.limiterAt(limit);
+    const deciders = this.limiterAt(limit);
     if (rate < 0) {
       this.blocked?.delete(identifier);
-      return this.refund(limiter, identifier, -rate);
+      return this.refund(deciders, identifier, -rate);
     }
     if (rate > 0 && this.blocked !== undefined) {
       const until = this.blocked.get(identifier);
@@ -367,7 +395,7 @@ export abstract class RatelimitBase {
       }
       if (until !== undefined) this.blocked.delete(identifier);
     }
-    const response = await this.charge(limiter, identifier, rate, limit);
+    const response = await this.charge(deciders.charging, identifier, rate, limit);
     if (!response.success && rate > 0 && this.blocked !== undefined && response.reset > this.clock()) {
       this.blocked.delete(identifier);
       this.blocked.set(identifier, response.reset);
@@ -376,7 +404,12 @@ export abstract class RatelimitBase {
     return response;
   }
 
-  /** `rate` units (0 or more) under `limit`. */
+  /**
+   * `rate` units (0 or more) under `limit`: one EVALSHA. The windows count a charge past the room
+   * left although they deny it (their rule's `overshoot`, in the same EVALSHA), as the peer's do:
+   * code that charges after the fact, then stops at getRemaining() = 0, relies on it. A token bucket
+   * never holds more than its size: a rate above it is denied and takes nothing (a peek).
+   */
   private async charge(
     limiter: Limiter,
     identifier: string,
@@ -384,71 +417,32 @@ export abstract class RatelimitBase {
     limit: number,
   ): Promise<RatelimitResponse> {
     if (rate === 0 || (rate > limit && !this.spec.countsOvershoot)) {
-      // a bucket never holds more than its limit: such a rate is denied and takes nothing, as a peek
       const peek = await limiter.limit(identifier, { cost: 0 });
       if (peek.source === "error") return this.failed(peek);
       return this.answer(peek, rate === 0);
     }
-    if (rate > limit) {
-      // past the limit itself: the whole limit, and the rest as a debt, as the peer counts it; denied
-      const taken = await this.takeOver(limiter, identifier, limit, rate - limit);
-      if (taken.source === "error") return this.failed(taken);
-      if (taken.allowed) return this.answer(taken, false);
-      return this.overshoot(limiter, identifier, taken, rate);
-    }
     const decision = await limiter.limit(identifier, { cost: rate });
     if (decision.source === "error") return this.failed(decision);
-    if (decision.allowed) {
+    if (decision.allowed && this.spec.refundRule === undefined) {
       this.ledger.hold(identifier, limiter, decision, rate);
-      return this.answer(decision, true);
     }
-    return this.overshoot(limiter, identifier, decision, rate);
+    return this.answer(decision, decision.allowed);
   }
 
   /**
-   * A denied charge of `rate`. The peer's windows count a charge larger than the room left, although
-   * they deny it (code that charges after the fact, then stops at getRemaining() = 0, relies on it):
-   * the room is taken, the rest charged past the limit as a debt.
+   * Gives `units` back to `identifier`. The windows: one EVALSHA of the rule that gives back, as the
+   * peer's 2.1 does it (a fixed window's count may go below zero: `remaining` above the limit until
+   * the window ends; a sliding window gives back what its counts hold). A token bucket: the decisions
+   * this instance admitted for it (ledger.ts), newest first, at most what they took; a decision
+   * settles once, so one given back in part is given back whole and its rest charged again.
    */
-  private async overshoot(
-    limiter: Limiter,
-    identifier: string,
-    denied: Decision,
-    rate: number,
-  ): Promise<RatelimitResponse> {
-    if (this.spec.countsOvershoot && denied.source === "redis" && denied.remaining > 0) {
-      await this.takeOver(limiter, identifier, denied.remaining, rate - denied.remaining);
+  private async refund(deciders: Deciders, identifier: string, units: number): Promise<RatelimitResponse> {
+    const { charging, refunding } = deciders;
+    if (refunding !== undefined) {
+      const given = await refunding.limit(identifier, { cost: units });
+      if (given.source === "error") return this.failed(given);
+      return { ...this.answer(given, true), remaining: given.remaining };
     }
-    return this.answer(denied, false);
-  }
-
-  /**
-   * Takes `units` (held for a refund) and charges `debt` more past the limit: a peek and the charge
-   * share one request (the peek first), then the peek is settled at the debt.
-   */
-  private async takeOver(
-    limiter: Limiter,
-    identifier: string,
-    units: number,
-    debt: number,
-  ): Promise<Decision> {
-    const [peek, taken] = await Promise.all([
-      limiter.limit(identifier, { cost: 0 }),
-      limiter.limit(identifier, { cost: units }),
-    ]);
-    if (taken.allowed && taken.source !== "error") {
-      this.ledger.hold(identifier, limiter, taken, units);
-      if (peek.allowed && peek.source !== "error") await limiter.settle(peek, debt);
-    }
-    return taken;
-  }
-
-  /**
-   * Gives `units` back to `identifier`: from the decisions this instance admitted for it here (their
-   * units go back where they were counted), newest first, at most what they took. A decision settles
-   * once, so one given back in part is given back whole and its rest charged again (held in turn).
-   */
-  private async refund(limiter: Limiter, identifier: string, units: number): Promise<RatelimitResponse> {
     const givebacks = this.ledger.take(identifier, units);
     await Promise.all(givebacks.map(({ owner, decision }) => owner.settle(decision, 0)));
     for (const { owner, rest } of givebacks) {
@@ -456,7 +450,7 @@ export abstract class RatelimitBase {
       const again = await owner.limit(identifier, { cost: rest });
       if (again.allowed && again.source !== "error") this.ledger.hold(identifier, owner, again, rest);
     }
-    const peek = await limiter.limit(identifier, { cost: 0 });
+    const peek = await charging.limit(identifier, { cost: 0 });
     if (peek.source === "error") return this.failed(peek);
     return { ...this.answer(peek, true), remaining: peek.remaining };
   }

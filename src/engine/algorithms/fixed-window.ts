@@ -10,10 +10,14 @@ import type { RuleResult } from "../types.js";
 import type { RuleConfig } from "./index.js";
 import {
   type AlgorithmModule,
+  type CountingOptions,
+  GIVES_BACK,
+  OVERSHOOT,
   type WindowOptions,
   type WindowRule,
   windowEncoding,
   windowRule,
+  withCounting,
 } from "./shared.js";
 
 /** A fixed window's key outlives its window by min(window, GRACE) ms (lua/algorithms/fixed_window.lua). */
@@ -25,15 +29,27 @@ export function expiresIn(window: number, now: number): number {
 }
 
 /**
- * Fixed window: `limit` per `window`, windows aligned to the epoch.
+ * Fixed window: `limit` per `window`, windows aligned to the epoch. `overshoot` and `givesBack`
+ * (CountingOptions) keep @upstash/ratelimit's counting where code relies on it.
  *
  * @example
  * fixedWindow({ limit: 1000, window: "1d" })
  */
-export const fixedWindow = (options: WindowOptions): RuleConfig => ({ algorithm: "fixedWindow", ...options });
+export const fixedWindow = (options: WindowOptions & CountingOptions): RuleConfig => ({
+  algorithm: "fixedWindow",
+  ...options,
+});
 
-/** The fixed window's one-rule script: ARGV ms until the key expires, then cost and limit for a cost above 1. */
-function fixedWindowOne(limit: number, window: number, options: ScriptCallOptions): OneRule {
+/**
+ * The fixed window's one-rule script: ARGV ms until the key expires, then cost and limit for a cost
+ * above 1 (no limit with `overshoot`: a denied charge then stays counted).
+ */
+function fixedWindowOne(
+  limit: number,
+  window: number,
+  overshoot: boolean,
+  options: ScriptCallOptions,
+): OneRule {
   const limitArg = String(limit);
   return {
     sha1: FIXED_WINDOW_ONE_RULE.sha1,
@@ -41,7 +57,9 @@ function fixedWindowOne(limit: number, window: number, options: ScriptCallOption
     takes: (cost) => cost >= 1 && cost <= limit,
     push(command, cost, now) {
       command.push(String(expiresIn(window, now)));
-      if (cost !== 1) command.push(String(cost), limitArg);
+      if (cost === 1) return;
+      command.push(String(cost));
+      if (!overshoot) command.push(limitArg);
     },
     decode: (count, cost, now) => fixedWindowOutcome(limit, window, count, cost, now),
     // the window of the decision's time: the one its key names
@@ -75,9 +93,13 @@ function fixedWindowOutcome(
 
 export const fixedWindowAlgorithm: AlgorithmModule<WindowRule> = {
   fields: ["limit", "window"],
+  options: ["overshoot", "givesBack"],
   // it only counts and adds times: its limit and window are bounded each on its own
   compile: (name, fields) =>
-    windowRule("fixedWindow", name, fields, (_, window) => fields.bounded(1, window, "window")),
+    withCounting(
+      windowRule("fixedWindow", name, fields, (_, window) => fields.bounded(1, window, "window")),
+      fields,
+    ),
   ...windowEncoding("fixedWindow"),
   key: "fixedWindow",
   windowed: true,
@@ -87,7 +109,11 @@ export const fixedWindowAlgorithm: AlgorithmModule<WindowRule> = {
   keyWindow: (rule) => rule.window,
   countOf: () => 0,
   settleMark: () => 0,
-  oneRule: (rule, options) => fixedWindowOne(rule.limit, rule.window, options),
+  // a rule that gives back takes the limiter script (its check answers a refund)
+  oneRule: (rule, options) =>
+    rule.counting === GIVES_BACK
+      ? undefined
+      : fixedWindowOne(rule.limit, rule.window, rule.counting === OVERSHOOT, options),
   oneRuleOverrides: FIXED_WINDOW_ONE_RULE_OVERRIDES,
   outcome: (rule, count, cost, now) => fixedWindowOutcome(rule.limit, rule.window, count, cost, now),
   oneRuleCounted: (rule, _, now) => now - (now % rule.window),

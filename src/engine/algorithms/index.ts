@@ -7,6 +7,7 @@ import { fixedWindowAlgorithm } from "./fixed-window.js";
 import { type GcraOptions, type GcraRule, gcraAlgorithm } from "./gcra.js";
 import {
   type AlgorithmModule,
+  type CountingOptions,
   type Fields,
   MAX_EXACT,
   type WindowOptions,
@@ -20,6 +21,7 @@ export { fixedWindow } from "./fixed-window.js";
 export { type GcraOptions, type GcraRule, gcra } from "./gcra.js";
 export {
   type AlgorithmModule,
+  type CountingOptions,
   type KeyedOptions,
   MAX_EXACT,
   type WindowOptions,
@@ -33,8 +35,8 @@ export { type TokenBucketOptions, type TokenBucketRule, tokenBucket } from "./to
 export type RuleConfig =
   | ({ algorithm: "gcra" } & GcraOptions)
   | ({ algorithm: "tokenBucket" } & TokenBucketOptions)
-  | ({ algorithm: "fixedWindow" } & WindowOptions)
-  | ({ algorithm: "slidingWindow" } & WindowOptions)
+  | ({ algorithm: "fixedWindow" } & WindowOptions & CountingOptions)
+  | ({ algorithm: "slidingWindow" } & WindowOptions & CountingOptions)
   | ({ algorithm: "slidingLog" } & WindowOptions);
 
 export type Algorithm = RuleConfig["algorithm"];
@@ -120,7 +122,12 @@ export function checkRule(
   const module = ALGORITHMS[algorithm as Algorithm];
   const known = module.fields;
   for (const field of Object.keys(config)) {
-    if (field !== "algorithm" && field !== "by" && !known.includes(field)) {
+    if (
+      field !== "algorithm" &&
+      field !== "by" &&
+      !known.includes(field) &&
+      !module.options?.includes(field)
+    ) {
       issues.push({
         path: [...at, field],
         message: `not an option of ${algorithm}; it takes ${known.join(", ")}`,
@@ -149,6 +156,12 @@ export function checkRule(
       if ("ms" in read) return read.ms;
       issues.push({ path: [...at, field], message: read.message });
       return undefined;
+    },
+    flag(field) {
+      const value = c[field];
+      if (value === undefined || typeof value === "boolean") return value === true;
+      issues.push({ path: [...at, field], message: `must be true or false, got ${describe(value)}` });
+      return false;
     },
     bounded(count, ms, what) {
       if (count === undefined || ms === undefined || count * ms <= MAX_EXACT) return;

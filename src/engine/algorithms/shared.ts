@@ -23,6 +23,33 @@ export interface KeyedOptions {
   by?: string;
 }
 
+/**
+ * How a fixed or sliding window counts beside what it admits: @upstash/ratelimit's semantics, which
+ * code written against it relies on (edgelimit/upstash keeps them). Off by default: a denied request
+ * takes nothing, every decision takes its cost.
+ */
+export interface CountingOptions {
+  /**
+   * Count a charge larger than the room left although it is denied (a peek never), as code that
+   * charges after the fact and stops at 0 left expects: a fixed window counts every denied charge, a
+   * sliding window one that finds room left; beyond its one-rule script, at most 4 limits in all.
+   * Counted in the check, so with several rules this one is charged even when another denies; with
+   * `overrides` on, a fixed window's one-rule variant counts admissions only.
+   */
+  overshoot?: boolean;
+  /**
+   * Every decision gives its cost back instead of taking it: always admitted, `remaining` as after
+   * the refund. The count may go below zero, a credit (`remaining` above the limit) until the window
+   * ends (a sliding window's fades through the next one, as any count does). For a Limiter of its
+   * own beside the charging one, on the same prefix and rule name: the two share the rule's keys.
+   */
+  givesBack?: boolean;
+}
+
+/** The window rule's `counting` (its scripts' third parameter): what CountingOptions asked for. */
+export const OVERSHOOT = 1;
+export const GIVES_BACK = 2;
+
 /** What every validated rule has, whatever its algorithm. */
 export interface RuleBase {
   readonly name: string;
@@ -44,6 +71,8 @@ export interface RuleBase {
 export interface WindowRule extends RuleBase {
   readonly algorithm: "fixedWindow" | "slidingWindow" | "slidingLog";
   readonly window: number;
+  /** OVERSHOOT or GIVES_BACK (fixed and sliding windows, from CountingOptions); absent: neither. */
+  readonly counting?: number;
 }
 
 /** How a module reads its rule's fields while checkRule reports every problem (index.ts). */
@@ -54,6 +83,8 @@ export interface Fields {
   count(field: string): number | undefined;
   /** `field` as a duration in ms, or undefined after reporting it. */
   duration(field: string): number | undefined;
+  /** `field` as a boolean (absent: false), or false after reporting it. */
+  flag(field: string): boolean;
   /** Reports `count × ms` above MAX_EXACT, as `what`. */
   bounded(count: number | undefined, ms: number | undefined, what: string): void;
   /** Reports a problem with `field`. */
@@ -69,6 +100,11 @@ export interface Fields {
 export interface AlgorithmModule<R extends Rule = Rule> {
   /** The fields its constructor takes. */
   readonly fields: readonly string[];
+  /**
+   * Options it takes beside its fields, left out of the fields an unknown one's message lists (the
+   * windows' CountingOptions, for code written against @upstash/ratelimit).
+   */
+  readonly options?: readonly string[];
   /** The rule from its config's fields, or undefined once a problem was reported through `fields`. */
   compile(name: string, fields: Fields): R | undefined;
   /**
@@ -150,15 +186,35 @@ export function windowRule<A extends WindowRule["algorithm"]>(
   return { name, algorithm, limit: limit!, policy: policyOf(limit!, limit!, window!), window: window! };
 }
 
-/** What a window algorithm encodes and reads back: limit, window, 0. */
+/**
+ * A fixed or sliding window's CountingOptions on its checked `rule`: `counting` set when one is asked
+ * for (both at once is refused: a rule that gives back denies nothing to count).
+ */
+export function withCounting(rule: WindowRule | undefined, fields: Fields): WindowRule | undefined {
+  const overshoot = fields.flag("overshoot");
+  const givesBack = fields.flag("givesBack");
+  if (overshoot && givesBack) {
+    fields.issue("givesBack", "a rule that gives back denies nothing: leave out overshoot, or givesBack");
+  }
+  if (rule === undefined || fields.failed) return undefined;
+  if (!overshoot && !givesBack) return rule;
+  return { ...rule, counting: givesBack ? GIVES_BACK : OVERSHOOT };
+}
+
+/** What a window algorithm encodes and reads back: limit, window, and its counting (0: none). */
 export const windowEncoding = <A extends WindowRule["algorithm"]>(algorithm: A) => ({
   encode: (rule: WindowRule): [string, string, string, string] => [
     algorithm,
     String(rule.limit),
     String(rule.window),
-    "0",
+    String(rule.counting ?? 0),
   ],
-  config: (limit: number, window: number): RuleConfig => ({ algorithm, limit, window }),
+  config: (limit: number, window: number, counting?: number): RuleConfig =>
+    counting === OVERSHOOT
+      ? ({ algorithm, limit, window, overshoot: true } as RuleConfig)
+      : counting === GIVES_BACK
+        ? ({ algorithm, limit, window, givesBack: true } as RuleConfig)
+        : { algorithm, limit, window },
 });
 
 /**

@@ -10,10 +10,14 @@ import type { RuleResult } from "../types.js";
 import type { RuleConfig } from "./index.js";
 import {
   type AlgorithmModule,
+  type CountingOptions,
+  GIVES_BACK,
+  OVERSHOOT,
   type WindowOptions,
   type WindowRule,
   windowEncoding,
   windowRule,
+  withCounting,
 } from "./shared.js";
 
 /**
@@ -31,13 +35,21 @@ const { SMALL, SLOTS, SLOT } = ALGORITHM_CONSTANTS.slidingWindow;
  * @example
  * slidingWindow({ limit: 100, window: "1m" })
  */
-export const slidingWindow = (options: WindowOptions): RuleConfig => ({
+export const slidingWindow = (options: WindowOptions & CountingOptions): RuleConfig => ({
   algorithm: "slidingWindow",
   ...options,
 });
 
-/** The sliding window's (limit below PACK): ARGV now (hexadecimal), cost, limit, window. */
-function slidingWindowOne(limit: number, window: number, options: ScriptCallOptions): OneRule {
+/**
+ * The sliding window's (limit below PACK): ARGV now (hexadecimal), cost, limit, window, and "1" with
+ * `overshoot` (a denied charge is counted).
+ */
+function slidingWindowOne(
+  limit: number,
+  window: number,
+  overshoot: boolean,
+  options: ScriptCallOptions,
+): OneRule {
   const tail = [String(limit), String(window)] as const;
   return {
     sha1: SLIDING_WINDOW_ONE_RULE.sha1,
@@ -45,6 +57,7 @@ function slidingWindowOne(limit: number, window: number, options: ScriptCallOpti
     takes: (cost) => cost >= 1 && cost <= limit,
     push(command, cost, now) {
       command.push(now.toString(16), String(cost), tail[0], tail[1]);
+      if (overshoot) command.push("1");
     },
     decode: (result, cost, now) => slidingWindowOutcome(limit, window, result, cost, now),
     counted: (result, now) => slidingWindowCounted(window, result, now),
@@ -132,9 +145,13 @@ function slotSpan(slot: number, window: number): number {
 
 export const slidingWindowAlgorithm: AlgorithmModule<WindowRule> = {
   fields: ["limit", "window"],
+  options: ["overshoot", "givesBack"],
   compile: (name, fields) =>
-    windowRule("slidingWindow", name, fields, (limit, window) =>
-      fields.bounded(limit, window, "limit × window"),
+    withCounting(
+      windowRule("slidingWindow", name, fields, (limit, window) =>
+        fields.bounded(limit, window, "limit × window"),
+      ),
+      fields,
     ),
   ...windowEncoding("slidingWindow"),
   key: "slidingWindow",
@@ -151,8 +168,11 @@ export const slidingWindowAlgorithm: AlgorithmModule<WindowRule> = {
       ? undefined
       : `${to} must stay ${from < PACK ? `below ${PACK}` : `at ${PACK} or above`} like the base rule's ${from}: a sliding window stores counts in another format there, and the usage counted under one plan would not carry to the other`,
   // a larger limit keeps a text state, which the one-rule script does not read
+  // (and a rule that gives back takes the limiter script: its check answers a refund)
   oneRule: (rule, options) =>
-    rule.limit < PACK ? slidingWindowOne(rule.limit, rule.window, options) : undefined,
+    rule.limit < PACK && rule.counting !== GIVES_BACK
+      ? slidingWindowOne(rule.limit, rule.window, rule.counting === OVERSHOOT, options)
+      : undefined,
   oneRuleOverrides: SLIDING_WINDOW_ONE_RULE_OVERRIDES,
   outcome: (rule, result, cost, now) => slidingWindowOutcome(rule.limit, rule.window, result, cost, now),
   oneRuleCounted: (rule, result, now) => slidingWindowCounted(rule.window, result, now),

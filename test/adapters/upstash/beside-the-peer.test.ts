@@ -117,3 +117,24 @@ describe("a stalled Redis", () => {
     expect(aborted[0]).toBe(true);
   });
 });
+
+describe("blockUntilReady, on the real clock", () => {
+  it("waits for the window that admits, and gives up at its timeout", async () => {
+    const entry = new Ratelimit({
+      redis: redis(),
+      prefix: uniquePrefix("block"),
+      limiter: Ratelimit.fixedWindow(1, "1 s"),
+    });
+    // the first unit of a window, then one that has to wait for the next window
+    const first = await entry.limit("user:b");
+    expect(first.success).toBe(true);
+    const started = Date.now();
+    const waited = await entry.blockUntilReady("user:b", 5_000);
+    expect(waited.success).toBe(true);
+    expect(Date.now()).toBeGreaterThanOrEqual(first.reset - 5);
+    expect(Date.now() - started).toBeLessThan(4_000);
+    // a timeout shorter than the wait: denied once it has passed
+    const short = await entry.blockUntilReady("user:b", 50);
+    expect(short.success).toBe(false);
+  });
+});

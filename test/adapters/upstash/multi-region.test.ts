@@ -52,6 +52,21 @@ describe("MultiRegionRatelimit over three databases", () => {
     expect((await ratelimit.limit("user:1")).remaining).toBe(19);
   });
 
+  it("a refund goes home in one request: refunds in sequence, then past what was charged", async () => {
+    const ratelimit = new MultiRegionRatelimit({
+      redis: databases(),
+      prefix: uniquePrefix("multi-refund"),
+      limiter: MultiRegionRatelimit.fixedWindow(10, "1 w"),
+      timeout: 15_000,
+    });
+    expect(await ratelimit.limit("user:r", { rate: 8 })).toMatchObject({ success: true, remaining: 2 });
+    expect(await ratelimit.limit("user:r", { rate: -2 })).toMatchObject({ success: true, remaining: 4 });
+    expect(await ratelimit.limit("user:r", { rate: -3 })).toMatchObject({ success: true, remaining: 7 });
+    expect((await ratelimit.getRemaining("user:r")).remaining).toBe(7);
+    expect(await ratelimit.limit("user:r", { rate: -10 })).toMatchObject({ success: true, remaining: 17 });
+    expect((await ratelimit.getRemaining("user:r")).remaining).toBe(17);
+  });
+
   it("three isolates, each on the same array: never more than the limit in all", async () => {
     const prefix = uniquePrefix("multi-three");
     const isolates = [0, 1, 2].map(

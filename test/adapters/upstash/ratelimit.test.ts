@@ -77,6 +77,21 @@ describe("Ratelimit: exact counts", () => {
     expect(await ratelimit.limit("b")).toMatchObject({ success: true, remaining: 4 });
   });
 
+  it("cachedFixedWindow: exactly the limit, then a cache block with no request", async () => {
+    const { ratelimit } = build(Ratelimit.cachedFixedWindow(5, "1 h"));
+    const seen = [];
+    for (let i = 0; i < 6; i++) seen.push((await ratelimit.limit("cf")).success);
+    expect(seen).toEqual([true, true, true, true, true, false]);
+    const before = bridge.stats.requests;
+    expect(await ratelimit.limit("cf")).toMatchObject({ success: false, remaining: 0, reason: "cacheBlock" });
+    expect(bridge.stats.requests).toBe(before);
+    // a refund lifts the block and gives back in one request (the denial was counted, as the peer's
+    // fixed window counts it: 6 - 2 leaves 1)
+    expect(await ratelimit.limit("cf", { rate: -2 })).toMatchObject({ success: true, remaining: 1 });
+    expect(bridge.stats.requests).toBe(before + 1);
+    expect(await ratelimit.limit("cf")).toMatchObject({ success: true });
+  });
+
   it('"1 w" is a week', async () => {
     const { ratelimit } = build(Ratelimit.fixedWindow(1, "1 w"));
     const r = await ratelimit.limit("w");
@@ -99,17 +114,39 @@ describe("Ratelimit: the peer's semantics kept", () => {
     });
   }
 
-  it("a negative rate gives back what this instance charged, into its window", async () => {
-    const { ratelimit } = build(Ratelimit.fixedWindow(10, "1 h"));
+  it("fixedWindow: a negative rate refunds as the peer's 2.1, past what was charged; one request each", async () => {
+    const { ratelimit, clock } = build(Ratelimit.fixedWindow(10, "1 h"));
     await ratelimit.limit("r", { rate: 4 });
     await ratelimit.limit("r", { rate: 6 });
+    // denied, and counted as the peer counts it: 11
     expect((await ratelimit.limit("r")).success).toBe(false);
-    const refund = await ratelimit.limit("r", { rate: -3 });
-    expect(refund).toMatchObject({ success: true, remaining: 3 });
-    expect((await ratelimit.getRemaining("r")).remaining).toBe(3);
-    // then the rest, across both decisions: 10 back in all, never more than was charged
-    expect(await ratelimit.limit("r", { rate: -20 })).toMatchObject({ success: true, remaining: 10 });
-    expect(await ratelimit.limit("r", { rate: -1 })).toMatchObject({ success: true, remaining: 10 });
+    expect((await ratelimit.getRemaining("r")).remaining).toBe(0);
+    const before = bridge.stats.requests;
+    expect(await ratelimit.limit("r", { rate: -3 })).toMatchObject({
+      success: true,
+      limit: 10,
+      remaining: 2,
+    });
+    expect(bridge.stats.requests).toBe(before + 1);
+    expect((await ratelimit.getRemaining("r")).remaining).toBe(2);
+    // past what was charged: a credit, remaining above the limit until the window ends
+    expect(await ratelimit.limit("r", { rate: -20 })).toMatchObject({ success: true, remaining: 22 });
+    expect(await ratelimit.limit("r", { rate: 5 })).toMatchObject({ success: true, remaining: 17 });
+    expect((await ratelimit.getRemaining("r")).remaining).toBe(17);
+    // a new window starts from the limit
+    clock.set(Math.floor(T0 / 3_600_000) * 3_600_000 + 3_600_000);
+    expect(await ratelimit.limit("r")).toMatchObject({ success: true, remaining: 9 });
+    // a fresh identifier: 3 back before any charge is 13 left
+    expect(await ratelimit.limit("fresh", { rate: -3 })).toMatchObject({ success: true, remaining: 13 });
+  });
+
+  it("tokenBucket: a negative rate gives back what this instance charged, never past the bucket", async () => {
+    const { ratelimit } = build(Ratelimit.tokenBucket(1, "1 h", 10));
+    await ratelimit.limit("t", { rate: 4 });
+    await ratelimit.limit("t", { rate: 3 });
+    expect(await ratelimit.limit("t", { rate: -5 })).toMatchObject({ success: true, remaining: 8 });
+    expect((await ratelimit.getRemaining("t")).remaining).toBe(8);
+    expect(await ratelimit.limit("t", { rate: -5 })).toMatchObject({ success: true, remaining: 10 });
   });
 
   it("refunds in sequence, and after a charge past the limit itself", async () => {
@@ -126,6 +163,14 @@ describe("Ratelimit: the peer's semantics kept", () => {
     expect((await ratelimit.limit("o")).success).toBe(false);
     await ratelimit.limit("o", { rate: -5 });
     expect((await ratelimit.getRemaining("o")).remaining).toBe(4);
+    // past what was charged, as the peer's 2.1: a credit, remaining above the limit
+    expect(await ratelimit.limit("o", { rate: -20 })).toMatchObject({ success: true, remaining: 24 });
+    expect((await ratelimit.getRemaining("o")).remaining).toBe(24);
+    // a charge in credit is admitted exactly; its own answer says at most the limit (docs/upstash.md)
+    expect(await ratelimit.limit("o", { rate: 4 })).toMatchObject({ success: true, remaining: 10 });
+    expect((await ratelimit.getRemaining("o")).remaining).toBe(20);
+    // a fresh identifier: 3 back before any charge is 13 left
+    expect(await ratelimit.limit("fresh", { rate: -3 })).toMatchObject({ success: true, remaining: 13 });
   });
 
   it("rate 0 answers and counts nothing", async () => {
