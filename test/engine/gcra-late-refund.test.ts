@@ -73,6 +73,29 @@ describe.each(slow)("%s, settle", (_, rule) => {
     expect((await limiter.limit("id")).allowed).toBe(false);
   });
 
+  it("a settle after another one gives back what its units hold less what the other gave back", async () => {
+    const { limiter, clock } = limiterOf(rule);
+    const x = await limiter.limit("id"); // TAT T0 + 10 s
+    const y = await limiter.limit("id"); // TAT T0 + 20 s
+    clock.set(T0 + 5_000);
+    await limiter.settle(x, 0); // x still holds 5 s: TAT T0 + 15 s
+    clock.set(T0 + 12_000);
+    const z = await limiter.limit("id"); // TAT T0 + 25 s
+    expect({ allowed: z.allowed, resetAt: z.resetAt }).toEqual({ allowed: true, resetAt: T0 + 25_000 });
+    clock.set(T0 + 13_000);
+    // y's units held T0 + 20 s, less the 5 s given back since: 2 s go back, not 7 s (which left
+    // T0 + 18 s, below the T0 + 22 s of costs 0, 0, 1: one unit more admitted than they allow)
+    await limiter.settle(y, 0);
+    clock.set(T0 + 18_000);
+    expect(await limiter.limit("id", { cost: 0 })).toMatchObject({ remaining: 1, resetAt: T0 + 23_000 });
+    expect((await limiter.limit("id")).allowed).toBe(true);
+    const denied = await limiter.limit("id");
+    expect({ allowed: denied.allowed, retryAfter: denied.retryAfter }).toEqual({
+      allowed: false,
+      retryAfter: 5_000,
+    });
+  });
+
   it("partly earned back: gives back only what it still holds, as if it had cost 0", async () => {
     // burst 3: the first takes 2 (TAT T0 + 20 s); at T0 + 15 s 1.5 of them are earned back, and 2 more
     // are taken (TAT T0 + 40 s). Had the first cost 0, the stream would be idle at T0 + 15 s, and the 2
