@@ -404,8 +404,11 @@ describe("the one-rule, general and leased paths", () => {
               [one, general, leased, settled].map((id) => redis.get(keys.of(id, at)[0]!)),
             );
             const said = [a, b, c, d].map((stored) => meaning(rule, stored, at));
-            const tat = rule.algorithm === "gcra" || rule.algorithm === "tokenBucket";
-            if ((lateRefund || given > 0) && c !== b && tat) {
+            if (
+              (lateRefund || given > 0) &&
+              c !== b &&
+              (rule.algorithm === "gcra" || rule.algorithm === "tokenBucket")
+            ) {
               // a GCRA refund after its units were partly earned back gives back what they still held,
               // rounded down to a ms, less what earlier refunds gave back (`given` ms: they may have
               // come after its reservation): the others' TAT or later, read the same but for less
