@@ -127,7 +127,8 @@ return d
 --          or a reservation's window). Every later admission saw a TAT at or after H less what
 --          refunds gave back since (a refund moves every later decision's units earlier), so the
 --          units hold at least H - given - now. For a settle, `given` is read from the key's ledger
---          (below): the ms given back at or after the decision's time (`since`). A lease's or a pool's
+--          (below): the ms given back at or after the decision's time (`since`), of units counted at
+--          or before it (giving back units counted after it moves none of its own). A lease's or a pool's
 --          refund (no `since`, no `taken`) takes given = 0, as before the ledger: when its reservation
 --          was made is not sent, and the refunds just before it would count against it (a rollback,
 --          a lease's units refunded at once, would then give back less than it took).
@@ -137,19 +138,23 @@ return d
 --          since + taken*T, whatever refunds did (none can move a decision's own units before it).
 -- A settle before the decision's own time counts from that time. So a prompt settle gives back the
 -- difference; later, less, never more; nothing once both bounds have passed.
--- The ledger, "<key>:given", is a sorted set of "<time>:<ms>" by time, one entry a refund instant (every
--- refund writes it), kept GIVEN_SPANS bursts (burst*T) long: a decision whose units still hold
--- anything was counted less than one burst (of its own rule) before.
+-- The ledger, "<key>:given", is a sorted set of "<time>:<counted>:<ms>" by time: the ms refunds gave back
+-- at `time`, of units counted at `counted` (every refund writes it), kept GIVEN_SPANS bursts (burst*T)
+-- long: a decision whose units still hold anything was counted less than one burst (of its own rule)
+-- before.
 -- Back at idle (TAT at or before now) the state stays, with its expiry: a lagging caller still reads
 -- the units taken before its own clock (deleting it would let that caller in as if none were), and
 -- every caller at now or later reads it as no state. A state written under another rate is first read
 -- as the units it counted (#state), so units go back as units, to idle at now at most.
 local GIVEN_SPANS = 4
 
-local function given_since(ledger, from)
+-- The ms refunds gave back from `from` on, of decisions counted at or before `upto`: one counted
+-- later comes after the decision in the stream, so giving back its units moved none of the decision's.
+local function given_since(ledger, from, upto)
   local total = 0
   for _, entry in ipairs(redis.call("ZRANGEBYSCORE", ledger, string.format("%d", from), "+inf")) do
-    total = total + tonumber(string.match(entry, ":(%d+)$"))
+    local counted, ms = string.match(entry, "^%-?%d+:(%-?%d+):(%d+)$")
+    if tonumber(counted) <= upto then total = total + tonumber(ms) end
   end
   return total
 end
@@ -164,7 +169,8 @@ refund.gcra = function(key, now, units, limit, period, burst, held, limit_sent, 
   local ledger = key .. ":given"
   local held_give = (held - at) * limit - limit + g
   if taken and held_give > give then
-    held_give = held_give - given_since(ledger, math.max(held - span, since)) * limit
+    local upto = since > 0 and since or held
+    held_give = held_give - given_since(ledger, math.max(held - span, since), upto) * limit
   end
   give = math.max(give, held_give)
   give = math.min(units * period, give)
@@ -180,14 +186,19 @@ refund.gcra = function(key, now, units, limit, period, burst, held, limit_sent, 
     local whole = math.floor(d / limit)
     redis.call("SET", key, string.format("%d:%d%s", now + whole, d - whole * limit, rate), "KEEPTTL")
   end
-  -- what went back, in whole ms rounded up (counted more, never less), added to this instant's entry
+  -- what went back, in whole ms rounded up (counted more, never less), with when its units were
+  -- counted (a lease's or pool's: at the earliest one burst before their TAT), added to the entry of
+  -- this instant and that time
   local ms = math.floor((give + limit - 1) / limit)
-  local entry = redis.call("ZRANGEBYSCORE", ledger, string.format("%d", now), string.format("%d", now))[1]
-  if entry then
-    redis.call("ZREM", ledger, entry)
-    ms = ms + tonumber(string.match(entry, ":(%d+)$"))
+  local member = string.format("%d:%d:", now, since > 0 and since or held - span)
+  local stamp = string.format("%d", now)
+  for _, entry in ipairs(redis.call("ZRANGEBYSCORE", ledger, stamp, stamp)) do
+    if string.sub(entry, 1, #member) == member then
+      redis.call("ZREM", ledger, entry)
+      ms = ms + tonumber(string.sub(entry, #member + 1))
+    end
   end
-  redis.call("ZADD", ledger, string.format("%d", now), string.format("%d:%d", now, ms))
+  redis.call("ZADD", ledger, stamp, member .. ms)
   redis.call("ZREMRANGEBYSCORE", ledger, "-inf", string.format("(%d", now - GIVEN_SPANS * span))
   redis.call("PEXPIRE", ledger, string.format("%d", GIVEN_SPANS * span))
   return true

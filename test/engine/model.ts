@@ -71,8 +71,8 @@ const ceilDiv = (a: number, b: number) => Math.floor((a + b - 1) / b);
 /** One identifier's state under every rule of one name (its plans share a key, but a window of another length). */
 export class Model {
   private gcraState: GcraState | undefined;
-  /** GCRA's ledger of refunds: ms given back (rounded up) by the instant they went back. */
-  private readonly given = new Map<number, number>();
+  /** GCRA's ledger of refunds: ms given back (rounded up), when, and when their units were counted. */
+  private given: { at: number; counted: number; ms: number }[] = [];
   private readonly fixed = new Map<string, number>();
   private readonly sliding = new Map<number, SlidingState>();
   private log: { stamp: number; n: number }[] = [];
@@ -215,8 +215,9 @@ export class Model {
     const { rate, period, burst } = rule;
     if (actual < cost) {
       // the refund: TAT back by the units, but never by more than they still hold: the TAT they held
-      // (`start`, rounded up to a ms) less what refunds gave back since, or, counted at `mark`, mark +
-      // cost*T; from the decision's time at the earliest. Back at idle the state stays (KEEPTTL).
+      // (`start`, rounded up to a ms) less what refunds gave back since of units counted at or before
+      // `mark`, or mark + cost*T; from the decision's time at the earliest. Back at idle the state
+      // stays (KEEPTTL).
       const units = cost - actual;
       const since = counted.mark;
       const at = Math.max(now, since);
@@ -227,7 +228,8 @@ export class Model {
       if ((counted.start - at) * rate - rate + g > give) {
         const from = Math.max(counted.start - span, since);
         let given = 0;
-        for (const [stamp, ms] of this.given) if (stamp >= from) given += ms;
+        const upto = since > 0 ? since : counted.start;
+        for (const entry of this.given) if (entry.at >= from && entry.counted <= upto) given += entry.ms;
         give = Math.max(give, (counted.start - given - at) * rate - rate + g);
       }
       give = Math.min(units * period, give);
@@ -240,9 +242,13 @@ export class Model {
         if (read.raw === undefined) d = 0;
         this.writeGcra(rule, now, d, true);
       }
-      // the ledger: ms given back (rounded up) per instant, kept GIVEN_SPANS bursts
-      this.given.set(now, (this.given.get(now) ?? 0) + ceilDiv(give, rate));
-      for (const stamp of this.given.keys()) if (stamp < now - GIVEN_SPANS * span) this.given.delete(stamp);
+      // the ledger: ms given back (rounded up) per instant and time counted, kept GIVEN_SPANS bursts
+      this.given.push({
+        at: now,
+        counted: since > 0 ? since : counted.start - span,
+        ms: ceilDiv(give, rate),
+      });
+      this.given = this.given.filter((entry) => entry.at >= now - GIVEN_SPANS * span);
       return 0;
     }
     const d = this.readGcra(rule, now, true).d;
