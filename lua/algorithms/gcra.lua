@@ -126,22 +126,23 @@ return d
 --   held   H, the TAT right after the units were taken, rounded up to a ms (the decision's resetAt,
 --          or a reservation's window). Every later admission saw a TAT at or after H less what
 --          refunds gave back since (a refund moves every later decision's units earlier), so the
---          units hold at least H - given - now. For a settle, `given` is read from the key's ledger
---          (below): the ms given back at or after the decision's time (`since`), of units counted at
---          or before it (giving back units counted after it moves none of its own). A lease's or a pool's
---          refund (no `since`, no `taken`) takes given = 0, as before the ledger: when its reservation
---          was made is not sent, and the refunds just before it would count against it (a rollback,
---          a lease's units refunded at once, would then give back less than it took).
+--          units hold at least H - given - now. For a settle, `given` is read from the key's
+--          ledger (below): the ms given back at or after the decision's time (`since`), of units
+--          counted at or before it (giving back units counted after it moves none of its own). A
+--          lease's or a pool's refund (no `since`, no `taken`) takes given = 0, as before the
+--          ledger: when its reservation was made is not sent, and the refunds just before it would
+--          count against it (a rollback, or a lease's units refunded at once, would then give back
+--          less than it took).
 --          H*limit is a whole multiple of g = gcd(limit, period) (every write moves it by whole ms or
 --          whole periods), so H*limit >= (held - 1)*limit + g.
 --   since  when a settle's decision counted, and `taken`, its cost: its units hold at least
 --          since + taken*T, whatever refunds did (none can move a decision's own units before it).
 -- A settle before the decision's own time counts from that time. So a prompt settle gives back the
 -- difference; later, less, never more; nothing once both bounds have passed.
--- The ledger, "<key>:given", is a sorted set of "<time>:<counted>:<ms>" by time: the ms refunds gave back
--- at `time`, of units counted at `counted` (every refund writes it), kept GIVEN_SPANS bursts (burst*T)
--- long: a decision whose units still hold anything was counted less than one burst (of its own rule)
--- before.
+-- The ledger, "<key>:given", is a sorted set of "<time>:<counted>:<ms>" by time: the ms refunds gave
+-- back at `time`, of units counted at `counted` (every refund writes it), kept GIVEN_SPANS bursts
+-- (burst*T) long: a decision whose units still hold anything was counted less than one burst (of its
+-- own rule) before.
 -- Back at idle (TAT at or before now) the state stays, with its expiry: a lagging caller still reads
 -- the units taken before its own clock (deleting it would let that caller in as if none were), and
 -- every caller at now or later reads it as no state. A state written under another rate is first read
