@@ -96,7 +96,7 @@ describe.each(slow)("%s, settle", (_, rule) => {
     });
   });
 
-  it("a settle after that of a later decision gives back what its units hold: those moved none of its own", async () => {
+  it("a settle after a later decision's gives back all its units still hold", async () => {
     const five =
       rule.algorithm === "gcra"
         ? gcra({ limit: 1, period: 10_000, burst: 5 })
