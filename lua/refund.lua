@@ -6,7 +6,8 @@
 -- ARGV[2]  units to give back (whole, > 0)
 -- ARGV[3 + 5(i-1) ..]  rule i: algorithm name, its three integer parameters (as the limiter script
 --          takes them), and the start of the window the units were counted in (for gcra the TAT
---          they held once taken, rounded up to a ms: units since earned back are not given back)
+--          they held once taken, rounded up to a ms: units since earned back are not given back;
+--          gcra also keeps, beside its state, a ledger of what its refunds gave back, "<key>:given")
 --
 -- Each algorithm's refund section (lua/algorithms/*.lua) registers refund.<name>(key, now, units, p1,
 -- p2, p3, start, p1 as sent, p2 as sent), which gives the units back where they were counted (the strings let gcra compare the rate its state was written under), and answers whether

@@ -9,7 +9,8 @@
 -- ARGV[4 + 6(i-1) ..]  rule i: algorithm name, its three integer parameters (as the limiter script
 --          takes them), where the decision counted its units (the window's start, the sliding log's
 --          stamp; for gcra the TAT they hold, its resetAt) and, for a sliding log, the count before
---          its entries (for gcra the time the decision counted from, or 0; else 0)
+--          its entries (for gcra the time the decision counted from, or 0; else 0); giving back, gcra
+--          reads and writes the ledger beside its state, "<key>:given" (lua/algorithms/gcra.lua)
 --
 -- Each algorithm's settle section (lua/algorithms/*.lua) registers settle.<name>(key, now, cost, actual,
 -- p1, p2, p3, start, mark, p1 as sent, p2 as sent): below the cost it gives the difference back where

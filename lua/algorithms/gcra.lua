@@ -121,24 +121,59 @@ return d
 
 -- #refund
 -- TAT moves back by units*T, but never by more than the units still hold: units a decision took are
--- earned back as time passes, and giving back ones already earned back would mint them. `held` is the
--- TAT right after the units were taken, H, rounded up to a ms (the decision's resetAt, or a
--- reservation's window); every later admission, at or before now, saw a TAT at or after H, so a move
--- of min(units*T, H - now) is never more than "as if those units had never been taken", and is exactly
--- that when given back before H (the usual case). H*limit is a whole multiple of g = gcd(limit,
--- period) (every write moves it by whole ms or whole periods), so H*limit >= (held - 1)*limit + g: a
--- bound exact when T is whole ms. A settle also knows when its decision counted (`since`, else 0), so
--- H >= since + units*T, which makes a prompt settle exact whatever T. Late, less goes back (at most a
--- ms short), never more; nothing once H has passed.
+-- earned back as time passes, and giving back ones already earned back would mint them. Two bounds,
+-- the larger applies (each never more than "as if those units had never been taken"):
+--   held   H, the TAT right after the units were taken, rounded up to a ms (the decision's resetAt,
+--          or a reservation's window). Every later admission saw a TAT at or after H less what
+--          refunds gave back since (a refund moves every later decision's units earlier), so the
+--          units hold at least H - given - now. For a settle, `given` is read from the key's
+--          ledger (below): the ms given back at or after the decision's time (`since`), of units
+--          counted at or before it (giving back units counted after it moves none of its own). A
+--          lease's or a pool's refund (no `since`, no `taken`) takes given = 0, as before the
+--          ledger: when its reservation was made is not sent, and the refunds just before it would
+--          count against it (a rollback, or a lease's units refunded at once, would then give back
+--          less than it took).
+--          H*limit is a whole multiple of g = gcd(limit, period) (every write moves it by whole ms or
+--          whole periods), so H*limit >= (held - 1)*limit + g.
+--   since  when a settle's decision counted, and `taken`, its cost: its units hold at least
+--          since + taken*T, whatever refunds did (none can move a decision's own units before it).
+-- A settle before the decision's own time counts from that time. So a prompt settle gives back the
+-- difference; later, less, never more; nothing once both bounds have passed.
+-- The ledger, "<key>:given", is a sorted set of "<time>:<counted>:<ms>" by time: the ms refunds gave
+-- back at `time`, of units counted at `counted` (every refund writes it), kept GIVEN_SPANS bursts
+-- (burst*T) long: a decision whose units still hold anything was counted less than one burst (of its
+-- own rule) before.
 -- Back at idle (TAT at or before now) the state stays, with its expiry: a lagging caller still reads
 -- the units taken before its own clock (deleting it would let that caller in as if none were), and
 -- every caller at now or later reads it as no state. A state written under another rate is first read
 -- as the units it counted (#state), so units go back as units, to idle at now at most.
-refund.gcra = function(key, now, units, limit, period, burst, held, limit_sent, period_sent, since)
+local GIVEN_SPANS = 4
+
+-- The ms refunds gave back from `from` on, of decisions counted at or before `upto`: one counted
+-- later comes after the decision in the stream, so giving back its units moved none of the decision's.
+local function given_since(ledger, from, upto)
+  local total = 0
+  for _, entry in ipairs(redis.call("ZRANGEBYSCORE", ledger, string.format("%d", from), "+inf")) do
+    local counted, ms = string.match(entry, "^%-?%d+:(%-?%d+):(%d+)$")
+    if tonumber(counted) <= upto then total = total + tonumber(ms) end
+  end
+  return total
+end
+
+refund.gcra = function(key, now, units, limit, period, burst, held, limit_sent, period_sent, since, taken)
+  since = since or 0
+  local at = math.max(now, since)
+  local span = math.floor((burst * period + limit - 1) / limit)
   local g, r = limit, period
   while r > 0 do g, r = r, g % r end
-  local give = (held - now) * limit - limit + g
-  if since and since > 0 then give = math.max(give, (since - now) * limit + units * period) end
+  local give = taken and (since - at) * limit + taken * period or 0
+  local ledger = key .. ":given"
+  local held_give = (held - at) * limit - limit + g
+  if taken and held_give > give then
+    local upto = since > 0 and since or held
+    held_give = held_give - given_since(ledger, math.max(held - span, since), upto) * limit
+  end
+  give = math.max(give, held_give)
   give = math.min(units * period, give)
   if give <= 0 then return false end
   local rate = ":" .. limit_sent .. ":" .. period_sent
@@ -152,17 +187,33 @@ refund.gcra = function(key, now, units, limit, period, burst, held, limit_sent, 
     local whole = math.floor(d / limit)
     redis.call("SET", key, string.format("%d:%d%s", now + whole, d - whole * limit, rate), "KEEPTTL")
   end
+  -- what went back, in whole ms rounded up (counted more, never less), with when its units were
+  -- counted (a lease's or pool's: at the earliest one burst before their TAT), added to the entry of
+  -- this instant and that time
+  local ms = math.floor((give + limit - 1) / limit)
+  local member = string.format("%d:%d:", now, since > 0 and since or held - span)
+  local stamp = string.format("%d", now)
+  for _, entry in ipairs(redis.call("ZRANGEBYSCORE", ledger, stamp, stamp)) do
+    if string.sub(entry, 1, #member) == member then
+      redis.call("ZREM", ledger, entry)
+      ms = ms + tonumber(string.sub(entry, #member + 1))
+    end
+  end
+  redis.call("ZADD", ledger, stamp, member .. ms)
+  redis.call("ZREMRANGEBYSCORE", ledger, "-inf", string.format("(%d", now - GIVEN_SPANS * span))
+  redis.call("PEXPIRE", ledger, string.format("%d", GIVEN_SPANS * span))
   return true
 end
 
 -- #settle
 -- Below the reservation: the refund above (TAT back by the difference, at most what the decision still
--- holds; `mark` is when it counted, its decidedAt, or 0). Above: TAT on by the
+-- holds; `since` is when it counted, its decidedAt, or 0, and `cost` what it took). Above: TAT on by the
 -- extra, past the burst if need be (a debt: later decisions wait until it is earned back), with d at
 -- most DEBT_CAP times burst*T (lua/settle.lua), which bounds the wait and the key's expiry; a stored TAT never moves back.
 settle.gcra = function(key, now, cost, actual, limit, period, burst, held, since, limit_sent, period_sent)
   if actual < cost then
-    return refund.gcra(key, now, cost - actual, limit, period, burst, held, limit_sent, period_sent, since)
+    return refund.gcra(key, now, cost - actual, limit, period, burst, held, limit_sent, period_sent, since,
+      cost)
   end
   local rate = ":" .. limit_sent .. ":" .. period_sent
   local d = read(key, now, limit, period, burst, rate) or 0

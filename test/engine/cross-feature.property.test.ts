@@ -23,8 +23,8 @@
 //            rules, and RateLimit-Policy, d.plan and d.limit are those of the plan or override in
 //            effect (or, for a cache, lease or pool answer, one in effect within maxStale or a ttl);
 //            through Hono, never a 500 and always the decision's own policy
-// The defect found and not fixed yet is named by a constant below (GCRA_INTERLEAVED_REFUND_MINTS),
-// with an it.fails to flip; FIXED_WINDOW_REFUND_CLAMPS_TO_PLAN and SLIDING_SETTLE_BY_INDEX_MOD_4 are fixed.
+// The defects found are named by constants below (GCRA_INTERLEAVED_REFUND_MINTS,
+// FIXED_WINDOW_REFUND_CLAMPS_TO_PLAN, SLIDING_SETTLE_BY_INDEX_MOD_4), all fixed, each with its test.
 // PROPERTY_SEED=<n> runs another seed, CROSS_RUNS=<n> more runs, CROSS_SHRINK=1 shrinks a failure,
 // CROSS_CASE=<a counterexample's JSON> reruns one scenario, CROSS_DEBUG=1 logs Redis's state a step,
 // CROSS_REPORT=1 prints what the runs reached.
@@ -355,15 +355,15 @@ interface Admission {
 const LATE_GCRA_REFUND_MINTS = false;
 
 /**
- * Known defect (found by this test after 7dd1747, not fixed yet): a GCRA settle gives back up to the
- * TAT its decision's units held (its resetAt), assuming every later admission saw a TAT at or after
- * it. A settle of another decision in between can move the TAT below it; an admission then finds the
- * stream idle (its units absorbed), and the settle still gives them back: more admitted than the
- * model fed the settled costs allows. See the it.fails below. Until fixed, a GCRA settle below the
- * cost after another one since its decision ("interleaved") is taken as lua/algorithms/gcra.lua does
- * it. Set to false once fixed.
+ * A defect found by this test after 7dd1747, fixed in lua/algorithms/gcra.lua (a refund's bound from
+ * the TAT its decision held is lowered by what refunds gave back since, read from the key's ledger): a
+ * GCRA settle gave back up to the TAT its decision's units held (its resetAt), assuming every later
+ * admission saw a TAT at or after it. A settle of another decision in between can move the TAT below
+ * it; an admission then finds the stream idle (its units absorbed), and the settle still gave them
+ * back: more admitted than the model fed the settled costs allows. While true, a GCRA settle below the
+ * cost after another one since its decision ("interleaved") is taken as lua/algorithms/gcra.lua does it.
  */
-const GCRA_INTERLEAVED_REFUND_MINTS = true;
+const GCRA_INTERLEAVED_REFUND_MINTS = false;
 
 /**
  * A defect found by this test, fixed in src/engine/scripts/ (a fixed window's refund and settle send
@@ -1451,7 +1451,7 @@ describe("GCRA settles of two decisions (GCRA_INTERLEAVED_REFUND_MINTS)", () => 
   // decision's units held, assuming every later admission saw a TAT at or after it; an earlier
   // decision's settle moved the TAT below it, an admission then found the stream idle, and the later
   // settle still gave back what the idle stream had already earned back.
-  it.fails("give back no more than as if only the actual costs had been taken", async () => {
+  it("give back no more than as if only the actual costs had been taken", async () => {
     const clock = { now: T0 };
     const limiter = new Limiter({
       redis: home,
@@ -1470,7 +1470,8 @@ describe("GCRA settles of two decisions (GCRA_INTERLEAVED_REFUND_MINTS)", () => 
       clock.now = T0 + 12_000;
       expect((await limiter.limit(ID)).allowed).toBe(true); // TAT T0 + 25 s
       clock.now = T0 + 13_000;
-      await limiter.settle(y, 0); // back 7 s: T0 + 18 s
+      // y's units held T0 + 20 s less the 5 s given back since: back 2 s, to T0 + 23 s (was 7 s: T0 + 18 s)
+      await limiter.settle(y, 0);
       // Charged what they cost (0, 0, 1), the stream's TAT is T0 + 22 s: at T0 + 18 s one unit of the
       // burst of 2 is free... and one more is not (d = 14 s > 10 s)
       clock.now = T0 + 18_000;

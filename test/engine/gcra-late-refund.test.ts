@@ -73,6 +73,48 @@ describe.each(slow)("%s, settle", (_, rule) => {
     expect((await limiter.limit("id")).allowed).toBe(false);
   });
 
+  it("a settle after another one gives back what its units hold less what the other gave back", async () => {
+    const { limiter, clock } = limiterOf(rule);
+    const x = await limiter.limit("id"); // TAT T0 + 10 s
+    const y = await limiter.limit("id"); // TAT T0 + 20 s
+    clock.set(T0 + 5_000);
+    await limiter.settle(x, 0); // x still holds 5 s: TAT T0 + 15 s
+    clock.set(T0 + 12_000);
+    const z = await limiter.limit("id"); // TAT T0 + 25 s
+    expect({ allowed: z.allowed, resetAt: z.resetAt }).toEqual({ allowed: true, resetAt: T0 + 25_000 });
+    clock.set(T0 + 13_000);
+    // y's units held T0 + 20 s, less the 5 s given back since: 2 s go back, not 7 s (which left
+    // T0 + 18 s, below the T0 + 22 s of costs 0, 0, 1: one unit more admitted than they allow)
+    await limiter.settle(y, 0);
+    clock.set(T0 + 18_000);
+    expect(await limiter.limit("id", { cost: 0 })).toMatchObject({ remaining: 1, resetAt: T0 + 23_000 });
+    expect((await limiter.limit("id")).allowed).toBe(true);
+    const denied = await limiter.limit("id");
+    expect({ allowed: denied.allowed, retryAfter: denied.retryAfter }).toEqual({
+      allowed: false,
+      retryAfter: 5_000,
+    });
+  });
+
+  it("a settle after a later decision's gives back all its units still hold", async () => {
+    const five =
+      rule.algorithm === "gcra"
+        ? gcra({ limit: 1, period: 10_000, burst: 5 })
+        : tokenBucket({ capacity: 5, refillRate: 1, interval: 10_000 });
+    const { limiter, clock } = limiterOf(five);
+    await limiter.limit("id", { cost: 2 }); // TAT T0 + 20 s
+    const y = await limiter.limit("id"); // TAT T0 + 30 s
+    clock.set(T0 + 1_000);
+    const z = await limiter.limit("id", { cost: 2 }); // TAT T0 + 50 s
+    clock.set(T0 + 2_000);
+    await limiter.settle(z, 0); // all 20 s back: T0 + 30 s
+    clock.set(T0 + 15_000);
+    // y's units still hold 15 s: its 10 s go back (z's refund came after y in the stream), as had y and
+    // z cost 0: T0 + 20 s, 4 of the burst of 5 left at T0 + 15 s (were z's 20 s subtracted, nothing)
+    await limiter.settle(y, 0);
+    expect(await limiter.limit("id", { cost: 0 })).toMatchObject({ remaining: 4, resetAt: T0 + 20_000 });
+  });
+
   it("partly earned back: gives back only what it still holds, as if it had cost 0", async () => {
     // burst 3: the first takes 2 (TAT T0 + 20 s); at T0 + 15 s 1.5 of them are earned back, and 2 more
     // are taken (TAT T0 + 40 s). Had the first cost 0, the stream would be idle at T0 + 15 s, and the 2

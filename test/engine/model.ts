@@ -32,6 +32,8 @@ export interface Counted {
 /** A debt takes a rule at most this many times its limit (lua/settle.lua's DEBT_CAP). */
 const DEBT_CAP = 4;
 const SLOTS = 64;
+/** How many bursts (burst*T) GCRA's ledger of refunds keeps (lua/algorithms/gcra.lua's GIVEN_SPANS). */
+const GIVEN_SPANS = 4;
 
 /** GCRA's state: TAT in 1/rate ms, and the rate it was written under; `fragile` when its key's TTL was short. */
 interface GcraState {
@@ -69,6 +71,8 @@ const ceilDiv = (a: number, b: number) => Math.floor((a + b - 1) / b);
 /** One identifier's state under every rule of one name (its plans share a key, but a window of another length). */
 export class Model {
   private gcraState: GcraState | undefined;
+  /** GCRA's ledger of refunds: ms given back (rounded up), when, and when their units were counted. */
+  private given: { at: number; counted: number; ms: number }[] = [];
   private readonly fixed = new Map<string, number>();
   private readonly sliding = new Map<number, SlidingState>();
   private log: { stamp: number; n: number }[] = [];
@@ -210,25 +214,41 @@ export class Model {
   ): number {
     const { rate, period, burst } = rule;
     if (actual < cost) {
-      // the refund: TAT back by the units, but never by more than they still hold (the TAT they held,
-      // `start`, rounded up to a ms; or, counted at `mark`, mark + units*T); back at idle the state
-      // stays (KEEPTTL)
+      // the refund: TAT back by the units, but never by more than they still hold: the TAT they held
+      // (`start`, rounded up to a ms) less what refunds gave back since of units counted at or before
+      // `mark`, or mark + cost*T; from the decision's time at the earliest. Back at idle the state
+      // stays (KEEPTTL).
       const units = cost - actual;
+      const since = counted.mark;
+      const at = Math.max(now, since);
+      const span = ceilDiv(burst * period, rate);
       let g = rate;
       for (let r = period; r > 0; ) [g, r] = [r, g % r];
-      let give = (counted.start - now) * rate - rate + g;
-      if (counted.mark > 0) give = Math.max(give, (counted.mark - now) * rate + units * period);
+      let give = (since - at) * rate + cost * period;
+      if ((counted.start - at) * rate - rate + g > give) {
+        const from = Math.max(counted.start - span, since);
+        let given = 0;
+        const upto = since > 0 ? since : counted.start;
+        for (const entry of this.given) if (entry.at >= from && entry.counted <= upto) given += entry.ms;
+        give = Math.max(give, (counted.start - given - at) * rate - rate + g);
+      }
       give = Math.min(units * period, give);
       if (give <= 0) return 0;
       const read = this.readGcra(rule, now, true);
       if (!read.exists) return 0;
       let d = (read.raw ?? read.d) - give;
-      if (d > 0) {
-        this.writeGcra(rule, now, d);
-        return 0;
+      if (d > 0) this.writeGcra(rule, now, d);
+      else {
+        if (read.raw === undefined) d = 0;
+        this.writeGcra(rule, now, d, true);
       }
-      if (read.raw === undefined) d = 0;
-      this.writeGcra(rule, now, d, true);
+      // the ledger: ms given back (rounded up) per instant and time counted, kept GIVEN_SPANS bursts
+      this.given.push({
+        at: now,
+        counted: since > 0 ? since : counted.start - span,
+        ms: ceilDiv(give, rate),
+      });
+      this.given = this.given.filter((entry) => entry.at >= now - GIVEN_SPANS * span);
       return 0;
     }
     const d = this.readGcra(rule, now, true).d;

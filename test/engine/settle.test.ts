@@ -239,8 +239,12 @@ describe("where a unit goes back", () => {
       // idle at the settle's time, as before the decision
       expect(await peek(limiter, "a")).toEqual({ allowed: true, remaining: 1, retryAfter: 0 });
       // the state is kept (not deleted), its TAT at the settle's own time: a caller 3 s behind still
-      // waits for the unit taken at T0 (it would be let in were the state gone)
-      expect(await client().keys(`${prefix}:*`)).toHaveLength(1);
+      // waits for the unit taken at T0 (it would be let in were the state gone); beside it, the
+      // ledger of what refunds gave back (lua/algorithms/gcra.lua), with its TTL
+      const keys = (await client().keys(`${prefix}:*`)).sort();
+      expect(keys).toHaveLength(2);
+      expect(keys[1]).toBe(`${keys[0]}:given`);
+      expect(await client().pttl(keys[1]!)).toBeGreaterThan(0);
       clock.set(T0 + 3001);
       expect(await peek(limiter, "a")).toEqual({ allowed: false, remaining: 0, retryAfter: 3000 });
     },
