@@ -211,6 +211,8 @@ export class RuleKeys {
    * then the identifier itself.
    */
   private readonly places: readonly number[] | undefined;
+  /** Per rule: whether its key has a refund ledger beside it, `<key>:given` (a TAT's: lua/algorithms/gcra.lua). */
+  private readonly ledgers: readonly boolean[];
 
   /**
    * A plan's keys take `base`, the base rules: a fixed or sliding window whose window differs from the
@@ -232,6 +234,7 @@ export class RuleKeys {
       return own ? `:${rule.name}:${key}.${window}` : `:${rule.name}:${key}`;
     });
     this.windows = rules.map((rule) => algorithmOf(rule).keyWindow(rule));
+    this.ledgers = rules.map((rule) => algorithmOf(rule).holdsTat);
     const fields = fieldsOf(rules);
     this.places =
       fields.length === 1 && fields[0] === "id" && !tagged
@@ -266,9 +269,7 @@ export class RuleKeys {
     const tags = this.places && tagsOf(identifier);
     return this.windows.flatMap((window, i) => {
       const base = tags === undefined ? this.base(identifier) : `${this.prefix}:${tags[this.places![i]!]}`;
-      return window > 0
-        ? [now - window, now, now + window].map((t) => this.key(base, i, t))
-        : [this.key(base, i, now)];
+      return this.around(base, i, window, now);
     });
   }
 
@@ -278,12 +279,16 @@ export class RuleKeys {
    */
   allOfTag(tag: string, field: string, rules: readonly Rule[], now: number): string[] {
     const base = `${this.prefix}:${tag}`;
-    return this.windows.flatMap((window, i) => {
-      if (fieldOf(rules[i]!) !== field) return [];
-      return window > 0
-        ? [now - window, now, now + window].map((t) => this.key(base, i, t))
-        : [this.key(base, i, now)];
-    });
+    return this.windows.flatMap((window, i) =>
+      fieldOf(rules[i]!) === field ? this.around(base, i, window, now) : [],
+    );
+  }
+
+  /** Rule i's keys a reset deletes: a fixed window's around `now`, else its key and its refund ledger. */
+  private around(base: string, i: number, window: number, now: number): string[] {
+    if (window > 0) return [now - window, now, now + window].map((t) => this.key(base, i, t));
+    const key = this.key(base, i, now);
+    return this.ledgers[i] ? [key, `${key}:given`] : [key];
   }
 
   /**

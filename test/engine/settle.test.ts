@@ -247,6 +247,9 @@ describe("where a unit goes back", () => {
       expect(await client().pttl(keys[1]!)).toBeGreaterThan(0);
       clock.set(T0 + 3001);
       expect(await peek(limiter, "a")).toEqual({ allowed: false, remaining: 0, retryAfter: 3000 });
+      // a reset deletes both
+      await limiter.reset("a");
+      expect(await client().keys(`${prefix}:*`)).toEqual([]);
     },
   );
 
