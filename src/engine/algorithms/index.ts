@@ -5,7 +5,11 @@ import { describe, readDuration } from "../duration.js";
 import { type Issue, issueText } from "../validate.js";
 import { fixedWindowAlgorithm } from "./fixed-window.js";
 import { type GcraOptions, type GcraRule, gcraAlgorithm } from "./gcra.js";
-import { type IntervalBucketOptions, type IntervalBucketRule, intervalBucketAlgorithm } from "./interval-bucket.js";
+import {
+  type IntervalBucketOptions,
+  type IntervalBucketRule,
+  intervalBucketAlgorithm,
+} from "./interval-bucket.js";
 import {
   type AlgorithmModule,
   type CountingOptions,
