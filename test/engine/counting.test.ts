@@ -1,8 +1,7 @@
 // The windows' CountingOptions: `overshoot` counts a denied charge, `givesBack` makes every decision
 // a refund (below zero: a credit). Exact tables on an injected clock, against the shared bridge.
 import { describe, expect, it } from "vitest";
-import { intervalBucket } from "../../src/engine/algorithms/index.js";
-import { fixedWindow, Limiter, type RuleConfig, slidingWindow } from "../../src/index.js";
+import { fixedWindow, intervalBucket, Limiter, type RuleConfig, slidingWindow } from "../../src/index.js";
 import { bridgeRedis, manualClock, T0, uniquePrefix } from "../support.js";
 
 /** A charging Limiter and a giving-back one on the same prefix and rule name: the same keys. */
@@ -29,7 +28,7 @@ function pair(make: (extra: { overshoot?: boolean; givesBack?: boolean }) => Rul
     return [d.allowed, d.remaining];
   };
   const decide = (cost: number) => charging.limit("id", { cost });
-  return { clock, charge, give, decide, redis, prefix };
+  return { clock, charge, give, decide, charging, redis, prefix };
 }
 
 const WINDOWS = [
@@ -145,6 +144,22 @@ describe("CountingOptions", () => {
       const ttl = await redis.pttl(keys[0]!);
       expect(ttl).toBeGreaterThan(19_000);
       expect(ttl).toBeLessThanOrEqual(20_000);
+    });
+
+    it("a settle gives back up to capacity, or takes the extra below zero", async () => {
+      const { clock, decide, charge, charging } = pair(bucket);
+      const five = await decide(5);
+      expect(five.remaining).toBe(5);
+      // it cost 2: 3 back
+      expect((await charging.settle(five, 2)).via).toBe("redis");
+      expect(await charge(0)).toEqual([true, 8]);
+      const two = await decide(2);
+      // it cost 10: 8 more, to -2
+      expect((await charging.settle(two, 10)).via).toBe("redis");
+      expect(await charge(0)).toEqual([false, 0]);
+      // -2 + 3 at the first refill
+      clock.set(T0 + 10_000);
+      expect(await charge(0)).toEqual([true, 1]);
     });
 
     it("reads a value of another format as a full bucket", async () => {

@@ -4,8 +4,7 @@
 // (`overshoot`), a token bucket refills at each interval's end (intervalBucket), and a negative rate
 // is a refund in one EVALSHA (`givesBack`, on a rule of the same name, so the same keys).
 
-import { intervalBucket } from "../../engine/algorithms/index.js";
-import { fixedWindow, type RuleConfig, slidingWindow } from "../../index.js";
+import { fixedWindow, intervalBucket, type RuleConfig, slidingWindow } from "../../index.js";
 import { type Duration, durationMs } from "./duration.js";
 
 /** What a static factory describes: the rule and the peer's semantics it keeps. */
