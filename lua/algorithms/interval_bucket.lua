@@ -60,7 +60,8 @@ end
 
 -- A rule that gives back: the cost is added, past capacity if need be.
 local function give_back(key, now, units, capacity, interval, p3, tokens, at)
-  return store(key, now, math.min(tokens + units, MAX_TOKENS), at, capacity, interval, math.floor(p3 / 2))
+  local after = math.min(tokens + math.min(units, MAX_TOKENS), MAX_TOKENS)
+  return store(key, now, after, at, capacity, interval, math.floor(p3 / 2))
 end
 
 algorithms.intervalBucket = function(key, now, cost, capacity, interval, p3)
@@ -69,7 +70,9 @@ algorithms.intervalBucket = function(key, now, cost, capacity, interval, p3)
   local reset_at = tokens >= capacity and now or full_at(tokens, at, capacity, interval, refill)
   if p3 % 2 == 1 then
     -- admitted whatever it holds; the dispatcher answers room - cost: what is left after the refund
-    return math.max(tokens + 2 * cost, cost), reset_at, 0, give_back, tokens, at
+    -- (exact for a cost up to 2^52; edgelimit/upstash gives back at most MAX_TOKENS)
+    local after = math.min(tokens + math.min(cost, MAX_TOKENS), MAX_TOKENS)
+    return math.max(after, 0) + cost, reset_at, 0, give_back, tokens, at
   end
   if cost > tokens then
     -- (a credit may hold more than capacity; refills never do)

@@ -3,6 +3,7 @@
 // semantics that code written against it depends on are kept here, around the Limiter's public API
 // and the windows' CountingOptions (docs/upstash.md lists each one, kept or changed).
 
+import { MAX_EXACT } from "../../engine/algorithms/index.js";
 import { type Decision, Limiter, type LimiterOptions, RedisCallError } from "../../index.js";
 import {
   type Algorithm,
@@ -423,7 +424,8 @@ export abstract class RatelimitBase {
    * `maxTokens` (a credit, cut back to `maxTokens` by its next refill).
    */
   private async refund(deciders: Deciders, identifier: string, units: number): Promise<RatelimitResponse> {
-    const given = await deciders.refunding.limit(identifier, { cost: units });
+    // no count reaches 2^50 (MAX_EXACT): a larger refund gives as much, and the scripts' sums stay exact
+    const given = await deciders.refunding.limit(identifier, { cost: Math.min(units, MAX_EXACT) });
     if (given.source === "error") return this.failed(given);
     return { ...this.answer(given, true), remaining: given.remaining };
   }

@@ -156,6 +156,16 @@ describe("Ratelimit: the peer's semantics kept", () => {
     expect((await ratelimit.getRemaining("t")).remaining).toBe(10);
     // a fresh identifier given 3 back holds 13
     expect(await ratelimit.limit("fresh", { rate: -3 })).toMatchObject({ success: true, remaining: 13 });
+    // a credit stops at 2^50 tokens, exactly
+    await ratelimit.limit("huge", { rate: -Number.MAX_SAFE_INTEGER });
+    expect(await ratelimit.limit("huge", { rate: -Number.MAX_SAFE_INTEGER })).toMatchObject({
+      success: true,
+      remaining: 2 ** 50,
+    });
+    expect(await ratelimit.limit("huge", { rate: 2 ** 50 - 7 })).toMatchObject({
+      success: true,
+      remaining: 7,
+    });
   });
 
   it("tokenBucket: refillRate at each interval's end, none before it (the peer's 80 % load)", async () => {
