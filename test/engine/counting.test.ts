@@ -162,6 +162,20 @@ describe("CountingOptions", () => {
       expect(await charge(0)).toEqual([true, 1]);
     });
 
+    it("a lagging clock refills nothing and never moves the last refill back", async () => {
+      const { clock, charge, redis, prefix } = pair(bucket);
+      expect(await charge(10)).toEqual([true, 0]);
+      clock.set(T0 + 20_000);
+      expect(await charge(1)).toEqual([true, 5]);
+      // a caller 15 s behind: no refill, the stored refill time stays
+      clock.set(T0 + 5_000);
+      expect(await charge(2)).toEqual([true, 3]);
+      const [key] = await redis.keys(`${prefix}*`);
+      expect(await redis.get(key!)).toBe(`3:${T0 + 20_000}`);
+      clock.set(T0 + 30_000);
+      expect(await charge(0)).toEqual([true, 6]);
+    });
+
     it("reads a value of another format as a full bucket", async () => {
       const { charge, redis, prefix } = pair(bucket);
       expect(await charge(1)).toEqual([true, 9]);
