@@ -39,6 +39,7 @@ const ENTRIES: Record<string, Entry> = {
       "RedisCallError",
       "fixedWindow",
       "gcra",
+      "intervalBucket",
       "slidingLog",
       "slidingWindow",
       "tokenBucket",
@@ -57,6 +58,8 @@ const ENTRIES: Record<string, Entry> = {
       "GcraOptions",
       "GcraRule",
       "Identity",
+      "IntervalBucketOptions",
+      "IntervalBucketRule",
       "KeyedOptions",
       "LeaseOptions",
       "LimitOptions",
@@ -175,7 +178,8 @@ const ENTRIES: Record<string, Entry> = {
  * declaration stops naming it (a constructor users never call, a field typed by an internal class):
  *  - Counter, Transport: the parameters of Analytics' constructor, which only the Limiter calls;
  *  - OverridesContext: the parameter of Overrides' constructor, likewise;
- *  - RuleBase: the fields every rule has, which GcraRule, TokenBucketRule and WindowRule extend;
+ *  - RuleBase: the fields every rule has, which GcraRule, TokenBucketRule, IntervalBucketRule and
+ *    WindowRule extend;
  *  - edgelimit/upstash's Aggregate, AlgorithmSpec, CommonConfig, Event, Geo and RatelimitBase: the
  *    entry exports exactly the names @upstash/ratelimit 2.2.0 exports, whose own declarations name
  *    these shapes without exporting them either.
@@ -192,6 +196,7 @@ const UNNAMED = [
   "RatelimitBase (adapters/upstash/ratelimit.d.ts, in MultiRegionRatelimit)",
   "RatelimitBase (adapters/upstash/ratelimit.d.ts, in Ratelimit)",
   "RuleBase (engine/algorithms/shared.d.ts, in GcraRule)",
+  "RuleBase (engine/algorithms/shared.d.ts, in IntervalBucketRule)",
   "RuleBase (engine/algorithms/shared.d.ts, in TokenBucketRule)",
   "RuleBase (engine/algorithms/shared.d.ts, in WindowRule)",
   "Transport (engine/transport.d.ts, in Analytics)",

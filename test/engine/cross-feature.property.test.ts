@@ -307,6 +307,8 @@ function modelRule(rule: Rule): ModelRule {
       return { algorithm: "gcra", rate: rule.rate, period: rule.period, burst: rule.burst };
     case "tokenBucket":
       return { algorithm: "gcra", rate: rule.refillRate, period: rule.interval, burst: rule.capacity };
+    case "intervalBucket":
+      throw new Error("the model has no interval bucket (test/engine/counting.test.ts tests it)");
     default:
       return { algorithm: rule.algorithm, limit: rule.limit, window: rule.window } as ModelRule;
   }

@@ -106,7 +106,7 @@ const steps: fc.Arbitrary<Step[]> = fc.array(
 /** The time scale a rule's history moves by: its window, or its period (a token bucket's interval). */
 function scale(rule: Rule): number {
   if (rule.algorithm === "gcra") return rule.period;
-  if (rule.algorithm === "tokenBucket") return rule.interval;
+  if (rule.algorithm === "tokenBucket" || rule.algorithm === "intervalBucket") return rule.interval;
   return rule.window;
 }
 

@@ -1,10 +1,10 @@
 // The peer's algorithms as edgelimit rules. The static factories of Ratelimit return one of these:
 // what rule to build at a given limit (a dynamic limit builds it again), and the peer's semantics the
 // rule keeps: a window counts a charge that overshoots its room, although the call is denied
-// (`overshoot`), and a negative rate is a refund in the same EVALSHA (`givesBack`, on a rule of the
-// same name, so the same keys).
+// (`overshoot`), a token bucket refills at each interval's end (intervalBucket), and a negative rate
+// is a refund in one EVALSHA (`givesBack`, on a rule of the same name, so the same keys).
 
-import { fixedWindow, type RuleConfig, slidingWindow, tokenBucket } from "../../index.js";
+import { fixedWindow, intervalBucket, type RuleConfig, slidingWindow } from "../../index.js";
 import { type Duration, durationMs } from "./duration.js";
 
 /** What a static factory describes: the rule and the peer's semantics it keeps. */
@@ -16,13 +16,8 @@ export interface AlgorithmSpec {
   readonly window: number;
   /** The rule this algorithm decides by at `limit` (the configured one, or a dynamic limit). */
   rule(limit: number): RuleConfig;
-  /**
-   * The windows' rule that gives units back at `limit` (a negative rate: one EVALSHA); undefined for
-   * the token bucket, whose refunds settle the decisions this instance admitted (ledger.ts).
-   */
-  refundRule?(limit: number): RuleConfig;
-  /** True for the windows: a charge larger than the room left is counted, and denied. */
-  readonly countsOvershoot: boolean;
+  /** The rule that gives units back at `limit` (a negative rate: one EVALSHA). */
+  refundRule(limit: number): RuleConfig;
 }
 
 /**
@@ -49,7 +44,6 @@ export function fixedWindowSpec(tokens: number, window: Duration): Algorithm {
     window: ms,
     rule: (at) => fixedWindow({ limit: at, window: ms, overshoot: true }),
     refundRule: (at) => fixedWindow({ limit: at, window: ms, givesBack: true }),
-    countsOvershoot: true,
   };
   return () => spec;
 }
@@ -64,14 +58,13 @@ export function slidingWindowSpec(tokens: number, window: Duration): Algorithm {
     window: ms,
     rule: (at) => slidingWindow({ limit: at, window: ms, overshoot: true }),
     refundRule: (at) => slidingWindow({ limit: at, window: ms, givesBack: true }),
-    countsOvershoot: true,
   };
   return () => spec;
 }
 
 /**
- * A bucket of `maxTokens`, refilled by `refillRate` per `interval`, on edgelimit's tokenBucket: the
- * refill is continuous (fractions carried), where the peer adds `refillRate` at each interval's end.
+ * A bucket of `maxTokens`, `refillRate` more at each `interval`'s end, on edgelimit's intervalBucket:
+ * the peer's refill, and its refunds past `maxTokens` (a credit until the next refill).
  */
 export function tokenBucketSpec(refillRate: number, interval: Duration, maxTokens: number): Algorithm {
   const rate = count(refillRate, "refillRate");
@@ -81,8 +74,8 @@ export function tokenBucketSpec(refillRate: number, interval: Duration, maxToken
     name: "tokenBucket",
     limit,
     window: ms,
-    rule: (at) => tokenBucket({ capacity: at, refillRate: rate, interval: ms }),
-    countsOvershoot: false,
+    rule: (at) => intervalBucket({ capacity: at, refillRate: rate, interval: ms }),
+    refundRule: (at) => intervalBucket({ capacity: at, refillRate: rate, interval: ms, givesBack: true }),
   };
   return () => spec;
 }
@@ -101,7 +94,6 @@ export function cachedFixedWindowSpec(tokens: number, window: Duration): Algorit
     window: ms,
     rule: (at) => fixedWindow({ limit: at, window: ms, overshoot: true }),
     refundRule: (at) => fixedWindow({ limit: at, window: ms, givesBack: true }),
-    countsOvershoot: true,
   };
   return () => spec;
 }

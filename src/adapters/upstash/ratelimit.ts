@@ -3,6 +3,7 @@
 // semantics that code written against it depends on are kept here, around the Limiter's public API
 // and the windows' CountingOptions (docs/upstash.md lists each one, kept or changed).
 
+import { MAX_EXACT } from "../../engine/algorithms/index.js";
 import { type Decision, Limiter, type LimiterOptions, RedisCallError } from "../../index.js";
 import {
   type Algorithm,
@@ -16,7 +17,6 @@ import { type Geo, Recorder } from "./analytics.js";
 import { DenyList } from "./deny-list.js";
 import type { Duration } from "./duration.js";
 import { DEFAULT_PREFIX, dynamicLimitKey, limiterPrefix } from "./keys.js";
-import { Ledger } from "./ledger.js";
 
 /** Why `success` is what it is, where Redis did not decide it alone. */
 export type RatelimitResponseType = "timeout" | "cacheBlock" | "denyList";
@@ -92,8 +92,6 @@ export interface RatelimitConfig extends CommonConfig {
 /** How long a dynamic limit read from Redis is trusted. */
 const DYNAMIC_FRESH_MS = 1000;
 const CACHE_ENTRIES = 10_000;
-/** Identifiers whose admitted decisions are held for a token bucket's refund (the ones charged last). */
-const LEDGER_IDENTIFIERS = 1000;
 /** Limiters kept at once, one per limit in force (the configured one, dynamic ones). */
 const MAX_LIMITERS = 4;
 
@@ -111,12 +109,12 @@ export interface Databases {
 }
 
 /**
- * The Limiters deciding at one limit: the one that charges, and for the windows one whose rule gives
- * back (a negative rate), on the same prefix and rule name: the same keys, home only.
+ * The Limiters deciding at one limit: the one that charges, and one whose rule gives back (a negative
+ * rate), on the same prefix and rule name: the same keys, home only.
  */
 interface Deciders {
   readonly charging: Limiter;
-  readonly refunding: Limiter | undefined;
+  readonly refunding: Limiter;
 }
 
 /** What Ratelimit and MultiRegionRatelimit share: the decisions, refunds and the peer's extras. */
@@ -128,7 +126,6 @@ export abstract class RatelimitBase {
   private readonly cache: boolean;
   protected readonly clock: () => number;
   private readonly limiters = new Map<number, Deciders>();
-  private readonly ledger = new Ledger(LEDGER_IDENTIFIERS);
   private readonly recorder: Recorder | undefined;
   private readonly denyList: DenyList | undefined;
   private readonly dynamicLimits: boolean;
@@ -179,7 +176,7 @@ export abstract class RatelimitBase {
     this.limiters.clear();
     for (const { charging, refunding } of old) {
       void charging.dispose();
-      void refunding?.dispose();
+      void refunding.dispose();
     }
   }
 
@@ -197,7 +194,6 @@ export abstract class RatelimitBase {
         timeout: this.timeout,
         clock: this.clock,
       };
-      const refundRule = this.spec.refundRule?.(limit);
       deciders = {
         charging: new Limiter({
           ...options,
@@ -210,10 +206,11 @@ export abstract class RatelimitBase {
               : false,
         }),
         // a refund goes home, where every unit a pool or a lease holds was counted
-        refunding:
-          refundRule === undefined
-            ? undefined
-            : new Limiter({ redis: options.redis, ...common, rules: { [this.spec.name]: refundRule } }),
+        refunding: new Limiter({
+          redis: options.redis,
+          ...common,
+          rules: { [this.spec.name]: this.spec.refundRule(limit) },
+        }),
       };
       this.limiters.set(limit, deciders);
       // a dynamic limit that keeps changing keeps only the latest few Limiters (their leases)
@@ -221,7 +218,7 @@ export abstract class RatelimitBase {
         const [oldest, retired] = this.limiters.entries().next().value!;
         this.limiters.delete(oldest);
         void retired.charging.dispose();
-        void retired.refunding?.dispose();
+        void retired.refunding.dispose();
       }
     }
     return deciders;
@@ -315,7 +312,6 @@ export abstract class RatelimitBase {
    * await ratelimit.resetUsedTokens("user:42");
    */
   resetUsedTokens = async (identifier: string): Promise<void> => {
-    this.ledger.forget(identifier);
     this.blocked?.delete(identifier);
     await this.limiterAt(await this.currentLimit()).charging.reset(identifier);
     for (const { charging } of this.limiters.values()) await charging.reset(identifier).catch(() => {});
@@ -395,7 +391,7 @@ export abstract class RatelimitBase {
       }
       if (until !== undefined) this.blocked.delete(identifier);
     }
-    const response = await this.charge(deciders.charging, identifier, rate, limit);
+    const response = await this.charge(deciders.charging, identifier, rate);
     if (!response.success && rate > 0 && this.blocked !== undefined && response.reset > this.clock()) {
       this.blocked.delete(identifier);
       this.blocked.set(identifier, response.reset);
@@ -405,54 +401,33 @@ export abstract class RatelimitBase {
   }
 
   /**
-   * `rate` units (0 or more) under `limit`: one EVALSHA. The windows count a charge past the room
+   * `rate` units (0 or more) under the limit in force: one EVALSHA. The windows count a charge past the room
    * left although they deny it (their rule's `overshoot`, in the same EVALSHA), as the peer's do:
    * code that charges after the fact, then stops at getRemaining() = 0, relies on it. A token bucket
-   * never holds more than its size: a rate above it is denied and takes nothing (a peek).
+   * denies a rate above what it holds and takes nothing; it admits one above its size from a credit.
    */
-  private async charge(
-    limiter: Limiter,
-    identifier: string,
-    rate: number,
-    limit: number,
-  ): Promise<RatelimitResponse> {
-    if (rate === 0 || (rate > limit && !this.spec.countsOvershoot)) {
+  private async charge(limiter: Limiter, identifier: string, rate: number): Promise<RatelimitResponse> {
+    if (rate === 0) {
       const peek = await limiter.limit(identifier, { cost: 0 });
       if (peek.source === "error") return this.failed(peek);
       return this.answer(peek, rate === 0);
     }
     const decision = await limiter.limit(identifier, { cost: rate });
     if (decision.source === "error") return this.failed(decision);
-    if (decision.allowed && this.spec.refundRule === undefined) {
-      this.ledger.hold(identifier, limiter, decision, rate);
-    }
     return this.answer(decision, decision.allowed);
   }
 
   /**
-   * Gives `units` back to `identifier`. The windows: one EVALSHA of the rule that gives back, as the
-   * peer's 2.1 does it (a fixed window's count may go below zero: `remaining` above the limit until
-   * the window ends; a sliding window gives back what its counts hold). A token bucket: the decisions
-   * this instance admitted for it (ledger.ts), newest first, at most what they took; a decision
-   * settles once, so one given back in part is given back whole and its rest charged again.
+   * Gives `units` back to `identifier`: one EVALSHA of the rule that gives back, as the peer's 2.1
+   * does it. A fixed window's count may go below zero (`remaining` above the limit until the window
+   * ends); a sliding window gives back what its counts hold; a token bucket may hold more than
+   * `maxTokens` (a credit, cut back to `maxTokens` by its next refill).
    */
   private async refund(deciders: Deciders, identifier: string, units: number): Promise<RatelimitResponse> {
-    const { charging, refunding } = deciders;
-    if (refunding !== undefined) {
-      const given = await refunding.limit(identifier, { cost: units });
-      if (given.source === "error") return this.failed(given);
-      return { ...this.answer(given, true), remaining: given.remaining };
-    }
-    const givebacks = this.ledger.take(identifier, units);
-    await Promise.all(givebacks.map(({ owner, decision }) => owner.settle(decision, 0)));
-    for (const { owner, rest } of givebacks) {
-      if (rest === 0) continue;
-      const again = await owner.limit(identifier, { cost: rest });
-      if (again.allowed && again.source !== "error") this.ledger.hold(identifier, owner, again, rest);
-    }
-    const peek = await charging.limit(identifier, { cost: 0 });
-    if (peek.source === "error") return this.failed(peek);
-    return { ...this.answer(peek, true), remaining: peek.remaining };
+    // no count reaches 2^50 (MAX_EXACT): a larger refund gives as much, and the scripts' sums stay exact
+    const given = await deciders.refunding.limit(identifier, { cost: Math.min(units, MAX_EXACT) });
+    if (given.source === "error") return this.failed(given);
+    return { ...this.answer(given, true), remaining: given.remaining };
   }
 
   /** A decision that failed open: a timeout (or the open breaker) answers as the peer's timeout does. */

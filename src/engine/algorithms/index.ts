@@ -6,6 +6,11 @@ import { type Issue, issueText } from "../validate.js";
 import { fixedWindowAlgorithm } from "./fixed-window.js";
 import { type GcraOptions, type GcraRule, gcraAlgorithm } from "./gcra.js";
 import {
+  type IntervalBucketOptions,
+  type IntervalBucketRule,
+  intervalBucketAlgorithm,
+} from "./interval-bucket.js";
+import {
   type AlgorithmModule,
   type CountingOptions,
   type Fields,
@@ -19,6 +24,7 @@ import { type TokenBucketOptions, type TokenBucketRule, tokenBucketAlgorithm } f
 
 export { fixedWindow } from "./fixed-window.js";
 export { type GcraOptions, type GcraRule, gcra } from "./gcra.js";
+export { type IntervalBucketOptions, type IntervalBucketRule, intervalBucket } from "./interval-bucket.js";
 export {
   type AlgorithmModule,
   type CountingOptions,
@@ -35,6 +41,7 @@ export { type TokenBucketOptions, type TokenBucketRule, tokenBucket } from "./to
 export type RuleConfig =
   | ({ algorithm: "gcra" } & GcraOptions)
   | ({ algorithm: "tokenBucket" } & TokenBucketOptions)
+  | ({ algorithm: "intervalBucket" } & IntervalBucketOptions)
   | ({ algorithm: "fixedWindow" } & WindowOptions & CountingOptions)
   | ({ algorithm: "slidingWindow" } & WindowOptions & CountingOptions)
   | ({ algorithm: "slidingLog" } & WindowOptions);
@@ -42,12 +49,13 @@ export type RuleConfig =
 export type Algorithm = RuleConfig["algorithm"];
 
 /** A validated rule, ready to send (src/engine/scripts/ encodes it for the scripts). */
-export type Rule = GcraRule | TokenBucketRule | WindowRule;
+export type Rule = GcraRule | TokenBucketRule | IntervalBucketRule | WindowRule;
 
 /** Every algorithm, by the name its rules give. */
 const ALGORITHMS: Record<Algorithm, AlgorithmModule> = {
   gcra: gcraAlgorithm,
   tokenBucket: tokenBucketAlgorithm,
+  intervalBucket: intervalBucketAlgorithm,
   fixedWindow: fixedWindowAlgorithm,
   slidingWindow: slidingWindowAlgorithm,
   slidingLog: slidingLogAlgorithm,

@@ -140,13 +140,48 @@ describe("Ratelimit: the peer's semantics kept", () => {
     expect(await ratelimit.limit("fresh", { rate: -3 })).toMatchObject({ success: true, remaining: 13 });
   });
 
-  it("tokenBucket: a negative rate gives back what this instance charged, never past the bucket", async () => {
-    const { ratelimit } = build(Ratelimit.tokenBucket(1, "1 h", 10));
+  it("tokenBucket: a negative rate adds tokens, past maxTokens until the next refill", async () => {
+    const { ratelimit, clock } = build(Ratelimit.tokenBucket(1, "1 h", 10));
     await ratelimit.limit("t", { rate: 4 });
     await ratelimit.limit("t", { rate: 3 });
     expect(await ratelimit.limit("t", { rate: -5 })).toMatchObject({ success: true, remaining: 8 });
     expect((await ratelimit.getRemaining("t")).remaining).toBe(8);
-    expect(await ratelimit.limit("t", { rate: -5 })).toMatchObject({ success: true, remaining: 10 });
+    // past maxTokens, as the peer's: a credit, which a rate above maxTokens may use
+    expect(await ratelimit.limit("t", { rate: -5 })).toMatchObject({ success: true, remaining: 13 });
+    expect((await ratelimit.getRemaining("t")).remaining).toBe(13);
+    expect(await ratelimit.limit("t", { rate: 12 })).toMatchObject({ success: true, remaining: 1 });
+    expect(await ratelimit.limit("t", { rate: -1000 })).toMatchObject({ success: true, remaining: 1001 });
+    // the first refill (an hour after the first charge) cuts the credit to maxTokens
+    clock.set(T0 + 3_600_000);
+    expect((await ratelimit.getRemaining("t")).remaining).toBe(10);
+    // a fresh identifier given 3 back holds 13
+    expect(await ratelimit.limit("fresh", { rate: -3 })).toMatchObject({ success: true, remaining: 13 });
+    // a credit stops at 2^50 tokens, exactly
+    await ratelimit.limit("huge", { rate: -Number.MAX_SAFE_INTEGER });
+    expect(await ratelimit.limit("huge", { rate: -Number.MAX_SAFE_INTEGER })).toMatchObject({
+      success: true,
+      remaining: 2 ** 50,
+    });
+    expect(await ratelimit.limit("huge", { rate: 2 ** 50 - 7 })).toMatchObject({
+      success: true,
+      remaining: 7,
+    });
+  });
+
+  it("tokenBucket: refillRate at each interval's end, none before it (the peer's 80 % load)", async () => {
+    // 16 tokens, 16 more each 10 s; 3 units a second over 10 s (30) exhaust the bucket by 5.33 s
+    const { ratelimit, clock } = build(Ratelimit.tokenBucket(16, "10 s", 16));
+    const admitted = [];
+    for (let s = 0; s < 10; s++) {
+      clock.set(T0 + s * 1_000);
+      admitted.push((await ratelimit.limit("load", { rate: 3 })).success);
+    }
+    // 5 charges of 3 leave 1: the rest wait for the refill at T0 + 10 s, whatever the fraction earned
+    expect(admitted).toEqual([true, true, true, true, true, false, false, false, false, false]);
+    clock.set(T0 + 9_999);
+    expect((await ratelimit.getRemaining("load")).remaining).toBe(1);
+    clock.set(T0 + 10_000);
+    expect((await ratelimit.limit("load", { rate: 3 })).remaining).toBe(13);
   });
 
   it("refunds in sequence, and after a charge past the limit itself", async () => {

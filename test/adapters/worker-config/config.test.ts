@@ -210,7 +210,7 @@ describe("every error names the path of the field at fault", () => {
     [
       { ...base, routes: [{ ...login, rules: { x: { algorithm: "leakyBucket", limit: 5 } } }] },
       [
-        'routes[0].rules.x.algorithm: unknown algorithm "leakyBucket"; use one of gcra, tokenBucket, fixedWindow, slidingWindow, slidingLog',
+        'routes[0].rules.x.algorithm: unknown algorithm "leakyBucket"; use one of gcra, tokenBucket, intervalBucket, fixedWindow, slidingWindow, slidingLog',
       ],
     ],
     [

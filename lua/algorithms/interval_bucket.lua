@@ -1,0 +1,105 @@
+-- Interval bucket: a token bucket of `capacity` tokens that gains `refill` tokens at the end of each
+-- `interval` ms (not continuously), counted from its first decision: @upstash/ratelimit's token bucket,
+-- which edgelimit/upstash keeps (a test window that ends mid-interval sees no part of its refill).
+--
+-- State: "<tokens>:<refilled at>" in a key of its own (its suffix says this format: never a gcra TAT).
+-- A new bucket (or a value of another format) is full, refilled at `now`. Reading at `now` adds
+-- n = (now - at) // interval refills, at most up to capacity (a credit above it is cut to capacity by
+-- the first refill, as the peer's is), and moves `at` on by n intervals; a lagging clock adds none and
+-- never moves `at` back.
+--
+-- Parameters: capacity, interval, and refill * 2 + 1 when the rule gives back (CountingOptions'
+-- givesBack: every decision adds its cost instead of taking it, past capacity if need be: a credit,
+-- capped at MAX_TOKENS so every sum stays exact). A charge is admitted iff cost <= tokens; a denied
+-- one takes nothing. The key expires once it would read full: at + ceil((capacity - tokens) / refill)
+-- intervals, or, holding capacity or a credit, at the next refill (which makes it full).
+--
+-- This file is the algorithm's one source; scripts/build-lua.mjs cuts it at its `-- #` lines.
+
+-- #state
+-- The largest count of tokens a credit may reach (2^50, the rules' MAX_EXACT).
+local MAX_TOKENS = 1125899906842624
+
+-- Tokens and the last refill's time at `now`, refills added.
+local function read(key, now, capacity, interval, refill)
+  local stored = redis.call("GET", key)
+  local tokens, at
+  if stored then
+    local t, a = string.match(stored, "^(%-?%d+):(%d+)$")
+    tokens, at = tonumber(t), tonumber(a)
+  end
+  if not tokens or not at then return capacity, now end
+  if now >= at + interval then
+    local n = math.floor((now - at) / interval)
+    -- n * refill may be past 2^53 after a long idle time: min() reads it as more than capacity anyway
+    tokens = math.min(capacity, tokens + n * refill)
+    at = at + n * interval
+  end
+  return tokens, at
+end
+
+-- When a bucket holding `tokens`, last refilled at `at`, is full again.
+local function full_at(tokens, at, capacity, interval, refill)
+  if tokens >= capacity then return at + interval end
+  return at + math.floor((capacity - tokens + refill - 1) / refill) * interval
+end
+
+-- Writes `tokens` refilled at `at`; returns when it is full (the reset) and `at` (what was counted in).
+local function store(key, now, tokens, at, capacity, interval, refill)
+  local ends = full_at(tokens, at, capacity, interval, refill)
+  redis.call("SET", key, string.format("%d:%d", tokens, at), "PX", string.format("%d", ends - now))
+  return tokens >= capacity and now or ends, at
+end
+
+-- Takes `units` (the check's commit, and a settle's debt).
+local function commit(key, now, units, capacity, interval, p3, tokens, at)
+  return store(key, now, tokens - units, at, capacity, interval, math.floor(p3 / 2))
+end
+
+-- #check
+
+-- A rule that gives back: the cost is added, past capacity if need be.
+local function give_back(key, now, units, capacity, interval, p3, tokens, at)
+  local after = math.min(tokens + math.min(units, MAX_TOKENS), MAX_TOKENS)
+  return store(key, now, after, at, capacity, interval, math.floor(p3 / 2))
+end
+
+algorithms.intervalBucket = function(key, now, cost, capacity, interval, p3)
+  local refill = math.floor(p3 / 2)
+  local tokens, at = read(key, now, capacity, interval, refill)
+  local reset_at = tokens >= capacity and now or full_at(tokens, at, capacity, interval, refill)
+  if p3 % 2 == 1 then
+    -- admitted whatever it holds; the dispatcher answers room - cost: what is left after the refund
+    -- (exact for a cost up to 2^52; edgelimit/upstash gives back at most MAX_TOKENS)
+    local after = math.min(tokens + math.min(cost, MAX_TOKENS), MAX_TOKENS)
+    return math.max(after, 0) + cost, reset_at, 0, give_back, tokens, at
+  end
+  if cost > tokens then
+    -- (a credit may hold more than capacity; refills never do)
+    if cost > capacity then return tokens, reset_at, NEVER end
+    -- the first refill after which the bucket holds the cost
+    return tokens, reset_at, at + math.floor((cost - tokens + refill - 1) / refill) * interval - now
+  end
+  return tokens, reset_at, 0, commit, tokens, at
+end
+
+-- #settle
+-- Below the reservation: the difference back, up to capacity (a credit stays as it is), to a bucket
+-- that exists. Above: the extra taken, below zero if need be (a debt), to at most DEBT_CAP * capacity
+-- in debt (lua/settle.lua). Both at the settle's own clock.
+settle.intervalBucket = function(key, now, cost, actual, capacity, interval, p3)
+  local refill = math.floor(p3 / 2)
+  if actual < cost then
+    if redis.call("EXISTS", key) == 0 then return false end
+    local tokens, at = read(key, now, capacity, interval, refill)
+    local given = math.max(tokens, math.min(capacity, tokens + cost - actual))
+    if given == tokens then return false end
+    store(key, now, given, at, capacity, interval, refill)
+    return true
+  end
+  local tokens, at = read(key, now, capacity, interval, refill)
+  local left = math.min(tokens, math.max(tokens - (actual - cost), -DEBT_CAP * capacity))
+  if left == tokens then return false end
+  store(key, now, left, at, capacity, interval, refill)
+  return true
+end
