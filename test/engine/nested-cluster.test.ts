@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { fixedWindow, gcra, Limiter, type LimiterOptions } from "../../src/index.js";
 import { type Cluster, type ClusterRest, clusterRest, startCluster } from "../cluster.js";
-import { manualClock, T0, uniquePrefix } from "../support.js";
+import { manualClock, uniquePrefix } from "../support.js";
 import { expectWithin, nestedLoad } from "./nested-load.js";
 
 let cluster: Cluster;
