@@ -1,6 +1,7 @@
 // Features that hold together (issue 22, point 6): random sequences of decisions, settles and
 // overrides set, deleted and stale (lines this Limiter cannot apply), over every algorithm, one rule
-// or two (a second rule of any algorithm beside it), with plans, overrides on and off, the deny
+// or two (a second rule of any algorithm beside it, keyed by the same identifier or by another: a record
+// of two, or three with a rule keyed by a third that never binds), with plans, overrides on and off, the deny
 // cache, leases, a regional pool, 1 to 4 instances (Limiters on one Redis, each with its own clock,
 // deny cache and leases, as isolates are) and clocks that move (on, by jumps, back, and apart),
 // against a real redis-server behind the REST bridge, directly or through the Hono middleware. The
@@ -37,7 +38,7 @@ import { compileRule, type Rule, type RuleConfig } from "../../src/engine/algori
 import * as generated from "../../src/engine/generated/scripts.js";
 import { RuleKeys } from "../../src/engine/keys.js";
 import { enforce, rateLimitHeaders, tooManyRequests } from "../../src/http/index.js";
-import { type Decision, Limiter } from "../../src/index.js";
+import { type Decision, type Identity, Limiter } from "../../src/index.js";
 import { bridgeRedis, T0, uniquePrefix } from "../support.js";
 import { type Counted, Model, type ModelRule, type Outcome } from "./model.js";
 
@@ -77,6 +78,11 @@ interface Second {
    * nested scripts, r's overrides stored for `{ id }` alone.
    */
   org?: boolean;
+  /**
+   * With `org`: a third rule "t" keyed by `global` (a record of three identifiers), too generous ever to
+   * bind, so the two models still hold: three tags, three override keys, three deny cache keys.
+   */
+  third?: boolean;
 }
 
 interface Scenario {
@@ -249,6 +255,7 @@ const scenarioArb: fc.Arbitrary<Scenario> = fc
           burst: fc.integer({ min: 2, max: 12 }),
           factor: fc.constantFrom(0.5, 1, 2, 3),
           org: fc.boolean(),
+          third: fc.boolean(),
         }),
       },
     ),
@@ -489,6 +496,8 @@ const reached = {
   severalRules: 0,
   /** Decisions of runs whose second rule is keyed by another identifier (a record of two). */
   nested: 0,
+  /** Of those, decisions of runs with a third rule keyed by `global` (a record of three). */
+  nested3: 0,
   settles: 0,
   givenBack: 0,
   hono: 0,
@@ -607,8 +616,13 @@ async function run(s: Scenario): Promise<void> {
         })();
   const names = second === undefined ? ["r"] : ["r", "s"];
   // the call's identity: the identifier, or with s keyed by org the record of both
-  const identity = s.second?.org ? { id: ID, org: "acme" } : ID;
-  sent.rules = names.length;
+  const third = s.second?.org === true && s.second.third === true;
+  const identity: Identity = s.second?.org
+    ? third
+      ? { id: ID, org: "acme", global: "all" }
+      : { id: ID, org: "acme" }
+    : ID;
+  sent.rules = names.length + (third ? 1 : 0);
   sent.algorithm = rules.algorithm;
   const maxStale = s.maxStale === undefined ? 1000 : Math.floor((s.maxStale * scale) / 1000);
   const leaseTtl = Math.max(1000, scale);
@@ -630,7 +644,16 @@ async function run(s: Scenario): Promise<void> {
       new Limiter({
         redis: home,
         prefix,
-        rules: secondConfig === undefined ? { r: configOf({}) } : { r: configOf({}), s: secondConfig },
+        rules:
+          secondConfig === undefined
+            ? { r: configOf({}) }
+            : third
+              ? {
+                  r: configOf({}),
+                  s: secondConfig,
+                  t: { algorithm: "gcra", limit: 1_000_000, period: "1h", by: "global" },
+                }
+              : { r: configOf({}), s: secondConfig },
         plans: { pro: { r: rules.pro } },
         overrides: s.overrides ? (s.maxStale === undefined ? true : { maxStale }) : false,
         denyCache: s.denyCache ? { maxEntries: 100 } : false,
@@ -660,7 +683,8 @@ async function run(s: Scenario): Promise<void> {
         limiter,
         key: (c) => {
           const id = c.req.header("x-id");
-          return s.second?.org && id !== undefined ? { id, org: "acme" } : id;
+          if (!s.second?.org || id === undefined) return id;
+          return third ? { id, org: "acme", global: "all" } : { id, org: "acme" };
         },
         cost: (c) => Number(c.req.header("x-cost")),
         plan: (c) => (c.req.header("x-plan") === "pro" ? "pro" : undefined),
@@ -970,6 +994,7 @@ async function run(s: Scenario): Promise<void> {
       let counted: Record<string, Counted> | undefined;
       if (second !== undefined) reached.severalRules++;
       if (s.second?.org) reached.nested++;
+      if (third) reached.nested3++;
       if (exact) {
         check(
           d.source === "redis" || d.source === "cache",
@@ -1207,6 +1232,7 @@ describe("features that hold together", () => {
     expect(reached.staleLines).toBeGreaterThan(10);
     expect(reached.severalRules).toBeGreaterThan(100);
     expect(reached.nested).toBeGreaterThan(50);
+    expect(reached.nested3).toBeGreaterThan(20);
     // every script with overrides on, with and without a stored line: each one-rule variant under
     // each algorithm that takes it, limiterOverrides with and without a reservation
     const variants = [
