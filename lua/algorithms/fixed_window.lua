@@ -122,9 +122,12 @@ return count
 local values = redis.call("MGET", unpack(KEYS))
 local key, value, ttl, limit, units = KEYS[1], values[1], ARGV[1], ARGV[2], ARGV[4] or "1"
 local stored, tag, answer = values[2], 0, nil
--- the call's window is not sent: a custom line's window is looked up in T (the call's: k = 0)
-local T, own1, own2, own3, p1, p2, p3, k = ARGV[3], limit, nil, "0", nil, nil, nil, nil
+-- (declared here, read after the branch; set only when an override is stored: a call with none
+-- reads no more arguments)
+local T, own1, own2, own3, p1, p2, p3, k
 if stored then
+  -- the call's window is not sent: a custom line's window is looked up in T (the call's: k = 0)
+  T, own1, own3 = ARGV[3], limit, "0"
 -- #override
   limit = p1
   if k ~= 0 then
