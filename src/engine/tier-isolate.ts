@@ -215,7 +215,7 @@ export class IsolateTier extends Tier {
         : 0;
       lease.snapshot = answer.rules;
       lease.used = 0;
-      if (keep > 0) join(lease, windowStarts);
+      if (keep > 0) join(lease, windowStarts, reservedBy(decision, reserved));
       lease.units += keep;
       if (reserved > keep)
         this.refund(
@@ -369,7 +369,7 @@ export class IsolateTier extends Tier {
       return;
     }
     const keep = joins(lease, decision, windowStarts) ? Math.min(units, this.config.max - lease.units) : 0;
-    if (keep > 0) join(lease, windowStarts);
+    if (keep > 0) join(lease, windowStarts, taken);
     lease.units += keep;
     lease.snapshot = withHeld(decision, lease.units).rules;
     lease.used = 0;
@@ -452,13 +452,18 @@ function joins(lease: Held, decision: Decision, windowStarts: readonly number[])
 }
 
 /**
- * Units reserved in `windowStarts` join `lease`: a gcra rule's units then hold the earlier of the two
- * TATs, so that a refund never gives back more than the first units still hold (less, at worst).
+ * Units reserved in `windowStarts` (as `reserved`) join `lease`: a gcra rule's units then hold the
+ * earlier of the two TATs, and count from the earlier reservation, so that a refund never gives back
+ * more than the first units still hold (less, at worst). One whose time is not known (the region's
+ * pool) leaves the lease's unknown too.
  */
-function join(lease: Held, windowStarts: readonly number[]): void {
+function join(lease: Held, windowStarts: readonly number[], reserved: Reserved): void {
   lease.windowStarts = lease.windowStarts.map((start, i) =>
     holdsTat(lease.rules[i]!) ? Math.min(start, windowStarts[i]!) : start,
   );
+  const known = lease.reserved.taken > 0 && reserved.taken > 0;
+  if (!known) lease.reserved = UNKNOWN;
+  else if (reserved.at < lease.reserved.at) lease.reserved = reserved;
 }
 
 /**
