@@ -129,10 +129,10 @@ return d
 --          units hold at least H - given - now. For a settle, `given` is read from the key's
 --          ledger (below): the ms given back at or after the decision's time (`since`), of units
 --          counted at or before it (giving back units counted after it moves none of its own). A
---          lease's or a pool's refund (no `since`, no `taken`) takes given = 0, as before the
---          ledger: when its reservation was made is not sent, and the refunds just before it would
---          count against it (a rollback, or a lease's units refunded at once, would then give back
---          less than it took).
+--          lease's refund, or a rollback's, sends its reservation's time and units (lua/refund.lua)
+--          and is bounded so: refunds before the reservation never count against it (a rollback
+--          gives back all it took). A regional pool's (no `since`, no `taken`: not known) takes
+--          given = 0: the refunds just before its reservation cannot be told from those after.
 --          H*limit is a whole multiple of g = gcd(limit, period) (every write moves it by whole ms or
 --          whole periods), so H*limit >= (held - 1)*limit + g.
 --   since  when a settle's decision counted, and `taken`, its cost: its units hold at least
@@ -188,7 +188,7 @@ refund.gcra = function(key, now, units, limit, period, burst, held, limit_sent, 
     redis.call("SET", key, string.format("%d:%d%s", now + whole, d - whole * limit, rate), "KEEPTTL")
   end
   -- what went back, in whole ms rounded up (counted more, never less), with when its units were
-  -- counted (a lease's or pool's: at the earliest one burst before their TAT), added to the entry of
+  -- counted (a pool's, not known: at the earliest one burst before their TAT), added to the entry of
   -- this instant and that time
   local ms = math.floor((give + limit - 1) / limit)
   local member = string.format("%d:%d:", now, since > 0 and since or held - span)

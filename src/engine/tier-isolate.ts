@@ -12,6 +12,7 @@
 //   go back home under the rules they were reserved under.
 import type { Rule } from "./algorithms/index.js";
 import type { Applied, Reservation } from "./scripts/limiter.js";
+import { type Reserved, UNKNOWN } from "./scripts/settle.js";
 import {
   type Demand,
   estimate,
@@ -40,6 +41,8 @@ interface Refund {
   readonly windowStarts: readonly number[];
   /** The rules the units were reserved under: given back under them, never under another plan's. */
   readonly applied: Applied;
+  /** When and how many the (first) reservation took: gcra counts only refunds made since against them. */
+  readonly reserved: Reserved;
 }
 
 /**
@@ -62,6 +65,8 @@ interface Held {
   /** Units handed out since the snapshot. */
   used: number;
   windowStarts: readonly number[];
+  /** When the first reservation joined here counted its units, and how many (its windowStarts' TATs). */
+  reserved: Reserved;
   /**
    * The plan name and rules the units were reserved under: the tier's plan's, or those of an override
    * stored for the identifier (a custom one's own rules). Its answers say and state them.
@@ -191,7 +196,15 @@ export class IsolateTier extends Tier {
     if (seen === undefined || this.disposed) {
       // Forgotten while the request was out (evicted), or disposed since: the reserved units go straight back.
       if (reserved > 0)
-        this.refund(identifier, reserved, windowStarts, now, this.appliedOf(decision), waitUntil);
+        this.refund(
+          identifier,
+          reserved,
+          windowStarts,
+          now,
+          this.appliedOf(decision),
+          waitUntil,
+          reservedBy(decision, reserved),
+        );
       return answer;
     }
     if (lease !== undefined) {
@@ -202,10 +215,18 @@ export class IsolateTier extends Tier {
         : 0;
       lease.snapshot = answer.rules;
       lease.used = 0;
-      if (keep > 0) join(lease, windowStarts);
+      if (keep > 0) join(lease, windowStarts, reservedBy(decision, reserved));
       lease.units += keep;
       if (reserved > keep)
-        this.refund(identifier, reserved - keep, windowStarts, now, this.appliedOf(decision), waitUntil);
+        this.refund(
+          identifier,
+          reserved - keep,
+          windowStarts,
+          now,
+          this.appliedOf(decision),
+          waitUntil,
+          reservedBy(decision, reserved),
+        );
       return answer;
     }
     if (reserved > 0) this.start(identifier, seen, reserved, answer, windowStarts, now, waitUntil);
@@ -338,8 +359,9 @@ export class IsolateTier extends Tier {
       return;
     }
     const lease = seen?.lease;
+    const taken = reservedBy(decision, units);
     if (seen === undefined || this.disposed) {
-      this.refund(identifier, units, windowStarts, now, this.appliedOf(decision), waitUntil);
+      this.refund(identifier, units, windowStarts, now, this.appliedOf(decision), waitUntil, taken);
       return;
     }
     if (lease === undefined) {
@@ -347,14 +369,14 @@ export class IsolateTier extends Tier {
       return;
     }
     const keep = joins(lease, decision, windowStarts) ? Math.min(units, this.config.max - lease.units) : 0;
-    if (keep > 0) join(lease, windowStarts);
+    if (keep > 0) join(lease, windowStarts, taken);
     lease.units += keep;
     lease.snapshot = withHeld(decision, lease.units).rules;
     lease.used = 0;
     // a lease topped up lives a ttl from then (what is left of the old units is at most a quarter of max)
     if (keep > 0) lease.expiresAt = this.expiry(now, lease.rules, windowStarts);
     if (units > keep)
-      this.refund(identifier, units - keep, windowStarts, now, this.appliedOf(decision), waitUntil);
+      this.refund(identifier, units - keep, windowStarts, now, this.appliedOf(decision), waitUntil, taken);
   }
 
   private start(
@@ -373,6 +395,7 @@ export class IsolateTier extends Tier {
       snapshot: answer.rules,
       used: 0,
       windowStarts,
+      reserved: reservedBy(answer, units),
       plan: answer.plan,
       rules,
     };
@@ -383,8 +406,8 @@ export class IsolateTier extends Tier {
   }
 
   private giveBackAll(refunds: readonly Refund[], now: number, waitUntil: WaitUntil | undefined): void {
-    for (const { identifier, units, windowStarts, applied } of refunds) {
-      if (units > 0) this.refund(identifier, units, windowStarts, now, applied, waitUntil);
+    for (const { identifier, units, windowStarts, applied, reserved } of refunds) {
+      if (units > 0) this.refund(identifier, units, windowStarts, now, applied, waitUntil, reserved);
     }
   }
 
@@ -394,7 +417,8 @@ export class IsolateTier extends Tier {
     seen.lease = undefined;
     this.held.delete(identifier);
     const applied = { name: lease.plan, rules: lease.rules };
-    return { identifier, units: lease.units, windowStarts: lease.windowStarts, applied };
+    const { units, windowStarts, reserved } = lease;
+    return { identifier, units, windowStarts, applied, reserved };
   }
 
   /** The rules a decision was decided by, which its reserved units were counted under. */
@@ -428,13 +452,26 @@ function joins(lease: Held, decision: Decision, windowStarts: readonly number[])
 }
 
 /**
- * Units reserved in `windowStarts` join `lease`: a gcra rule's units then hold the earlier of the two
- * TATs, so that a refund never gives back more than the first units still hold (less, at worst).
+ * Units reserved in `windowStarts` (as `reserved`) join `lease`: a gcra rule's units then hold the
+ * earlier of the two TATs, and count from the earlier reservation, so that a refund never gives back
+ * more than the first units still hold (less, at worst). One whose time is not known (the region's
+ * pool) leaves the lease's unknown too.
  */
-function join(lease: Held, windowStarts: readonly number[]): void {
+function join(lease: Held, windowStarts: readonly number[], reserved: Reserved): void {
   lease.windowStarts = lease.windowStarts.map((start, i) =>
     holdsTat(lease.rules[i]!) ? Math.min(start, windowStarts[i]!) : start,
   );
+  const known = lease.reserved.taken > 0 && reserved.taken > 0;
+  if (!known) lease.reserved = UNKNOWN;
+  else if (reserved.at < lease.reserved.at) lease.reserved = reserved;
+}
+
+/**
+ * When and how many units a reservation answered by `decision` counted: its time, unless the region's
+ * pool answered it (units deposited by earlier reservations, counted before it: not known).
+ */
+function reservedBy(decision: Decision, units: number): Reserved {
+  return decision.source === "region" ? UNKNOWN : { at: decision.decidedAt, taken: units };
 }
 
 /** An admission from a lease: what home last said, minus what this isolate has used since. */

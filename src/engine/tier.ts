@@ -18,6 +18,7 @@
 // A unit is only ever created at home: a tier hands out, or gives back, units home took first.
 import { algorithmOf, type Rule } from "./algorithms/index.js";
 import type { Applied, PlanEncoding, Reservation, RuleScripts } from "./scripts/limiter.js";
+import { type Reserved, UNKNOWN } from "./scripts/settle.js";
 import { type Decision, decidedBy, type RuleResult } from "./types.js";
 import { MAX_TIMER_MS } from "./validate.js";
 
@@ -88,15 +89,19 @@ export class Home implements Upstream {
     );
   }
 
-  /** Gives `units` back under the rules they were reserved under (default: this plan's). Resolves true when home ran it. */
+  /**
+   * Gives `units` back under the rules they were reserved under (default: this plan's), as reserved
+   * `reserved` (when, how many). Resolves true when home ran it.
+   */
   refund(
     identifier: string,
     units: number,
     windowStarts: readonly number[],
     now: number,
     applied: Applied = this.plan,
+    reserved: Reserved = UNKNOWN,
   ): Promise<boolean> {
-    return this.scripts.refund(identifier, units, windowStarts, now, applied);
+    return this.scripts.refund(identifier, units, windowStarts, now, applied, reserved);
   }
 }
 
@@ -149,8 +154,9 @@ export abstract class Tier {
     now: number,
     applied: Applied,
     waitUntil: WaitUntil | undefined,
+    reserved: Reserved = UNKNOWN,
   ): void {
-    this.track(this.giveBack(identifier, units, windowStarts, now, applied), waitUntil);
+    this.track(this.giveBack(identifier, units, windowStarts, now, applied, reserved), waitUntil);
   }
 
   /** Gives units back at home, where they were counted (the refund script). */
@@ -160,8 +166,9 @@ export abstract class Tier {
     windowStarts: readonly number[],
     now: number,
     applied: Applied,
+    reserved: Reserved = UNKNOWN,
   ): Promise<void> {
-    const ok = await this.home.refund(identifier, units, windowStarts, now, applied);
+    const ok = await this.home.refund(identifier, units, windowStarts, now, applied, reserved);
     if (ok) this.stats.refunded += units;
     else this.stats.refundsFailed += 1;
   }

@@ -215,3 +215,47 @@ describe.each([
     expect((await plain.limit("hot")).allowed).toBe(false);
   });
 });
+
+describe.each([
+  ["gcra", gcra({ limit: 30, period: "1m" })],
+  ["tokenBucket", tokenBucket({ capacity: 30, refillRate: 1, interval: "2s" })],
+] as [string, RuleConfig][])("%s, a lease's refund after another refund", (_, rule) => {
+  it("gives back only what its units still hold, less what the other gave back since it reserved", async () => {
+    const { limiter, make, clock } = limiterOf(rule, { lease: { max: 50, ttl: "1s" } });
+    const plain = make({ lease: undefined });
+    const x = await plain.limit("hot", { cost: 5 }); // T = 2 s: TAT T0 + 10 s
+    for (let i = 0; i < 4; i++) {
+      await limiter.limit("hot"); // the 4th reserves 3 for the lease at T0 + 3 ms: TAT T0 + 24 s
+      clock.set(clock.now + 1);
+    }
+    expect((await peek(plain, "hot")).remaining).toBe(30 - 12);
+    clock.set(T0 + 5_000);
+    await plain.settle(x, 0); // x's units hold 5 s: TAT T0 + 19 s
+    clock.set(T0 + 17_000); // the lease's 3 units now hold 2 s (1 unit), not the 7 s to T0 + 24 s
+    expect(await peek(plain, "hot")).toEqual({ allowed: true, remaining: 29 });
+    expect((await plain.limit("hot", { cost: 29 })).allowed).toBe(true);
+    const background: Promise<unknown>[] = [];
+    await limiter.limit("other", { waitUntil: (p) => void background.push(p) }); // the expired lease goes back
+    expect(background.length).toBe(1);
+    await Promise.all(background);
+    // had the 3 never been reserved, 30 would have passed at T0 + 17 s: 1 more, not 3
+    expect(await peek(plain, "hot")).toEqual({ allowed: true, remaining: 1 });
+    expect((await plain.limit("hot")).allowed).toBe(true);
+    expect((await plain.limit("hot")).allowed).toBe(false);
+  });
+
+  it("a rollback right after its reservation gives back all it took, whatever refunds came before", async () => {
+    const { limiter, make, clock } = limiterOf(rule, { lease: { max: 50, ttl: "1s" } });
+    const plain = make({ lease: undefined });
+    const x = await plain.limit("hot", { cost: 20 }); // TAT T0 + 40 s
+    clock.set(T0 + 1_000);
+    await plain.settle(x, 0); // 39 s back, more than the lease will hold: TAT T0 + 1 s
+    for (let i = 0; i < 4; i++) {
+      await limiter.limit("hot"); // the 4th reserves 3: TAT T0 + 15 s
+      clock.set(clock.now + 1);
+    }
+    expect((await peek(plain, "hot")).remaining).toBe(30 - 7);
+    await limiter.dispose(); // the 3 unused go back at once, all of them
+    expect((await peek(plain, "hot")).remaining).toBe(30 - 4);
+  });
+});

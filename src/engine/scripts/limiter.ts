@@ -16,7 +16,7 @@ import { fieldsOf, type RuleKeys } from "../keys.js";
 import type { CallOptions, CallResult, Transport } from "../transport.js";
 import { carrierOf, type Decision } from "../types.js";
 import { OverrideScripts, withTables } from "./overrides.js";
-import { SettleScripts } from "./settle.js";
+import { type Reserved, SettleScripts, UNKNOWN } from "./settle.js";
 import {
   type Applied,
   type Counted,
@@ -201,9 +201,11 @@ export class RuleScripts {
     windowStarts: readonly number[],
     now: number,
     applied: Applied = this.base,
+    reserved: Reserved = UNKNOWN,
   ): Promise<boolean> {
-    if (this.split !== undefined) return this.split.refund(identifier, units, windowStarts, now, applied);
-    return this.giving.refund(identifier, units, windowStarts, now, applied);
+    if (this.split !== undefined)
+      return this.split.refund(identifier, units, windowStarts, now, applied, reserved);
+    return this.giving.refund(identifier, units, windowStarts, now, applied, reserved);
   }
 
   /**

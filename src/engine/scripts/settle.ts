@@ -14,6 +14,18 @@ import {
   type ScriptCallOptions,
 } from "./shared.js";
 
+/**
+ * When the units given back were counted, and how many that reservation took in all (its cost and
+ * what it reserved): gcra gives back at most what they still hold, less what refunds gave back since
+ * then (lua/refund.lua). Unknown (a regional pool's units): 0 and 0, capped by their TAT alone.
+ */
+export interface Reserved {
+  readonly at: number;
+  readonly taken: number;
+}
+
+export const UNKNOWN: Reserved = { at: 0, taken: 0 };
+
 /** Gives units back and settles decisions under a Limiter's plans. */
 export class SettleScripts {
   private readonly refundCall: CallOptions;
@@ -32,7 +44,8 @@ export class SettleScripts {
   /**
    * Gives `units` of `identifier` back under every rule `applied` (a plan's, or a custom override's:
    * the rules the units were counted under), each in the window it counted them in (`windowStarts`,
-   * as a reservation answered them). Resolves true when Redis ran it.
+   * as a reservation answered them), `reserved` when and how many that reservation counted. Resolves
+   * true when Redis ran it.
    */
   async refund(
     identifier: string,
@@ -40,12 +53,14 @@ export class SettleScripts {
     windowStarts: readonly number[],
     now: number,
     applied: Applied = this.base,
+    reserved: Reserved = UNKNOWN,
   ): Promise<boolean> {
     // a plan's own encoding when these are its rules (its keys and arguments are computed once)
     const own = this.plans.get(applied.name);
     const plan: Applied = own !== undefined && own.rules === applied.rules ? own : applied;
     const keys = this.keysOf(plan, identifier, now, windowStarts);
     const command = ["EVALSHA", REFUND.sha1, String(keys.length), ...keys, now.toString(16), String(units)];
+    command.push(reserved.at.toString(16), String(reserved.taken));
     plan.rules.forEach((rule, i) => {
       command.push(...this.givingBack(rule, i), String(windowStarts[i] ?? 0));
     });

@@ -14,6 +14,7 @@ import { RuleKeys, tagsOf } from "../keys.js";
 import type { CallResult, Transport } from "../transport.js";
 import { carrierOf, type Decision, type RuleResult } from "../types.js";
 import type { RuleScripts } from "./limiter.js";
+import { type Reserved, UNKNOWN } from "./settle.js";
 import {
   type Applied,
   binds,
@@ -132,7 +133,10 @@ export class SplitScripts {
         : 0;
       if (extra > 0) {
         refunds.push(
-          part.scripts.refund(tags[part.place]!, extra, answer.windowStarts, now, counted!.applied),
+          part.scripts.refund(tags[part.place]!, extra, answer.windowStarts, now, counted!.applied, {
+            at: now,
+            taken: cost + answer.reserved,
+          }),
         );
       }
       decisions.push(withBack(answer.decision, extra));
@@ -150,6 +154,7 @@ export class SplitScripts {
     windowStarts: readonly number[],
     now: number,
     applied: Applied,
+    reserved: Reserved = UNKNOWN,
   ): Promise<boolean> {
     const tags = tagsOf(subject);
     const done = await Promise.all(
@@ -160,6 +165,7 @@ export class SplitScripts {
           part.indices.map((i) => windowStarts[i] ?? 0),
           now,
           partOf(applied, part),
+          reserved,
         ),
       ),
     );
@@ -239,7 +245,12 @@ export class SplitScripts {
         return;
       }
       const counted = part.scripts.counted(answer);
-      refunds.push(part.scripts.refund(tags[part.place]!, cost, counted.starts, now, counted.applied));
+      refunds.push(
+        part.scripts.refund(tags[part.place]!, cost, counted.starts, now, counted.applied, {
+          at: now,
+          taken: cost,
+        }),
+      );
       back.push(withBack(answer, cost));
     });
     await Promise.all(refunds);
