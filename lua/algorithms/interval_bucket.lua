@@ -53,12 +53,11 @@ local function store(key, now, tokens, at, capacity, interval, refill)
   return tokens >= capacity and now or ends, at
 end
 
--- Takes `units` (the check's commit, and a settle's debt).
+-- #check
+-- Takes `units` (the check's commit). (Here, not in #state: the one-rule script makes no closure of it.)
 local function commit(key, now, units, capacity, interval, p3, tokens, at)
   return store(key, now, tokens - units, at, capacity, interval, math.floor(p3 / 2))
 end
-
--- #check
 
 -- A rule that gives back: the cost is added, past capacity if need be.
 local function give_back(key, now, units, capacity, interval, p3, tokens, at)
