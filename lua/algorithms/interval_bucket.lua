@@ -19,6 +19,8 @@
 -- #state
 -- The largest count of tokens a credit may reach (2^50, the rules' MAX_EXACT).
 local MAX_TOKENS = 1125899906842624
+-- The debt a settle may leave, in capacities (lua/settle.lua's DEBT_CAP): the one-rule reply's range.
+local DEBTS = 4
 
 -- Tokens and the last refill's time at `now`, refills added.
 local function read(key, now, capacity, interval, refill)
@@ -51,12 +53,11 @@ local function store(key, now, tokens, at, capacity, interval, refill)
   return tokens >= capacity and now or ends, at
 end
 
--- Takes `units` (the check's commit, and a settle's debt).
+-- #check
+-- Takes `units` (the check's commit). (Here, not in #state: the one-rule script makes no closure of it.)
 local function commit(key, now, units, capacity, interval, p3, tokens, at)
   return store(key, now, tokens - units, at, capacity, interval, math.floor(p3 / 2))
 end
-
--- #check
 
 -- A rule that gives back: the cost is added, past capacity if need be.
 local function give_back(key, now, units, capacity, interval, p3, tokens, at)
@@ -82,6 +83,37 @@ algorithms.intervalBucket = function(key, now, cost, capacity, interval, p3)
   end
   return tokens, reset_at, 0, commit, tokens, at
 end
+
+-- #one-rule
+-- One rule that takes (no givesBack), cost >= 1, no reservation. ARGV: now (hexadecimal), cost,
+-- capacity, interval, refill * 2. A charge is admitted iff cost <= t, the tokens read (as #check).
+-- Answers one integer r (src/engine/algorithms/interval-bucket.ts decodes it), with
+-- a = at + interval - 1 - now >= 0 (at, the last refill; a >= interval for a lagging caller) and
+-- D = DEBTS * capacity, the most a settle leaves in debt:
+--   admitted, left = t - cost < capacity   r = 2 * (a * capacity + left)
+--   admitted, left >= capacity (a credit)  r = 2 * (left - capacity) + 1   (the reset is now)
+--   denied, t <= capacity                  r = -2 * (a * (capacity + D + 1) + t + D) - 1
+--   denied, t > capacity (cost > t)        r = -2 * (t - capacity) - 2     (the reset is now)
+-- Every count is exact (t <= MAX_TOKENS, t >= -D); a is read as at most 2^52 / capacity - 1 (admitted)
+-- or 2^52 / (capacity + D + 1) - 1 (denied): an interval or more for any rule (capacity * interval <=
+-- 2^50), so only a caller lagging further than that is told a reset and retry that much earlier.
+local now = tonumber(ARGV[1], 16)
+local cost = ARGV[2] == "1" and 1 or tonumber(ARGV[2])
+local capacity, interval = tonumber(ARGV[3]), tonumber(ARGV[4])
+local refill = math.floor(tonumber(ARGV[5]) / 2)
+local key = KEYS[1]
+local tokens, at = read(key, now, capacity, interval, refill)
+local a = at + interval - 1 - now
+if cost <= tokens then
+  local left = tokens - cost
+  store(key, now, left, at, capacity, interval, refill)
+  if left >= capacity then return 2 * (left - capacity) + 1 end
+  return 2 * (math.min(a, math.floor(4503599627370496 / capacity) - 1) * capacity + left)
+end
+if tokens > capacity then return -2 * (tokens - capacity) - 2 end
+local debt = DEBTS * capacity
+local span = capacity + debt + 1
+return -2 * (math.min(a, math.floor(4503599627370496 / span) - 1) * span + math.max(tokens, -debt) + debt) - 1
 
 -- #settle
 -- Below the reservation: the difference back, up to capacity (a credit stays as it is), to a bucket

@@ -1,6 +1,7 @@
 // The windows' CountingOptions: `overshoot` counts a denied charge, `givesBack` makes every decision
 // a refund (below zero: a credit). Exact tables on an injected clock, against the shared bridge.
 import { describe, expect, it } from "vitest";
+import { INTERVAL_BUCKET_ONE_RULE, SCRIPTS } from "../../src/engine/generated/scripts.js";
 import { fixedWindow, intervalBucket, Limiter, type RuleConfig, slidingWindow } from "../../src/index.js";
 import { bridgeRedis, manualClock, T0, uniquePrefix } from "../support.js";
 
@@ -182,6 +183,84 @@ describe("CountingOptions", () => {
       const [key] = await redis.keys(`${prefix}*`);
       await redis.set(key!, "12.5:x");
       expect(await charge(1)).toEqual([true, 9]);
+    });
+    it("its one-rule script answers one integer, packed exactly (lua/algorithms/interval_bucket.lua)", async () => {
+      const redis = bridgeRedis();
+      const key = `${uniquePrefix("ib-one")}:r`;
+      // capacity 10, interval 10 s, refill 3 (sent as 3 * 2); a = at + 9999 - now, D = 40, span = 51
+      const one = (now: number, cost: number) =>
+        redis.eval(
+          INTERVAL_BUCKET_ONE_RULE.text,
+          [key],
+          [now.toString(16), String(cost), "10", "10000", "6"],
+        );
+      // fresh, 4 taken: 6 left, a = 9999
+      expect(await one(T0, 4)).toBe(2 * (9999 * 10 + 6));
+      expect(await redis.get(key)).toBe(`6:${T0}`);
+      // 7 of 6 denied: t = 6, a = 8999
+      expect(await one(T0 + 1_000, 7)).toBe(-2 * (8999 * 51 + 6 + 40) - 1);
+      expect(await redis.get(key)).toBe(`6:${T0}`);
+      // a debt of 12 (a settle's), denied
+      await redis.set(key, `-12:${T0}`);
+      expect(await one(T0 + 1_000, 1)).toBe(-2 * (8999 * 51 - 12 + 40) - 1);
+      // a credit: 5 of 25 leaves 20, at or above capacity (odd)
+      await redis.set(key, `25:${T0}`);
+      expect(await one(T0 + 1_000, 5)).toBe(2 * (20 - 10) + 1);
+      // 30 of a credit of 20, above capacity: denied (even)
+      expect(await one(T0 + 1_000, 30)).toBe(-2 * (20 - 10) - 2);
+      // a caller 15 s behind the last refill: a = 24999, no refill
+      await redis.set(key, `3:${T0 + 20_000}`);
+      expect(await one(T0 + 5_000, 2)).toBe(2 * (24999 * 10 + 1));
+    });
+
+    it("decides as the limiter script does: a charging rule alone, beside one that never binds", async () => {
+      // the same history on two prefixes: the rule alone (its one-rule script) and the rule beside a
+      // limit never reached (the limiter script); credits, debts and a lagging clock included
+      const redis = bridgeRedis();
+      const clock = manualClock();
+      const never = fixedWindow({ limit: 1_000_000, window: "1h" });
+      const both: Record<string, RuleConfig>[] = [{ r: bucket({}) }, { r: bucket({}), never }];
+      const sides = both.map((rules) => {
+        const prefix = uniquePrefix("ib-paths");
+        return {
+          charging: new Limiter({ redis, prefix, rules, clock, denyCache: false }),
+          giving: new Limiter({ redis, prefix, rules: { r: bucket({ givesBack: true }) }, clock }),
+        };
+      });
+      const shas: unknown[] = [];
+      const realFetch = globalThis.fetch;
+      globalThis.fetch = async (...args: Parameters<typeof fetch>) => {
+        for (const command of JSON.parse(String(args[1]?.body)) as unknown[][]) shas.push(command[1]);
+        return realFetch(...args);
+      };
+      let seed = 7;
+      const next = (n: number) => {
+        seed = (seed * 1103515245 + 12345) % 2147483648;
+        return seed % n;
+      };
+      try {
+        for (let step = 0; step < 120; step++) {
+          clock.set(clock.now + [1_000, 3_000, -6_000, 0, 12_000][next(5)]!);
+          const cost = [1, 2, 3, 5, 11][next(5)]!;
+          const kind = next(10);
+          const got = [];
+          for (const side of sides) {
+            if (kind === 0) {
+              got.push((await side.giving.limit("id", { cost: cost * 3 })).remaining);
+              continue;
+            }
+            const d = await side.charging.limit("id", { cost });
+            if (kind <= 2 && d.allowed) await side.charging.settle(d, cost + 12);
+            const r = d.rules.r!;
+            got.push([r.allowed, r.remaining, r.resetAt - clock.now, r.retryAfter]);
+          }
+          expect(got[0], `step ${step}`).toEqual(got[1]);
+        }
+      } finally {
+        globalThis.fetch = realFetch;
+      }
+      expect(shas).toContain(INTERVAL_BUCKET_ONE_RULE.sha1);
+      expect(shas).toContain(SCRIPTS.limiter.sha1);
     });
   });
 });

@@ -1,10 +1,15 @@
 // The interval bucket (lua/algorithms/interval_bucket.lua): a token bucket that gains `refillRate`
 // tokens at the end of each `interval`, @upstash/ratelimit's token bucket, which edgelimit/upstash
-// keeps. Its state is a key of its own ("tokens:refilled at"); no one-rule script, no refund section
-// (never leased): every decision is one EVALSHA of the limiter script.
+// keeps. Its state is a key of its own ("tokens:refilled at"); no refund section (never leased). A rule
+// that takes runs its one-rule script alone; one that gives back, the limiter script.
 import type { Duration } from "../duration.js";
+import { ALGORITHM_CONSTANTS, INTERVAL_BUCKET_ONE_RULE } from "../generated/scripts.js";
+import type { OneRule, ScriptCallOptions } from "../scripts/shared.js";
+import type { RuleResult } from "../types.js";
 import type { RuleConfig } from "./index.js";
-import { type AlgorithmModule, type KeyedOptions, policyOf, type RuleBase } from "./shared.js";
+import { type AlgorithmModule, ceilDiv, type KeyedOptions, policyOf, type RuleBase } from "./shared.js";
+
+const { DEBTS } = ALGORITHM_CONSTANTS.intervalBucket;
 
 /** A bucket of `capacity` tokens, `refillRate` more at the end of each `interval` (default 1s). */
 export interface IntervalBucketOptions extends KeyedOptions {
@@ -39,6 +44,99 @@ export const intervalBucket = (options: IntervalBucketOptions): RuleConfig => ({
   algorithm: "intervalBucket",
   ...options,
 });
+
+/** When a bucket holding `t` tokens, refilled at `at`, is full again, as the script's full_at. */
+function fullAt(rule: IntervalBucketRule, t: number, at: number): number {
+  if (t >= rule.capacity) return at + rule.interval;
+  return at + ceilDiv(rule.capacity - t, rule.refillRate) * rule.interval;
+}
+
+/** The last refill's time from the one-rule script's a (= at + interval - 1 - now). */
+const refilledAt = (rule: IntervalBucketRule, a: number, now: number) => now + a - rule.interval + 1;
+
+/**
+ * The outcome of a charge of `cost` from the one-rule integer (lua/algorithms/interval_bucket.lua's
+ * #one-rule): r >= 0 admitted, odd for a credit left (at or above capacity); r < 0 denied, even for
+ * a credit read.
+ */
+export function intervalBucketOutcome(
+  rule: IntervalBucketRule,
+  result: number,
+  cost: number,
+  now: number,
+): RuleResult {
+  const { capacity } = rule;
+  if (result >= 0) {
+    if (result % 2 === 1) {
+      const left = capacity + (result - 1) / 2;
+      return { allowed: true, limit: capacity, remaining: left, resetAt: now, retryAfter: 0 };
+    }
+    const left = (result / 2) % capacity;
+    const at = refilledAt(rule, (result / 2 - left) / capacity, now);
+    return {
+      allowed: true,
+      limit: capacity,
+      remaining: left,
+      resetAt: fullAt(rule, left, at),
+      retryAfter: 0,
+    };
+  }
+  const x = -result - 1;
+  if (x % 2 === 1) {
+    // a credit above capacity, and a cost above it
+    const t = capacity + (x - 1) / 2;
+    return {
+      allowed: false,
+      limit: capacity,
+      remaining: t,
+      resetAt: now,
+      retryAfter: Number.POSITIVE_INFINITY,
+    };
+  }
+  const debt = DEBTS * capacity;
+  const span = capacity + debt + 1;
+  const low = (x / 2) % span;
+  const t = low - debt;
+  const at = refilledAt(rule, (x / 2 - low) / span, now);
+  return {
+    allowed: false,
+    limit: capacity,
+    remaining: Math.max(0, t),
+    resetAt: t >= capacity ? now : fullAt(rule, t, at),
+    retryAfter:
+      cost > capacity
+        ? Number.POSITIVE_INFINITY
+        : at + ceilDiv(cost - t, rule.refillRate) * rule.interval - now,
+  };
+}
+
+/**
+ * Where an admission counted its units: the last refill's time, as the limiter script answers (now
+ * for a credit left, whose reply does not carry it: a settle of this algorithm reads no such mark).
+ */
+export function intervalBucketCounted(rule: IntervalBucketRule, result: number, now: number): number {
+  if (result % 2 === 1) return now;
+  const half = result / 2;
+  return refilledAt(rule, (half - (half % rule.capacity)) / rule.capacity, now);
+}
+
+/** The one-rule script of a rule that takes: ARGV now (hexadecimal), cost, capacity, interval, p3. */
+function intervalBucketOne(rule: IntervalBucketRule, options: ScriptCallOptions): OneRule | undefined {
+  if (rule.givesBack) return undefined;
+  const call = { ...options, script: INTERVAL_BUCKET_ONE_RULE };
+  const tail = [String(rule.capacity), String(rule.interval), String(rule.refillRate * 2)] as const;
+  return {
+    sha1: INTERVAL_BUCKET_ONE_RULE.sha1,
+    options: call,
+    takes: (cost) => cost >= 1,
+    push(command, cost, now) {
+      command.push(now.toString(16), String(cost), tail[0], tail[1], tail[2]);
+    },
+    decode: (result, cost, now) => intervalBucketOutcome(rule, result, cost, now),
+    // where its units were counted: the last refill's time, as the limiter script answers
+    counted: (result, now) => intervalBucketCounted(rule, result, now),
+  };
+}
 
 export const intervalBucketAlgorithm: AlgorithmModule<IntervalBucketRule> = {
   fields: ["capacity", "refillRate", "interval"],
@@ -77,6 +175,9 @@ export const intervalBucketAlgorithm: AlgorithmModule<IntervalBucketRule> = {
     ...(p3 % 2 === 1 ? { givesBack: true } : {}),
   }),
   key: "intervalBucket",
+  oneRule: intervalBucketOne,
+  outcome: intervalBucketOutcome,
+  oneRuleCounted: intervalBucketCounted,
   windowed: false,
   leasable: false,
   holdsTat: false,
