@@ -551,7 +551,9 @@ export class Limiter {
     const bySlot = new Map<string, string[]>();
     for (const key of keys) {
       const tag = key.slice(key.indexOf("{"), key.indexOf("}") + 1);
-      bySlot.set(tag, [...(bySlot.get(tag) ?? []), key]);
+      const group = bySlot.get(tag);
+      if (group === undefined) bySlot.set(tag, [key]);
+      else group.push(key);
     }
     const replies = await this.transport.pipeline(
       [...bySlot.values()].map((group) => ["DEL", ...group]),
