@@ -452,6 +452,54 @@ async function waitUntilServing(url, child) {
   return false;
 }
 
+function bin() {
+  return join(root, "node_modules", ".bin", process.platform === "win32" ? "wrangler.cmd" : "wrangler");
+}
+
+// Starts wrangler dev on a port; resolves "serving", "port taken" (it exited as its port was in use) or why
+// it did not start. Its output passes through, and is read for the bind failure.
+async function startWrangler(command, port, inspectorPort, envFile, dir) {
+  const wranglerArgs = ["dev", "--local", "--ip", "127.0.0.1", "--port", String(port)];
+  wranglerArgs.push("--inspector-port", String(inspectorPort), "--env-file", envFile);
+  wranglerArgs.push("--persist-to", join(dir, "state"), "--show-interactive-dev-session=false");
+  // Its own process group (detached), so stopping it takes workerd and esbuild along.
+  const child = spawn(command, wranglerArgs, {
+    cwd: root,
+    detached: true,
+    stdio: ["ignore", "pipe", "pipe"],
+    env: { ...process.env, CLOUDFLARE_CF_FETCH_ENABLED: "false", WRANGLER_SEND_METRICS: "false" },
+  });
+  wrangler = child;
+  guard(-child.pid);
+  let portTaken = false;
+  const pass = (stream, into) =>
+    stream.on("data", (chunk) => {
+      if (/Address already in use/i.test(chunk.toString())) portTaken = true;
+      try {
+        into.write(chunk);
+      } catch {
+        // our own output gone: nothing to tell
+      }
+    });
+  pass(child.stdout, process.stdout);
+  pass(child.stderr, process.stderr);
+  let serving = false;
+  child.once("exit", (code, signal) => {
+    if (serving && !stopping) fail(`wrangler dev exited (${signal ?? `code ${code}`})`);
+  });
+  if (await waitUntilServing(`http://127.0.0.1:${port}/`, child)) {
+    serving = true;
+    return "serving";
+  }
+  const exited = child.exitCode !== null || child.signalCode !== null;
+  if (!exited) {
+    killGroup("SIGKILL");
+    return "wrangler dev did not start serving";
+  }
+  killGroup("SIGKILL"); // workerd, if it outlived wrangler
+  return portTaken ? "port taken" : `wrangler dev exited (${child.signalCode ?? `code ${child.exitCode}`})`;
+}
+
 async function main() {
   const args = process.argv.slice(2);
   if (args.includes("--help") || args.includes("-h")) {
@@ -543,22 +591,8 @@ async function main() {
     `EDGELIMIT_CONFIG='${value}'\nUPSTASH_REDIS_REST_URL='${redis.url}'\nUPSTASH_REDIS_REST_TOKEN='${redis.token}'\nEDGELIMIT_ADMIN_TOKEN='${adminToken}'\n`,
     { mode: 0o600 },
   );
-  const port = process.env.PORT ? Number(process.env.PORT) : await bridge.freePort();
-  const inspectorPort = await bridge.freePort();
-  const bin = join(root, "node_modules", ".bin", process.platform === "win32" ? "wrangler.cmd" : "wrangler");
-  const wranglerArgs = ["dev", "--local", "--ip", "127.0.0.1", "--port", String(port)];
-  wranglerArgs.push("--inspector-port", String(inspectorPort), "--env-file", envFile);
-  wranglerArgs.push("--persist-to", join(dir, "state"), "--show-interactive-dev-session=false");
-  // Its own process group (detached), so stopping it takes workerd and esbuild along.
-  wrangler = spawn(bin, wranglerArgs, {
-    cwd: root,
-    detached: true,
-    stdio: ["ignore", "inherit", "inherit"],
-    env: { ...process.env, CLOUDFLARE_CF_FETCH_ENABLED: "false", WRANGLER_SEND_METRICS: "false" },
-  });
-  guard(-wrangler.pid);
   cleanups.push(async () => {
-    if (wrangler.exitCode === null && wrangler.signalCode === null) {
+    if (wrangler && wrangler.exitCode === null && wrangler.signalCode === null) {
       const exited = new Promise((resolve) => wrangler.once("exit", resolve));
       killGroup("SIGTERM");
       const timer = setTimeout(() => killGroup("SIGKILL"), 5000);
@@ -567,12 +601,19 @@ async function main() {
     }
     killGroup("SIGKILL"); // anything of its group still alive (workerd)
   });
-  wrangler.once("exit", (code, signal) => {
-    if (!stopping) fail(`wrangler dev exited (${signal ?? `code ${code}`})`);
-  });
-
+  // A free port is only free until someone binds it: another process may take it between our check and
+  // workerd's bind. Unless PORT was given, such a bind failure is retried on fresh ports.
+  let port;
+  for (let attempt = 1; ; attempt++) {
+    port = process.env.PORT ? Number(process.env.PORT) : await bridge.freePort();
+    const outcome = await startWrangler(bin(), port, await bridge.freePort(), envFile, dir);
+    if (outcome === "serving") break;
+    if (stopping) return;
+    const retry = outcome === "port taken" && !process.env.PORT && attempt < 3;
+    if (!retry) return fail(outcome === "port taken" ? "wrangler dev: its port was taken" : outcome);
+    say(`npm start: port ${port} was taken before workerd bound it; trying another`);
+  }
   const url = `http://127.0.0.1:${port}`;
-  if (!(await waitUntilServing(`${url}/`, wrangler))) return fail("wrangler dev did not start serving");
   watchWorkerd();
   say(`
 edgelimit is running at ${url}  (Ctrl-C stops everything)

@@ -365,8 +365,9 @@ describe("failures", () => {
   it("home stalled: the region answers from its pool until it runs out, then onError without waiting", async () => {
     const prefix = uniquePrefix("stall");
     const rules = { r: gcra({ limit: 100_000, period: "1m" }) };
+    // a pool ttl longer than the test: the pool cannot expire between the warm-up and the stall
     const fleet = Array.from({ length: 4 }, () =>
-      limiter(2, rules, prefix, { onError: "deny", timeout: 300 }),
+      limiter(2, rules, prefix, { onError: "deny", timeout: 300 }, { max: 40, ttl: "30s" }),
     );
     // warm: the pool fills
     const start = Date.now();
@@ -378,6 +379,16 @@ describe("failures", () => {
         }
       }),
     );
+    // The stall must find units in the pool (a deposit or top-up may still be on its way when the
+    // warm-up ends): wait until it holds 8, asking once more (a low pool asks for a top-up) meanwhile.
+    const regionDb = client(toRegion[2]!.url);
+    const [poolKey] = await regionDb.keys(`${prefix}*pool*`);
+    expect(poolKey, "the pool's key in the region's database").toBeDefined();
+    for (let tries = 0; Number((await regionDb.hget<string>(poolKey!, "u")) ?? 0) < 8; tries++) {
+      expect(tries, "the pool never held 8 units").toBeLessThan(100);
+      await fleet[0]!.limit("s");
+      await sleep(50);
+    }
     toHome[2]!.stalled = true;
     try {
       const seen: { source: string; ms: number }[] = [];
