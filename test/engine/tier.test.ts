@@ -7,6 +7,7 @@ import { RedisCallError } from "../../src/engine/errors.js";
 import { RuleKeys } from "../../src/engine/keys.js";
 import type { Applied, PlanEncoding, Reservation } from "../../src/engine/scripts/limiter.js";
 import type { Deposit, PoolPut, PoolTake } from "../../src/engine/scripts/pool.js";
+import { UNKNOWN } from "../../src/engine/scripts/settle.js";
 import { estimate, Home, type HomeScripts, withHeld } from "../../src/engine/tier.js";
 import { IsolateTier } from "../../src/engine/tier-isolate.js";
 import { type PoolStore, RegionalTier, RegionalTiers } from "../../src/engine/tier-region.js";
@@ -346,16 +347,30 @@ function fakePool() {
   const pool: PoolStore = {
     take(key: string, cost: number, now: number, rules: number, extra?: number) {
       calls.push(["take", key, cost, now, rules, extra ?? 0]);
-      return Promise.resolve(takes.shift() ?? { hit: false, want: 0, leftover: 0, windowStarts: [0] });
+      return Promise.resolve(
+        takes.shift() ?? { hit: false, want: 0, leftover: 0, windowStarts: [0], reserved: UNKNOWN },
+      );
     },
     drain(key: string, now: number) {
       calls.push(["drain", key, now]);
-      return Promise.resolve({ hit: false, want: 0, leftover: 0, windowStarts: [0] } as PoolTake);
+      return Promise.resolve({
+        hit: false,
+        want: 0,
+        leftover: 0,
+        windowStarts: [0],
+        reserved: UNKNOWN,
+      } as PoolTake);
     },
     put(key: string, deposit: Deposit, now: number) {
       calls.push(["put", key, deposit, now]);
       return Promise.resolve(
-        puts.shift() ?? { units: deposit.units, leftover: 0, leftoverWindows: [0], excess: 0 },
+        puts.shift() ?? {
+          units: deposit.units,
+          leftover: 0,
+          leftoverWindows: [0],
+          leftoverReserved: UNKNOWN,
+          excess: 0,
+        },
       );
     },
     free(key: string, asked: number) {
@@ -388,6 +403,7 @@ describe("the regional tier (units in the region's database)", () => {
       snapshot: [{ remaining: 40, resetAt: T0 + MINUTE }],
       extra: 2,
       windowStarts: [T0],
+      reserved: UNKNOWN,
     });
     const answer = (await tier.reserve("a", 1, T, 3)) as Reservation;
     expect(answer.decision).toEqual({
@@ -413,7 +429,7 @@ describe("the regional tier (units in the region's database)", () => {
   it("on a miss passes on home, reserving the pool's want beside the lease's, and deposits the pool's share", async () => {
     const { fake, pool, tier } = regional();
     const T = T0 + 1000;
-    pool.takes.push({ hit: false, want: 6, leftover: 0, windowStarts: [0] });
+    pool.takes.push({ hit: false, want: 6, leftover: 0, windowStarts: [0], reserved: UNKNOWN });
     const waited: Promise<unknown>[] = [];
     const answer = (await tier.reserve("a", 1, T, 3, (p) => void waited.push(p))) as Reservation;
     // home took 1 + 9 (half of 99 is more): 90 left; 6 go to the pool, 3 up to the lease
@@ -429,6 +445,8 @@ describe("the regional tier (units in the region's database)", () => {
         expiresAt: T + 5000,
         windowStarts: [T0],
         snapshot: [{ remaining: 90, resetAt: T0 + MINUTE }],
+        // the pool's part of home's reservation: a refund of its units is bounded by them
+        reserved: { at: T, taken: 6 },
       },
       T,
     ]);
@@ -438,7 +456,7 @@ describe("the regional tier (units in the region's database)", () => {
   it("clamps a deposit's expiry to the window its units were counted in", async () => {
     const T = T0 + 58_000;
     const { pool, tier } = regional(T);
-    pool.takes.push({ hit: false, want: 4, leftover: 0, windowStarts: [0] });
+    pool.takes.push({ hit: false, want: 4, leftover: 0, windowStarts: [0], reserved: UNKNOWN });
     const waited: Promise<unknown>[] = [];
     await tier.reserve("a", 1, T, undefined, (p) => void waited.push(p));
     await Promise.all(waited);
@@ -448,7 +466,7 @@ describe("the regional tier (units in the region's database)", () => {
   it("refunds a pool's expired leftovers at home, in the windows they were counted in", async () => {
     const { fake, pool, tier } = regional();
     const T = T0 + 1000;
-    pool.takes.push({ hit: false, want: 0, leftover: 4, windowStarts: [T0 - MINUTE] });
+    pool.takes.push({ hit: false, want: 0, leftover: 4, windowStarts: [T0 - MINUTE], reserved: UNKNOWN });
     const waited: Promise<unknown>[] = [];
     const answer = (await tier.reserve("a", 1, T, undefined, (p) => void waited.push(p))) as Reservation;
     // nothing to reserve for anyone: home's plain decision
@@ -479,7 +497,7 @@ describe("the regional tier (units in the region's database)", () => {
     const waited: Promise<unknown>[] = [];
     // 99 used: home denies a cost of 2
     await fake.scripts.reserve("b", 99, T, 0);
-    pool.takes.push({ hit: false, want: 6, leftover: 0, windowStarts: [0] });
+    pool.takes.push({ hit: false, want: 6, leftover: 0, windowStarts: [0], reserved: UNKNOWN });
     const answer = (await tier.reserve("a", 2, T, undefined, (p) => void waited.push(p))) as Reservation;
     expect(answer.decision.allowed).toBe(false);
     await Promise.all(waited);
@@ -497,6 +515,7 @@ describe("the regional tier (units in the region's database)", () => {
       snapshot: [{ remaining: 40, resetAt: T0 + MINUTE }],
       extra: 0,
       windowStarts: [T0],
+      reserved: UNKNOWN,
     });
     const waited: Promise<unknown>[] = [];
     const waitUntil = (p: Promise<unknown>) => void waited.push(p);
@@ -508,7 +527,7 @@ describe("the regional tier (units in the region's database)", () => {
     expect(tier.stats).toMatchObject({ hits: 1, deposited: 6 });
     // at the deposit's expiry the next decision first asks the pool for nothing, taking its leftovers out
     clock.now = T + 5000;
-    pool.takes.push({ hit: false, want: 0, leftover: 3, windowStarts: [T0] });
+    pool.takes.push({ hit: false, want: 0, leftover: 3, windowStarts: [T0], reserved: UNKNOWN });
     await tier.reserve("a", 1, T + 5000, undefined, waitUntil);
     await Promise.all(waited);
     expect(pool.calls[2]).toEqual(["take", KEY, 0, T + 5000, 1, 0]);
@@ -530,7 +549,7 @@ describe("the regional tier (units in the region's database)", () => {
     const T = T0 + 1000;
     const home = new Home(scripts, encoding(RULES));
     const tier = new RegionalTier(pool.pool, { max: 20, ttl: 5000 }, home, new RegionalTiers(), () => T);
-    pool.takes.push({ hit: false, want: 4, leftover: 0, windowStarts: [0] });
+    pool.takes.push({ hit: false, want: 4, leftover: 0, windowStarts: [0], reserved: UNKNOWN });
     const waited: Promise<unknown>[] = [];
     const answer = (await tier.reserve("a", 1, T, 2, (p) => void waited.push(p))) as Reservation;
     await Promise.all(waited);
@@ -561,10 +580,10 @@ describe("the regional tier (units in the region's database)", () => {
     );
     const waited: Promise<unknown>[] = [];
     const waitUntil = (p: Promise<unknown>) => void waited.push(p);
-    pool.takes.push({ hit: false, want: 6, leftover: 0, windowStarts: [0] });
+    pool.takes.push({ hit: false, want: 6, leftover: 0, windowStarts: [0], reserved: UNKNOWN });
     await base.reserve("a", 1, T, undefined, waitUntil);
     await Promise.all(waited);
-    pool.takes.push({ hit: false, want: 0, leftover: 2, windowStarts: [T0] });
+    pool.takes.push({ hit: false, want: 0, leftover: 2, windowStarts: [T0], reserved: UNKNOWN });
     await pro.reserve("b", 1, T + 5000, undefined, waitUntil);
     await Promise.all(waited);
     expect(pool.calls.filter((call) => call[0] === "take").map((call) => call.slice(1, 4))).toEqual([
@@ -579,7 +598,7 @@ describe("the regional tier (units in the region's database)", () => {
   it("on dispose drains every pool it deposited into", async () => {
     const { pool, tier } = regional();
     const T = T0 + 1000;
-    pool.takes.push({ hit: false, want: 6, leftover: 0, windowStarts: [0] });
+    pool.takes.push({ hit: false, want: 6, leftover: 0, windowStarts: [0], reserved: UNKNOWN });
     await tier.reserve("a", 1, T, undefined, () => {});
     await tier.dispose();
     expect(pool.calls.map((call) => call[0])).toEqual(["take", "put", "drain"]);
