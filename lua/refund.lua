@@ -5,10 +5,13 @@
 -- ARGV[1]  now, epoch ms, from the caller's clock, in hexadecimal
 -- ARGV[2]  units to give back (whole, > 0)
 -- ARGV[3]  when the reservation counted them (its `now`, in hexadecimal), or 0 when not known (a
---          regional pool's units: deposits of several reservations)
--- ARGV[4]  how many units that reservation took in all (0 when not known): gcra reads its ledger from
---          ARGV[3] on, so refunds made before the reservation do not count against it (a rollback
---          gives back exactly what it took) and those after it do (a late refund mints nothing)
+--          regional pool written by a pool script that kept no reservation)
+-- ARGV[4]  how many of that reservation's units these are, or were before some went to another
+--          holder (a pool lends a lease part of its units, and their part with them: no two holders
+--          count the same units); 0 with ARGV[3] known: all lent, what is left is bounded by the
+--          refunds since. gcra reads its ledger from ARGV[3] on, so refunds made before the
+--          reservation do not count against it (a rollback gives back exactly what it took) and
+--          those after it do (a late refund mints nothing)
 -- ARGV[5 + 5(i-1) ..]  rule i: algorithm name, its three integer parameters (as the limiter script
 --          takes them), and the start of the window the units were counted in (for gcra the TAT
 --          they held once taken, rounded up to a ms: units since earned back are not given back;
@@ -25,7 +28,7 @@ local now = tonumber(ARGV[1], 16)
 local units = tonumber(ARGV[2])
 local since = tonumber(ARGV[3], 16)
 local taken = tonumber(ARGV[4])
-if taken == 0 then taken = nil end
+if since == 0 then taken = nil end
 local refund = {}
 
 -- #refunds

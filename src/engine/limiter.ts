@@ -27,7 +27,14 @@ import { type Counted, type PlanEncoding, RuleScripts } from "./scripts/limiter.
 import { PoolScript } from "./scripts/pool.js";
 import { Home, type Upstream, type WaitUntil } from "./tier.js";
 import { IsolateTier } from "./tier-isolate.js";
-import { deletePools, poolKey, RegionalTier, RegionalTiers, servesRegion } from "./tier-region.js";
+import {
+  deletePools,
+  poolKey,
+  poolsHolding,
+  RegionalTier,
+  RegionalTiers,
+  servesRegion,
+} from "./tier-region.js";
 import { type Transport, transportFor } from "./transport.js";
 import { type Decision, decidedBy, type RuleResult, type Settlement } from "./types.js";
 import { checkClock, checkOptions, issueText, positiveMs, readClock } from "./validate.js";
@@ -503,6 +510,7 @@ export class Limiter {
       if (!whole) {
         const { field, value } = this.identities.one(identifier);
         this.forget(value, field, true);
+        await this.takeOutPools(field, value, now);
         for (const { encoding } of this.plans.values()) {
           for (const key of encoding.keys.allOfTag(keyTag(value, field), field, encoding.rules, now))
             keys.add(key);
@@ -524,6 +532,27 @@ export class Limiter {
       const pools = [...this.plans.values()].map((plan) => poolKey(plan.encoding, identifier));
       await deletePools(this.regional.transport, pools, this.timeout);
     }
+  }
+
+  /**
+   * With `region`, takes out what the region's pools hold for every subject with `value` in `field`
+   * and gives it back at home, before a reset of that field deletes its rules' state: the subjects'
+   * rules keyed by other fields get their units back, and none of them is handed out against the
+   * reset rules' new state. Pools in other regions, and deposits still on their way, are not found.
+   */
+  private async takeOutPools(field: string, value: string, now: number): Promise<void> {
+    if (this.regional === undefined) return;
+    const tag = keyTag(value, field);
+    const place = this.identities.fields.indexOf(field);
+    const found = await poolsHolding(this.regional.transport, this.prefix, tag, this.timeout);
+    const drained: Promise<void>[] = [];
+    for (const { subject, plan } of found) {
+      const tier = this.plans.get(plan)?.region;
+      const tags = tagsOf(subject);
+      if (tier !== undefined && tags.length === this.identities.fields.length && tags[place] === tag)
+        drained.push(tier.takeOut(subject, now));
+    }
+    await Promise.all(drained);
   }
 
   /**

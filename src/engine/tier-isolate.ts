@@ -179,7 +179,7 @@ export class IsolateTier extends Tier {
    */
   fill(
     identifier: string,
-    { decision, reserved, windowStarts }: Reservation,
+    { decision, reserved, windowStarts, from }: Reservation,
     now: number,
     waitUntil?: WaitUntil,
   ): Decision {
@@ -191,20 +191,13 @@ export class IsolateTier extends Tier {
     }
     if (reserved > 0) this.stats.reserved += reserved;
     const lease = seen?.lease;
+    const taken = reservedBy(decision, reserved, from);
     // Units held before this answer, and reserved by it, are this identifier's to use (or on their way back).
     const answer = withHeld(decision, (lease?.units ?? 0) + reserved);
     if (seen === undefined || this.disposed) {
       // Forgotten while the request was out (evicted), or disposed since: the reserved units go straight back.
       if (reserved > 0)
-        this.refund(
-          identifier,
-          reserved,
-          windowStarts,
-          now,
-          this.appliedOf(decision),
-          waitUntil,
-          reservedBy(decision, reserved),
-        );
+        this.refund(identifier, reserved, windowStarts, now, this.appliedOf(decision), waitUntil, taken);
       return answer;
     }
     if (lease !== undefined) {
@@ -215,7 +208,8 @@ export class IsolateTier extends Tier {
         : 0;
       lease.snapshot = answer.rules;
       lease.used = 0;
-      if (keep > 0) join(lease, windowStarts, reservedBy(decision, reserved));
+      const [kept, back] = split(taken, keep);
+      if (keep > 0) join(lease, windowStarts, kept);
       lease.units += keep;
       if (reserved > keep)
         this.refund(
@@ -225,11 +219,11 @@ export class IsolateTier extends Tier {
           now,
           this.appliedOf(decision),
           waitUntil,
-          reservedBy(decision, reserved),
+          back,
         );
       return answer;
     }
-    if (reserved > 0) this.start(identifier, seen, reserved, answer, windowStarts, now, waitUntil);
+    if (reserved > 0) this.start(identifier, seen, reserved, answer, windowStarts, taken, now, waitUntil);
     return answer;
   }
 
@@ -347,7 +341,7 @@ export class IsolateTier extends Tier {
   /** A top-up's answer: its unit and the reserved ones join the lease (or start a new one). */
   private topUp(
     identifier: string,
-    { decision, reserved, windowStarts }: Reservation,
+    { decision, reserved, windowStarts, from }: Reservation,
     now: number,
     waitUntil?: WaitUntil,
   ): void {
@@ -359,24 +353,25 @@ export class IsolateTier extends Tier {
       return;
     }
     const lease = seen?.lease;
-    const taken = reservedBy(decision, units);
+    const taken = reservedBy(decision, units, from);
     if (seen === undefined || this.disposed) {
       this.refund(identifier, units, windowStarts, now, this.appliedOf(decision), waitUntil, taken);
       return;
     }
     if (lease === undefined) {
-      this.start(identifier, seen, units, withHeld(decision, units), windowStarts, now, waitUntil);
+      this.start(identifier, seen, units, withHeld(decision, units), windowStarts, taken, now, waitUntil);
       return;
     }
     const keep = joins(lease, decision, windowStarts) ? Math.min(units, this.config.max - lease.units) : 0;
-    if (keep > 0) join(lease, windowStarts, taken);
+    const [kept, back] = split(taken, keep);
+    if (keep > 0) join(lease, windowStarts, kept);
     lease.units += keep;
     lease.snapshot = withHeld(decision, lease.units).rules;
     lease.used = 0;
     // a lease topped up lives a ttl from then (what is left of the old units is at most a quarter of max)
     if (keep > 0) lease.expiresAt = this.expiry(now, lease.rules, windowStarts);
     if (units > keep)
-      this.refund(identifier, units - keep, windowStarts, now, this.appliedOf(decision), waitUntil, taken);
+      this.refund(identifier, units - keep, windowStarts, now, this.appliedOf(decision), waitUntil, back);
   }
 
   private start(
@@ -385,6 +380,7 @@ export class IsolateTier extends Tier {
     units: number,
     answer: Decision,
     windowStarts: readonly number[],
+    reserved: Reserved,
     now: number,
     waitUntil: WaitUntil | undefined,
   ): void {
@@ -395,7 +391,7 @@ export class IsolateTier extends Tier {
       snapshot: answer.rules,
       used: 0,
       windowStarts,
-      reserved: reservedBy(answer, units),
+      reserved,
       plan: answer.plan,
       rules,
     };
@@ -461,17 +457,33 @@ function join(lease: Held, windowStarts: readonly number[], reserved: Reserved):
   lease.windowStarts = lease.windowStarts.map((start, i) =>
     holdsTat(lease.rules[i]!) ? Math.min(start, windowStarts[i]!) : start,
   );
-  const known = lease.reserved.taken > 0 && reserved.taken > 0;
+  const known = lease.reserved.at > 0 && reserved.at > 0;
   if (!known) lease.reserved = UNKNOWN;
   else if (reserved.at < lease.reserved.at) lease.reserved = reserved;
 }
 
 /**
- * When and how many units a reservation answered by `decision` counted: its time, unless the region's
- * pool answered it (units deposited by earlier reservations, counted before it: not known).
+ * When and how many units a reservation answered by `decision` counted: its time and `units`, or,
+ * for units the region's pool lent (`from`), the pool's reservation and the part it lent with them.
+ * A decision the pool answered without lending a part: not known.
  */
-function reservedBy(decision: Decision, units: number): Reserved {
+function reservedBy(decision: Decision, units: number, from: Reserved | undefined): Reserved {
+  if (from !== undefined) return from;
   return decision.source === "region" ? UNKNOWN : { at: decision.decidedAt, taken: units };
+}
+
+/**
+ * A reservation's units split between two holders: the first `units` take as many of its part as
+ * they can, the rest the remainder (two holders each bounded by the whole part could, between them,
+ * give back more than the units hold).
+ */
+function split(reserved: Reserved, units: number): [Reserved, Reserved] {
+  if (reserved.at === 0) return [reserved, reserved];
+  const first = Math.min(units, reserved.taken);
+  return [
+    { at: reserved.at, taken: first },
+    { at: reserved.at, taken: reserved.taken - first },
+  ];
 }
 
 /** An admission from a lease: what home last said, minus what this isolate has used since. */

@@ -19,6 +19,7 @@
 import type { RedisCallError } from "./errors.js";
 import type { PlanEncoding, Reservation } from "./scripts/limiter.js";
 import type { PoolScript } from "./scripts/pool.js";
+import type { Reserved } from "./scripts/settle.js";
 import {
   fromHeld,
   type Home,
@@ -97,6 +98,40 @@ export async function deletePools(
 }
 
 /**
+ * The pools under `prefix` in the region's database of every subject one of whose tags is `tag` (rules
+ * keyed by several fields): their subjects and plans. One SCAN of the whole database, its MATCH
+ * narrowing what comes back, a page at a time. Rejects when the region's database fails.
+ */
+export async function poolsHolding(
+  transport: Transport,
+  prefix: string,
+  tag: string,
+  timeout: number,
+): Promise<{ subject: string; plan: string }[]> {
+  // a tag may hold the glob's own characters: matched as themselves
+  const pattern = `${prefix}:*${tag.replace(/[*?[\]\\]/g, "\\$&")}*:pool.*`;
+  const found: { subject: string; plan: string }[] = [];
+  let cursor = "0";
+  do {
+    const reply = await transport.call(["SCAN", cursor, "MATCH", pattern, "COUNT", "1000"], {
+      timeout,
+      breaker: false,
+    });
+    if (!reply.ok) throw reply.error;
+    const [next, keys] = reply.result as [unknown, unknown];
+    if (!Array.isArray(keys)) throw new Error(`reset: the region answered SCAN with ${String(reply.result)}`);
+    for (const key of keys as string[]) {
+      // <prefix>:<subject, its tags>:pool.<plan>; a tag never holds "}", so the first "}:pool." ends it
+      const end = key.indexOf("}:pool.", prefix.length);
+      if (!key.startsWith(`${prefix}:{`) || end < 0) continue;
+      found.push({ subject: key.slice(prefix.length + 1, end + 1), plan: key.slice(end + 7) });
+    }
+    cursor = String(next);
+  } while (cursor !== "0");
+  return found;
+}
+
+/**
  * The regional tier of one Limiter under one plan: answers from the region's pool, or passes on home
  * and fills the pool from home's answer.
  *
@@ -155,8 +190,10 @@ export class RegionalTier extends Tier implements Upstream {
     }
     if (!answer.hit) {
       this.stats.misses += 1;
-      if (answer.leftover > 0)
-        this.refund(identifier, answer.leftover, answer.windowStarts, now, this.home.plan, waitUntil);
+      if (answer.leftover > 0) {
+        const { leftover, windowStarts, reserved } = answer;
+        this.refund(identifier, leftover, windowStarts, now, this.home.plan, waitUntil, reserved);
+      }
       return this.passOn(identifier, cost, now, want, answer.want, waitUntil);
     }
     this.stats.hits += 1;
@@ -173,7 +210,8 @@ export class RegionalTier extends Tier implements Upstream {
       plan.name,
       now,
     );
-    return { decision, reserved: answer.extra, windowStarts: answer.windowStarts };
+    // the lease's units come with their part of the pool's reservation (what a refund of them is bounded by)
+    return { decision, reserved: answer.extra, windowStarts: answer.windowStarts, from: answer.reserved };
   }
 
   /**
@@ -222,7 +260,8 @@ export class RegionalTier extends Tier implements Upstream {
       this.free(identifier, now, waitUntil);
       return { decision, reserved: reserved - share, windowStarts };
     }
-    this.track(this.put(identifier, share, windowStarts, decision, now, !waitUntil), waitUntil);
+    const deposit = { at: decision.decidedAt, taken: share };
+    this.track(this.put(identifier, share, windowStarts, decision, deposit, now, !waitUntil), waitUntil);
     return { decision: withHeld(decision, share), reserved: reserved - share, windowStarts };
   }
 
@@ -257,6 +296,19 @@ export class RegionalTier extends Tier implements Upstream {
   }
 
   /**
+   * Takes every unit out of the identifier's pool, expired or not, and gives them back at home (a
+   * reset of one of its fields: the rules keyed by the others keep their state). Rejects when the
+   * region's database fails; a refund that fails is counted, as any other.
+   */
+  async takeOut(identifier: string, now: number): Promise<void> {
+    const answer = await this.pool.drain(this.key(identifier), now, this.count);
+    if (answer instanceof Error) throw answer;
+    if (answer.hit || answer.leftover === 0) return;
+    const { leftover, windowStarts, reserved } = answer;
+    await this.giveBack(identifier, leftover, windowStarts, now, this.home.plan, reserved);
+  }
+
+  /**
    * Every pool this tier deposited into whose units are no longer handed out at `now`: asks it for
    * nothing (a take of 0), which takes out what is left for a refund at home, unless another isolate
    * did, or deposited again since. With `all` (dispose), every pool it deposited into, drained.
@@ -273,7 +325,8 @@ export class RegionalTier extends Tier implements Upstream {
       this.track(
         asked.then((answer) => {
           if (answer instanceof Error || answer.hit || answer.leftover === 0) return;
-          return this.giveBack(entry.identifier, answer.leftover, answer.windowStarts, now, this.home.plan);
+          const { leftover, windowStarts, reserved } = answer;
+          return this.giveBack(entry.identifier, leftover, windowStarts, now, this.home.plan, reserved);
         }),
         waitUntil,
       );
@@ -291,18 +344,20 @@ export class RegionalTier extends Tier implements Upstream {
           return this.unmark(identifier, now);
         }
         const units = 1 + answer.reserved;
-        return this.put(identifier, units, answer.windowStarts, answer.decision, now, !waitUntil);
+        const reserved = { at: answer.decision.decidedAt, taken: units };
+        return this.put(identifier, units, answer.windowStarts, answer.decision, reserved, now, !waitUntil);
       }),
       waitUntil,
     );
   }
 
-  /** Deposits units home reserved; what the pool cannot keep goes back home. */
+  /** Deposits units home reserved (as `reserved`); what the pool cannot keep goes back home. */
   private async put(
     identifier: string,
     units: number,
     windowStarts: readonly number[],
     decision: Decision,
+    reserved: Reserved,
     now: number,
     /** No waitUntil: a timer takes back the pool's leftovers once it expires. */
     background: boolean,
@@ -314,20 +369,27 @@ export class RegionalTier extends Tier implements Upstream {
     });
     const expiresAt = Math.floor(this.expiry(now, plan.rules, windowStarts));
     const key = this.key(identifier);
-    const put = await this.pool.put(key, { units, expiresAt, windowStarts, snapshot }, now);
+    const put = await this.pool.put(key, { units, expiresAt, windowStarts, snapshot, reserved }, now);
     if (put instanceof Error) {
       // Refused before it was sent (the region's breaker is open): the units never left, give them back.
       // Any other failure may have reached the pool: giving them back too could admit them twice.
       if ((put as RedisCallError).kind === "breaker-open")
-        await this.giveBack(identifier, units, windowStarts, now, plan);
+        await this.giveBack(identifier, units, windowStarts, now, plan, reserved);
       else this.stats.lost += units;
       return;
     }
     this.stats.deposited += units - put.excess;
     this.remember(key, identifier, expiresAt, background);
     const back: Promise<void>[] = [];
-    if (put.leftover > 0) back.push(this.giveBack(identifier, put.leftover, put.leftoverWindows, now, plan));
-    if (put.excess > 0) back.push(this.giveBack(identifier, put.excess, windowStarts, now, plan));
+    if (put.leftover > 0)
+      back.push(
+        this.giveBack(identifier, put.leftover, put.leftoverWindows, now, plan, put.leftoverReserved),
+      );
+    if (put.excess > 0) {
+      // the pool kept the rest of the reservation's part: the excess goes back with its own
+      const excess = { at: reserved.at, taken: Math.min(put.excess, reserved.taken) };
+      back.push(this.giveBack(identifier, put.excess, windowStarts, now, plan, excess));
+    }
     await Promise.all(back);
   }
 

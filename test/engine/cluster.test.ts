@@ -64,11 +64,21 @@ describe("on a 3-node Redis Cluster", () => {
       const key = keys.pool(id, "default");
       const slot = (k: string) => cluster.nodes[0]!.conn.call("CLUSTER", "KEYSLOT", k);
       expect(await slot(key)).toEqual(await slot(limiter.keys(id)[0]!));
-      // a deposit of 7 units (ttl 5 s, max 500), then a take of 3
+      // a deposit of 7 units (ttl 5 s, max 500) reserved at T0, then a take of 3
+      const reserved = `${T0} 7`;
       expect(
-        await pool(key, "put", "5000", "500", "7", String(T0 + 5000), "0 0 0 0 0", snapshot, "1"),
-      ).toEqual([7, 0, "", 0]);
-      expect(await pool(key, "take", "5000", "500", "3", "0")).toEqual([1, 4, 0, snapshot, 0, "0 0 0 0 0"]);
+        await pool(key, "put", "5000", "500", "7", String(T0 + 5000), "0 0 0 0 0", snapshot, "1", reserved),
+      ).toEqual([7, 0, "", 0, 0, 0]);
+      expect(await pool(key, "take", "5000", "500", "3", "0")).toEqual([
+        1,
+        4,
+        0,
+        snapshot,
+        0,
+        "0 0 0 0 0",
+        T0,
+        0,
+      ]);
     }
   });
 

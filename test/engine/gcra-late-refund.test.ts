@@ -259,3 +259,73 @@ describe.each([
     expect((await peek(plain, "hot")).remaining).toBe(30 - 4);
   });
 });
+
+describe.each([
+  ["gcra", gcra({ limit: 30, period: "1m" })],
+  ["tokenBucket", tokenBucket({ capacity: 30, refillRate: 1, interval: "2s" })],
+] as [string, RuleConfig][])("%s, a regional pool's refund after another refund", (_, rule) => {
+  // The region's database is the shared one (a pool key is never a rule's key): isolates with
+  // `region` share a pool, the plain Limiter stands for home alone. T = 2 s.
+  const region = () => ({ region: { redis: bridgeRedis(), pool: { max: 50, ttl: "1s" } } });
+
+  /** Runs `call` with a waitUntil and awaits everything it handed over (deposits, refunds). */
+  async function settled(call: (waitUntil: (p: Promise<unknown>) => void) => Promise<unknown>) {
+    const background: Promise<unknown>[] = [];
+    await call((p) => void background.push(p));
+    while (background.length > 0) await Promise.all(background.splice(0));
+  }
+
+  /**
+   * x takes 5 at home (TAT T0 + 10 s); an isolate with a pool decides 6, then 1 at T0 + 1 ms, which
+   * reserves 6 for the pool (the region's demand): TAT T0 + 36 s. At T0 + 5 s x settles to 0 (5 s
+   * back: T0 + 31 s).
+   */
+  async function pooled(lease?: { max: number; ttl: string }) {
+    const { make, clock } = limiterOf(rule);
+    const plain = make();
+    const depositor = make(region());
+    const x = await plain.limit("hot", { cost: 5 });
+    await settled((waitUntil) => depositor.limit("hot", { cost: 6, waitUntil }));
+    clock.set(T0 + 1);
+    await settled((waitUntil) => depositor.limit("hot", { waitUntil }));
+    expect(await peek(plain, "hot")).toEqual({ allowed: true, remaining: 30 - 18 });
+    const leasing = make({ ...region(), lease });
+    return { plain, depositor, leasing, clock, settleX: () => plain.settle(x, 0) };
+  }
+
+  it("gives back only what the pool's units still hold, less what the other gave back since", async () => {
+    const { plain, depositor, clock, settleX } = await pooled();
+    clock.set(T0 + 5_000);
+    await settleX();
+    clock.set(T0 + 29_000); // the 6 pooled units now hold 2 s (1 unit), not the 7 s to T0 + 36 s
+    expect(await peek(plain, "hot")).toEqual({ allowed: true, remaining: 29 });
+    expect((await plain.limit("hot", { cost: 29 })).allowed).toBe(true);
+    // the depositing isolate's next call takes the expired pool's 6 out and gives them back
+    await settled((waitUntil) => depositor.limit("other", { waitUntil }));
+    // had the 6 never been reserved, 30 would have passed at T0 + 29 s: 1 more, not 6
+    expect(await peek(plain, "hot")).toEqual({ allowed: true, remaining: 1 });
+    expect((await plain.limit("hot")).allowed).toBe(true);
+    expect((await plain.limit("hot")).allowed).toBe(false);
+  });
+
+  it("a lease filled from the pool and the pool's leftover give back, between them, what their units hold", async () => {
+    const { plain, depositor, leasing, clock, settleX } = await pooled({ max: 50, ttl: "1s" });
+    clock.set(T0 + 2);
+    // the pool answers 2 (4 left); then 1, and 2 more for the lease (1 left)
+    const first = await leasing.limit("hot", { cost: 2 });
+    clock.set(T0 + 3);
+    await settled((waitUntil) => leasing.limit("hot", { waitUntil }));
+    expect({ source: first.source, remaining: first.remaining }).toEqual({ source: "region", remaining: 16 });
+    clock.set(T0 + 5_000);
+    await settleX();
+    clock.set(T0 + 27_000); // 3 of the 6 went to decisions: TAT T0 + 31 s holds 2 units; as never reserved, 0
+    expect(await peek(plain, "hot")).toEqual({ allowed: true, remaining: 28 });
+    expect((await plain.limit("hot", { cost: 28 })).allowed).toBe(true);
+    await settled((waitUntil) => depositor.limit("other", { waitUntil })); // the pool's 1 goes back
+    await settled((waitUntil) => leasing.limit("another", { waitUntil })); // the lease's 2 go back
+    // had the 3 unused never been reserved, 30 would have passed at T0 + 27 s: 2 more, not 3
+    expect(await peek(plain, "hot")).toEqual({ allowed: true, remaining: 2 });
+    expect((await plain.limit("hot", { cost: 2 })).allowed).toBe(true);
+    expect((await plain.limit("hot")).allowed).toBe(false);
+  });
+});

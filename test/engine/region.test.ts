@@ -12,6 +12,7 @@ import {
   type Decision,
   fixedWindow,
   gcra,
+  type Identity,
   Limiter,
   type RuleConfig,
   slidingLog,
@@ -198,46 +199,68 @@ describe("the pool script (lua/pool.lua): a table of calls at explicit times", (
         [key],
         [(T0 + at).toString(16), args[0]!, "5000", "20", ...args.slice(1).map(String)],
       );
+    // a deposit's reservation: home counted it at the deposit's time, all its units for the pool
     const put = (at: number, units: number, ends: number, w: string, h = 90) =>
-      call(at, "put", units, T0 + ends, w, s, h);
+      call(at, "put", units, T0 + ends, w, s, h, `${T0 + at} ${units}`);
     const take = (at: number, cost: number, extra = 0) => call(at, "take", cost, extra);
     const table: [string, () => Promise<unknown>, unknown][] = [
-      ["a first ask: no demand yet, nothing held", () => take(0, 1), [0, 0, 0, ""]],
-      ["a deposit of 10 (handed out until +5000)", () => put(50, 10, 5000, "0"), [10, 0, "", 0]],
-      ["a take of 3 and 2 for a lease", () => take(100, 3, 2), [1, 5, 0, s, 2, "0"]],
-      ["a deposit past max: 17 more, 2 back", () => put(200, 17, 5200, "0"), [20, 0, "", 2]],
-      ["a take the pool covers: 19 left", () => take(300, 1), [1, 19, 0, s, 0, "0"]],
+      ["a first ask: no demand yet, nothing held", () => take(0, 1), [0, 0, 0, "", 0, 0]],
+      ["a deposit of 10 (handed out until +5000)", () => put(50, 10, 5000, "0"), [10, 0, "", 0, 0, 0]],
       [
-        "past its expiry: a miss, the 19 taken out for a refund; demand 6 over the last ttl",
+        "a take of 3 and 2 for a lease, lent with 2 of the reservation's 10",
+        () => take(100, 3, 2),
+        [1, 5, 0, s, 2, "0", T0 + 50, 2],
+      ],
+      [
+        "a deposit past max: 17 more, 2 back; the 20 count from the earlier reservation",
+        () => put(200, 17, 5200, "0"),
+        [20, 0, "", 2, 0, 0],
+      ],
+      ["a take the pool covers: 19 left", () => take(300, 1), [1, 19, 0, s, 0, "0", T0 + 50, 0]],
+      [
+        "past its expiry: a miss, the 19 taken out for a refund, as reserved at +50 (8 of its 10 left)",
         () => take(5300, 1),
-        [0, 6, 19, "0"],
+        [0, 6, 19, "0", T0 + 50, 8],
       ],
       [
         "the 19 are out: a second asker gets none; one reservation at a time: want 0",
         () => take(5300, 1),
-        [0, 0, 0, ""],
+        [0, 0, 0, "", 0, 0],
       ],
       ["a free for another reservation leaves the marker", () => call(5300, "free", T0 + 1), 0],
-      ["still one at a time", () => take(5301, 1), [0, 0, 0, ""]],
+      ["still one at a time", () => take(5301, 1), [0, 0, 0, "", 0, 0]],
       ["the reservation came back empty: free", () => call(5301, "free", T0 + 5300), 0],
-      ["another isolate may ask now", () => take(5302, 1), [0, 9, 0, ""]],
-      ["a deposit counted in another window", () => put(5400, 4, 9000, "5000"), [4, 0, "", 0]],
-      ["a deposit of a later window takes the 4 out", () => put(5500, 3, 9000, "6000"), [3, 4, "5000", 0]],
-      ["a peek: answered, nothing taken", () => take(5600, 0), [1, 3, 0, s, 0, "6000"]],
+      ["another isolate may ask now", () => take(5302, 1), [0, 9, 0, "", 0, 0]],
+      ["a deposit counted in another window", () => put(5400, 4, 9000, "5000"), [4, 0, "", 0, 0, 0]],
+      [
+        "a deposit of a later window takes the 4 out, with their reservation",
+        () => put(5500, 3, 9000, "6000"),
+        [3, 4, "5000", 0, T0 + 5400, 4],
+      ],
+      ["a peek: answered, nothing taken", () => take(5600, 0), [1, 3, 0, s, 0, "6000", T0 + 5500, 0]],
     ];
     for (const [what, run, expected] of table) expect([what, await run()]).toEqual([what, expected]);
     // low (at most an eighth of the demand) and home had plenty at the last deposit: a take asks its
     // caller for a top-up to a ttl's demand (at most max, less the units held and the top-up's own),
     // and the next take does not (one at a time)
-    expect(await put(5700, 20, 9000, "6000", 1000)).toEqual([20, 0, "", 3]);
+    expect(await put(5700, 20, 9000, "6000", 1000)).toEqual([20, 0, "", 3, 0, 0]);
     for (let i = 0; i < 16; i++) await take(5800, 1);
-    expect(await take(5800, 1)).toEqual([1, 3, 16, s, 0, "6000"]);
-    expect(await take(5800, 1)).toEqual([1, 2, 0, s, 0, "6000"]);
+    expect(await take(5800, 1)).toEqual([1, 3, 16, s, 0, "6000", T0 + 5500, 0]);
+    expect(await take(5800, 1)).toEqual([1, 2, 0, s, 0, "6000", T0 + 5500, 0]);
     expect(await redis.pttl(key)).toBeGreaterThan(14_000);
     // drain (dispose): every unit out, before its expiry, with its windows; then nothing left
-    expect(await call(5900, "drain")).toEqual([0, 0, 2, "6000"]);
-    expect(await call(5900, "drain")).toEqual([0, 0, 0, "6000"]);
-    expect(await take(5900, 1)).toEqual([0, 0, 0, ""]);
+    expect(await call(5900, "drain")).toEqual([0, 0, 2, "6000", T0 + 5500, 3]);
+    expect(await call(5900, "drain")).toEqual([0, 0, 0, "6000", T0 + 5500, 3]);
+    expect(await take(5900, 1)).toEqual([0, 0, 0, "", 0, 0]);
+    // an earlier reservation's deposit beside units of a later one: they count from the earlier
+    expect(await put(6000, 4, 9000, "6000")).toEqual([4, 0, "", 0, 0, 0]);
+    expect(await put(6100, 2, 9000, "6000")).toEqual([6, 0, "", 0, 0, 0]);
+    expect(await call(6200, "put", 1, T0 + 9000, "6000", s, 90, `${T0 + 10} 1`)).toEqual([7, 0, "", 0, 0, 0]);
+    expect(await call(6300, "drain")).toEqual([0, 0, 7, "6000", T0 + 10, 1]);
+    // a reservation is read only beside the windows it names (a script that kept none wrote w since)
+    expect(await put(6400, 2, 9000, "6000")).toEqual([2, 0, "", 0, 0, 0]);
+    await redis.hset(key, { w: "7000" });
+    expect(await call(6500, "drain")).toEqual([0, 0, 2, "7000", 0, 0]);
     expect(await redis.pttl(key)).toBeGreaterThan(14_000);
   });
 });
@@ -534,6 +557,73 @@ describe("a pool answers with one round trip to its region", () => {
     const peekIdeal = await ideal.limit("ideal", { cost: 0 });
     expect(peek.remaining).toBe(peekIdeal.remaining);
     expect(peek.resetAt).toBe(peekIdeal.resetAt);
+  });
+});
+
+describe("reset", () => {
+  /** A Limiter with a pool in region 0 and one without (home's view), under `rules`, at T0. */
+  function pooled(rules: Record<string, RuleConfig>) {
+    const clock = manualClock();
+    const prefix = uniquePrefix("reset");
+    const options = { redis: client(home.url), rules, prefix, clock, denyCache: false as const };
+    const limiter = new Limiter({
+      ...options,
+      region: { redis: client(regions[0]!.bridge.url), pool: { max: 20, ttl: "10s" } },
+    });
+    return { limiter, ideal: new Limiter(options), clock };
+  }
+
+  /**
+   * Decides 3 for each at T0, then 1 at T0 + 1 ms, which reserves 3 for its pool (the region's
+   * demand): 7 taken at home, 3 of them in the pool.
+   */
+  async function fill(limiter: Limiter, clock: { set(now: number): void }, subjects: Identity[]) {
+    const work = background();
+    clock.set(T0);
+    for (const who of subjects) await limiter.limit(who, { cost: 3, waitUntil: work.waitUntil });
+    clock.set(T0 + 1);
+    for (const who of subjects) await limiter.limit(who, { waitUntil: work.waitUntil });
+    await work.drain();
+  }
+
+  it("of an identifier deletes its pool: its next decision goes home, to a fresh state", async () => {
+    const { limiter, ideal, clock } = pooled({ r: gcra({ limit: 60, period: "1m" }) });
+    await fill(limiter, clock, ["a"]);
+    expect((await ideal.limit("a", { cost: 0 })).remaining).toBe(53);
+    expect((await limiter.limit("a")).source).toBe("region");
+    await limiter.reset("a");
+    expect((await ideal.limit("a", { cost: 0 })).remaining).toBe(60);
+    const next = await limiter.limit("a");
+    expect({ source: next.source, remaining: next.remaining }).toEqual({ source: "redis", remaining: 59 });
+  });
+
+  it("of one field drains the pools of every subject holding it: their other rules get the units back", async () => {
+    const rules = {
+      perUser: gcra({ limit: 60, period: "1m", by: "user" }),
+      perOrg: fixedWindow({ limit: 1000, window: "1h", by: "org" }),
+    };
+    const { limiter, ideal, clock } = pooled(rules);
+    const subjects = [
+      { user: "u1", org: "acme" },
+      { user: "u2", org: "acme" },
+      // a tag holding the glob's own characters is matched as itself
+      { user: "u3", org: "a*c[m]e?" },
+    ];
+    await fill(limiter, clock, subjects);
+    const remaining = async (who: Record<string, string>) => {
+      const d = await ideal.limit(who, { cost: 0 });
+      return [d.rules.perUser!.remaining, d.rules.perOrg!.remaining];
+    };
+    expect(await remaining(subjects[0]!)).toEqual([53, 1000 - 14]);
+    expect(await remaining(subjects[2]!)).toEqual([53, 1000 - 7]);
+    await limiter.reset({ org: "acme" });
+    // acme's state is gone; u1 and u2 have their 3 pooled units back; u3 (another org) keeps its pool
+    expect(await remaining(subjects[0]!)).toEqual([56, 1000]);
+    expect(await remaining(subjects[1]!)).toEqual([56, 1000]);
+    expect(await remaining(subjects[2]!)).toEqual([53, 1000 - 7]);
+    expect(limiter.region!.stats.refunded).toBe(6);
+    expect((await limiter.limit(subjects[0]!)).source).toBe("redis");
+    expect((await limiter.limit(subjects[2]!)).source).toBe("region");
   });
 });
 

@@ -3,6 +3,7 @@
 // and what its replies mean.
 import { POOL } from "../generated/scripts.js";
 import type { CallOptions, Transport } from "../transport.js";
+import { type Reserved, UNKNOWN } from "./settle.js";
 import { type ScriptCallOptions, unexpected } from "./shared.js";
 
 /** What a regional pool answered to a take (lua/pool.lua). */
@@ -18,6 +19,8 @@ export type PoolTake =
       /** Units taken beside the cost for the caller's lease, counted in `windowStarts`. */
       readonly extra: number;
       readonly windowStarts: readonly number[];
+      /** The reservation the extra units came from, and how many of its units they are (the lease's part). */
+      readonly reserved: Reserved;
     }
   | {
       readonly hit: false;
@@ -26,6 +29,8 @@ export type PoolTake =
       /** Units of a pool past its expiry, taken out for a refund at home, counted in `windowStarts`. */
       readonly leftover: number;
       readonly windowStarts: readonly number[];
+      /** The reservation the leftover came from (what a refund of them is bounded by). */
+      readonly reserved: Reserved;
     };
 
 /** What a deposit into a regional pool answered: what to refund at home, and in which windows. */
@@ -34,6 +39,8 @@ export interface PoolPut {
   /** Units of the pool before the deposit, past their expiry or of other windows. */
   readonly leftover: number;
   readonly leftoverWindows: readonly number[];
+  /** The reservation the leftover came from. */
+  readonly leftoverReserved: Reserved;
   /** Units of the deposit beyond `max` (counted in the deposit's windows). */
   readonly excess: number;
 }
@@ -46,6 +53,8 @@ export interface Deposit {
   readonly windowStarts: readonly number[];
   /** Home's answer, per rule in rule order: remaining (the deposit left out) and resetAt. */
   readonly snapshot: readonly { readonly remaining: number; readonly resetAt: number }[];
+  /** When home counted them and how many of that reservation's units they are. */
+  readonly reserved: Reserved;
 }
 
 /** Windows as the pool stores them: "s1 s2 ...". */
@@ -55,6 +64,11 @@ const splitWindows = (text: unknown, n: number): number[] | undefined => {
   if (text === "") return new Array<number>(n).fill(0);
   const starts = text.split(" ").map(Number);
   return starts.length === n && starts.every(Number.isSafeInteger) ? starts : undefined;
+};
+/** A reservation as the pool answers it: its time and units, both whole (time 0: not known). */
+const reservedOf = (at: unknown, taken: unknown): Reserved | undefined => {
+  if (typeof at !== "number" || typeof taken !== "number") return undefined;
+  return at === 0 ? UNKNOWN : { at, taken };
 };
 
 /**
@@ -102,23 +116,27 @@ export class PoolScript {
     const reply = await this.transport.call(command, this.call);
     if (!reply.ok) return reply.error;
     const result = reply.result;
-    if (!Array.isArray(result) || (result.length !== 4 && result.length !== 6)) return unexpected(result);
+    if (!Array.isArray(result) || (result.length !== 6 && result.length !== 8)) return unexpected(result);
     const [hit, a, b, text] = result as [unknown, unknown, unknown, unknown];
     if (typeof a !== "number" || typeof b !== "number") return unexpected(result);
-    if (hit === 1 && result.length === 6) {
+    if (hit === 1 && result.length === 8) {
       const numbers = typeof text === "string" && text !== "" ? text.split(" ").map(Number) : [];
       const taken = result[4];
       const windowStarts = splitWindows(result[5], rules);
+      const reserved = reservedOf(result[6], result[7]);
       if (numbers.length !== 2 * rules || !numbers.every(Number.isSafeInteger)) return unexpected(result);
-      if (typeof taken !== "number" || windowStarts === undefined) return unexpected(result);
+      if (typeof taken !== "number" || windowStarts === undefined || reserved === undefined)
+        return unexpected(result);
       const snapshot = [];
       for (let i = 0; i < rules; i++)
         snapshot.push({ remaining: numbers[2 * i]!, resetAt: numbers[2 * i + 1]! });
-      return { hit: true, units: a, topUp: b, snapshot, extra: taken, windowStarts };
+      return { hit: true, units: a, topUp: b, snapshot, extra: taken, windowStarts, reserved };
     }
     const windowStarts = b > 0 ? splitWindows(text, rules) : new Array<number>(rules).fill(0);
-    if (hit !== 0 || result.length !== 4 || windowStarts === undefined) return unexpected(result);
-    return { hit: false, want: a, leftover: b, windowStarts };
+    const reserved = reservedOf(result[4], result[5]);
+    if (hit !== 0 || result.length !== 6 || windowStarts === undefined || reserved === undefined)
+      return unexpected(result);
+    return { hit: false, want: a, leftover: b, windowStarts, reserved };
   }
 
   /**
@@ -137,17 +155,18 @@ export class PoolScript {
     const least = Math.min(...deposit.snapshot.map((rule) => rule.remaining));
     const command = ["EVALSHA", POOL.sha1, "1", key, now.toString(16), "put", this.ttl, this.max];
     command.push(String(deposit.units), String(deposit.expiresAt), joinWindows(deposit.windowStarts));
-    command.push(snapshot.join(" "), String(least));
+    command.push(snapshot.join(" "), String(least), `${deposit.reserved.at} ${deposit.reserved.taken}`);
     const reply = await this.transport.call(command, this.call);
     if (!reply.ok) return reply.error;
     const result = reply.result;
-    if (!Array.isArray(result) || result.length !== 4) return unexpected(result);
+    if (!Array.isArray(result) || result.length !== 6) return unexpected(result);
     const [units, leftover, old, excess] = result as [unknown, unknown, unknown, unknown];
     if (typeof units !== "number" || typeof leftover !== "number" || typeof excess !== "number")
       return unexpected(result);
     const leftoverWindows =
       leftover > 0 ? splitWindows(old, deposit.windowStarts.length) : deposit.windowStarts.map(() => 0);
-    if (leftoverWindows === undefined) return unexpected(result);
-    return { units, leftover, leftoverWindows, excess };
+    const leftoverReserved = reservedOf(result[4], result[5]);
+    if (leftoverWindows === undefined || leftoverReserved === undefined) return unexpected(result);
+    return { units, leftover, leftoverWindows, leftoverReserved, excess };
   }
 }

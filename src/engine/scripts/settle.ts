@@ -15,9 +15,10 @@ import {
 } from "./shared.js";
 
 /**
- * When the units given back were counted, and how many that reservation took in all (its cost and
- * what it reserved): gcra gives back at most what they still hold, less what refunds gave back since
- * then (lua/refund.lua). Unknown (a regional pool's units): 0 and 0, capped by their TAT alone.
+ * When the units given back were counted (the reservation's `now`), and how many of that reservation's
+ * units they are (what it reserved for this holder; a pool's, less what it lent a lease): gcra gives
+ * back at most what they still hold, less what refunds gave back since then (lua/refund.lua). `at` 0:
+ * not known (a pool written by a script that kept none), capped by their TAT alone.
  */
 export interface Reserved {
   readonly at: number;

@@ -8,6 +8,7 @@ import { SCRIPT_CONSTANTS } from "../generated/scripts.js";
 import type { RuleKeys } from "../keys.js";
 import type { CallOptions } from "../transport.js";
 import { carrierOf, type Decision, type RuleResult } from "../types.js";
+import type { Reserved } from "./settle.js";
 
 /** The retry of a cost that is never admitted, as the scripts answer it (scripts/build-lua.mjs). */
 const { NEVER } = SCRIPT_CONSTANTS;
@@ -22,6 +23,11 @@ export interface Reservation {
    * they hold, rounded up to a ms (what a refund may give back is capped by it); 0 when none was taken.
    */
   readonly windowStarts: readonly number[];
+  /**
+   * When the reserved units were counted and how many of that reservation's units they are, when not
+   * this decision's own: a regional pool's, lent with them (scripts/pool.ts).
+   */
+  readonly from?: Reserved;
 }
 
 /**
