@@ -1,8 +1,12 @@
 // Part 1: closed loops (each of N workers sends its next decision when the previous one is answered),
 // the contestants of a pair interleaved round by round, nothing denied, 1000 identifiers. Beside
 // edgelimit's Limiter and the peer: edgelimit/upstash, the peer's API on edgelimit's engine.
+// A few rows only, into a file of their own (without --out the run writes BENCHMARKS.md with them alone):
+//   node --import tsx bench/run.ts --only throughput --out /tmp/tp.md --pairs fixedWindow --in-flight 64 --rounds 9
+// --pairs: edgelimit's algorithm of a one-rule pair, or "3rules"; --in-flight: 1, 64 or both; --rounds:
+// in place of 3.
 import { type Algo, contestant, type Entry, labelOf } from "./contestants.js";
-import { closedLoop, fmt, inTurns, log, ms, type Part, percentile, table, vs } from "./harness.js";
+import { arg, closedLoop, fmt, inTurns, log, ms, type Part, percentile, table, vs } from "./harness.js";
 
 /** perSec: the median over rounds; perRequest: decisions per HTTP request. */
 export type ThroughputRow = Record<"inFlight" | "perSec" | "p50" | "p99" | "perRequest", number> & {
@@ -12,7 +16,14 @@ export type ThroughputRow = Record<"inFlight" | "perSec" | "p50" | "p99" | "perR
 };
 
 const OPEN = { limit: 1_000_000_000, window: 60_000 };
-const settings = (smoke: boolean) => (smoke ? { rounds: 1, sampleMs: 150 } : { rounds: 3, sampleMs: 1000 });
+const settings = (smoke: boolean) => ({
+  ...(smoke ? { rounds: 1, sampleMs: 150 } : { rounds: 3, sampleMs: 1000 }),
+  ...(arg("rounds") === undefined ? {} : { rounds: Number(arg("rounds")) }),
+});
+/** The rows asked for: a pair by edgelimit's algorithm ("3rules": the three-rule group), a load. */
+const pairs = arg("pairs")?.split(",");
+const loads = arg("in-flight")?.split(",").map(Number) ?? [1, 64];
+const wanted = (ours: Algo, rules: number) => !pairs || pairs.includes(rules > 1 ? `${rules}rules` : ours);
 
 /** edgelimit's algorithm, the peer's nearest, and how many rules (3: one Limiter against three peer limiters). */
 const GROUPS: [Algo, Algo, number][] = [
@@ -30,7 +41,7 @@ export const throughput: Part<ThroughputRow[]> = {
     const s = settings(smoke);
     const rows: ThroughputRow[] = [];
     let n = 0;
-    for (const [ours, theirs, rules] of GROUPS) {
+    for (const [ours, theirs, rules] of GROUPS.filter(([ours, , rules]) => wanted(ours, rules))) {
       const group = rules > 1 ? `${rules} ${ours} rules` : `${ours} ↔ ${theirs}`;
       const entries: Entry[] = [
         { lib: "edgelimit", algo: ours, rules },
@@ -46,7 +57,7 @@ export const throughput: Part<ThroughputRow[]> = {
         await closedLoop(c.limit, 64, s.sampleMs / 2);
         await closedLoop(c.limit, 1, s.sampleMs / 2);
       }
-      for (const inFlight of [1, 64]) {
+      for (const inFlight of loads) {
         log(`throughput: ${group}, ${inFlight} in flight`);
         const runs = cs.map(() => ({ rates: [] as number[], latencies: [] as number[], http: 0 }));
         for (let round = 0; round < s.rounds; round++) {

@@ -95,9 +95,15 @@ const CACHE_ENTRIES = 10_000;
 /** Limiters kept at once, one per limit in force (the configured one, dynamic ones). */
 const MAX_LIMITERS = 4;
 
+/**
+ * The `pending` of an answer with no work after it: one settled promise for all of them, since
+ * awaiting it, or handing it to `waitUntil`, reads nothing from it.
+ */
+const DONE: Promise<unknown> = Promise.resolve();
+
 /** What the peer answers when its timeout wins the race. */
 function timedOut(): RatelimitResponse {
-  return { success: true, limit: 0, remaining: 0, reset: 0, pending: Promise.resolve(), reason: "timeout" };
+  return { success: true, limit: 0, remaining: 0, reset: 0, pending: DONE, reason: "timeout" };
 }
 
 /** What a subclass says about its databases. */
@@ -246,27 +252,36 @@ export abstract class RatelimitBase {
    * @example
    * const { success, remaining, reset } = await ratelimit.limit("user:42");
    */
-  limit = async (identifier: string, req?: LimitOptions): Promise<RatelimitResponse> => {
+  limit = (identifier: string, req?: LimitOptions): Promise<RatelimitResponse> => {
     const rate = req?.rate ?? 1;
     if (typeof rate !== "number" || !Number.isSafeInteger(rate)) {
-      throw new RangeError(`rate: must be a whole number of units, got ${String(rate)}`);
+      return Promise.reject(new RangeError(`rate: must be a whole number of units, got ${String(rate)}`));
     }
-    const members = [identifier, req?.ip, req?.userAgent, req?.country].filter(
-      (member): member is string => typeof member === "string" && member !== "",
-    );
+    // without protection and analytics a decision is the Limiter's alone: no layer of their own
+    if (this.denyList === undefined && this.recorder === undefined) return this.decide(identifier, rate);
+    return this.guarded(identifier, rate, req);
+  };
+
+  /** `limit()` with the deny list checked beside the decision, and the decision recorded. */
+  private async guarded(identifier: string, rate: number, req: LimitOptions | undefined) {
     let response: RatelimitResponse;
-    const blocked = this.denyList?.cached(members);
-    if (blocked !== undefined) {
-      response = this.deniedBy(blocked);
-    } else if (this.denyList !== undefined) {
-      const [decided, check] = await Promise.all([
-        this.decide(identifier, rate),
-        this.denyList.check(members, this.timeout),
-      ]);
-      response = check.deniedValue === undefined ? decided : this.deniedBy(check.deniedValue);
-      if (check.refresh !== undefined) response.pending = Promise.all([response.pending, check.refresh]);
-    } else {
+    if (this.denyList === undefined) {
       response = await this.decide(identifier, rate);
+    } else {
+      const members = [identifier, req?.ip, req?.userAgent, req?.country].filter(
+        (member): member is string => typeof member === "string" && member !== "",
+      );
+      const blocked = this.denyList.cached(members);
+      if (blocked !== undefined) {
+        response = this.deniedBy(blocked);
+      } else {
+        const [decided, check] = await Promise.all([
+          this.decide(identifier, rate),
+          this.denyList.check(members, this.timeout),
+        ]);
+        response = check.deniedValue === undefined ? decided : this.deniedBy(check.deniedValue);
+        if (check.refresh !== undefined) response.pending = Promise.all([response.pending, check.refresh]);
+      }
     }
     if (this.recorder !== undefined) {
       const written = this.recorder.record(
@@ -278,7 +293,7 @@ export abstract class RatelimitBase {
       response.pending = Promise.all([response.pending, written]);
     }
     return response;
-  };
+  }
 
   /**
    * Waits until `identifier` may proceed, at most `timeout` ms, asking again at each reset. Throws
@@ -369,53 +384,75 @@ export abstract class RatelimitBase {
    * One decision of `rate` units (below 0: a refund) under the limit in force. As the peer's cache
    * does, a denied identifier is denied here, with no request, until the denial's reset, for any
    * positive rate and across dynamic limit changes; a refund or a reset lifts it.
+   *
+   * A charge of 0 or more units is one EVALSHA. The windows count a charge past the room left
+   * although they deny it (their rule's `overshoot`, in the same EVALSHA), as the peer's do: code
+   * that charges after the fact, then stops at getRemaining() = 0, relies on it. A token bucket
+   * denies a rate above what it holds and takes nothing; it admits one above its size from a credit.
+   * A rate of 0 peeks: it answers success with what is left.
+   *
+   * No async function here: at many decisions in flight each one's suspended frame was most of what
+   * the entry allocated beside the Limiter, and the garbage collector's work grows with it. The
+   * Limiter's promise takes one handler, made once per instance where the answer needs nothing of
+   * the call.
    */
-  private async decide(identifier: string, rate: number): Promise<RatelimitResponse> {
-    const limit = await this.currentLimit();
+  private decide(identifier: string, rate: number): Promise<RatelimitResponse> {
+    try {
+      if (this.dynamicLimits) {
+        return this.currentLimit().then((limit) => this.decideAt(limit, identifier, rate));
+      }
+      return this.decideAt(this.spec.limit, identifier, rate);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  /** `decide()` at `limit`, the limit in force. */
+  private decideAt(limit: number, identifier: string, rate: number): Promise<RatelimitResponse> {
     const deciders = this.limiterAt(limit);
     if (rate < 0) {
       this.blocked?.delete(identifier);
       return this.refund(deciders, identifier, -rate);
     }
-    if (rate > 0 && this.blocked !== undefined) {
-      const until = this.blocked.get(identifier);
-      if (until !== undefined && until > this.clock()) {
-        return {
-          success: false,
-          limit,
-          remaining: 0,
-          reset: until,
-          pending: Promise.resolve(),
-          reason: "cacheBlock",
-        };
+    const blocked = this.blocked;
+    if (rate > 0 && blocked !== undefined) {
+      const until = blocked.get(identifier);
+      if (until !== undefined) {
+        if (until > this.clock()) {
+          return Promise.resolve({
+            success: false,
+            limit,
+            remaining: 0,
+            reset: until,
+            pending: DONE,
+            reason: "cacheBlock",
+          });
+        }
+        blocked.delete(identifier);
       }
-      if (until !== undefined) this.blocked.delete(identifier);
     }
-    const response = await this.charge(deciders.charging, identifier, rate);
-    if (!response.success && rate > 0 && this.blocked !== undefined && response.reset > this.clock()) {
-      this.blocked.delete(identifier);
-      this.blocked.set(identifier, response.reset);
-      if (this.blocked.size > CACHE_ENTRIES) this.blocked.delete(this.blocked.keys().next().value!);
-    }
-    return response;
+    // a cost of 1 is the Limiter's default: no options object to read
+    const decided = deciders.charging.limit(identifier, rate === 1 ? undefined : { cost: rate });
+    if (rate === 0) return decided.then(this.peeked);
+    if (blocked === undefined) return decided.then(this.charged);
+    return decided.then((decision) => {
+      const response = this.charged(decision);
+      if (!response.success && response.reset > this.clock()) {
+        blocked.delete(identifier);
+        blocked.set(identifier, response.reset);
+        if (blocked.size > CACHE_ENTRIES) blocked.delete(blocked.keys().next().value!);
+      }
+      return response;
+    });
   }
 
-  /**
-   * `rate` units (0 or more) under the limit in force: one EVALSHA. The windows count a charge past the room
-   * left although they deny it (their rule's `overshoot`, in the same EVALSHA), as the peer's do:
-   * code that charges after the fact, then stops at getRemaining() = 0, relies on it. A token bucket
-   * denies a rate above what it holds and takes nothing; it admits one above its size from a credit.
-   */
-  private async charge(limiter: Limiter, identifier: string, rate: number): Promise<RatelimitResponse> {
-    if (rate === 0) {
-      const peek = await limiter.limit(identifier, { cost: 0 });
-      if (peek.source === "error") return this.failed(peek);
-      return this.answer(peek, rate === 0);
-    }
-    const decision = await limiter.limit(identifier, { cost: rate });
-    if (decision.source === "error") return this.failed(decision);
-    return this.answer(decision, decision.allowed);
-  }
+  /** The answer to a charge of 1 unit or more. */
+  private readonly charged = (decision: Decision): RatelimitResponse =>
+    decision.source === "error" ? this.failed(decision) : this.answer(decision, decision.allowed);
+
+  /** The answer to a rate of 0: what is left, admitted. */
+  private readonly peeked = (decision: Decision): RatelimitResponse =>
+    decision.source === "error" ? this.failed(decision) : this.answer(decision, true);
 
   /**
    * Gives `units` back to `identifier`: one EVALSHA of the rule that gives back, as the peer's 2.1
@@ -427,7 +464,7 @@ export abstract class RatelimitBase {
     // no count reaches 2^50 (MAX_EXACT): a larger refund gives as much, and the scripts' sums stay exact
     const given = await deciders.refunding.limit(identifier, { cost: Math.min(units, MAX_EXACT) });
     if (given.source === "error") return this.failed(given);
-    return { ...this.answer(given, true), remaining: given.remaining };
+    return this.answer(given, true);
   }
 
   /** A decision that failed open: a timeout (or the open breaker) answers as the peer's timeout does. */
@@ -441,14 +478,15 @@ export abstract class RatelimitBase {
 
   /** The peer's answer: a denied request has nothing left, as the peer says it. */
   private answer(decision: Decision, success: boolean): RatelimitResponse {
-    return {
+    const response: RatelimitResponse = {
       success,
       limit: decision.limit,
       remaining: success ? decision.remaining : 0,
       reset: this.resetOf(decision, success),
-      pending: Promise.resolve(),
-      ...(decision.source === "cache" ? { reason: "cacheBlock" as const } : {}),
+      pending: DONE,
     };
+    if (decision.source === "cache") response.reason = "cacheBlock";
+    return response;
   }
 
   /**
@@ -473,7 +511,7 @@ export abstract class RatelimitBase {
       limit: 0,
       remaining: 0,
       reset: 0,
-      pending: Promise.resolve(),
+      pending: DONE,
       reason: "denyList",
       deniedValue: value,
     };

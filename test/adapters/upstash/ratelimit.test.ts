@@ -232,6 +232,31 @@ describe("Ratelimit: the peer's semantics kept", () => {
     expect(bridge.stats.requests).toBe(before);
   });
 
+  it("ephemeralCache false: every denial asks Redis, none from the cache", async () => {
+    const { ratelimit, clock } = build(Ratelimit.fixedWindow(2, "1 h"), { ephemeralCache: false });
+    const start = bridge.stats.requests;
+    const seen = [];
+    for (let i = 0; i < 4; i++) seen.push(await ratelimit.limit("e"));
+    expect(seen.map(({ success, remaining, reason }) => [success, remaining, reason])).toEqual([
+      [true, 1, undefined],
+      [true, 0, undefined],
+      [false, 0, undefined],
+      [false, 0, undefined],
+    ]);
+    const hourEnd = (Math.floor(clock() / 3_600_000) + 1) * 3_600_000;
+    expect(seen.map((r) => r.reset)).toEqual([hourEnd, hourEnd, hourEnd, hourEnd]);
+    expect(bridge.stats.requests - start).toBe(4);
+    expect(await ratelimit.limit("e", { rate: 0 })).toMatchObject({ success: true, remaining: 0 });
+  });
+
+  it("a rate that is not a whole number rejects, as an async function does, and asks nothing", async () => {
+    const { ratelimit } = build(Ratelimit.fixedWindow(2, "1 h"), { ephemeralCache: false });
+    const start = bridge.stats.requests;
+    const answers = [1.5, Number.NaN, "2" as unknown as number].map((rate) => ratelimit.limit("n", { rate }));
+    for (const answer of answers) await expect(answer).rejects.toThrow(RangeError);
+    expect(bridge.stats.requests).toBe(start);
+  });
+
   it("dynamic limits: set, read, applied, cleared", async () => {
     const { ratelimit } = build(Ratelimit.fixedWindow(2, "1 h"), { dynamicLimits: true });
     expect(await ratelimit.getDynamicLimit()).toEqual({ dynamicLimit: null });
