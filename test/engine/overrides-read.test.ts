@@ -175,6 +175,24 @@ describe("overrides on: the override read in the decision's EVALSHA", () => {
     }
   });
 
+  it.each([
+    ["gcra", { r: gcra({ limit: 3, period: "1h" }) }],
+    ["fixedWindow", { r: fixedWindow({ limit: 3, window: "1h" }) }],
+    ["two rules", { r: gcra({ limit: 3, period: "1h" }), f: fixedWindow({ limit: 100, window: "1h" }) }],
+  ] as const)("%s: the 62nd plan is answered by its tag, the 63rd by its name", async (_, rules) => {
+    // plan i gives r a limit of i + 3
+    const plans = Object.fromEntries(
+      Array.from({ length: 64 }, (_, i) => [`p${i + 1}`, { r: { limit: i + 4 } }]),
+    );
+    const { limiter, clock } = limiterOf(rules, plans);
+    clock.set(T0);
+    for (const plan of ["p1", "p62", "p63", "p64"]) {
+      await limiter.overrides.set(plan, { plan });
+      const n = Number(plan.slice(1)) + 3;
+      expect(await admitted(limiter, plan, n + 2)).toEqual({ n, plans: [plan] });
+    }
+  });
+
   it("one fixed window: a count INCRBY would refuse reads as a new window", async () => {
     const { limiter, clock } = limiterOf({ r: fixedWindow({ limit: 3, window: "1h" }) });
     clock.set(T0);
