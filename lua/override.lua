@@ -93,18 +93,23 @@ end
 --           only when r leaves the tag no room)
 -- Each call of a string function costs as much as the rest of the reader together, so it makes few: a
 -- custom line is one match (and, for a window other than the call's, a find and a byte in T); a plan
--- alone, a failed match (at its first character), a plain find of its line in T, one byte read for its
--- tag and k, and one match of its parameters (a window's limit alone, its window being the call's unless
--- k says otherwise). Numbers are compared as the digits they are written in, and a value's digits are
+-- alone, a plain find of its line in T, one byte read for its tag and k, and one match of its
+-- parameters (a window's limit alone, its window being the call's unless k says otherwise). Numbers are compared as the digits they are written in, and a value's digits are
 -- made a number by arithmetic, not tonumber() (the engine writes no leading zero).
--- e: a custom line's end; at: the end of the head of the record whose parameters apply
-local e, at, _ = nil, nil, nil
-if ALGORITHM == "fixedWindow" or ALGORITHM == "slidingWindow" then
-  -- a window's third parameter is always 0 (src/engine/algorithms/shared.ts): not captured
-  _, e, p1, p2 = string.find(stored, CUSTOM0)
-  p3 = "0"
-else
-  _, e, p1, p2, p3 = string.find(stored, CUSTOM)
+-- e: a custom line's end; at: the end of the head of the record whose parameters apply, after a line's
+-- end in T (a value found nowhere else is a record's: T has no "!", and "=" only in its records'
+-- heads). A plan alone is stored as its line, `=<plan>\n`, short (a custom line has its json after
+-- it): looked up as it is, first; a custom line is matched first
+local e, at, line, _ = nil, nil, stored, nil
+if #stored < 32 then _, at = string.find(T, "\n" .. stored, 1, true) end
+if not at then
+  if ALGORITHM == "fixedWindow" or ALGORITHM == "slidingWindow" then
+    -- a window's third parameter is always 0 (src/engine/algorithms/shared.ts): not captured
+    _, e, p1, p2 = string.find(stored, CUSTOM0)
+    p3 = "0"
+  else
+    _, e, p1, p2, p3 = string.find(stored, CUSTOM)
+  end
 end
 if e then
   k = 0
@@ -127,19 +132,16 @@ if e then
   end
   if k and tag == 0 then answer = string.sub(stored, 1, e) end
 else
-  -- "=<plan>\n": its record in T, after a line's end, then its tag and k as characters (a tag from
-  -- "@"); a value found nowhere else is a record's (T has no "!", and "=" only in its records'
-  -- heads). A plan alone is stored as that line: looked up as it is; else the line is cut first
-  local line = stored
-  _, e = string.find(T, "\n" .. stored, 1, true)
-  if not e then
+  if not at then
+    -- a plan's line with more after it: the line is cut first
     line = string.match(stored, "^=[^\n]*\n")
-    if line and line ~= stored then _, e = string.find(T, "\n" .. line, 1, true) end
+    if line and line ~= stored then _, at = string.find(T, "\n" .. line, 1, true) end
   end
-  if e then
-    tag, k = string.byte(T, e + 1, e + 2)
+  if at then
+    -- its tag and k, as characters (a tag from "@")
+    tag, k = string.byte(T, at + 1, at + 2)
     if tag and tag >= 64 then
-      tag, k, at = tag - 64, k - 48, e
+      tag, k = tag - 64, k - 48
       if tag == 0 then answer = string.sub(line, 1, -2) end
     else
       tag, k = 0, nil
