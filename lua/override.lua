@@ -79,11 +79,11 @@ local function override(stored, T, n, A, o)
 end
 -- #one
 -- The same for one rule (a one-rule script's variant), inline: no closure, no call, no table. It reads
--- stored, T, ALGORITHM, CUSTOM (the algorithm's custom line as a pattern,
--- "^!<algorithm> (%d+) (%d+) (%d+)", and CUSTOM0, the same with a window's third parameter, always
--- 0: constants, no pattern is built per call) and the call's own
--- parameters as sent, own1 own2 own3 (own2 nil when the call does not send it: a window's, which k
--- then decides); it sets the includer's locals p1 p2 p3 (strings), k (a number), tag and answer.
+-- stored, T, ALGORITHM, CUSTOM (the algorithm's custom line as a pattern, to the line's end,
+-- "^!<algorithm> (%d+) (%d+) (%d+)%f[\n%z]", and CUSTOM0, the same with a window's third parameter,
+-- always 0: constants, no pattern is built per call) and the call's own
+-- parameters as sent, own1 own2 own3 (own2 nil when the call does not send it: a window's, which T
+-- starts with); it sets the includer's locals p1 p2 p3 (strings), k (a number), tag and answer.
 --   tag     0 (none, or a plan past the 62nd), a plan's (1..62), or, for a custom line that changes at
 --           most one of the call's parameters, to a value of at most 4 digits, in the call's own key
 --           (k = 0), (value * 4 + which) * 64 + 63 (which: 1..3, 0 for none): the includer puts that
@@ -91,12 +91,18 @@ end
 --   answer  nil when the tag says it; else the string that does (a custom line answers itself,
 --           "!<algorithm> <p1> <p2> <p3>"; one with a tag, "!<p1> <p2> <p3>", made by the includer
 --           only when r leaves the tag no room)
--- A plan costs a plain find of its value (and, when it has more than its line, a match of the line and
--- a second find) and the captures of its parameters (a window's limit
--- alone, its window being the call's unless k says otherwise; else its first, and the others unless
--- they are the call's own); a custom line the captures of its parameters and 3 string comparisons.
-local kind, e, _ = string.byte(stored, 1), nil, nil
-if kind == 33 then
+-- Each call of a string function costs as much as the rest of the reader together, so it makes few: a
+-- custom line is one match (and, for a window other than the call's, a find and a byte in T); a plan
+-- alone, a plain find of its line in T, one byte read for its tag and k, and one match of its
+-- parameters (a window's limit alone, its window being the call's unless k says otherwise). Numbers are compared as the digits they are written in, and a value's digits are
+-- made a number by arithmetic, not tonumber() (the engine writes no leading zero).
+-- e: a custom line's end; at: the end of the head of the record whose parameters apply, after a line's
+-- end in T (a value found nowhere else is a record's: T has no "!", and "=" only in its records'
+-- heads). A plan alone is stored as its line, `=<plan>\n`, short (a custom line has its json after
+-- it): looked up as it is, first; a custom line is matched first
+local e, at, line, _ = nil, nil, stored, nil
+if #stored < 32 then _, at = string.find(T, "\n" .. stored, 1, true) end
+if not at then
   if ALGORITHM == "fixedWindow" or ALGORITHM == "slidingWindow" then
     -- a window's third parameter is always 0 (src/engine/algorithms/shared.ts): not captured
     _, e, p1, p2 = string.find(stored, CUSTOM0)
@@ -104,74 +110,61 @@ if kind == 33 then
   else
     _, e, p1, p2, p3 = string.find(stored, CUSTOM)
   end
-  if e and (e == #stored or string.byte(stored, e + 1) == 10) then
-    k = 0
-    if p2 ~= own2 and (ALGORITHM == "fixedWindow" or ALGORITHM == "slidingWindow") then
-      if string.find(T, p2, 1, true) == 1 and string.byte(T, #p2 + 1) == 10 then
-        -- the call's own window, which T starts with (a fixed window's call does not send it)
-        k = 0
-      else
-        -- another window than the call's: the key of a plan with that window; none is stale
-        local _, w = string.find(T, "\n#1 " .. p2 .. " ", 1, true)
-        k = w and string.byte(T, w + 1) - 48
-      end
-    end
-    -- the packed state holds counts below PACK = 2^25 = 33554432, the only state the one-rule script
-    -- reads (the call's own limit is below it): a larger limit is another format. By its digits, with no
-    -- number made (the engine writes none with a leading zero)
-    if ALGORITHM == "slidingWindow" and (#p1 > 8 or #p1 == 8 and p1 >= "33554432") then k = nil end
-    if k == 0 then
-      local changed, which, value = 0, 0, "0"
-      if p1 ~= own1 then changed, which, value = 1, 1, p1 end
-      if own2 and p2 ~= own2 then changed, which, value = changed + 1, 2, p2 end
-      if p3 ~= own3 then changed, which, value = changed + 1, 3, p3 end
-      if changed < 2 and #value <= 4 then tag = (tonumber(value) * 4 + which) * 64 + 63 end
-    end
-    if k and tag == 0 then answer = string.sub(stored, 1, e) end
+end
+if e then
+  k = 0
+  -- another window than the call's (a fixed window's call does not send its own: T starts with it):
+  -- the key of a plan with that window; none is stale
+  if (ALGORITHM == "fixedWindow" or ALGORITHM == "slidingWindow") and p2 ~= own2
+    and p2 ~= string.match(T, "^%d+") then
+    local _, w = string.find(T, "\n#1 " .. p2 .. " ", 1, true)
+    k = w and string.byte(T, w + 1) - 48
   end
-elseif kind == 61 then
-  -- "=<plan>\n": its record in T, its tag and k as characters, then its parameters. A plan alone is
-  -- stored as that line: looked up as it is; else the line is cut from the value first
-  local line = stored
-  _, e = string.find(T, stored, 1, true)
-  if not e then
+  -- the packed state holds counts below PACK = 2^25 = 33554432, the only state the one-rule script
+  -- reads (the call's own limit is below it): a larger limit is another format
+  if ALGORITHM == "slidingWindow" and (#p1 > 8 or #p1 == 8 and p1 >= "33554432") then k = nil end
+  if k == 0 then
+    local changed, which, value = 0, 0, "0"
+    if p1 ~= own1 then changed, which, value = 1, 1, p1 end
+    if own2 and p2 ~= own2 then changed, which, value = changed + 1, 2, p2 end
+    if p3 ~= own3 then changed, which, value = changed + 1, 3, p3 end
+    if changed < 2 and #value <= 4 then tag = (value * 4 + which) * 64 + 63 end
+  end
+  if k and tag == 0 then answer = string.sub(stored, 1, e) end
+else
+  if not at then
+    -- a plan's line with more after it: the line is cut first
     line = string.match(stored, "^=[^\n]*\n")
-    if line and line ~= stored then _, e = string.find(T, line, 1, true) end
+    if line and line ~= stored then _, at = string.find(T, "\n" .. line, 1, true) end
   end
-  if e then
-    tag, k = string.byte(T, e + 1, e + 2)
-    tag, k = tag - 64, k - 48
-    if tag == 0 then answer = string.sub(line, 1, -2) end
-  else
-    e = nil
+  if at then
+    -- its tag and k, as characters (a tag from "@")
+    tag, k = string.byte(T, at + 1, at + 2)
+    if tag and tag >= 64 then
+      tag, k = tag - 64, k - 48
+      if tag == 0 then answer = string.sub(line, 1, -2) end
+    else
+      tag, k = 0, nil
+    end
   end
 end
 if not k then
   -- stale: the base rules'
-  _, e = string.find(T, "\n=default\n", 1, true)
-  k = string.byte(T, e + 2) - 48
-  tag, answer, kind = 0, "?" .. string.match(stored, "^[^\n]*"), 61
+  _, at = string.find(T, "\n=default\n", 1, true)
+  k = string.byte(T, at + 2) - 48
+  tag, answer = 0, "?" .. string.match(stored, "^[^\n]*")
 end
-if kind == 61 then
+if at then
   -- a record's parameters: a window's limit alone, its window (k = 0: the call's own, own2) captured
-  -- only when it is another
+  -- only when it is another; else all three at once
   if ALGORITHM == "fixedWindow" or ALGORITHM == "slidingWindow" then
-    _, _, p1 = string.find(T, "^ (%d+)", e + 3)
-    if k == 0 then p2 = own2 else _, _, p2 = string.find(T, "^ %d+ (%d+)", e + 3) end
+    if k == 0 then
+      _, _, p1 = string.find(T, "^ (%d+)", at + 3)
+      p2 = own2
+    else
+      _, _, p1, p2 = string.find(T, "^ (%d+) (%d+)", at + 3)
+    end
   else
-    -- the 2nd and 3rd when the call's own (the usual plan changes its limit or burst alone) are
-    -- compared in place: no string made
-    local a
-    _, a, p1 = string.find(T, "^ (%d+) ", e + 3)
-    if string.find(T, own2, a + 1, true) == a + 1 and string.byte(T, a + 1 + #own2) == 32 then
-      p2, a = own2, a + 1 + #own2
-    else
-      _, a, p2 = string.find(T, "^(%d+) ", a + 1)
-    end
-    if string.find(T, own3, a + 1, true) == a + 1 and string.byte(T, a + 1 + #own3) == 32 then
-      p3 = own3
-    else
-      _, _, p3 = string.find(T, "^(%d+) ", a + 1)
-    end
+    _, _, p1, p2, p3 = string.find(T, "^ (%d+) (%d+) (%d+)", at + 3)
   end
 end

@@ -17,7 +17,7 @@
 //   oneRule.<name>   the algorithm's state, then its one-rule body;
 //   <name>OneRuleOverrides  the algorithm's state, then its one-rule-overrides body; for an algorithm
 //                    with a one-rule section and none such, its state, then lua/one_rule_overrides.lua
-//                    with the one-rule section in a function of its own;
+//                    with the one-rule section inline where its `-- #one-rule` line stands;
 //                    (every script that reads a stored override has lua/override.lua, the one reader,
 //                    where its `-- #override` line stands)
 //   refund           lua/refund.lua with each algorithm's state and refund, in a `do ... end` of its
@@ -183,9 +183,9 @@ const stateFor = (a, body) => {
     .join("");
 };
 // What lua/override.lua's one-rule reader reads of the algorithm: its name and its custom line's
-// patterns (the second for a window's, whose third parameter is always 0).
+// patterns, to the line's end (the second for a window's, whose third parameter is always 0).
 const custom = (a) =>
-  `local ALGORITHM, CUSTOM, CUSTOM0 = "${a.name}", "^!${a.name} (%d+) (%d+) (%d+)", "^!${a.name} (%d+) (%d+) 0"\n`;
+  `local ALGORITHM, CUSTOM, CUSTOM0 = "${a.name}", "^!${a.name} (%d+) (%d+) (%d+)%f[\\n%z]", "^!${a.name} (%d+) (%d+) 0%f[\\n%z]"\n`;
 const oneRuleOverrides = read("one_rule_overrides.lua");
 if (!/^-- #one-rule$/m.test(oneRuleOverrides))
   throw new Error("lua/one_rule_overrides.lua has no -- #one-rule line");
@@ -194,11 +194,26 @@ for (const a of algorithms) {
     const body = withOverride(a["one-rule-overrides"], `lua/algorithms/${a.file}`);
     scripts[`${a.name}OneRuleOverrides`] = script(`${stateFor(a, body)}${custom(a)}${body}`);
   } else if (a["one-rule"] !== undefined) {
-    // the one-rule section as the body of one_rule(KEY, ARG1, ..., ARG5): its KEYS[1] and ARGV[i] are
-    // that function's parameters, the call's or those a stored override applies
-    const section = a["one-rule"].replace(/\bKEYS\[1\]/g, "KEY").replace(/\bARGV\[([1-5])\]/g, "ARG$1");
-    if (/\b(KEYS|ARGV)\b/.test(strip(section)))
-      throw new Error(`lua/algorithms/${a.file}: its one-rule section may read only KEYS[1] and ARGV[1..5]`);
+    // the one-rule section inline: its KEYS[1] and ARGV[3..5] are the locals KEY and ARG3..ARG5, the
+    // call's or those a stored override applies; each `return <r>` sets `result` and leaves the
+    // `repeat ... until true` around the section (a loop of its own would be left instead: none may be)
+    const where = `lua/algorithms/${a.file}: its one-rule section`;
+    const section = a["one-rule"]
+      .replace(/\bKEYS\[1\]/g, "KEY")
+      .replace(/\bARGV\[([3-5])\]/g, "ARG$1")
+      .split("\n")
+      .map((line) => {
+        if (line.trim().startsWith("--") || !/\breturn\b/.test(line)) return line;
+        const ret = /^(.*?)\breturn (.+?)( end)?$/.exec(line);
+        if (!ret || line.includes("--")) throw new Error(`${where}: cannot inline "${line.trim()}"`);
+        return `${ret[1]}result = ${ret[2]} break${ret[3] ?? ""}`;
+      })
+      .join("\n");
+    const code = strip(section);
+    if (/\b(KEYS|ARGV\[(?![12]\]))/.test(code))
+      throw new Error(`${where} may read only KEYS[1] and ARGV[1..5]`);
+    if (/\b(for|while|repeat|function|result)\b/.test(strip(a["one-rule"])))
+      throw new Error(`${where} is inlined: it may have no loop, function or local named result`);
     const body = oneRuleOverrides.replace(/^-- #one-rule$/m, () => section);
     scripts[`${a.name}OneRuleOverrides`] = script(
       `${a.state}${custom(a)}${withOverride(body, "lua/one_rule_overrides.lua")}`,

@@ -119,7 +119,8 @@ return count
 -- parameter by little, or, for a custom or stale override, a plan past the 62nd or a
 -- count beyond 2^47, as a string: the count in decimal, then the reader's answer (lua/override.lua's
 -- one-rule reader, inline here), or "#<tag>" for a plan's tag the count leaves no room for.
-local values = redis.call("MGET", unpack(KEYS))
+-- (the usual two keys named: unpack() is a call more)
+local values = #KEYS == 2 and redis.call("MGET", KEYS[1], KEYS[2]) or redis.call("MGET", unpack(KEYS))
 local key, value, ttl, limit, units = KEYS[1], values[1], ARGV[1], ARGV[2], ARGV[4] or "1"
 local stored, tag, answer = values[2], 0, nil
 -- (declared here, read after the branch; set only when an override is stored: a call with none
@@ -136,17 +137,17 @@ if stored then
     ttl = now - now % window + window + math.min(window, GRACE) - now
   end
 end
-limit = tonumber(limit)
-local cost = units == "1" and 1 or tonumber(units)
-local count = tonumber(value)
+-- (digits, as the engine writes them: arithmetic makes them numbers with no call)
+limit = limit + 0
+local cost = units == "1" and 1 or units + 0
+-- only what INCRBY takes is a count (as read() in #state says): an integer without leading zeros, of
+-- at most 15 digits (an exact double), made a number by arithmetic; anything else starts the window
+-- afresh
+local count = value and #value < 16 and (value == "0" or string.find(value, "^%-?[1-9]%d*$")) and value + 0
 if count and count + cost <= limit then
-  -- only what INCRBY takes is a count (as read() in #state says): anything else starts the window afresh
-  count = redis.pcall("INCRBY", key, units)
-  if type(count) ~= "number" then count = nil end
-elseif count and string.format("%d", count) == value then
+  count = redis.call("INCRBY", key, units)
+elseif count then
   count = count + cost
-else
-  count = nil
 end
 if not count then
   if cost <= limit then redis.call("SET", key, units, "PX", ttl) end

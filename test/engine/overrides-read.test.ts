@@ -151,6 +151,61 @@ describe("overrides on: the override read in the decision's EVALSHA", () => {
     expect((await limiter.limit("o")).decidedBy![0]!.limit).toBe(6);
   });
 
+  it.each([
+    ["fixedWindow", fixedWindow({ limit: 3, window: "1h" })],
+    ["slidingWindow", slidingWindow({ limit: 3, window: "1h" })],
+    ["gcra", gcra({ limit: 3, period: "1h" })],
+  ] as const)("%s, one rule: a value no writer stores reads as stale, the base rules", async (_, rule) => {
+    vi.spyOn(console, "warn").mockImplementation(() => {});
+    const { limiter, clock } = limiterOf({ r: rule }, { pro: { r: { limit: 6 } } });
+    clock.set(T0);
+    const keys = new RuleKeys(limiter.prefix, limiter.rules);
+    // empty, a line's end alone, the tail of a plan's line, a plan's name without its line's end,
+    // a plan table's window line, another algorithm's custom line
+    for (const [i, value] of [
+      "",
+      "\n",
+      "o\n",
+      "=pro",
+      "#1 3600000 0\n",
+      "!sliding 6 3600000 0\n{}",
+    ].entries()) {
+      await redis.set(keys.override(`id${i}`), value);
+      expect(await admitted(limiter, `id${i}`, 5)).toEqual({ n: 3, plans: ["default"] });
+    }
+  });
+
+  it.each([
+    ["gcra", { r: gcra({ limit: 3, period: "1h" }) }],
+    ["fixedWindow", { r: fixedWindow({ limit: 3, window: "1h" }) }],
+    ["two rules", { r: gcra({ limit: 3, period: "1h" }), f: fixedWindow({ limit: 100, window: "1h" }) }],
+  ] as const)("%s: the 62nd plan is answered by its tag, the 63rd by its name", async (_, rules) => {
+    // plan i gives r a limit of i + 3
+    const plans = Object.fromEntries(
+      Array.from({ length: 64 }, (_, i) => [`p${i + 1}`, { r: { limit: i + 4 } }]),
+    );
+    const { limiter, clock } = limiterOf(rules, plans);
+    clock.set(T0);
+    for (const plan of ["p1", "p62", "p63", "p64"]) {
+      await limiter.overrides.set(plan, { plan });
+      const n = Number(plan.slice(1)) + 3;
+      expect(await admitted(limiter, plan, n + 2)).toEqual({ n, plans: [plan] });
+    }
+  });
+
+  it("one fixed window: a count INCRBY would refuse reads as a new window", async () => {
+    const { limiter, clock } = limiterOf({ r: fixedWindow({ limit: 3, window: "1h" }) });
+    clock.set(T0);
+    const [count] = limiter.keys("id");
+    for (const foreign of ["1.5", "1e3", " 3", "007", "-0", "99999999999999999999"]) {
+      await redis.set(count!, foreign, { px: HOUR });
+      expect(await limiter.limit("id")).toMatchObject({ allowed: true, remaining: 2 });
+      expect(await redis.get(count!)).toBe(1);
+    }
+    // a count as stored: the next one
+    expect(await limiter.limit("id")).toMatchObject({ allowed: true, remaining: 1 });
+  });
+
   it("one fixed window: its own script applies plans, windows and custom limits exactly", async () => {
     vi.spyOn(console, "warn").mockImplementation(() => {});
     const { limiter, clock } = limiterOf(
