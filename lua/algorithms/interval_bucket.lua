@@ -22,7 +22,8 @@ local MAX_TOKENS = 1125899906842624
 -- The debt a settle may leave, in capacities (lua/settle.lua's DEBT_CAP): the one-rule reply's range.
 local DEBTS = 4
 
--- Tokens and the last refill's time at `now`, refills added.
+-- Tokens and the last refill's time at `now`, refills added; then the last refill's time as stored
+-- (nil for a new bucket).
 local function read(key, now, capacity, interval, refill)
   local stored = redis.call("GET", key)
   local tokens, at
@@ -31,13 +32,14 @@ local function read(key, now, capacity, interval, refill)
     tokens, at = tonumber(t), tonumber(a)
   end
   if not tokens or not at then return capacity, now end
+  local was = at
   if now >= at + interval then
     local n = math.floor((now - at) / interval)
     -- n * refill may be past 2^53 after a long idle time: min() reads it as more than capacity anyway
     tokens = math.min(capacity, tokens + n * refill)
     at = at + n * interval
   end
-  return tokens, at
+  return tokens, at, was
 end
 
 -- When a bucket holding `tokens`, last refilled at `at`, is full again.
@@ -46,11 +48,12 @@ local function full_at(tokens, at, capacity, interval, refill)
   return at + math.floor((capacity - tokens + refill - 1) / refill) * interval
 end
 
--- Writes `tokens` refilled at `at`; returns when it is full (the reset) and `at` (what was counted in).
+-- Writes `tokens` refilled at `at`; returns when it is full (the reset) and where the units were
+-- counted: `at`, or `now` for a lagging caller (before `at`), whose settle gives nothing back (#settle).
 local function store(key, now, tokens, at, capacity, interval, refill)
   local ends = full_at(tokens, at, capacity, interval, refill)
   redis.call("SET", key, string.format("%d:%d", tokens, at), "PX", string.format("%d", ends - now))
-  return tokens >= capacity and now or ends, at
+  return tokens >= capacity and now or ends, math.min(at, now)
 end
 
 -- #check
@@ -117,13 +120,18 @@ return -2 * (math.min(a, math.floor(4503599627370496 / span) - 1) * span + math.
 
 -- #settle
 -- Below the reservation: the difference back, up to capacity (a credit stays as it is), to a bucket
--- that exists. Above: the extra taken, below zero if need be (a debt), to at most DEBT_CAP * capacity
--- in debt (lua/settle.lua). Both at the settle's own clock.
-settle.intervalBucket = function(key, now, cost, actual, capacity, interval, p3)
+-- that exists and has stored no refill since the decision (`counted`, its last refill's time: a
+-- stored one after it is a later refill). Until then every change to the bucket adds or takes tokens,
+-- so the difference back (its own refill at `now` included) leaves it as if only `actual` had been
+-- taken. After a refill, nothing: a refill may have been cut to capacity while the units were out,
+-- and giving them back then would hand out tokens a full bucket had already forgone. Above: the extra
+-- taken, below zero if need be (a debt), to at most DEBT_CAP * capacity in debt (lua/settle.lua).
+-- Both at the settle's own clock.
+settle.intervalBucket = function(key, now, cost, actual, capacity, interval, p3, counted)
   local refill = math.floor(p3 / 2)
   if actual < cost then
-    if redis.call("EXISTS", key) == 0 then return false end
-    local tokens, at = read(key, now, capacity, interval, refill)
+    local tokens, at, was = read(key, now, capacity, interval, refill)
+    if not was or was > counted then return false end
     local given = math.max(tokens, math.min(capacity, tokens + cost - actual))
     if given == tokens then return false end
     store(key, now, given, at, capacity, interval, refill)

@@ -163,6 +163,34 @@ describe("CountingOptions", () => {
       expect(await charge(0)).toEqual([true, 1]);
     });
 
+    it("a settle gives back nothing once a later refill is stored, all before it (its own refill included)", async () => {
+      // Found writing the interval bucket's reference model (test/engine/model.ts): a settle gave the
+      // difference back after a refill that the bucket, full, had cut to capacity, handing out tokens
+      // taken again since.
+      // 10 tokens, 10 more each 10 s: every refill fills the bucket
+      const { clock, decide, charge, charging } = pair((extra) =>
+        intervalBucket({ capacity: 10, refillRate: 10, interval: "10s", ...(extra.givesBack ? extra : {}) }),
+      );
+      const first = await decide(10);
+      clock.set(T0 + 10_000);
+      // the refill fills it: 10 taken again
+      expect((await decide(10)).remaining).toBe(0);
+      // the first cost nothing: as if so, the refill at T0 + 10 s was cut to 10 all the same
+      expect((await charging.settle(first, 0)).via).toBe("redis");
+      expect(await charge(0)).toEqual([false, 0]);
+      const denied = await decide(10);
+      expect([denied.allowed, denied.retryAfter]).toEqual([false, 10_000]);
+
+      // 3 each 10 s: 8 taken at T0 leave 2; settled at 6 at T0 + 10 s, before any refill was stored,
+      // 2 back after the settle's own refill: 2 + 3 + 2 = 7, as 10 - 6 + 3
+      const other = pair(bucket);
+      const eight = await other.decide(8);
+      expect(eight.remaining).toBe(2);
+      other.clock.set(T0 + 10_000);
+      expect((await other.charging.settle(eight, 6)).via).toBe("redis");
+      expect(await other.charge(0)).toEqual([true, 7]);
+    });
+
     it("a lagging clock refills nothing and never moves the last refill back", async () => {
       const { clock, charge, redis, prefix } = pair(bucket);
       expect(await charge(10)).toEqual([true, 0]);

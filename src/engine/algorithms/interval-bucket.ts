@@ -111,13 +111,14 @@ export function intervalBucketOutcome(
 }
 
 /**
- * Where an admission counted its units: the last refill's time, as the limiter script answers (now
- * for a credit left, whose reply does not carry it: a settle of this algorithm reads no such mark).
+ * Where an admission counted its units, as the limiter script answers: the last refill's time, or now
+ * for a lagging caller (before it). A settle gives back only while no later refill is stored, which
+ * now, for a credit left (its reply does not carry the refill's time), tells as well.
  */
 export function intervalBucketCounted(rule: IntervalBucketRule, result: number, now: number): number {
   if (result % 2 === 1) return now;
   const half = result / 2;
-  return refilledAt(rule, (half - (half % rule.capacity)) / rule.capacity, now);
+  return Math.min(now, refilledAt(rule, (half - (half % rule.capacity)) / rule.capacity, now));
 }
 
 /** The one-rule script of a rule that takes: ARGV now (hexadecimal), cost, capacity, interval, p3. */
