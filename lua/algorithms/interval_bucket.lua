@@ -88,29 +88,45 @@ algorithms.intervalBucket = function(key, now, cost, capacity, interval, p3)
 end
 
 -- #one-rule
--- One rule that takes (no givesBack), cost >= 1, no reservation. ARGV: now (hexadecimal), cost,
--- capacity, interval, refill * 2. A charge is admitted iff cost <= t, the tokens read (as #check).
+-- One rule, cost >= 1, no reservation. ARGV: now (hexadecimal), cost, capacity, interval, and refill * 2
+-- + 1 when the rule gives back (only a plan or a stored override applied by the variant that reads
+-- it gives that: a rule that gives back is otherwise the limiter script's). A charge is admitted iff
+-- cost <= t, the tokens read; a give-back adds the cost (as #check both).
 -- Answers one integer r (src/engine/algorithms/interval-bucket.ts decodes it), with
 -- a = at + interval - 1 - now >= 0 (at, the last refill; a >= interval for a lagging caller) and
 -- D = DEBTS * capacity, the most a settle leaves in debt:
---   admitted, left = t - cost < capacity   r = 2 * (a * capacity + left)
+--   admitted, 0 <= left < capacity         r = 2 * (a * capacity + left)
 --   admitted, left >= capacity (a credit)  r = 2 * (left - capacity) + 1   (the reset is now)
+--   given back, left < 0 (still a debt)    as 0 left, with a m intervals more, m such that the bucket
+--                                          is full as many intervals on as from `left` (the reset)
 --   denied, t <= capacity                  r = -2 * (a * (capacity + D + 1) + t + D) - 1
 --   denied, t > capacity (cost > t)        r = -2 * (t - capacity) - 2     (the reset is now)
--- Every count is exact (t <= MAX_TOKENS, t >= -D); a is read as at most 2^52 / capacity - 1 (admitted)
--- or 2^52 / (capacity + D + 1) - 1 (denied): an interval or more for any rule (capacity * interval <=
--- 2^50), so only a caller lagging further than that is told a reset and retry that much earlier.
+-- Every count is exact (t <= MAX_TOKENS, t >= -D: a debt a settle left under a plan of a larger
+-- capacity reads as -D here); a is read as at most 2^52 / capacity - 1 (admitted) or
+-- 2^52 / (capacity + D + 1) - 1 (denied): at least an interval for an admission, and for a denial
+-- under a rule whose capacity * interval is at most 2^52 / (DEBTS + 2) (the bound is 2^50); beyond
+-- that (a lagging caller, a debt's far reset) the reset and retry are told that much earlier.
 local now = tonumber(ARGV[1], 16)
 local cost = ARGV[2] == "1" and 1 or tonumber(ARGV[2])
 local capacity, interval = tonumber(ARGV[3]), tonumber(ARGV[4])
-local refill = math.floor(tonumber(ARGV[5]) / 2)
+local p3 = tonumber(ARGV[5])
+local refill = math.floor(p3 / 2)
 local key = KEYS[1]
 local tokens, at = read(key, now, capacity, interval, refill)
 local a = at + interval - 1 - now
-if cost <= tokens then
-  local left = tokens - cost
+local left
+if p3 % 2 == 1 then
+  left = math.min(tokens + math.min(cost, MAX_TOKENS), MAX_TOKENS)
+elseif cost <= tokens then
+  left = tokens - cost
+end
+if left then
   store(key, now, left, at, capacity, interval, refill)
   if left >= capacity then return 2 * (left - capacity) + 1 end
+  if left < 0 then
+    local whole = math.floor((capacity + refill - 1) / refill)
+    a, left = a + (math.floor((capacity - left + refill - 1) / refill) - whole) * interval, 0
+  end
   return 2 * (math.min(a, math.floor(4503599627370496 / capacity) - 1) * capacity + left)
 end
 if tokens > capacity then return -2 * (tokens - capacity) - 2 end
