@@ -19,7 +19,8 @@
 -- #state
 -- The largest count of tokens a credit may reach (2^50, the rules' MAX_EXACT).
 local MAX_TOKENS = 1125899906842624
--- The debt a settle may leave, in capacities (lua/settle.lua's DEBT_CAP): the one-rule reply's range.
+-- The one-rule reply's range of debt, in capacities: lua/settle.lua's DEBT_CAP, one more than a settle
+-- leaves (room for a debt left under a plan's or override's larger capacity).
 local DEBTS = 4
 
 -- Tokens and the last refill's time at `now`, refills added; then the last refill's time as stored
@@ -94,7 +95,7 @@ end
 -- cost <= t, the tokens read; a give-back adds the cost (as #check both).
 -- Answers one integer r (src/engine/algorithms/interval-bucket.ts decodes it), with
 -- a = at + interval - 1 - now >= 0 (at, the last refill; a >= interval for a lagging caller) and
--- D = DEBTS * capacity, the most a settle leaves in debt:
+-- D = DEBTS * capacity, more than a settle leaves in debt:
 --   admitted, 0 <= left < capacity         r = 2 * (a * capacity + left)
 --   admitted, left >= capacity (a credit)  r = 2 * (left - capacity) + 1   (the reset is now)
 --   given back, left < 0 (still a debt)    as 0 left, with a m intervals more, m such that the bucket
@@ -141,7 +142,8 @@ return -2 * (math.min(a, math.floor(4503599627370496 / span) - 1) * span + math.
 -- so the difference back (its own refill at `now` included) leaves it as if only `actual` had been
 -- taken. After a refill, nothing: a refill may have been cut to capacity while the units were out,
 -- and giving them back then would hand out tokens a full bucket had already forgone. Above: the extra
--- taken, below zero if need be (a debt), to at most DEBT_CAP * capacity in debt (lua/settle.lua).
+-- taken, below zero if need be (a debt), to at most DEBT_CAP * capacity taken in all (lua/settle.lua, as
+-- the other algorithms count theirs): (DEBT_CAP - 1) * capacity below zero.
 -- Both at the settle's own clock.
 settle.intervalBucket = function(key, now, cost, actual, capacity, interval, p3, counted)
   local refill = math.floor(p3 / 2)
@@ -154,7 +156,7 @@ settle.intervalBucket = function(key, now, cost, actual, capacity, interval, p3,
     return true
   end
   local tokens, at = read(key, now, capacity, interval, refill)
-  local left = math.min(tokens, math.max(tokens - (actual - cost), -DEBT_CAP * capacity))
+  local left = math.min(tokens, math.max(tokens - (actual - cost), (1 - DEBT_CAP) * capacity))
   if left == tokens then return false end
   store(key, now, left, at, capacity, interval, refill)
   return true

@@ -374,8 +374,9 @@ describe("CountingOptions", () => {
         overrides: true,
       });
       clock.set(T0);
-      // 10 taken, 30 more in debt (DEBT_CAP * capacity is 40): -30
-      await limiter.settle(await limiter.limit("id", { cost: 10 }), 40);
+      // 10 taken, 30 more in debt, to -30: the most a settle takes (DEBT_CAP capacities in all)
+      // (asked for 50, it takes no more)
+      await limiter.settle(await limiter.limit("id", { cost: 10 }), 50);
       await limiter.overrides.set("id", { rules: { r: { givesBack: true } } as never });
       // 4 given back: -26, full after ceil(36 / 3) = 12 refills
       const d = await limiter.limit("id", { cost: 4 });

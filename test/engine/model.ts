@@ -382,7 +382,8 @@ export class Model {
       if (given !== tokens) this.writeBucket(rule, now, given, at);
       return 0;
     }
-    const left = Math.min(tokens, Math.max(tokens - (actual - cost), -DEBT_CAP * capacity));
+    // (DEBT_CAP capacities taken in all: DEBT_CAP - 1 below zero)
+    const left = Math.min(tokens, Math.max(tokens - (actual - cost), (1 - DEBT_CAP) * capacity));
     if (left === tokens) return 0;
     this.writeBucket(rule, now, left, at);
     return tokens - left;
