@@ -9,7 +9,15 @@ import type { RedisConnection } from "../src/bridge/resp.js";
 import { stripUnknownShebangFlags } from "../src/bridge/scripts.js";
 import * as generated from "../src/engine/generated/scripts.js";
 import type { LimiterOptions } from "../src/index.js";
-import { type Algo, ourRule, PAIRS, pairName, peerLimiter } from "./contestants.js";
+import {
+  type Algo,
+  type OurAlgo,
+  ourRule,
+  PAIRS,
+  type PeerAlgo,
+  pairName,
+  peerLimiter,
+} from "./contestants.js";
 import {
   atTime,
   check,
@@ -258,7 +266,7 @@ const cost = (samples: Sample[]): Cost => ({
  * captured (`ourScript` checks edgelimit's against the scripts loaded and names it), replayed in turns;
  * each contestant's cost per path, in the order `contestants` returns them.
  */
-export async function measureCosts<P extends { algo: Algo; peer?: Algo }>(
+export async function measureCosts<P extends { algo: string; peer?: Algo }>(
   pairs: readonly P[],
   rounds: number,
   idCount: number,
@@ -295,16 +303,29 @@ export async function measureCosts<P extends { algo: Algo; peer?: Algo }>(
   }
 }
 
+/**
+ * The pairs of this part: bench/contestants.ts's, then intervalBucket (the peer's token bucket, which
+ * edgelimit/upstash runs on) beside the peer's token bucket, as a rule of the Limiter's own.
+ */
+const LUA_PAIRS: readonly { algo: OurAlgo | "intervalBucket"; peer?: PeerAlgo }[] = [
+  ...PAIRS,
+  { algo: "intervalBucket", peer: "tokenBucket" },
+];
+
+/** edgelimit's rule of `algo` at `limit` per hour (intervalBucket: the buckets' hourly bucket). */
+const ourHourly = (algo: OurAlgo | "intervalBucket", limit: number) =>
+  algo === "intervalBucket" ? edgelimit.intervalBucket(hourly(limit)[1]) : ourRule(algo, ...hourly(limit));
+
 const measureLuaCost = (rounds: number, idCount: number) =>
-  measureCosts(PAIRS, rounds, idCount, async ({ algo, peer }, ids, conn, ourScript) => {
-    const mine = (
-      await captureOurs({ prefix: `lc-${algo}`, rules: { r0: ourRule(algo, ...hourly(LIMIT)) } }, ids)
-    ).decisions;
+  measureCosts(LUA_PAIRS, rounds, idCount, async ({ algo, peer }, ids, conn, ourScript) => {
+    const mine = (await captureOurs({ prefix: `lc-${algo}`, rules: { r0: ourHourly(algo, LIMIT) } }, ids))
+      .decisions;
     ourScript(mine);
     if (!peer) return [mine];
     const theirs = await asEvalsha(conn, await capturePeer(peer, LIMIT, `lc-peer-${algo}`, ids));
-    // edgelimit/upstash, once per peer algorithm (gcra's pair repeats the token bucket's)
-    if (algo === "gcra") return [mine, theirs];
+    // edgelimit/upstash, once per peer algorithm (gcra's and intervalBucket's pairs repeat the token
+    // bucket's: the entry's token bucket is an intervalBucket)
+    if (algo === "gcra" || algo === "intervalBucket") return [mine, theirs];
     const entry = (await captureEntry(peer, LIMIT, `lc-entry-${algo}`, ids)).decisions;
     ourScript(entry);
     return [mine, theirs, entry];

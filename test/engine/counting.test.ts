@@ -1,7 +1,11 @@
 // The windows' CountingOptions: `overshoot` counts a denied charge, `givesBack` makes every decision
 // a refund (below zero: a credit). Exact tables on an injected clock, against the shared bridge.
 import { describe, expect, it } from "vitest";
-import { INTERVAL_BUCKET_ONE_RULE, SCRIPTS } from "../../src/engine/generated/scripts.js";
+import {
+  INTERVAL_BUCKET_ONE_RULE,
+  INTERVAL_BUCKET_ONE_RULE_OVERRIDES,
+  SCRIPTS,
+} from "../../src/engine/generated/scripts.js";
 import { fixedWindow, intervalBucket, Limiter, type RuleConfig, slidingWindow } from "../../src/index.js";
 import { bridgeRedis, manualClock, T0, uniquePrefix } from "../support.js";
 
@@ -163,6 +167,34 @@ describe("CountingOptions", () => {
       expect(await charge(0)).toEqual([true, 1]);
     });
 
+    it("a settle gives back nothing once a later refill is stored, all before it (its own refill included)", async () => {
+      // Found writing the interval bucket's reference model (test/engine/model.ts): a settle gave the
+      // difference back after a refill that the bucket, full, had cut to capacity, handing out tokens
+      // taken again since.
+      // 10 tokens, 10 more each 10 s: every refill fills the bucket
+      const { clock, decide, charge, charging } = pair((extra) =>
+        intervalBucket({ capacity: 10, refillRate: 10, interval: "10s", ...(extra.givesBack ? extra : {}) }),
+      );
+      const first = await decide(10);
+      clock.set(T0 + 10_000);
+      // the refill fills it: 10 taken again
+      expect((await decide(10)).remaining).toBe(0);
+      // the first cost nothing: as if so, the refill at T0 + 10 s was cut to 10 all the same
+      expect((await charging.settle(first, 0)).via).toBe("redis");
+      expect(await charge(0)).toEqual([false, 0]);
+      const denied = await decide(10);
+      expect([denied.allowed, denied.retryAfter]).toEqual([false, 10_000]);
+
+      // 3 each 10 s: 8 taken at T0 leave 2; settled at 6 at T0 + 10 s, before any refill was stored,
+      // 2 back after the settle's own refill: 2 + 3 + 2 = 7, as 10 - 6 + 3
+      const other = pair(bucket);
+      const eight = await other.decide(8);
+      expect(eight.remaining).toBe(2);
+      other.clock.set(T0 + 10_000);
+      expect((await other.charging.settle(eight, 6)).via).toBe("redis");
+      expect(await other.charge(0)).toEqual([true, 7]);
+    });
+
     it("a lagging clock refills nothing and never moves the last refill back", async () => {
       const { clock, charge, redis, prefix } = pair(bucket);
       expect(await charge(10)).toEqual([true, 0]);
@@ -261,6 +293,94 @@ describe("CountingOptions", () => {
       }
       expect(shas).toContain(INTERVAL_BUCKET_ONE_RULE.sha1);
       expect(shas).toContain(SCRIPTS.limiter.sha1);
+    });
+
+    it("with overrides on, its one-rule variant decides as limiterOverrides does, a line that gives back included", async () => {
+      // the rule alone (intervalBucketOneRuleOverrides) and beside a limit never reached
+      // (limiterOverrides), the same history: overrides that change capacity and refill, one that
+      // gives back (the cost added: past capacity, or still in debt, its reset that of the debt), debts
+      const redis = bridgeRedis();
+      const clock = manualClock();
+      const never = fixedWindow({ limit: 1_000_000, window: "1h" });
+      const both: Record<string, RuleConfig>[] = [{ r: bucket({}) }, { r: bucket({}), never }];
+      const limiters = both.map(
+        (rules) =>
+          new Limiter({
+            redis,
+            prefix: uniquePrefix("ib-over"),
+            rules,
+            clock,
+            denyCache: false,
+            overrides: true,
+          }),
+      );
+      const shas: unknown[] = [];
+      const realFetch = globalThis.fetch;
+      globalThis.fetch = async (...args: Parameters<typeof fetch>) => {
+        for (const command of JSON.parse(String(args[1]?.body)) as unknown[][]) shas.push(command[1]);
+        return realFetch(...args);
+      };
+      const lines = [
+        undefined,
+        { capacity: 4 },
+        { givesBack: true },
+        { refillRate: 7, interval: "3s" },
+        { capacity: 30, givesBack: true },
+      ];
+      let seed = 11;
+      const next = (n: number) => {
+        seed = (seed * 1103515245 + 12345) % 2147483648;
+        return seed % n;
+      };
+      const got: unknown[][] = [[], []];
+      try {
+        for (let step = 0; step < 90; step++) {
+          clock.set(clock.now + [1_000, 4_000, -6_000, 0, 12_000][next(5)]!);
+          const cost = [1, 2, 3, 5, 11][next(5)]!;
+          const kind = next(12);
+          const line = lines[next(lines.length)];
+          const row: unknown[] = [];
+          for (const [i, limiter] of limiters.entries()) {
+            if (kind === 0) {
+              if (line === undefined) await limiter.overrides.delete("id");
+              else await limiter.overrides.set("id", { rules: { r: line } as never });
+              continue;
+            }
+            const d = await limiter.limit("id", { cost });
+            if (kind <= 3 && d.allowed) await limiter.settle(d, cost + 9);
+            const r = d.rules.r!;
+            row.push([d.plan, r.allowed, r.remaining, r.resetAt - clock.now, r.retryAfter]);
+            got[i]!.push(r.remaining);
+          }
+          expect(row[0], `step ${step}`).toEqual(row[1]);
+        }
+      } finally {
+        globalThis.fetch = realFetch;
+      }
+      expect(shas).toContain(INTERVAL_BUCKET_ONE_RULE_OVERRIDES.sha1);
+      expect(shas).toContain(SCRIPTS.limiterOverrides.sha1);
+      // the history reached a credit and a debt
+      expect(Math.max(...(got[0] as number[]))).toBeGreaterThan(10);
+    });
+
+    it("its one-rule variant answers a give-back that leaves a debt with the debt's reset", async () => {
+      const clock = manualClock();
+      const limiter = new Limiter({
+        redis: bridgeRedis(),
+        prefix: uniquePrefix("ib-debt"),
+        rules: { r: bucket({}) },
+        clock,
+        denyCache: false,
+        overrides: true,
+      });
+      clock.set(T0);
+      // 10 taken, 30 more in debt, to -30: the most a settle takes (DEBT_CAP capacities in all)
+      // (asked for 50, it takes no more)
+      await limiter.settle(await limiter.limit("id", { cost: 10 }), 50);
+      await limiter.overrides.set("id", { rules: { r: { givesBack: true } } as never });
+      // 4 given back: -26, full after ceil(36 / 3) = 12 refills
+      const d = await limiter.limit("id", { cost: 4 });
+      expect([d.plan, d.allowed, d.remaining, d.resetAt]).toEqual(["custom", true, 0, T0 + 120_000]);
     });
   });
 });

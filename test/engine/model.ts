@@ -1,13 +1,19 @@
 // The reference model of every algorithm, for test/engine/cross-feature.property.test.ts: what one
 // identifier's state in Redis means, as a pure function of (state, now, cost, rule), written from
 // docs/algorithms.md and lua/algorithms/*.lua with the structure of the state instead of its bytes
-// (a TAT in 1/rate ms, a window's count, a sliding window's counts and slots, a log's entries). It
-// answers what the limiter script answers (allowed, remaining, resetAt, retryAfter: lua/dispatcher.lua)
-// and settles as lua/settle.lua does. Nothing here imports the engine: it is the second opinion.
+// (a TAT in 1/rate ms, an interval bucket's tokens and last refill, a window's count, a sliding
+// window's counts and slots, a log's entries). It answers what the limiter script answers (allowed,
+// remaining, resetAt, retryAfter: lua/dispatcher.lua) and settles as lua/settle.lua does. Nothing here imports the engine: it is the second opinion.
 
 /** A rule as the model reads it: a token bucket is GCRA (rate = refillRate, period = interval, burst = capacity). */
 export type ModelRule =
   | { readonly algorithm: "gcra"; readonly rate: number; readonly period: number; readonly burst: number }
+  | {
+      readonly algorithm: "intervalBucket";
+      readonly capacity: number;
+      readonly refillRate: number;
+      readonly interval: number;
+    }
   | Windowed<"fixedWindow">
   | Windowed<"slidingWindow">
   | Windowed<"slidingLog">;
@@ -40,6 +46,17 @@ interface GcraState {
   tat: number;
   rate: number;
   period: number;
+  fragile: boolean;
+}
+
+/**
+ * An interval bucket's state: its tokens (below zero a debt, above capacity a credit), when it was last
+ * refilled, when it reads full again (its key's expiry), and `fragile` when that was under 10 s away.
+ */
+interface BucketState {
+  tokens: number;
+  at: number;
+  fullAt: number;
   fragile: boolean;
 }
 
@@ -76,11 +93,25 @@ export class Model {
   private readonly fixed = new Map<string, number>();
   private readonly sliding = new Map<number, SlidingState>();
   private log: { stamp: number; n: number }[] = [];
+  private bucket: BucketState | undefined;
 
   /** The TAT (epoch ms, rounded down) of a GCRA state whose key may expire on Redis's clock any moment. */
   fragileTat(): number | undefined {
     const state = this.gcraState;
     return state?.fragile ? Math.floor(state.tat / state.rate) : undefined;
+  }
+
+  /**
+   * When an interval bucket whose key may expire on Redis's clock any moment reads full (its key's
+   * expiry on the callers' clocks), else undefined.
+   */
+  fragileBucket(): number | undefined {
+    return this.bucket?.fragile ? this.bucket.fullAt : undefined;
+  }
+
+  /** Forgets the interval bucket's state, as its key's expiry does in Redis. */
+  expireBucket(): void {
+    this.bucket = undefined;
   }
 
   /**
@@ -113,6 +144,8 @@ export class Model {
     switch (rule.algorithm) {
       case "gcra":
         return this.gcra(rule, now, cost, write);
+      case "intervalBucket":
+        return this.intervalBucket(rule, now, cost, write);
       case "fixedWindow":
         return this.fixedWindow(rule, now, cost, write);
       case "slidingWindow":
@@ -140,6 +173,8 @@ export class Model {
     switch (rule.algorithm) {
       case "gcra":
         return this.settleGcra(rule, now, cost, charge, most, counted);
+      case "intervalBucket":
+        return this.settleBucket(rule, now, cost, charge, counted);
       case "fixedWindow":
         return this.settleFixed(rule, now, cost, charge, counted);
       case "slidingWindow":
@@ -256,6 +291,102 @@ export class Model {
     const after = Math.max(d, Math.min(d + extra, DEBT_CAP * burst * period));
     this.writeGcra(rule, now, after);
     return (after - d) / period;
+  }
+
+  // Interval bucket: `capacity` tokens, `refillRate` more at the end of each `interval` from the last
+  // refill (from the first decision on), never past capacity (a credit above it is cut to capacity by
+  // the next refill); a charge is admitted iff it is at most the tokens. A lagging clock refills
+  // nothing. A new (or expired) bucket is full, last refilled at its first reading.
+  private readBucket(rule: Extract<ModelRule, { algorithm: "intervalBucket" }>, now: number) {
+    const { capacity, refillRate, interval } = rule;
+    const state = this.bucket;
+    if (state === undefined) return { tokens: capacity, at: now, stored: undefined };
+    let { tokens, at } = state;
+    if (now >= at + interval) {
+      const refills = Math.floor((now - at) / interval);
+      tokens = Math.min(capacity, tokens + refills * refillRate);
+      at += refills * interval;
+    }
+    return { tokens, at, stored: state.at };
+  }
+
+  /** When a bucket holding `tokens`, last refilled at `at`, is full again (at least one refill on). */
+  private bucketFull(rule: Extract<ModelRule, { algorithm: "intervalBucket" }>, tokens: number, at: number) {
+    const { capacity, refillRate, interval } = rule;
+    if (tokens >= capacity) return at + interval;
+    return at + ceilDiv(capacity - tokens, refillRate) * interval;
+  }
+
+  /** Stores the bucket; its reset: now when it holds capacity or more, else when it is full again. */
+  private writeBucket(
+    rule: Extract<ModelRule, { algorithm: "intervalBucket" }>,
+    now: number,
+    tokens: number,
+    at: number,
+  ): number {
+    const fullAt = this.bucketFull(rule, tokens, at);
+    this.bucket = { tokens, at, fullAt, fragile: fullAt - now < 10_000 };
+    return tokens >= rule.capacity ? now : fullAt;
+  }
+
+  private intervalBucket(
+    rule: Extract<ModelRule, { algorithm: "intervalBucket" }>,
+    now: number,
+    cost: number,
+    write: boolean,
+  ) {
+    const { capacity, refillRate } = rule;
+    const units = cost === 0 ? 1 : cost;
+    const { tokens, at } = this.readBucket(rule, now);
+    const resetAt = tokens >= capacity ? now : this.bucketFull(rule, tokens, at);
+    if (units > tokens) {
+      // the first refill after which the bucket holds the units (none holds more than capacity)
+      const retryAfter =
+        units > capacity
+          ? Number.POSITIVE_INFINITY
+          : at + ceilDiv(units - tokens, refillRate) * rule.interval - now;
+      return {
+        outcome: { allowed: false, limit: capacity, remaining: Math.max(0, tokens), resetAt, retryAfter },
+      };
+    }
+    if (cost === 0)
+      return { outcome: { allowed: true, limit: capacity, remaining: tokens, resetAt, retryAfter: 0 } };
+    const left = tokens - units;
+    const reset = write
+      ? this.writeBucket(rule, now, left, at)
+      : left >= capacity
+        ? now
+        : this.bucketFull(rule, left, at);
+    return {
+      outcome: { allowed: true, limit: capacity, remaining: left, resetAt: reset, retryAfter: 0 },
+      // counted from its last refill (a lagging caller: from its own clock, before it)
+      counted: { start: Math.min(at, now), mark: 0 },
+    };
+  }
+
+  private settleBucket(
+    rule: Extract<ModelRule, { algorithm: "intervalBucket" }>,
+    now: number,
+    cost: number,
+    actual: number,
+    counted: Counted,
+  ): number {
+    const { capacity } = rule;
+    const { tokens, at, stored } = this.readBucket(rule, now);
+    if (actual < cost) {
+      // back up to capacity, while no refill after the decision's is stored: until one is, the tokens
+      // only moved by what was taken and given, so the difference back leaves the bucket as if only
+      // `actual` had been taken; after one (which a full bucket may have cut), nothing
+      if (stored === undefined || stored > counted.start) return 0;
+      const given = Math.max(tokens, Math.min(capacity, tokens + cost - actual));
+      if (given !== tokens) this.writeBucket(rule, now, given, at);
+      return 0;
+    }
+    // (DEBT_CAP capacities taken in all: DEBT_CAP - 1 below zero)
+    const left = Math.min(tokens, Math.max(tokens - (actual - cost), (1 - DEBT_CAP) * capacity));
+    if (left === tokens) return 0;
+    this.writeBucket(rule, now, left, at);
+    return tokens - left;
   }
 
   // Fixed window: a count per window (of its own length), epoch-aligned.

@@ -14,13 +14,18 @@
 // latest unit a later one; the run then goes on from the others' state. So may the leased path's after a
 // GCRA refund at the next call's time: units since earned back are not given back (lua/algorithms/
 // gcra.lua), so its TAT stays at the others' or later, read the same but for less than a ms. A GCRA or token bucket rule
-// switches now and then to another rate (as a plan or an override does), on every path at once.
+// switches now and then to another rate (as a plan or an override does), on every path at once. An
+// interval bucket, which no lease holds, reserves nothing; its settled path may store the refills its
+// decision read (a peek's estimate leaves its bucket stored, full), and a lagging caller's settle
+// gives nothing back (lua/algorithms/interval_bucket.lua): fewer tokens, refilled at the same time.
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import {
+  algorithmOf,
   compileRule,
   fixedWindow,
   gcra,
+  intervalBucket,
   type Rule,
   type RuleConfig,
   slidingWindow,
@@ -65,6 +70,13 @@ const rules: fc.Arbitrary<RuleConfig> = fc.oneof(
     .map(({ capacity, refillRate, interval }) =>
       tokenBucket({ capacity, refillRate, interval: refillRate * interval }),
     ),
+  fc
+    .record({
+      capacity: fc.integer({ min: 1, max: 15 }),
+      refillRate: fc.integer({ min: 1, max: 7 }),
+      interval: fc.integer({ min: MINUTE, max: HOUR }),
+    })
+    .map(intervalBucket),
 );
 
 interface Step {
@@ -146,6 +158,17 @@ function meaning(rule: Rule, stored: unknown, now: number): unknown {
     }
     case "slidingWindow":
       return slidingMeaning(rule.window, stored, now);
+    case "intervalBucket": {
+      // its tokens and last refill as a caller at now reads them (the refills since added)
+      if (stored === null || stored === undefined) return "new";
+      let [tokens, at] = String(stored).split(":").map(Number) as [number, number];
+      if (now >= at + rule.interval) {
+        const refills = Math.floor((now - at) / rule.interval);
+        tokens = Math.min(rule.capacity, tokens + refills * rule.refillRate);
+        at += refills * rule.interval;
+      }
+      return `${tokens}:${at}`;
+    }
     default:
       return String(stored);
   }
@@ -283,6 +306,8 @@ describe("the one-rule, general and leased paths", () => {
           let now = T0 + Math.floor((unit * offset) / 1000);
           let owed: { units: number; windowStarts: readonly number[] } | undefined;
           let latest = now;
+          // a settle below the cost by a lagging caller, which an interval bucket gives nothing back
+          let settledLagging = false;
           for (const [at, step] of history.entries()) {
             now = Math.max(0, now + Math.round((step.move * unit) / 1000));
             const lagging = now < latest;
@@ -292,6 +317,24 @@ describe("the one-rule, general and leased paths", () => {
               // ahead, whose key could expire between two paths' calls
               const tat = tatOf(await redis.get(keys.of(one, now)[0]!));
               if (tat !== undefined && tat >= now && tat - now < 5000) now = tat + 1;
+            }
+            if (rule.algorithm === "intervalBucket") {
+              // Redis expires a bucket when it reads full, by its own clock: a key just short of that
+              // could expire between two paths' calls. Past that time, all four go, as they would by then
+              const key = keys.of(one, now)[0]!;
+              const [stored, ttl] = await Promise.all([redis.get(key), redis.pttl(key)]);
+              if (stored !== null && ttl >= 0 && ttl < 5000) {
+                const [tokens, refilled] = String(stored).split(":").map(Number) as [number, number];
+                const { capacity, refillRate, interval } = rule;
+                const full =
+                  tokens >= capacity
+                    ? refilled + interval
+                    : refilled + Math.ceil((capacity - tokens) / refillRate) * interval;
+                now = Math.max(now, full);
+                await Promise.all(
+                  [one, general, leased, settled].map((id) => redis.del(keys.of(id, now)[0]!)),
+                );
+              }
             }
             if (owed) {
               // the leased path's refund, at this call's time
@@ -304,10 +347,12 @@ describe("the one-rule, general and leased paths", () => {
               if ((await redis.get(keys.of(one, now)[0]!)) !== null) reached.rateChanges++;
               [rule, scripts] = rule === first ? [second, secondScripts] : [first, firstScripts];
             }
+            // (a rule no lease may hold, an interval bucket's, reserves nothing: the engine asks none)
+            const reserve = algorithmOf(rule).leasable ? step.reserve : 0;
             const [a, b, c] = await Promise.all([
               scripts.decide(one, step.cost, now),
               scripts.reserve(general, step.cost, now, 0),
-              scripts.reserve(leased, step.cost, now, step.reserve),
+              scripts.reserve(leased, step.cost, now, reserve),
             ]);
             if (a instanceof Error) throw a;
             if (b instanceof Error) throw b;
@@ -333,6 +378,7 @@ describe("the one-rule, general and leased paths", () => {
             let d = await scripts.decide(settled, estimate, now);
             if (d instanceof Error) throw d;
             if (d.allowed && estimate !== step.cost) {
+              settledLagging = lagging && estimate > step.cost;
               const reply = await scripts.settle(settled, scripts.counted(d), estimate, step.cost, now);
               expect(reply.ok).toBe(true);
               if (estimate > step.cost) reached.settledBelow++;
@@ -360,6 +406,11 @@ describe("the one-rule, general and leased paths", () => {
               if (rule.algorithm === "fixedWindow") expect(counted).toBe(start);
               else if (rule.limit < 2 ** 25) expect([start, start + rule.window]).toContain(counted);
               else expect(counted).toBeGreaterThanOrEqual(start);
+            } else if (c.decision.allowed && step.cost > 0 && rule.algorithm === "intervalBucket") {
+              // counted at the last refill (within an interval before now), or a lagging caller's now
+              const counted = c.windowStarts[0]!;
+              expect(counted).toBeLessThanOrEqual(now);
+              if (!lagging) expect(counted).toBeGreaterThan(now - rule.interval);
             } else if (c.decision.allowed && step.cost > 0) {
               // GCRA's units hold its TAT, rounded up: the reset (what a refund may give back is capped by it)
               expect(c.windowStarts).toEqual([c.decision.rules.r!.resetAt]);
@@ -394,6 +445,30 @@ describe("the one-rule, general and leased paths", () => {
             const [a, b, c, d] = await Promise.all(
               [one, general, leased, settled].map((id) => redis.get(keys.of(id, at)[0]!)),
             );
+            if (rule.algorithm === "intervalBucket" && d !== b && settledLagging) {
+              // a lagging caller's settle gives nothing back (lua/algorithms/interval_bucket.lua): the
+              // settled path holds fewer tokens, refilled at the same time, and lets no caller in where
+              // the others would not
+              const [others, own] = [b, d].map((x) => String(x).split(":").map(Number)) as number[][];
+              const context = { at, rule: config, general: b, settled: d };
+              expect({ ...context, refilled: own![1] }).toEqual({ ...context, refilled: others![1] });
+              expect(own![0], JSON.stringify(context)).toBeLessThan(others![0]!);
+              settledLagging = false;
+              reached.settledKeptTime++;
+              await resync(settled, at, b);
+              return expectSameState(at);
+            }
+            if (rule.algorithm === "intervalBucket" && b === null && d !== null) {
+              // a peek stores nothing; an estimate of it, admitted and given back, leaves the bucket it
+              // took from full, refilled from the decision's time on: it reads the same, and keeps that time
+              const [tokens] = String(d).split(":").map(Number);
+              expect(tokens, JSON.stringify({ at, rule: config, settled: d })).toBeGreaterThanOrEqual(
+                rule.capacity,
+              );
+              reached.settledKeptTime++;
+              await resync(settled, at, b);
+              return expectSameState(at);
+            }
             const said = [a, b, c, d].map((stored) => meaning(rule, stored, at));
             if (lateRefund && c !== b && (rule.algorithm === "gcra" || rule.algorithm === "tokenBucket")) {
               // a GCRA refund after its units were partly earned back gives back what they still held,
@@ -426,7 +501,9 @@ describe("the one-rule, general and leased paths", () => {
             const context = { at, rule: config, general: b, settled: d };
             expect({ ...context, one: a, leased: c }).toEqual({ ...context, one: b, leased: b });
             if (d === b) return;
-            if (rule.algorithm === "slidingWindow") {
+            if (rule.algorithm === "intervalBucket") {
+              // the settled path's decision stored the refills it read, which the others' peeks did not
+            } else if (rule.algorithm === "slidingWindow") {
               // Every unit of a decision counted in a new window given back: that window stays stored,
               // empty (a caller lagging behind it is then decided as at its start, as after any
               // decision counted there: docs/algorithms.md, "Clock skew"). And units given back leave
@@ -458,7 +535,7 @@ describe("the one-rule, general and leased paths", () => {
           }
         },
       ),
-      { numRuns: 80, seed: Number(process.env.PROPERTY_SEED ?? 20261124) },
+      { numRuns: 96, seed: Number(process.env.PROPERTY_SEED ?? 20261124) },
     );
     expect(reached.denied).toBeGreaterThan(40);
     expect(reached.countedInNewerWindow).toBeGreaterThan(0);

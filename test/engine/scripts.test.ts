@@ -10,6 +10,7 @@ import { limiterArgs } from "../../src/engine/scripts/limiter.js";
 import {
   fixedWindow,
   gcra,
+  intervalBucket,
   Limiter,
   type RuleConfig,
   slidingLog,
@@ -205,6 +206,7 @@ describe("the one-rule scripts", () => {
     ["slidingWindow", slidingWindow({ limit: 7, window: "1h" })],
     ["gcra", gcra({ limit: 7, period: "1h", burst: 5 })], // T = 3,600,000/7 ms: TAT in fractions of a ms
     ["tokenBucket", tokenBucket({ capacity: 5, refillRate: 7, interval: "1h" })],
+    ["intervalBucket", intervalBucket({ capacity: 5, refillRate: 7, interval: "1h" })],
   ];
   it("answers one integer where it is taken (the limiter script, 5 per rule, where it is not)", async () => {
     // which script each decision ran and what it answered, read from the requests the Limiter sends
@@ -419,6 +421,15 @@ describe("commands per decision (each path, one rule)", () => {
       ],
     ],
     [
+      "intervalBucket",
+      intervalBucket({ capacity: 2, refillRate: 1, interval: "1h" }),
+      [
+        [1, "EVALSHA GET SET"],
+        [1, "EVALSHA GET SET"],
+        [1, "EVALSHA GET"],
+      ],
+    ],
+    [
       "slidingLog",
       slidingLog({ limit: 2, window: "1h" }),
       [
@@ -441,7 +452,8 @@ describe("commands per decision (each path, one rule)", () => {
     expect(got).toEqual(calls);
   });
   // With overrides on, one rule runs its one-rule script's variant (fixedWindowOneRuleOverrides,
-  // gcraOneRuleOverrides, slidingWindowOneRuleOverrides), a sliding log limiterOverrides: the commands
+  // gcraOneRuleOverrides, slidingWindowOneRuleOverrides, intervalBucketOneRuleOverrides), a sliding log
+  // limiterOverrides: the commands
   // of the path as it is with overrides off plus one GET of the override key, stored or not. Each rule's
   // limit is 2 (a token bucket's capacity), and the stored plan or custom line keeps it 2, so the paths
   // line up: first, later, denied.
@@ -484,6 +496,17 @@ describe("commands per decision (each path, one rule)", () => {
       tokenBucket({ capacity: 2, refillRate: 1, interval: "1h" }),
       { capacity: 2 },
       "!gcra 1 3600000 2",
+      [
+        [1, "EVALSHA GET×2 SET"],
+        [1, "EVALSHA GET×2 SET"],
+        [1, "EVALSHA GET×2"],
+      ],
+    ],
+    [
+      "intervalBucket",
+      intervalBucket({ capacity: 2, refillRate: 1, interval: "1h" }),
+      { capacity: 2 },
+      "!intervalBucket 2 3600000 2",
       [
         [1, "EVALSHA GET×2 SET"],
         [1, "EVALSHA GET×2 SET"],

@@ -1,9 +1,15 @@
 // The interval bucket (lua/algorithms/interval_bucket.lua): a token bucket that gains `refillRate`
 // tokens at the end of each `interval`, @upstash/ratelimit's token bucket, which edgelimit/upstash
 // keeps. Its state is a key of its own ("tokens:refilled at"); no refund section (never leased). A rule
-// that takes runs its one-rule script alone; one that gives back, the limiter script.
+// that takes runs its one-rule script alone (with overrides on, its variant that reads the stored
+// override, which may apply rules that give back: the script adds the cost then); one that gives back,
+// the limiter script.
 import type { Duration } from "../duration.js";
-import { ALGORITHM_CONSTANTS, INTERVAL_BUCKET_ONE_RULE } from "../generated/scripts.js";
+import {
+  ALGORITHM_CONSTANTS,
+  INTERVAL_BUCKET_ONE_RULE,
+  INTERVAL_BUCKET_ONE_RULE_OVERRIDES,
+} from "../generated/scripts.js";
 import type { OneRule, ScriptCallOptions } from "../scripts/shared.js";
 import type { RuleResult } from "../types.js";
 import type { RuleConfig } from "./index.js";
@@ -111,13 +117,14 @@ export function intervalBucketOutcome(
 }
 
 /**
- * Where an admission counted its units: the last refill's time, as the limiter script answers (now
- * for a credit left, whose reply does not carry it: a settle of this algorithm reads no such mark).
+ * Where an admission counted its units, as the limiter script answers: the last refill's time, or now
+ * for a lagging caller (before it). A settle gives back only while no later refill is stored, which
+ * now, for a credit left (its reply does not carry the refill's time), tells as well.
  */
 export function intervalBucketCounted(rule: IntervalBucketRule, result: number, now: number): number {
   if (result % 2 === 1) return now;
   const half = result / 2;
-  return refilledAt(rule, (half - (half % rule.capacity)) / rule.capacity, now);
+  return Math.min(now, refilledAt(rule, (half - (half % rule.capacity)) / rule.capacity, now));
 }
 
 /** The one-rule script of a rule that takes: ARGV now (hexadecimal), cost, capacity, interval, p3. */
@@ -176,6 +183,7 @@ export const intervalBucketAlgorithm: AlgorithmModule<IntervalBucketRule> = {
   }),
   key: "intervalBucket",
   oneRule: intervalBucketOne,
+  oneRuleOverrides: INTERVAL_BUCKET_ONE_RULE_OVERRIDES,
   outcome: intervalBucketOutcome,
   oneRuleCounted: intervalBucketCounted,
   windowed: false,
