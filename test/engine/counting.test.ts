@@ -377,7 +377,7 @@ describe("CountingOptions", () => {
       // 10 taken, 30 more in debt, to -30: the most a settle takes (DEBT_CAP capacities in all)
       // (asked for 50, it takes no more)
       await limiter.settle(await limiter.limit("id", { cost: 10 }), 50);
-      await limiter.overrides.set("id", { rules: { r: { givesBack: true } } as never });
+      await limiter.overrides.set("id", { rules: { r: { givesBack: true } } });
       // 4 given back: -26, full after ceil(36 / 3) = 12 refills
       const d = await limiter.limit("id", { cost: 4 });
       expect([d.plan, d.allowed, d.remaining, d.resetAt]).toEqual(["custom", true, 0, T0 + 120_000]);

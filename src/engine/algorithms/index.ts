@@ -242,7 +242,11 @@ function countIssue(value: unknown): string | undefined {
  * What a plan changes in one rule: some of the fields of the rule's constructor (`limit`, `burst`,
  * `window`, ...). Fields left out keep the base rule's.
  */
-export type RulePlan = Partial<GcraOptions> | Partial<TokenBucketOptions> | Partial<WindowOptions>;
+export type RulePlan =
+  | Partial<GcraOptions>
+  | Partial<TokenBucketOptions>
+  | Partial<WindowOptions>
+  | Partial<IntervalBucketOptions>;
 /** A plan: the rules it changes, by rule name. It cannot add or remove a rule, or change its algorithm. */
 export type PlanConfig = Record<string, RulePlan>;
 
