@@ -43,6 +43,33 @@ const WINDOWS = [
 
 describe("CountingOptions", () => {
   for (const [name, make] of WINDOWS) {
+    it(`${name}: a plan or an override cannot change how the rule counts, and says so before storing`, async () => {
+      const rules = { r: make({ limit: 10, window: "1m" }) };
+      expect(
+        () => new Limiter({ redis: bridgeRedis(), rules, plans: { pro: { r: { givesBack: true } } } }),
+      ).toThrow(
+        "plans.pro.r.givesBack: a plan cannot change how a window rule counts (overshoot, givesBack)",
+      );
+      const prefix = uniquePrefix("counting-override");
+      const limiter = new Limiter({
+        redis: bridgeRedis(),
+        prefix,
+        rules,
+        overrides: true,
+        clock: manualClock(),
+      });
+      for (const change of [{ givesBack: true }, { overshoot: true }]) {
+        await expect(
+          limiter.overrides.set("id", { rules: { r: change as { givesBack: true } } }),
+        ).rejects.toThrow(
+          `rules.r.${Object.keys(change)[0]}: an override cannot change how a window rule counts`,
+        );
+      }
+      // nothing stored: the base rule decides
+      expect(await limiter.overrides.get("id")).toBeUndefined();
+      expect((await limiter.limit("id", { cost: 4 })).remaining).toBe(6);
+    });
+
     it(`${name}: an overshoot is counted though denied; a peek counts nothing; refunds go below zero`, async () => {
       const { charge, give } = pair(make);
       expect(await charge(8)).toEqual([true, 2]);

@@ -383,6 +383,17 @@ export function checkChanges(
               message: `${what} cannot change a rule's ${field === "by" ? "identifier field (by)" : "algorithm"}`,
             });
           }
+        } else if (
+          (field === "overshoot" || field === "givesBack") &&
+          ALGORITHMS[base.algorithm]?.windowed &&
+          Boolean(value) !== Boolean((base as unknown as Record<string, unknown>)[field])
+        ) {
+          // a window's stored override and plan records carry its limit and window only: how it counts
+          // would be read as the base rule's, or the override as stale
+          issues.push({
+            path: [...root, name, field],
+            message: `${what} cannot change how a window rule counts (overshoot, givesBack): give the base rule its own`,
+          });
         } else if (value !== undefined) merged[field] = value;
       }
     }
