@@ -60,6 +60,7 @@ import { describe, readDuration } from "../../engine/duration.js";
 import { PREFIX } from "../../engine/keys.js";
 import { checkLease, type LeaseConfig } from "../../engine/leases.js";
 import { checkOverrides, type OverridesConfig } from "../../engine/overrides.js";
+import type { PoolConfig } from "../../engine/region.js";
 import { sha256Hex } from "../../engine/sha256.js";
 import { type Issue, MAX_TIMER_MS } from "../../engine/validate.js";
 import { parsePathPattern, type RouteMatch } from "../../http/routes.js";
@@ -67,7 +68,7 @@ import type { UsageSource } from "../../http/usage.js";
 import { IpSet, parseRange } from "../ip.js";
 import { checkUsageSource } from "../usage-source.js";
 import { type KeySpec, keySpecText, parseKeySpec } from "./identity.js";
-import { checkRegions, type PoolConfig, type RegionsConfig } from "./regions.js";
+import { checkRegions, type RegionsConfig } from "./regions.js";
 
 /** One route: the requests it matches, who they are counted by, and the rules they are held to. */
 export interface RouteConfig {
