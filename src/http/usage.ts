@@ -59,7 +59,7 @@ const MAX_NUMBER = 20;
  * document fed in pieces of any size. Remembers only the nesting, the keys of the first two levels
  * and the number being read. Tolerant: it does not validate the JSON, it only looks for the value.
  */
-export class TotalTokens {
+class TotalTokens {
   /** The last value found at usage.total_tokens. */
   found: number | undefined;
   // containers open, innermost last: true for an object
@@ -163,7 +163,7 @@ export class TotalTokens {
  * and events without usage change nothing). Holds no line: each data byte goes straight to a
  * {@link TotalTokens} of the current event.
  */
-export class SseTotalTokens {
+class SseTotalTokens {
   found: number | undefined;
   #event = new TotalTokens();
   #eventHasData = false;
@@ -250,7 +250,7 @@ const LF_BYTE = new Uint8Array([LF]);
  * @example
  * usageFormat("text/event-stream; charset=utf-8") // "sse"
  */
-export function usageFormat(contentType: string | null): "json" | "sse" | undefined {
+function usageFormat(contentType: string | null): "json" | "sse" | undefined {
   const type = (contentType ?? "").split(";")[0]!.trim().toLowerCase();
   if (type === "text/event-stream") return "sse";
   if (type === "application/json" || /^[a-z0-9!#$&^_.+-]+\/[a-z0-9!#$&^_.+-]+\+json$/.test(type)) {
