@@ -26,6 +26,7 @@ export {
   type WindowOptions,
   type WindowRule,
 } from "./engine/algorithms/index.js";
+export type { RuleBase } from "./engine/algorithms/shared.js";
 export type {
   Analytics,
   AnalyticsOptions,
@@ -47,5 +48,5 @@ export type {
   OverridesOptions,
   OverridesPage,
 } from "./engine/overrides.js";
-export type { RegionOptions } from "./engine/region.js";
+export type { PoolOptions, RegionOptions } from "./engine/region.js";
 export type { Decision, RuleResult, Settlement } from "./engine/types.js";

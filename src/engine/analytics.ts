@@ -585,6 +585,19 @@ export class Flusher {
 }
 
 /**
+ * The Limiter's `limiter.analytics`, over its counter (undefined without `analytics`), its transport,
+ * clock, rule names, background timeout, and whether its decisions use the breaker.
+ */
+export let buildAnalytics: (
+  counter: Counter | undefined,
+  transport: Transport,
+  clock: () => number,
+  ruleNames: readonly string[],
+  timeout: number,
+  breakerOn: boolean,
+) => Analytics;
+
+/**
  * `limiter.analytics`: the counts of every isolate that flushed, read from Redis, and this isolate's
  * flush. See docs/analytics.md.
  *
@@ -596,8 +609,13 @@ export class Analytics {
   /** Whether the Limiter counts its decisions (built with `analytics`); without, `report()` rejects. */
   readonly enabled: boolean;
 
+  static {
+    buildAnalytics = (...parts) => new Analytics(...parts);
+  }
+
+  // private: only the Limiter builds one (buildAnalytics), so no published type names its parts
   /** @param counter undefined when the Limiter was built without `analytics` */
-  constructor(
+  private constructor(
     private readonly counter: Counter | undefined,
     private readonly transport: Transport,
     private readonly clock: () => number,

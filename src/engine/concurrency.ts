@@ -50,6 +50,8 @@ export interface ConcurrencyDecision {
   /** The name of this limit in headers and problem bodies: "concurrency". */
   rule: "concurrency";
   /** The id of the slot in Redis (random). */
+  slotId: string;
+  /** @deprecated The old name of `slotId`, still set to the same id: read `slotId`. */
   leaseId: string;
   /**
    * Gives the slot back (one round trip; call it off the request path, e.g. in `waitUntil`). Safe to
@@ -124,7 +126,7 @@ export class Concurrency {
   async acquire(identifier: string): Promise<ConcurrencyDecision> {
     const key = this.key(identifier);
     const now = this.now();
-    const leaseId = crypto.randomUUID();
+    const slotId = crypto.randomUUID();
     let released = false;
     const release = async (): Promise<boolean> => {
       if (released) return false;
@@ -136,7 +138,7 @@ export class Concurrency {
             this.transport,
             CONCURRENCY,
             [key],
-            ["release", String(this.now()), leaseId],
+            ["release", String(this.now()), slotId],
             this.timeout,
           );
           return freed === 1;
@@ -147,9 +149,9 @@ export class Concurrency {
         }
       }
     };
-    const base = { limit: this.limit, rule: "concurrency" as const, leaseId, release };
+    const base = { limit: this.limit, rule: "concurrency" as const, slotId, leaseId: slotId, release };
     try {
-      const args = ["acquire", String(now), leaseId, String(this.limit), String(this.ttl)];
+      const args = ["acquire", String(now), slotId, String(this.limit), String(this.ttl)];
       const [allowed, remaining, retryAfter] = ints4(
         await runScript(this.transport, CONCURRENCY, [key], args, this.timeout),
       );

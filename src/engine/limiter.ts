@@ -7,9 +7,10 @@ import {
   type RuleConfig,
 } from "./algorithms/index.js";
 import {
-  Analytics,
+  type Analytics,
   type AnalyticsOptions,
   analyticsConfig,
+  buildAnalytics,
   Counter,
   checkOnDecision,
   Flusher,
@@ -21,7 +22,7 @@ import { DenyCache } from "./deny-cache.js";
 import { describe } from "./duration.js";
 import { checkPrefix, Identities, type Identity, keyTag, RuleKeys, tagsOf } from "./keys.js";
 import { type LeaseOptions, leaseConfig } from "./leases.js";
-import { Overrides, type OverridesOptions, overridesConfig } from "./overrides.js";
+import { buildOverrides, type Overrides, type OverridesOptions, overridesConfig } from "./overrides.js";
 import { type RegionOptions, regionPool } from "./region.js";
 import { type Counted, type PlanEncoding, RuleScripts } from "./scripts/limiter.js";
 import { PoolScript } from "./scripts/pool.js";
@@ -386,7 +387,7 @@ export class Limiter {
     const background = Math.min(Math.max(timeout, 5000), 30_000);
     this.counter = analytics && new Counter(analytics, this.prefix, Flusher.of(transport, redis), background);
     this.observe = observerOf(this.counter, onDecision);
-    this.analytics = new Analytics(
+    this.analytics = buildAnalytics(
       this.counter,
       transport,
       () => this.now(),
@@ -394,7 +395,7 @@ export class Limiter {
       background,
       breaker !== false,
     );
-    this.overrides = new Overrides(
+    this.overrides = buildOverrides(
       overrides && {
         config: overrides,
         transport,

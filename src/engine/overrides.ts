@@ -149,6 +149,9 @@ export function checkOverrides(
   return issues.length > 0 ? { issues } : { overrides: { maxStale: ms } };
 }
 
+/** The Limiter's `limiter.overrides`, over its context (undefined without `overrides`). */
+export let buildOverrides: (context: OverridesContext | undefined) => Overrides;
+
 /**
  * A Limiter's per-identifier overrides (`limiter.overrides`). Every method rejects with
  * `overrides: not enabled; pass overrides: true` on a Limiter built without the option.
@@ -165,7 +168,12 @@ export class Overrides {
   /** The index ZSET of identifiers with an override. */
   readonly indexKey: string | undefined;
 
-  constructor(private readonly context: OverridesContext | undefined) {
+  static {
+    buildOverrides = (context) => new Overrides(context);
+  }
+
+  // private: only the Limiter builds one (buildOverrides), so no published type names its context
+  private constructor(private readonly context: OverridesContext | undefined) {
     this.enabled = context !== undefined;
     this.maxStale = context?.config.maxStale ?? Number.POSITIVE_INFINITY;
     this.indexKey = context && `${context.prefix}:overrides`;

@@ -1,7 +1,8 @@
 // The `region` option: a database near this isolate, and the pool each identifier may have there (the
 // regional tier, tier-region.ts).
 import { describe } from "./duration.js";
-import { checkLease, type LeaseConfig, type LeaseOptions } from "./leases.js";
+import { checkLease } from "./leases.js";
+import type { TierConfig } from "./tier.js";
 import { type Issue, issueText } from "./validate.js";
 
 /** What `region` takes: a database near this isolate, and the pool each identifier may have there. */
@@ -9,11 +10,23 @@ export interface RegionOptions {
   /** `{ url, token }` of the region's Upstash-compatible REST endpoint, or an @upstash/redis client. */
   redis: unknown;
   /** At most `max` units per identifier in the region's pool, each deposit handed out for at most `ttl`. */
-  pool: LeaseOptions;
+  pool: PoolOptions;
 }
 
-/** A validated `region.pool`. */
-export type PoolConfig = LeaseConfig;
+/**
+ * What `region.pool` takes: at most `max` units per identifier in the region's pool, each deposit handed
+ * out for at most `ttl` (the shape `lease` takes, and checked alike, but units of a region, not of this
+ * Limiter).
+ */
+export interface PoolOptions {
+  /** Most units the region's pool may hold for one identifier (1 to 100,000). */
+  max: number;
+  /** How long a deposit may be handed out before the unused units go back home: ms or "500ms", "1s", ... */
+  ttl: number | string;
+}
+
+/** A validated `region.pool`, ttl in ms. */
+export type PoolConfig = TierConfig;
 
 /**
  * Validates the `region` option's shape and its pool, or throws naming the field (`region.pool.max:

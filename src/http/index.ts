@@ -23,8 +23,9 @@ export {
   tooManyRequests,
   unauthorized,
 } from "./headers.js";
-export { hashed } from "./identity.js";
+export { hashed, identityOf, type KeyAnswer } from "./identity.js";
 export {
+  canonicalPath,
   compileRoutes,
   findRoute,
   formMethods,
@@ -37,6 +38,7 @@ export {
   requestedMethods,
 } from "./routes.js";
 export {
+  bodyUsageRefusal,
   openaiUsage,
   type UsageLog,
   type UsageLogOptions,

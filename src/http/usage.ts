@@ -18,51 +18,7 @@ export type UsageSource =
       readonly usage: "openai";
     };
 
-import { describe } from "../engine/duration.js";
-import type { Issue } from "../engine/validate.js";
-
-// RFC 9110 token: what a header name may be.
-const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 const WHOLE = /^[0-9]+$/;
-
-/**
- * Every problem with a route's `settle` object, each at its path inside it ([] for the object itself);
- * none when it is one.
- */
-export function checkUsageSource(value: unknown): Issue[] {
-  const example = 'an object such as { "header": "x-usage" } or { "usage": "openai" }';
-  if (value === null || typeof value !== "object" || Array.isArray(value)) {
-    return [{ path: [], message: `must be ${example}, got ${describe(value)}` }];
-  }
-  const record = value as Record<string, unknown>;
-  const issues: Issue[] = [];
-  for (const field of Object.keys(record)) {
-    if (field !== "header" && field !== "expose" && field !== "usage") {
-      issues.push({ path: [field], message: "is not a known field; use header (and expose) or usage" });
-    }
-  }
-  const hasHeader = "header" in record;
-  const hasUsage = "usage" in record;
-  if (hasHeader === hasUsage) {
-    issues.push({ path: [], message: `must give exactly one of header and usage: ${example}` });
-  }
-  if (hasHeader && (typeof record.header !== "string" || !TOKEN.test(record.header))) {
-    issues.push({
-      path: ["header"],
-      message: `must be a header name such as "x-usage" (letters, digits and !#$%&'*+.^_\`|~-), got ${describe(record.header)}`,
-    });
-  }
-  if (hasUsage && record.usage !== "openai") {
-    issues.push({ path: ["usage"], message: `must be "openai", got ${describe(record.usage)}` });
-  }
-  if ("expose" in record) {
-    if (!hasHeader) issues.push({ path: ["expose"], message: "applies only with header" });
-    else if (typeof record.expose !== "boolean") {
-      issues.push({ path: ["expose"], message: `must be true or false, got ${describe(record.expose)}` });
-    }
-  }
-  return issues;
-}
 
 /**
  * A header's value as a cost: a whole number ≥ 0 (digits only, at most 2^53 - 1), else undefined
@@ -103,7 +59,7 @@ const MAX_NUMBER = 20;
  * document fed in pieces of any size. Remembers only the nesting, the keys of the first two levels
  * and the number being read. Tolerant: it does not validate the JSON, it only looks for the value.
  */
-export class TotalTokens {
+class TotalTokens {
   /** The last value found at usage.total_tokens. */
   found: number | undefined;
   // containers open, innermost last: true for an object
@@ -207,7 +163,7 @@ export class TotalTokens {
  * and events without usage change nothing). Holds no line: each data byte goes straight to a
  * {@link TotalTokens} of the current event.
  */
-export class SseTotalTokens {
+class SseTotalTokens {
   found: number | undefined;
   #event = new TotalTokens();
   #eventHasData = false;
@@ -294,7 +250,7 @@ const LF_BYTE = new Uint8Array([LF]);
  * @example
  * usageFormat("text/event-stream; charset=utf-8") // "sse"
  */
-export function usageFormat(contentType: string | null): "json" | "sse" | undefined {
+function usageFormat(contentType: string | null): "json" | "sse" | undefined {
   const type = (contentType ?? "").split(";")[0]!.trim().toLowerCase();
   if (type === "text/event-stream") return "sse";
   if (type === "application/json" || /^[a-z0-9!#$&^_.+-]+\/[a-z0-9!#$&^_.+-]+\+json$/.test(type)) {

@@ -71,10 +71,12 @@ describe("slots", () => {
     const d = await concurrency.acquire("user:1");
     expect([d.allowed, d.remaining]).toEqual([true, 0]);
     expect((await concurrency.acquire("user:1")).allowed).toBe(false);
-    expect(new Set([a.leaseId, b.leaseId, c.leaseId, d.leaseId]).size).toBe(4);
+    expect(new Set([a.slotId, b.slotId, c.slotId, d.slotId]).size).toBe(4);
+    // leaseId, the old name, still reads the same id
+    expect([a.leaseId, b.leaseId, c.leaseId, d.leaseId]).toEqual([a.slotId, b.slotId, c.slotId, d.slotId]);
   });
 
-  it("frees the slots of holders that never release once their lease has run out", async () => {
+  it("frees the slots of holders that never release once their ttl has run out", async () => {
     const { concurrency, clock } = limiterWith({ limit: 2 });
     await concurrency.acquire("crashy");
     clock.set(T0 + 400);

@@ -1,8 +1,5 @@
 import fc from "fast-check";
 import { describe, expect, test } from "vitest";
-import { sha256Hex } from "../../src/engine/sha256.js";
-import { cookie, identify, parseKeySpec } from "../../src/http/identity.js";
-import { parseIp } from "../../src/http/ip.js";
 import {
   canonicalPath,
   compileRoutes,
@@ -101,9 +98,8 @@ describe("spellings of /login that an origin may treat as /login all fall under 
     expect(matchesPath(file, normalizePath("/files/a%2Fb/edit;x"))).toBe(true);
   });
 
-  test("the path key counts every spelling as one path", () => {
-    const request = new Request("https://example.com/");
-    const key = (path: string) => identify({ kind: "path" }, request, undefined, normalizePath(path));
+  test("canonicalPath (the Worker's path key) reads every spelling as one path", () => {
+    const key = (path: string) => canonicalPath(normalizePath(path));
     expect(
       new Set(
         ["/login", "/login;a", "/login;b", "/LOGIN%2F", "/x/..;/login", "/login.json", "/login.x"].map(key),
@@ -267,80 +263,6 @@ describe("formMethods: a POST form's _method fields, read from a clone", () => {
     expect(await formMethods(post("_method=purge", urlencoded), known)).toEqual([]);
     const broken = post("_method=delete", { "Content-Type": "multipart/form-data; boundary=zz" });
     expect(await formMethods(broken, known)).toEqual([]);
-  });
-});
-
-describe("keys", () => {
-  test.each([
-    ["ip", { kind: "ip" }],
-    ["path", { kind: "path" }],
-    ["global", { kind: "global" }],
-    ["header:X-API-Key", { kind: "header", name: "x-api-key" }],
-    ["cookie:Session_ID", { kind: "cookie", name: "Session_ID" }],
-  ])("parseKeySpec(%j)", (text, expected) => {
-    expect(parseKeySpec(text)).toEqual(expected);
-  });
-
-  test.each(["", "IP", "header", "header:", "header:a b", "cookie", "query:x", "ip:64"])(
-    "rejects %j",
-    (text) => {
-      expect(() => parseKeySpec(text)).toThrow();
-    },
-  );
-
-  test.each([
-    "x-forwarded-for",
-    "X-Real-IP",
-    "forwarded",
-    "true-client-ip",
-    "CF-Connecting-IP",
-    "X-Client-IP",
-    "CF-Connecting-IPv6",
-    "Fastly-Client-IP",
-  ])("refuses header:%s, which clients forge", (name) => {
-    expect(() => parseKeySpec(`header:${name}`)).toThrow(
-      new Error(
-        `"header:${name}": a client can send any ${name} it likes; use "ip", which reads CF-Connecting-IP (set by Cloudflare)`,
-      ),
-    );
-  });
-
-  test("identify: each kind, header and cookie values hashed as UTF-8", () => {
-    const request = new Request("https://edge.example/x", {
-      headers: { "x-api-key": " key-1 ", cookie: "a=1; sid=s3cr3t" },
-    });
-    const v4 = parseIp("203.0.113.7");
-    const v6 = parseIp("2001:db8:1:2:3:4:5:6");
-    expect(identify({ kind: "ip" }, request, v4, "/x")).toBe("203.0.113.7");
-    expect(identify({ kind: "ip" }, request, v6, "/x")).toBe("2001:db8:1:2::/64");
-    expect(identify({ kind: "ip" }, request, undefined, "/x")).toBeUndefined();
-    expect(identify({ kind: "path" }, request, v4, "/x")).toBe("/x");
-    expect(identify({ kind: "global" }, request, v4, "/x")).toBe("global");
-    expect(identify({ kind: "header", name: "x-api-key" }, request, v4, "/x")).toBe(
-      `sha256:${sha256Hex("key-1")}`,
-    );
-    expect(identify({ kind: "header", name: "x-other" }, request, v4, "/x")).toBeUndefined();
-    expect(identify({ kind: "cookie", name: "sid" }, request, v4, "/x")).toBe(
-      `sha256:${sha256Hex("s3cr3t")}`,
-    );
-    expect(identify({ kind: "cookie", name: "nope" }, request, v4, "/x")).toBeUndefined();
-    // "é" is two UTF-8 bytes (c3 a9): hashed as those, so it cannot collide with the one byte e9.
-    const accented = new Request("https://edge.example/", { headers: { "x-k": "é" } });
-    expect(identify({ kind: "header", name: "x-k" }, accented, v4, "/")).toBe(
-      `sha256:${sha256Hex("\u00c3\u00a9")}`,
-    );
-  });
-
-  test.each([
-    ["a=1; sid=abc; b=2", "sid", "abc"],
-    ["sid=abc", "sid", "abc"],
-    ['sid="quoted"', "sid", "quoted"],
-    ["sid=first; sid=second", "sid", "first"],
-    ["xsid=1; sidx=2", "sid", undefined],
-    ["sid=", "sid", ""],
-    ["", "sid", undefined],
-  ])("cookie(%j, %j) → %j", (header, name, expected) => {
-    expect(cookie(header, name)).toBe(expected);
   });
 });
 

@@ -1,45 +1,42 @@
 import { describe, expect, test } from "vitest";
-import {
-  bodyUsageRefusal,
-  checkUsageSource,
-  openaiUsage,
-  SseTotalTokens,
-  TotalTokens,
-  usageFormat,
-  usageFromHeader,
-  usageLog,
-} from "../../src/http/usage.js";
+import { bodyUsageRefusal, openaiUsage, usageFromHeader, usageLog } from "../../src/http/usage.js";
 
 const utf8 = (text: string) => new TextEncoder().encode(text);
 
-/** Feeds `bytes` to a fresh reader cut at `cuts` (sorted byte offsets), and ends it. */
-function readIn<R extends { write(bytes: Uint8Array): void; end(): number | undefined }>(
-  make: () => R,
-  bytes: Uint8Array,
-  cuts: number[],
-): number | undefined {
-  const reader = make();
+/**
+ * Pipes `bytes`, cut at `cuts` (sorted byte offsets), through openaiUsage for `contentType`: the tokens
+ * its onEnd reported, once the body passed through unchanged.
+ */
+async function readIn(contentType: string, bytes: Uint8Array, cuts: number[]): Promise<number | undefined> {
+  let tokens: number | undefined;
+  const usage = openaiUsage(contentType, (found) => {
+    tokens = found;
+  });
+  const passed = new Response(usage.readable).arrayBuffer();
+  const writer = usage.writable.getWriter();
   let from = 0;
   for (const cut of [...cuts, bytes.length]) {
-    reader.write(bytes.subarray(from, cut));
+    void writer.write(bytes.subarray(from, cut));
     from = cut;
   }
-  return reader.end();
+  await writer.close();
+  expect(new Uint8Array(await passed)).toEqual(bytes);
+  return tokens;
 }
 
 /** Every way of reading `text` this test tries: whole, a byte at a time, and cut in two at every offset. */
-function everyCut(make: () => { write(bytes: Uint8Array): void; end(): number | undefined }, text: string) {
+async function everyCut(contentType: string, text: string) {
   const bytes = utf8(text);
   const found = new Set<number | undefined>();
-  found.add(readIn(make, bytes, []));
+  found.add(await readIn(contentType, bytes, []));
   found.add(
-    readIn(
-      make,
+    await readIn(
+      contentType,
       bytes,
       Array.from({ length: bytes.length - 1 }, (_, i) => i + 1),
     ),
   );
-  for (let cut = 1; cut < bytes.length; cut++) found.add(readIn(make, bytes, [cut]));
+  for (let cut = 1; cut < bytes.length; cut++) found.add(await readIn(contentType, bytes, [cut]));
   return [...found];
 }
 
@@ -62,54 +59,10 @@ describe("usageFromHeader", () => {
   );
 });
 
-describe("checkUsageSource", () => {
-  test("a header or the openai usage", () => {
-    expect(checkUsageSource({ header: "x-usage" })).toEqual([]);
-    expect(checkUsageSource({ header: "X-Usage", expose: true })).toEqual([]);
-    expect(checkUsageSource({ usage: "openai" })).toEqual([]);
-  });
+describe("openaiUsage: usage.total_tokens of a JSON body", () => {
+  const json = "application/json";
 
-  test("each problem at its field", () => {
-    expect(checkUsageSource("x-usage")).toEqual([
-      {
-        path: [],
-        message: 'must be an object such as { "header": "x-usage" } or { "usage": "openai" }, got "x-usage"',
-      },
-    ]);
-    expect(checkUsageSource({})).toEqual([
-      {
-        path: [],
-        message:
-          'must give exactly one of header and usage: an object such as { "header": "x-usage" } or { "usage": "openai" }',
-      },
-    ]);
-    expect(checkUsageSource({ header: "x-usage", usage: "openai" }).map((i) => i.path)).toEqual([[]]);
-    expect(checkUsageSource({ header: "x usage" })).toEqual([
-      {
-        path: ["header"],
-        message: `must be a header name such as "x-usage" (letters, digits and !#$%&'*+.^_\`|~-), got "x usage"`,
-      },
-    ]);
-    expect(checkUsageSource({ header: "" }).map((i) => i.path)).toEqual([["header"]]);
-    expect(checkUsageSource({ usage: "anthropic" })).toEqual([
-      { path: ["usage"], message: 'must be "openai", got "anthropic"' },
-    ]);
-    expect(checkUsageSource({ header: "x-usage", expose: "yes" })).toEqual([
-      { path: ["expose"], message: 'must be true or false, got "yes"' },
-    ]);
-    expect(checkUsageSource({ usage: "openai", expose: true })).toEqual([
-      { path: ["expose"], message: "applies only with header" },
-    ]);
-    expect(checkUsageSource({ header: "x-usage", exposed: true })).toEqual([
-      { path: ["exposed"], message: "is not a known field; use header (and expose) or usage" },
-    ]);
-  });
-});
-
-describe("TotalTokens: usage.total_tokens of a JSON body", () => {
-  const json = () => new TotalTokens();
-
-  test("a chat completion with usage in the middle, multi-byte text around it, cut anywhere", () => {
+  test("a chat completion with usage in the middle, multi-byte text around it, cut anywhere", async () => {
     const body = JSON.stringify(
       {
         id: "chatcmpl-1",
@@ -126,32 +79,32 @@ describe("TotalTokens: usage.total_tokens of a JSON body", () => {
       null,
       2,
     ).replace(/\n/g, "\r\n");
-    expect(everyCut(json, body)).toEqual([370]);
+    expect(await everyCut(json, body)).toEqual([370]);
   });
 
-  test("only the top-level usage object counts", () => {
+  test("only the top-level usage object counts", async () => {
     expect(
-      everyCut(json, '{"choices":[{"usage":{"total_tokens":5}}],"x":{"usage":{"total_tokens":6}}}'),
+      await everyCut(json, '{"choices":[{"usage":{"total_tokens":5}}],"x":{"usage":{"total_tokens":6}}}'),
     ).toEqual([undefined]);
-    expect(everyCut(json, '[{"usage":{"total_tokens":5}}]')).toEqual([undefined]);
-    expect(everyCut(json, '{"usage":[{"total_tokens":5}]}')).toEqual([undefined]);
+    expect(await everyCut(json, '[{"usage":{"total_tokens":5}}]')).toEqual([undefined]);
+    expect(await everyCut(json, '{"usage":[{"total_tokens":5}]}')).toEqual([undefined]);
     // a string that looks like the field is only a string
     expect(
-      everyCut(json, '{"note":"{\\"usage\\":{\\"total_tokens\\":5}}","usage":{"total_tokens":7}}'),
+      await everyCut(json, '{"note":"{\\"usage\\":{\\"total_tokens\\":5}}","usage":{"total_tokens":7}}'),
     ).toEqual([7]);
   });
 
-  test("no usage, null usage, or a total that is not a whole number: none found", () => {
-    expect(everyCut(json, '{"id":"x","choices":[]}')).toEqual([undefined]);
-    expect(everyCut(json, '{"usage":null}')).toEqual([undefined]);
-    expect(everyCut(json, '{"usage":{"total_tokens":-3}}')).toEqual([undefined]);
-    expect(everyCut(json, '{"usage":{"total_tokens":3.5}}')).toEqual([undefined]);
-    expect(everyCut(json, '{"usage":{"total_tokens":"12"}}')).toEqual([undefined]);
-    expect(everyCut(json, "not json at all")).toEqual([undefined]);
+  test("no usage, null usage, or a total that is not a whole number: none found", async () => {
+    expect(await everyCut(json, '{"id":"x","choices":[]}')).toEqual([undefined]);
+    expect(await everyCut(json, '{"usage":null}')).toEqual([undefined]);
+    expect(await everyCut(json, '{"usage":{"total_tokens":-3}}')).toEqual([undefined]);
+    expect(await everyCut(json, '{"usage":{"total_tokens":3.5}}')).toEqual([undefined]);
+    expect(await everyCut(json, '{"usage":{"total_tokens":"12"}}')).toEqual([undefined]);
+    expect(await everyCut(json, "not json at all")).toEqual([undefined]);
   });
 
-  test("a number at the very end of the input ends with it", () => {
-    expect(everyCut(json, '{"usage":{"total_tokens":12')).toEqual([12]);
+  test("a number at the very end of the input ends with it", async () => {
+    expect(await everyCut(json, '{"usage":{"total_tokens":12')).toEqual([12]);
   });
 });
 
@@ -166,41 +119,41 @@ function chatStream(eol: string, usage: string | undefined) {
   return `: keep-alive${eol}${eol}event: message${eol}${events.join("")}data: [DONE]${eol}${eol}`;
 }
 
-describe("SseTotalTokens: the usage event of a Server-Sent Events stream", () => {
-  const sse = () => new SseTotalTokens();
+describe("openaiUsage: the usage event of a Server-Sent Events stream", () => {
+  const sse = "text/event-stream";
   const usage = '{"prompt_tokens":9,"completion_tokens":361,"total_tokens":370}';
 
   test.each([
     ["LF", "\n"],
     ["CRLF", "\r\n"],
     ["CR", "\r"],
-  ])("lines ending in %s, cut anywhere", (_, eol) => {
-    expect(everyCut(sse, chatStream(eol, usage))).toEqual([370]);
+  ])("lines ending in %s, cut anywhere", async (_, eol) => {
+    expect(await everyCut(sse, chatStream(eol, usage))).toEqual([370]);
   });
 
-  test("a stream without a usage event: none found", () => {
-    expect(everyCut(sse, chatStream("\n", undefined))).toEqual([undefined]);
+  test("a stream without a usage event: none found", async () => {
+    expect(await everyCut(sse, chatStream("\n", undefined))).toEqual([undefined]);
   });
 
-  test("data split over lines is one event; data without a space; the last event with usage wins", () => {
+  test("data split over lines is one event; data without a space; the last event with usage wins", async () => {
     const text =
       'data: {"usage":\ndata: {"total_tokens":5}}\n\n' +
       'data:{"usage":{"total_tokens":6}}\n\n' +
       'id: 7\ndata: {"usage":null}\n\n' +
       "data: [DONE]\n\n";
-    expect(everyCut(sse, text)).toEqual([6]);
+    expect(await everyCut(sse, text)).toEqual([6]);
   });
 
-  test("one event's data never runs into the next's", () => {
-    expect(everyCut(sse, 'data: {"usage":{"total_tokens":1\n\ndata: 2}}\n\n')).toEqual([1]);
+  test("one event's data never runs into the next's", async () => {
+    expect(await everyCut(sse, 'data: {"usage":{"total_tokens":1\n\ndata: 2}}\n\n')).toEqual([1]);
   });
 
-  test("a last event without the closing blank line still counts", () => {
-    expect(everyCut(sse, 'data: {"usage":{"total_tokens":44}}')).toEqual([44]);
+  test("a last event without the closing blank line still counts", async () => {
+    expect(await everyCut(sse, 'data: {"usage":{"total_tokens":44}}')).toEqual([44]);
   });
 
-  test("other fields named like data are not data", () => {
-    expect(everyCut(sse, 'database: {"usage":{"total_tokens":5}}\n\n')).toEqual([undefined]);
+  test("other fields named like data are not data", async () => {
+    expect(await everyCut(sse, 'database: {"usage":{"total_tokens":5}}\n\n')).toEqual([undefined]);
   });
 });
 
@@ -309,9 +262,14 @@ describe("which responses may state a cost in their body", () => {
     ["application/jsonp", undefined],
     ["application/x-ndjson", undefined],
     ["", undefined],
-    [null, undefined],
-  ])("usageFormat(%j) is %j", (contentType, expected) => {
-    expect(usageFormat(contentType)).toBe(expected);
+  ])("openaiUsage reads a %j body as %j", async (contentType, format) => {
+    // a bare JSON body is read only as JSON, an event stream's only as SSE (the JSON reader, tolerant,
+    // would also find its usage: it is not asked)
+    const asJson = await readIn(contentType, utf8('{"usage":{"total_tokens":3}}'), []);
+    const asSse = await readIn(contentType, utf8('data: {"usage":{"total_tokens":4}}\n\n'), []);
+    if (format === "json") expect(asJson).toBe(3);
+    else if (format === "sse") expect([asJson, asSse]).toEqual([undefined, 4]);
+    else expect([asJson, asSse]).toEqual([undefined, undefined]);
   });
 
   test.each([

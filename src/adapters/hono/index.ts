@@ -6,13 +6,13 @@ import { enforce, SHADOW_HEADER, unauthorized } from "../../http/headers.js";
 import { identityOf } from "../../http/identity.js";
 import {
   bodyUsageRefusal,
-  checkUsageSource,
   usageLog as defaultUsageLog,
   openaiUsage,
   type UsageLog,
   type UsageSource,
   usageFromHeader,
 } from "../../http/usage.js";
+import { checkUsageSource } from "../usage-source.js";
 
 export {
   type ConcurrencyEvent,

@@ -3,9 +3,9 @@ import { next } from "@vercel/functions/middleware";
 import type { Limiter } from "../../engine/limiter.js";
 import { failureLog } from "../../http/error-log.js";
 import { enforce, unauthorized } from "../../http/headers.js";
-import { clientKey, identityOf } from "../../http/identity.js";
-import { parseIp } from "../../http/ip.js";
+import { identityOf } from "../../http/identity.js";
 import { compileRoutes, normalizePath, parsePathPattern } from "../../http/routes.js";
+import { clientKey, parseIp } from "../ip.js";
 
 /** Options of {@link createMiddleware}. Only `limiter` is required. */
 export interface VercelRateLimitOptions {

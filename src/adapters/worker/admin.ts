@@ -53,17 +53,9 @@ import type { Override, Overrides } from "../../engine/overrides.js";
 import type { RestConnection } from "../../engine/rest.js";
 import { transportFor } from "../../engine/transport.js";
 import { PROBLEM_JSON } from "../../http/headers.js";
-import {
-  clientIp,
-  clientKey,
-  cookie,
-  identifierOf,
-  type KeySpec,
-  keySpecText,
-  parseKeySpec,
-} from "../../http/identity.js";
-import type { IpAddress } from "../../http/ip.js";
+import { clientKey, type IpAddress } from "../ip.js";
 import type { AnalyticsConfig, RouteConfig } from "./config.js";
+import { clientIp, cookie, identifierOf, type KeySpec, keySpecText, parseKeySpec } from "./identity.js";
 import { loginPage, type OpsRoute, opsPage, type RouteReport, STYLE } from "./ops-page.js";
 
 /** The largest override body accepted, in bytes: a plan name, or a few rules' fields, fit many times over. */

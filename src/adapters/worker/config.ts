@@ -60,13 +60,15 @@ import { describe, readDuration } from "../../engine/duration.js";
 import { PREFIX } from "../../engine/keys.js";
 import { checkLease, type LeaseConfig } from "../../engine/leases.js";
 import { checkOverrides, type OverridesConfig } from "../../engine/overrides.js";
+import type { PoolConfig } from "../../engine/region.js";
 import { sha256Hex } from "../../engine/sha256.js";
 import { type Issue, MAX_TIMER_MS } from "../../engine/validate.js";
-import { type KeySpec, keySpecText, parseKeySpec } from "../../http/identity.js";
-import { IpSet, parseRange } from "../../http/ip.js";
 import { parsePathPattern, type RouteMatch } from "../../http/routes.js";
-import { checkUsageSource, type UsageSource } from "../../http/usage.js";
-import { checkRegions, type PoolConfig, type RegionsConfig } from "./regions.js";
+import type { UsageSource } from "../../http/usage.js";
+import { IpSet, parseRange } from "../ip.js";
+import { checkUsageSource } from "../usage-source.js";
+import { type KeySpec, keySpecText, parseKeySpec } from "./identity.js";
+import { checkRegions, type RegionsConfig } from "./regions.js";
 
 /** One route: the requests it matches, who they are counted by, and the rules they are held to. */
 export interface RouteConfig {

@@ -15,8 +15,6 @@ import { Limiter, type LimiterOptions } from "../../engine/limiter.js";
 import type { RestConnection } from "../../engine/rest.js";
 import { failureLog } from "../../http/error-log.js";
 import { PROBLEM_JSON } from "../../http/headers.js";
-import { clientIp, identify, type KeySpec } from "../../http/identity.js";
-import type { IpAddress } from "../../http/ip.js";
 import {
   compileRoutes,
   formMethods,
@@ -27,8 +25,10 @@ import {
 import { usageLog } from "../../http/usage.js";
 import { type ConcurrencyVariables, concurrencyLimit } from "../hono/concurrency.js";
 import { type RateLimitVariables, rateLimit } from "../hono/index.js";
+import type { IpAddress } from "../ip.js";
 import { type AdminApp, type AdminRoute, adminApp, underAdmin } from "./admin.js";
 import { type EdgelimitConfig, parseConfig, type RouteConfig } from "./config.js";
+import { clientIp, identify, type KeySpec } from "./identity.js";
 import { forward } from "./proxy.js";
 import { type RegionsConfig, type RequestLocation, regionOf } from "./regions.js";
 

@@ -4,8 +4,8 @@
 // identifier or a path a client chose shows as text. Numbers a test (or a person) reads sit in data-*
 // attributes and titles beside the text that shows them.
 
-import { type KeySpec, keySpecText } from "../../http/identity.js";
 import type { RouteConfig } from "./config.js";
+import { type KeySpec, keySpecText } from "./identity.js";
 
 /** The counts of one route over the window asked for: its Limiter's `analytics.report()`, and `shadowDenied`. */
 export interface RouteReport {

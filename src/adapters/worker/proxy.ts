@@ -12,8 +12,8 @@
 // real address, or not at all. A client's Connection cannot name these fields (nor Cloudflare's CF-*)
 // to strip them: hop-by-hop is the client's say over its own fields, not over the ones written for it.
 
-import { CLIENT_IP_HEADERS, clientIp } from "../../http/identity.js";
-import { formatIp, isIpv4 } from "../../http/ip.js";
+import { formatIp, isIpv4 } from "../ip.js";
+import { CLIENT_IP_HEADERS, clientIp } from "./identity.js";
 
 const HOP_BY_HOP = ["connection", "keep-alive", "te", "trailer", "transfer-encoding", "upgrade"];
 

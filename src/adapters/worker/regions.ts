@@ -17,11 +17,9 @@
 // }
 import { NAME } from "../../engine/algorithms/index.js";
 import { describe } from "../../engine/duration.js";
-import { checkLease, type LeaseConfig } from "../../engine/leases.js";
+import { checkLease } from "../../engine/leases.js";
+import type { PoolConfig } from "../../engine/region.js";
 import { type Issue, under } from "../../engine/validate.js";
-
-/** Units a pool may hold for one identifier in one region: the Limiter's `region.pool`, ttl in ms. */
-export type PoolConfig = LeaseConfig;
 
 /** Where a request is, as Cloudflare says in `request.cf`. */
 export interface RequestLocation {

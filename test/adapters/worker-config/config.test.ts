@@ -1,7 +1,7 @@
 import { describe, expect, test } from "vitest";
+import { parseIp } from "../../../src/adapters/ip.js";
 import { parseConfig } from "../../../src/adapters/worker/config.js";
 import { regionOf } from "../../../src/adapters/worker/regions.js";
-import { parseIp } from "../../../src/http/ip.js";
 
 const login = {
   name: "login",

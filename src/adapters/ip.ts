@@ -1,4 +1,5 @@
-// IP addresses and CIDR ranges, IPv4 and IPv6, without a dependency.
+// IP addresses and CIDR ranges, IPv4 and IPv6, without a dependency: the adapters' own helper (the
+// Vercel middleware's clientIp, the Worker's keys, deny list and proxy), not part of any entry.
 //
 // Every address is held as 16 bytes: an IPv4 address a.b.c.d is the IPv4-mapped IPv6 address
 // ::ffff:a.b.c.d, and an IPv4 range /n is the mapped range /(96+n). One representation means one
@@ -216,4 +217,16 @@ export function networkOf(address: IpAddress, prefix: number): string {
   const v4 = isIpv4(address);
   const masked = mask(address, v4 ? 96 + prefix : prefix);
   return `${formatIp(masked)}/${prefix}`;
+}
+
+/**
+ * The identifier of a client address: IPv4 as written canonically (an IPv4-mapped IPv6 address is its
+ * IPv4 address), IPv6 by its /64, since one subscriber usually holds a whole /64 and could otherwise
+ * take a fresh counter per address.
+ *
+ * @example
+ * clientKey(parseIp("2001:db8::1")!) // "2001:db8::/64"
+ */
+export function clientKey(ip: IpAddress): string {
+  return isIpv4(ip) ? formatIp(ip) : networkOf(ip, 64);
 }

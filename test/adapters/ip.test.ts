@@ -1,5 +1,5 @@
 import { describe, expect, test } from "vitest";
-import { formatIp, IpSet, inRange, isIpv4, networkOf, parseIp, parseRange } from "../../src/http/ip.js";
+import { formatIp, IpSet, inRange, isIpv4, networkOf, parseIp, parseRange } from "../../src/adapters/ip.js";
 
 const canonical = (text: string) => {
   const ip = parseIp(text);
