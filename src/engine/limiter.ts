@@ -150,7 +150,8 @@ export interface SettleOptions {
 /**
  * What settling an admitted decision needs beside the decision, under a module-private symbol that is
  * not enumerable (no public field; a copy of the decision carries none; cheaper than a WeakMap entry).
- * Where Redis counted its units is read from the decision itself (RuleScripts.counted).
+ * Where Redis counted its units comes with the answer (Reservation.counted): a tier answers the caller
+ * a copy of home's decision, which carries no reply to read them from.
  */
 interface Ticket {
   /** The Limiter that made the decision. */
@@ -159,7 +160,7 @@ interface Ticket {
   readonly cost: number;
   /** Set for a decision the isolate tier answered: settled against its lease where it can be. */
   readonly isolate: IsolateTier | undefined;
-  /** Set for a decision a regional pool answered: where home counted the pool's units. */
+  /** Where home counted the decision's units (a regional pool's answer: the pool's); unset: read from the decision. */
   readonly counted?: Counted;
   settled: boolean;
 }
@@ -680,12 +681,7 @@ export class Limiter {
     if (reservation instanceof Error)
       return this.ticket(this.failure(reservation, now, encoding), identifier, cost);
     const decision = isolate ? isolate.fill(identifier, reservation, now, waitUntil) : reservation.decision;
-    // a pool's answer was counted at home in the windows of the pool's units
-    const counted =
-      decision.source === "region"
-        ? { applied: encoding, starts: reservation.windowStarts, counts: encoding.rules.map(() => 0) }
-        : undefined;
-    return this.answered(decision, identifier, cost, now, encoding, counted);
+    return this.answered(decision, identifier, cost, now, encoding, reservation.counted);
   }
 
   /** The end of a decision from home or the region: a denial is cached, an admission ticketed. */

@@ -211,7 +211,15 @@ export class RegionalTier extends Tier implements Upstream {
       now,
     );
     // the lease's units come with their part of the pool's reservation (what a refund of them is bounded by)
-    return { decision, reserved: answer.extra, windowStarts: answer.windowStarts, from: answer.reserved };
+    // a pool's answer was counted at home in the windows of the pool's units
+    const counted = { applied: plan, starts: answer.windowStarts, counts: plan.rules.map(() => 0) };
+    return {
+      decision,
+      reserved: answer.extra,
+      windowStarts: answer.windowStarts,
+      from: answer.reserved,
+      counted,
+    };
   }
 
   /**
@@ -247,7 +255,7 @@ export class RegionalTier extends Tier implements Upstream {
     now: number,
     waitUntil: WaitUntil | undefined,
   ): Reservation {
-    const { decision, reserved, windowStarts } = reservation;
+    const { decision, reserved, windowStarts, counted } = reservation;
     const share = decision.allowed ? Math.min(forPool, reserved) : 0;
     if (share === 0) {
       this.free(identifier, now, waitUntil);
@@ -258,11 +266,11 @@ export class RegionalTier extends Tier implements Upstream {
     if (decision.plan !== this.home.plan.name) {
       this.stats.lost += share;
       this.free(identifier, now, waitUntil);
-      return { decision, reserved: reserved - share, windowStarts };
+      return { decision, reserved: reserved - share, windowStarts, counted };
     }
     const deposit = { at: decision.decidedAt, taken: share };
     this.track(this.put(identifier, share, windowStarts, decision, deposit, now, !waitUntil), waitUntil);
-    return { decision: withHeld(decision, share), reserved: reserved - share, windowStarts };
+    return { decision: withHeld(decision, share), reserved: reserved - share, windowStarts, counted };
   }
 
   /**

@@ -50,7 +50,7 @@ export interface Upstream {
 }
 
 /** What home runs, as RuleScripts sends it: decisions, reservations, refunds. */
-export type HomeScripts = Pick<RuleScripts, "decide" | "reserve" | "refund">;
+export type HomeScripts = Pick<RuleScripts, "decide" | "reserve" | "refund" | "counted">;
 
 /**
  * Home under one plan: the limiter script, where every unit is created, and the refund script, where
@@ -84,7 +84,14 @@ export class Home implements Upstream {
       cost,
       now,
       (decision) =>
-        decision instanceof Error ? decision : { decision, reserved: 0, windowStarts: this.none },
+        decision instanceof Error
+          ? decision
+          : {
+              decision,
+              reserved: 0,
+              windowStarts: this.none,
+              counted: decision.allowed ? this.scripts.counted(decision) : undefined,
+            },
       this.plan,
     );
   }

@@ -28,6 +28,12 @@ export interface Reservation {
    * this decision's own: a regional pool's, lent with them (scripts/pool.ts).
    */
   readonly from?: Reserved;
+  /**
+   * Where the decision's own units were counted, for its settle (undefined for a denial): taken from
+   * the reply here, since a tier answers the caller a copy of the decision (its held units counted as
+   * remaining), which carries no reply.
+   */
+  readonly counted?: Counted;
 }
 
 /**
