@@ -38,7 +38,7 @@ export interface TierConfig {
 export interface Upstream {
   /**
    * Decides `cost` units of `identifier` at `now`, reserving up to `want` more for the tier asking
-   * (`reserved` in the answer); `want` undefined: nobody above holds units, a plain decision.
+   * (`reserved` in the answer); `want` 0 or undefined: a plain decision (nobody above wants units).
    */
   reserve(
     identifier: string,
@@ -77,8 +77,8 @@ export class Home implements Upstream {
     now: number,
     want: number | undefined,
   ): Promise<Reservation | Error> {
-    if (want !== undefined) return this.scripts.reserve(identifier, cost, now, want, this.plan);
-    // nobody holds units: the plain decision (a one-rule script where one serves)
+    if (want) return this.scripts.reserve(identifier, cost, now, want, this.plan);
+    // nobody wants units (0 as undefined): the plain decision (a one-rule script where one serves)
     return this.scripts.decide(
       identifier,
       cost,
