@@ -15,6 +15,7 @@ import type { Applied, Reservation } from "./scripts/limiter.js";
 import { type Reserved, UNKNOWN } from "./scripts/settle.js";
 import {
   type Demand,
+  type Entry,
   estimate,
   fromHeld,
   type Home,
@@ -22,6 +23,7 @@ import {
   leasable,
   low,
   size,
+  type Then,
   Tier,
   type TierConfig,
   type Upstream,
@@ -90,9 +92,9 @@ interface Seen extends Demand {
  *
  * @example
  * const isolate = new IsolateTier({ max: 50, ttl: 1000 }, home, upstream, clock);
- * const answer = isolate.answer("user:42", 1, now, waitUntil); // a Decision from the lease, or undefined
+ * const decision = await isolate.decide("user:42", 1, now, waitUntil, (answer) => answer);
  */
-export class IsolateTier extends Tier {
+export class IsolateTier extends Tier implements Entry {
   private readonly seen = new Map<string, Seen>();
   private readonly held = new Map<string, Held>();
   /** Whether this tier may hold units at all (not under a sliding log rule: see `leasable`). */
@@ -124,6 +126,29 @@ export class IsolateTier extends Tier {
 
   protected get holding(): boolean {
     return this.held.size > 0;
+  }
+
+  /**
+   * This tier's step of the pipeline: the identifier's lease answers on the spot (it never waits on a
+   * request, this one's or another's); else the decision goes upstream reserving what the lease
+   * wants in the same call, and the lease is filled from the answer.
+   */
+  decide<T>(
+    identifier: string,
+    cost: number,
+    now: number,
+    waitUntil: WaitUntil | undefined,
+    then: Then<T>,
+  ): Promise<T> {
+    const leased = this.answer(identifier, cost, now, waitUntil);
+    if (leased) return Promise.resolve(then(leased));
+    return this.upstream
+      .reserve(identifier, cost, now, this.want(identifier, cost, now), waitUntil)
+      .then((reservation) =>
+        reservation instanceof Error
+          ? then(reservation)
+          : then(this.fill(identifier, reservation, now, waitUntil), reservation.counted),
+      );
   }
 
   /**

@@ -21,9 +21,11 @@ import type { PlanEncoding, Reservation } from "./scripts/limiter.js";
 import type { PoolScript } from "./scripts/pool.js";
 import type { Reserved } from "./scripts/settle.js";
 import {
+  type Entry,
   fromHeld,
   type Home,
   leasable,
+  type Then,
   Tier,
   type TierConfig,
   type Upstream,
@@ -139,7 +141,7 @@ export async function poolsHolding(
  * const region = new RegionalTier(poolScript, { max: 500, ttl: 5000 }, home, new RegionalTiers(), clock);
  * const answer = await region.reserve("user:42", 1, now, undefined); // source "region" on a hit
  */
-export class RegionalTier extends Tier implements Upstream {
+export class RegionalTier extends Tier implements Upstream, Entry {
   /** The pools this tier deposited into, by key, until their units stop being handed out. */
   private readonly deposits = new Map<string, { identifier: string; expiresAt: number }>();
   private readonly count: number;
@@ -166,6 +168,19 @@ export class RegionalTier extends Tier implements Upstream {
   /** The identifier's pool key in the region's database. */
   key(identifier: string): string {
     return poolKey(this.home.plan, identifier);
+  }
+
+  /** This tier's step of the pipeline with no isolate tier above it: `reserve`, reserving nothing for a lease. */
+  decide<T>(
+    identifier: string,
+    cost: number,
+    now: number,
+    waitUntil: WaitUntil | undefined,
+    then: Then<T>,
+  ): Promise<T> {
+    return this.reserve(identifier, cost, now, undefined, waitUntil).then((reservation) =>
+      reservation instanceof Error ? then(reservation) : then(reservation.decision, reservation.counted),
+    );
   }
 
   /**

@@ -17,7 +17,7 @@
 //   reserved under, through `waitUntil` when the caller gives one, else from a timer.
 // A unit is only ever created at home: a tier hands out, or gives back, units home took first.
 import { algorithmOf, type Rule } from "./algorithms/index.js";
-import type { Applied, PlanEncoding, Reservation, RuleScripts } from "./scripts/limiter.js";
+import type { Applied, Counted, PlanEncoding, Reservation, RuleScripts } from "./scripts/limiter.js";
 import { type Reserved, UNKNOWN } from "./scripts/settle.js";
 import { type Decision, decidedBy, type RuleResult } from "./types.js";
 import { MAX_TIMER_MS } from "./validate.js";
@@ -49,7 +49,30 @@ export interface Upstream {
   ): Promise<Reservation | Error>;
 }
 
-/** What home runs, as RuleScripts sends it: decisions, reservations, refunds. */
+/**
+ * What a step of the pipeline hands its answer to: a Decision, with where home counted its units when
+ * the Decision is a copy of home's (undefined: read from the Decision itself, or it was not admitted),
+ * or an Error (Redis failed: the Limiter's `onError` decides).
+ */
+export type Then<T> = (answer: Decision | Error, counted?: Counted) => T;
+
+/**
+ * The pipeline of one plan past the deny cache, entered at its first step: the isolate tier (answers
+ * from a lease, else reserves upstream and fills one), the regional tier (answers from the pool, else
+ * passes on home), or home. Never rejects for Redis trouble.
+ */
+export interface Entry {
+  /** Decides `cost` units of `identifier` at `now` and hands the answer to `then`, in its own promise. */
+  decide<T>(
+    identifier: string,
+    cost: number,
+    now: number,
+    waitUntil: WaitUntil | undefined,
+    then: Then<T>,
+  ): Promise<T>;
+}
+
+/** What home runs, as RuleScripts sends it: decisions, reservations, refunds, where a decision counted. */
 export type HomeScripts = Pick<RuleScripts, "decide" | "reserve" | "refund" | "counted">;
 
 /**
@@ -60,7 +83,7 @@ export type HomeScripts = Pick<RuleScripts, "decide" | "reserve" | "refund" | "c
  * const home = new Home(scripts, scripts.plans.get("default")!);
  * const answer = await home.reserve("user:42", 1, Date.now(), 10); // a Reservation, or an Error
  */
-export class Home implements Upstream {
+export class Home implements Upstream, Entry {
   /** A plain decision's windows: none were reserved in. */
   private readonly none: readonly number[];
 
@@ -71,6 +94,20 @@ export class Home implements Upstream {
     this.none = plan.rules.map(() => 0);
   }
 
+  /**
+   * The plain decision (a one-rule script where one serves), handed to `then` in the transport call's
+   * own promise: no tier, no async layer around it.
+   */
+  decide<T>(
+    identifier: string,
+    cost: number,
+    now: number,
+    _waitUntil: WaitUntil | undefined,
+    then: Then<T>,
+  ): Promise<T> {
+    return this.scripts.decide(identifier, cost, now, then, this.plan);
+  }
+
   reserve(
     identifier: string,
     cost: number,
@@ -78,21 +115,17 @@ export class Home implements Upstream {
     want: number | undefined,
   ): Promise<Reservation | Error> {
     if (want) return this.scripts.reserve(identifier, cost, now, want, this.plan);
-    // nobody wants units (0 as undefined): the plain decision (a one-rule script where one serves)
-    return this.scripts.decide(
-      identifier,
-      cost,
-      now,
-      (decision) =>
-        decision instanceof Error
-          ? decision
-          : {
-              decision,
-              reserved: 0,
-              windowStarts: this.none,
-              counted: decision.allowed ? this.scripts.counted(decision) : undefined,
-            },
-      this.plan,
+    // nobody wants units (0 as undefined): the plain decision, where it counted read now (a tier may
+    // answer the caller a copy of it)
+    return this.decide(identifier, cost, now, undefined, (decision) =>
+      decision instanceof Error
+        ? decision
+        : {
+            decision,
+            reserved: 0,
+            windowStarts: this.none,
+            counted: decision.allowed ? this.scripts.counted(decision) : undefined,
+          },
     );
   }
 

@@ -108,6 +108,9 @@ function fakeHome(limit = 100) {
       reserves.push([identifier, cost, now, want]);
       return Promise.resolve(take(cost, want, now));
     },
+    counted(decision: Decision) {
+      return { applied: { name: decision.plan, rules: RULES }, starts: [windowStart], counts: [0] };
+    },
     refund(
       identifier: string,
       units: number,
@@ -124,13 +127,12 @@ function fakeHome(limit = 100) {
   return { scripts, reserves, decides, refunds, used: () => used };
 }
 
-/** The Limiter's pipeline past the deny cache, for one isolate tier whose upstream is home. */
-async function decide(tier: IsolateTier, home: Home, identifier: string, cost: number, now: number) {
-  const leased = tier.answer(identifier, cost, now);
-  if (leased) return leased;
-  const reservation = await home.reserve(identifier, cost, now, tier.want(identifier, cost, now));
-  if (reservation instanceof Error) throw reservation;
-  return tier.fill(identifier, reservation, now);
+/** The isolate tier's step of the pipeline: its lease's answer, or upstream's with the lease filled. */
+function decide(tier: IsolateTier, identifier: string, cost: number, now: number): Promise<Decision> {
+  return tier.decide(identifier, cost, now, undefined, (answer) => {
+    if (answer instanceof Error) throw answer;
+    return answer;
+  });
 }
 
 describe("the demand estimate", () => {
@@ -156,7 +158,7 @@ describe("the isolate tier (units in memory)", () => {
     const tier = new IsolateTier({ max: 10, ttl: 1000 }, home, home, () => T0);
     const answers: [string, number][] = [];
     for (let i = 0; i < 5; i++) {
-      const d = await decide(tier, home, "a", 1, T0 + i);
+      const d = await decide(tier, "a", 1, T0 + i);
       answers.push([d.source, d.remaining]);
     }
     // 1: seen once, no lease. 2: one unit seen before, a lease of 1 (remaining 97 at home, 98 told).
@@ -168,8 +170,9 @@ describe("the isolate tier (units in memory)", () => {
       ["redis", 96],
       ["lease", 95],
     ]);
+    // the first wants nothing: home's plain decision (a one-rule script where one serves)
+    expect(fake.decides).toEqual([["a", 1, T0]]);
     expect(fake.reserves).toEqual([
-      ["a", 1, T0, 0],
       ["a", 1, T0 + 1, 1],
       ["a", 1, T0 + 3, 3],
     ]);
