@@ -21,11 +21,11 @@ import {
   type Home,
   holdsTat,
   leasable,
-  low,
   size,
   type Then,
   Tier,
   type TierConfig,
+  topUp,
   type Upstream,
   type WaitUntil,
   withHeld,
@@ -345,26 +345,24 @@ export class IsolateTier extends Tier implements Entry {
     waitUntil: WaitUntil | undefined,
   ): void {
     if (this.disposed) return;
-    // about a ttl's traffic, like a fresh lease: a slow identifier is topped up a little
-    const want = size(this.config, seen.estimate) - lease.units - 1;
-    if (lease.units > low(this.config, seen.estimate) || want < 1) return;
-    // The top-up's own unit is taken without the script's half rule: only while home, as last seen,
-    // has plenty left, so that the last units of a quota are still decided at home.
+    // home's least remaining as last seen, less what this isolate holds and handed out since
     const homeLeft =
       Math.min(...Object.values(lease.snapshot).map((rule) => rule.remaining)) - lease.used - lease.units;
-    if (homeLeft < 2 * this.config.max) return;
+    // about a ttl's traffic, like a fresh lease: a slow identifier is topped up a little
+    const want = topUp(this.config, seen.estimate, lease.units, homeLeft);
+    if (want === 0) return;
     if (seen.asking !== undefined && now - seen.asking < this.config.ttl) return;
     seen.asking = now;
     // a decision of cost 1 reserving `want` more, all for the lease
     const sent = this.upstream.reserve(identifier, 1, now, want, waitUntil).then((answer) => {
       seen.asking = undefined;
-      if (!(answer instanceof Error)) this.topUp(identifier, answer, now, waitUntil);
+      if (!(answer instanceof Error)) this.toppedUp(identifier, answer, now, waitUntil);
     });
     this.track(sent, waitUntil);
   }
 
   /** A top-up's answer: its unit and the reserved ones join the lease (or start a new one). */
-  private topUp(
+  private toppedUp(
     identifier: string,
     { decision, reserved, windowStarts, from }: Reservation,
     now: number,

@@ -273,6 +273,11 @@ export function estimate(demand: Demand, now: number, ttl: number): number {
   return (demand.previous * (ttl - into)) / ttl + demand.current;
 }
 
+// The sizing below is the tier's at both levels: lua/pool.lua's take states it again for a region's
+// pool (the region's estimate lives in its database, where only that script can read and update it),
+// and test/engine/tier.test.ts checks the two against each other, case by case. Demand counts whole
+// units: the estimate rounded down.
+
 /** Units a tier asks for at `demand`: about a ttl's traffic, at most `max` (none for an identifier seen once). */
 export function size(config: TierConfig, demand: number): number {
   return Math.min(config.max, Math.floor(demand));
@@ -280,10 +285,23 @@ export function size(config: TierConfig, demand: number): number {
 
 /**
  * Units held at or under which a warm tier asks for a top-up: about an eighth of a ttl's traffic, at
- * most a quarter of `max`. The top-up asks for `size - held - 1` beside its own unit.
+ * most a quarter of `max`.
  */
 export function low(config: TierConfig, demand: number): number {
-  return Math.min(Math.floor(config.max / 4), Math.ceil(demand / 8));
+  return Math.min(Math.floor(config.max / 4), Math.ceil(Math.floor(demand) / 8));
+}
+
+/**
+ * Units a warm tier holding `held` asks home for beside a top-up decision's own unit, at `demand`,
+ * home having had `homeLeft` as last seen; 0: no top-up. Above `low`, none; else about a ttl's
+ * traffic (`size`) less what it holds and the own unit. The own unit skips the limiter script's half
+ * rule, so a top-up goes only while home had at least twice what it takes: the last units of a quota
+ * are still decided at home.
+ */
+export function topUp(config: TierConfig, demand: number, held: number, homeLeft: number): number {
+  if (held > low(config, demand)) return 0;
+  const want = size(config, demand) - held - 1;
+  return want >= 1 && homeLeft >= 2 * (want + 1) ? want : 0;
 }
 
 /** The decision with `units` more remaining under every rule (units a tier holds for the identifier). */

@@ -381,7 +381,10 @@ describe("several isolates", () => {
       await Promise.all(limiters.map((limiter) => limiter.dispose()));
       while ((await plain.limit("shared")).allowed) admitted += 1;
       expect(admitted).toBe(200);
-      expect(await everyKeyHasATtl(prefix)).toBe(1);
+      // the state, and for gcra and the token bucket the ledger of what the leases' refunds gave back
+      // (topped up while home had twice what a top-up takes, they held units when disposed)
+      const ledger = rule.algorithm === "gcra" || rule.algorithm === "tokenBucket" ? 1 : 0;
+      expect(await everyKeyHasATtl(prefix)).toBe(1 + ledger);
     },
   );
 });

@@ -1,17 +1,20 @@
 // The tier at both levels of the lease tree, with no Redis: the isolate tier (units in memory) and the
 // regional tier (units in the region's database) against fake home scripts and a fake pool script,
-// with the clock moved by hand. Exact numbers: every unit is accounted for.
+// with the clock moved by hand. Exact numbers: every unit is accounted for. One table runs the pool
+// script itself (the shared bridge): its sizing against the one the isolate tier uses.
 import { describe, expect, it } from "vitest";
 import { compileRule, fixedWindow, gcra, type Rule } from "../../src/engine/algorithms/index.js";
 import { RedisCallError } from "../../src/engine/errors.js";
 import { RuleKeys } from "../../src/engine/keys.js";
 import type { Applied, PlanEncoding, Reservation } from "../../src/engine/scripts/limiter.js";
-import type { Deposit, PoolPut, PoolTake } from "../../src/engine/scripts/pool.js";
+import { type Deposit, type PoolPut, PoolScript, type PoolTake } from "../../src/engine/scripts/pool.js";
 import { type Reserved, UNKNOWN } from "../../src/engine/scripts/settle.js";
-import { estimate, Home, type HomeScripts, withHeld } from "../../src/engine/tier.js";
+import { estimate, Home, type HomeScripts, topUp, withHeld } from "../../src/engine/tier.js";
 import { IsolateTier } from "../../src/engine/tier-isolate.js";
 import { type PoolStore, RegionalTier, RegionalTiers } from "../../src/engine/tier-region.js";
+import { transportFor } from "../../src/engine/transport.js";
 import { carrierOf, type Decision, decidedBy } from "../../src/engine/types.js";
+import { bridgeRedis, sharedBridge, uniquePrefix } from "../support.js";
 
 /** The start of a minute: a fixed window of 1m starts here. */
 const T0 = 1_700_000_040_000;
@@ -687,5 +690,50 @@ describe("withHeld", () => {
     expect(held.rules.perMinute!.remaining).toBe(15);
     expect(held.decidedBy).toBe(d.decidedBy);
     expect(withHeld(d, 0)).toBe(d);
+  });
+});
+
+describe("a tier's top-up, in the isolate and in the region's pool (lua/pool.lua)", () => {
+  const TTL = 1000;
+  // [what it shows, units seen in the older bucket, in the current one, ms into the current one, max,
+  // units held after a take of 1, home's least remaining as last seen, the top-up both ask for]
+  const cases: [string, number, number, number, number, number, number, number][] = [
+    ["demand 8.5 counts as 8: low is 1, so 2 held asks for none", 17, 0, 500, 50, 2, 100, 0],
+    ["demand 8.5, 1 held: up to 8 held", 17, 0, 500, 50, 1, 100, 6],
+    ["home had twice what the top-up takes (35)", 0, 40, 0, 50, 5, 70, 34],
+    ["home had one unit less", 0, 40, 0, 50, 5, 69, 0],
+    ["above low (5)", 0, 40, 0, 50, 6, 1000, 0],
+    ["a slow identifier: 1 beside the own unit", 0, 2, 0, 50, 0, 100, 1],
+    ["demand 1: nothing beside the own unit", 0, 1, 0, 50, 0, 100, 0],
+    ["at most max held: low is a quarter of max", 0, 200, 0, 50, 12, 100, 37],
+  ];
+
+  it.each(cases)("%s", async (_, previous, current, into, max, held, homeLeft, expected) => {
+    const start = T0;
+    const now = start + into;
+    const config = { max, ttl: TTL };
+    // the isolate tier's sizing, at the demand it estimates before the decision
+    const demand = estimate({ start, current, previous }, now, TTL);
+    expect(topUp(config, demand, held, homeLeft)).toBe(expected);
+    // the pool's: the same demand in its buckets, held + 1 before the take, home's answer as deposited
+    const { url, token } = sharedBridge();
+    const pool = new PoolScript(transportFor({ url, token }), config, {
+      timeout: 5000,
+      batchWindow: 0,
+      breaker: false,
+    });
+    const key = `${uniquePrefix("tier")}:{a}:pool.default`;
+    await bridgeRedis().hset(key, {
+      u: held + 1,
+      e: now + TTL,
+      w: String(T0),
+      s: `${homeLeft} ${T0 + MINUTE}`,
+      h: homeLeft,
+      ds: start,
+      dc: current,
+      dp: previous,
+    });
+    const answer = await pool.take(key, 1, now, 1);
+    expect(answer).toMatchObject({ hit: true, units: held, topUp: expected });
   });
 });
