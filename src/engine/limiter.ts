@@ -132,8 +132,10 @@ export interface LimitOptions {
    */
   plan?: string | undefined;
   /**
-   * The runtime's `waitUntil` (`ctx.waitUntil` on Workers, `waitUntil` of @vercel/functions): lease
-   * refunds due now are handed to it, to finish after the response. Without it they run from a timer.
+   * The runtime's `waitUntil` (`ctx.waitUntil` on Workers, `waitUntil` of @vercel/functions): the work
+   * a decision starts off its request path is handed to it, to finish after the response: lease and
+   * pool refunds, top-ups, deposits into a regional pool, an analytics flush. Without it they run in
+   * the background (refunds from a timer).
    */
   waitUntil?: WaitUntil;
 }

@@ -12,7 +12,7 @@
 //   go back home under the rules they were reserved under.
 import type { Rule } from "./algorithms/index.js";
 import type { Applied, Reservation } from "./scripts/limiter.js";
-import { type Reserved, UNKNOWN } from "./scripts/settle.js";
+import { type Origin, UNKNOWN } from "./scripts/shared.js";
 import {
   type Demand,
   type Entry,
@@ -21,6 +21,7 @@ import {
   type Home,
   holdsTat,
   leasable,
+  MAX_TRACKED,
   size,
   type Then,
   Tier,
@@ -44,7 +45,7 @@ interface Refund {
   /** The rules the units were reserved under: given back under them, never under another plan's. */
   readonly applied: Applied;
   /** When and how many the (first) reservation took: gcra counts only refunds made since against them. */
-  readonly reserved: Reserved;
+  readonly origin: Origin;
 }
 
 /**
@@ -53,9 +54,6 @@ interface Refund {
  */
 const ANSWERED_FROM: unique symbol = Symbol("edgelimit.lease");
 const answeredFrom: PropertyDescriptor = { value: undefined, enumerable: false };
-
-/** Identifiers whose rate is tracked, least recently seen out first (their lease is refunded). */
-const MAX_TRACKED = 10_000;
 
 /** One identifier's units held here. */
 interface Held {
@@ -68,7 +66,7 @@ interface Held {
   used: number;
   windowStarts: readonly number[];
   /** When the first reservation joined here counted its units, and how many (its windowStarts' TATs). */
-  reserved: Reserved;
+  origin: Origin;
   /**
    * The plan name and rules the units were reserved under: the tier's plan's, or those of an override
    * stored for the identifier (a custom one's own rules). Its answers say and state them.
@@ -211,12 +209,12 @@ export class IsolateTier extends Tier implements Entry {
     const seen = this.seen.get(identifier);
     if (seen !== undefined) seen.asking = undefined;
     if (!decision.allowed) {
-      if (seen?.lease) this.giveBackAll([this.detach(identifier, seen)], now, waitUntil);
+      this.end(identifier, seen, now, waitUntil);
       return decision;
     }
     if (reserved > 0) this.stats.reserved += reserved;
     const lease = seen?.lease;
-    const taken = reservedBy(decision, reserved, from);
+    const taken = originOf(decision, reserved, from);
     // Units held before this answer, and reserved by it, are this identifier's to use (or on their way back).
     const answer = withHeld(decision, (lease?.units ?? 0) + reserved);
     if (seen === undefined || this.disposed) {
@@ -226,26 +224,10 @@ export class IsolateTier extends Tier implements Entry {
       return answer;
     }
     if (lease !== undefined) {
-      // A decision whose cost the lease could not cover, or a second reservation that crossed the
-      // first. Units that would take the lease past `max`, or that were counted in another window, go back.
-      const keep = joins(lease, decision, windowStarts)
-        ? Math.min(reserved, this.config.max - lease.units)
-        : 0;
+      // A decision whose cost the lease could not cover, or a second reservation that crossed the first.
+      this.keep(identifier, lease, decision, reserved, windowStarts, taken, now, waitUntil);
       lease.snapshot = answer.rules;
       lease.used = 0;
-      const [kept, back] = split(taken, keep);
-      if (keep > 0) join(lease, windowStarts, kept);
-      lease.units += keep;
-      if (reserved > keep)
-        this.refund(
-          identifier,
-          reserved - keep,
-          windowStarts,
-          now,
-          this.appliedOf(decision),
-          waitUntil,
-          back,
-        );
       return answer;
     }
     if (reserved > 0) this.start(identifier, seen, reserved, answer, windowStarts, taken, now, waitUntil);
@@ -286,7 +268,7 @@ export class IsolateTier extends Tier implements Entry {
    */
   release(identifier: string, waitUntil?: WaitUntil): void {
     const seen = this.seen.get(identifier);
-    if (seen?.lease) this.giveBackAll([this.detach(identifier, seen)], this.clock(), waitUntil);
+    this.end(identifier, seen, this.clock(), waitUntil);
   }
 
   /**
@@ -372,11 +354,11 @@ export class IsolateTier extends Tier implements Entry {
     const units = decision.allowed ? 1 + reserved : 0;
     if (units > 0) this.stats.reserved += units;
     if (!decision.allowed) {
-      if (seen?.lease) this.giveBackAll([this.detach(identifier, seen)], now, waitUntil);
+      this.end(identifier, seen, now, waitUntil);
       return;
     }
     const lease = seen?.lease;
-    const taken = reservedBy(decision, units, from);
+    const taken = originOf(decision, units, from);
     if (seen === undefined || this.disposed) {
       this.refund(identifier, units, windowStarts, now, this.appliedOf(decision), waitUntil, taken);
       return;
@@ -385,16 +367,34 @@ export class IsolateTier extends Tier implements Entry {
       this.start(identifier, seen, units, withHeld(decision, units), windowStarts, taken, now, waitUntil);
       return;
     }
-    const keep = joins(lease, decision, windowStarts) ? Math.min(units, this.config.max - lease.units) : 0;
-    const [kept, back] = split(taken, keep);
-    if (keep > 0) join(lease, windowStarts, kept);
-    lease.units += keep;
+    const keep = this.keep(identifier, lease, decision, units, windowStarts, taken, now, waitUntil);
     lease.snapshot = withHeld(decision, lease.units).rules;
     lease.used = 0;
     // a lease topped up lives a ttl from then (what is left of the old units is at most a quarter of max)
     if (keep > 0) lease.expiresAt = this.expiry(now, lease.rules, windowStarts);
+  }
+
+  /**
+   * Units reserved (from `origin`) for a live lease join it; those that would take it past `max`, or
+   * that were counted in other windows or under other rules, go back. Returns how many joined.
+   */
+  private keep(
+    identifier: string,
+    lease: Held,
+    decision: Decision,
+    units: number,
+    windowStarts: readonly number[],
+    origin: Origin,
+    now: number,
+    waitUntil: WaitUntil | undefined,
+  ): number {
+    const keep = joins(lease, decision, windowStarts) ? Math.min(units, this.config.max - lease.units) : 0;
+    const [kept, back] = split(origin, keep);
+    if (keep > 0) join(lease, windowStarts, kept);
+    lease.units += keep;
     if (units > keep)
       this.refund(identifier, units - keep, windowStarts, now, this.appliedOf(decision), waitUntil, back);
+    return keep;
   }
 
   private start(
@@ -403,7 +403,7 @@ export class IsolateTier extends Tier implements Entry {
     units: number,
     answer: Decision,
     windowStarts: readonly number[],
-    reserved: Reserved,
+    origin: Origin,
     now: number,
     waitUntil: WaitUntil | undefined,
   ): void {
@@ -414,7 +414,7 @@ export class IsolateTier extends Tier implements Entry {
       snapshot: answer.rules,
       used: 0,
       windowStarts,
-      reserved,
+      origin,
       plan: answer.plan,
       rules,
     };
@@ -425,9 +425,19 @@ export class IsolateTier extends Tier implements Entry {
   }
 
   private giveBackAll(refunds: readonly Refund[], now: number, waitUntil: WaitUntil | undefined): void {
-    for (const { identifier, units, windowStarts, applied, reserved } of refunds) {
-      if (units > 0) this.refund(identifier, units, windowStarts, now, applied, waitUntil, reserved);
+    for (const { identifier, units, windowStarts, applied, origin } of refunds) {
+      if (units > 0) this.refund(identifier, units, windowStarts, now, applied, waitUntil, origin);
     }
+  }
+
+  /** Ends the identifier's lease, if any, and gives its unused units back. */
+  private end(
+    identifier: string,
+    seen: Seen | undefined,
+    now: number,
+    waitUntil: WaitUntil | undefined,
+  ): void {
+    if (seen?.lease) this.giveBackAll([this.detach(identifier, seen)], now, waitUntil);
   }
 
   /** Ends a lease here and says what is left of it. */
@@ -436,8 +446,8 @@ export class IsolateTier extends Tier implements Entry {
     seen.lease = undefined;
     this.held.delete(identifier);
     const applied = { name: lease.plan, rules: lease.rules };
-    const { units, windowStarts, reserved } = lease;
-    return { identifier, units, windowStarts, applied, reserved };
+    const { units, windowStarts, origin } = lease;
+    return { identifier, units, windowStarts, applied, origin };
   }
 
   /** The rules a decision was decided by, which its reserved units were counted under. */
@@ -447,7 +457,7 @@ export class IsolateTier extends Tier implements Entry {
 
   private forget(identifier: string, now: number, waitUntil: WaitUntil | undefined): void {
     const seen = this.seen.get(identifier);
-    if (seen?.lease) this.giveBackAll([this.detach(identifier, seen)], now, waitUntil);
+    this.end(identifier, seen, now, waitUntil);
     this.seen.delete(identifier);
   }
 }
@@ -471,18 +481,18 @@ function joins(lease: Held, decision: Decision, windowStarts: readonly number[])
 }
 
 /**
- * Units reserved in `windowStarts` (as `reserved`) join `lease`: a gcra rule's units then hold the
+ * Units origin in `windowStarts` (as `origin`) join `lease`: a gcra rule's units then hold the
  * earlier of the two TATs, and count from the earlier reservation, so that a refund never gives back
  * more than the first units still hold (less, at worst). One whose time is not known (the region's
  * pool) leaves the lease's unknown too.
  */
-function join(lease: Held, windowStarts: readonly number[], reserved: Reserved): void {
+function join(lease: Held, windowStarts: readonly number[], origin: Origin): void {
   lease.windowStarts = lease.windowStarts.map((start, i) =>
     holdsTat(lease.rules[i]!) ? Math.min(start, windowStarts[i]!) : start,
   );
-  const known = lease.reserved.at > 0 && reserved.at > 0;
-  if (!known) lease.reserved = UNKNOWN;
-  else if (reserved.at < lease.reserved.at) lease.reserved = reserved;
+  const known = lease.origin.at > 0 && origin.at > 0;
+  if (!known) lease.origin = UNKNOWN;
+  else if (origin.at < lease.origin.at) lease.origin = origin;
 }
 
 /**
@@ -490,7 +500,7 @@ function join(lease: Held, windowStarts: readonly number[], reserved: Reserved):
  * for units the region's pool lent (`from`), the pool's reservation and the part it lent with them.
  * A decision the pool answered without lending a part: not known.
  */
-function reservedBy(decision: Decision, units: number, from: Reserved | undefined): Reserved {
+function originOf(decision: Decision, units: number, from: Origin | undefined): Origin {
   if (from !== undefined) return from;
   return decision.source === "region" ? UNKNOWN : { at: decision.decidedAt, taken: units };
 }
@@ -500,12 +510,12 @@ function reservedBy(decision: Decision, units: number, from: Reserved | undefine
  * they can, the rest the remainder (two holders each bounded by the whole part could, between them,
  * give back more than the units hold).
  */
-function split(reserved: Reserved, units: number): [Reserved, Reserved] {
-  if (reserved.at === 0) return [reserved, reserved];
-  const first = Math.min(units, reserved.taken);
+function split(origin: Origin, units: number): [Origin, Origin] {
+  if (origin.at === 0) return [origin, origin];
+  const first = Math.min(units, origin.taken);
   return [
-    { at: reserved.at, taken: first },
-    { at: reserved.at, taken: reserved.taken - first },
+    { at: origin.at, taken: first },
+    { at: origin.at, taken: origin.taken - first },
   ];
 }
 

@@ -17,14 +17,14 @@
 //   deposited into a pool asks it once it expires (sweep). A pool nobody asks again expires with its
 //   units, which stay consumed at home until home's state expires: fewer admissions, never more.
 import type { RedisCallError } from "./errors.js";
-import type { PlanEncoding, Reservation } from "./scripts/limiter.js";
+import type { Origin, PlanEncoding, Reservation } from "./scripts/limiter.js";
 import type { PoolScript } from "./scripts/pool.js";
-import type { Reserved } from "./scripts/settle.js";
 import {
   type Entry,
   fromHeld,
   type Home,
   leasable,
+  MAX_TRACKED,
   type Then,
   Tier,
   type TierConfig,
@@ -37,9 +37,6 @@ import type { Decision } from "./types.js";
 
 /** What the regional tier runs on the region's database: the pool script's calls (scripts/pool.ts). */
 export type PoolStore = Pick<PoolScript, "take" | "put" | "free" | "drain">;
-
-/** Pools whose deposits a tier remembers, to take back their leftovers (the oldest forgotten first). */
-const MAX_TRACKED = 10_000;
 
 /**
  * The counters of a Limiter's regional tiers (one per plan, sharing them): answers from the pool,
@@ -201,15 +198,15 @@ export class RegionalTier extends Tier implements Upstream, Entry {
     const answer = await this.pool.take(this.key(identifier), cost, now, this.count, want ?? 0);
     if (answer instanceof Error) {
       this.stats.errors += 1;
-      return this.passOn(identifier, cost, now, want, 0, waitUntil);
+      return this.fromHome(identifier, cost, now, want, 0, waitUntil);
     }
     if (!answer.hit) {
       this.stats.misses += 1;
       if (answer.leftover > 0) {
-        const { leftover, windowStarts, reserved } = answer;
-        this.refund(identifier, leftover, windowStarts, now, this.home.plan, waitUntil, reserved);
+        const { leftover, windowStarts, origin } = answer;
+        this.refund(identifier, leftover, windowStarts, now, this.home.plan, waitUntil, origin);
       }
-      return this.passOn(identifier, cost, now, want, answer.want, waitUntil);
+      return this.fromHome(identifier, cost, now, want, answer.want, waitUntil);
     }
     this.stats.hits += 1;
     if (answer.topUp > 0) this.topUp(identifier, answer.topUp, now, waitUntil);
@@ -232,7 +229,7 @@ export class RegionalTier extends Tier implements Upstream, Entry {
       decision,
       reserved: answer.extra,
       windowStarts: answer.windowStarts,
-      from: answer.reserved,
+      from: answer.origin,
       counted,
     };
   }
@@ -241,7 +238,7 @@ export class RegionalTier extends Tier implements Upstream, Entry {
    * Home decides, reserving `forPool` units for the pool beside what the isolate tier wants: the
    * pool's share is deposited, the rest goes up.
    */
-  private async passOn(
+  private async fromHome(
     identifier: string,
     cost: number,
     now: number,
@@ -327,8 +324,8 @@ export class RegionalTier extends Tier implements Upstream, Entry {
     const answer = await this.pool.drain(this.key(identifier), now, this.count);
     if (answer instanceof Error) throw answer;
     if (answer.hit || answer.leftover === 0) return;
-    const { leftover, windowStarts, reserved } = answer;
-    await this.giveBack(identifier, leftover, windowStarts, now, this.home.plan, reserved);
+    const { leftover, windowStarts, origin } = answer;
+    await this.giveBack(identifier, leftover, windowStarts, now, this.home.plan, origin);
   }
 
   /**
@@ -348,8 +345,8 @@ export class RegionalTier extends Tier implements Upstream, Entry {
       this.track(
         asked.then((answer) => {
           if (answer instanceof Error || answer.hit || answer.leftover === 0) return;
-          const { leftover, windowStarts, reserved } = answer;
-          return this.giveBack(entry.identifier, leftover, windowStarts, now, this.home.plan, reserved);
+          const { leftover, windowStarts, origin } = answer;
+          return this.giveBack(entry.identifier, leftover, windowStarts, now, this.home.plan, origin);
         }),
         waitUntil,
       );
@@ -367,20 +364,20 @@ export class RegionalTier extends Tier implements Upstream, Entry {
           return this.unmark(identifier, now);
         }
         const units = 1 + answer.reserved;
-        const reserved = { at: answer.decision.decidedAt, taken: units };
-        return this.put(identifier, units, answer.windowStarts, answer.decision, reserved, now, !waitUntil);
+        const origin = { at: answer.decision.decidedAt, taken: units };
+        return this.put(identifier, units, answer.windowStarts, answer.decision, origin, now, !waitUntil);
       }),
       waitUntil,
     );
   }
 
-  /** Deposits units home reserved (as `reserved`); what the pool cannot keep goes back home. */
+  /** Deposits units home origin (as `origin`); what the pool cannot keep goes back home. */
   private async put(
     identifier: string,
     units: number,
     windowStarts: readonly number[],
     decision: Decision,
-    reserved: Reserved,
+    origin: Origin,
     now: number,
     /** No waitUntil: a timer takes back the pool's leftovers once it expires. */
     background: boolean,
@@ -392,12 +389,12 @@ export class RegionalTier extends Tier implements Upstream, Entry {
     });
     const expiresAt = Math.floor(this.expiry(now, plan.rules, windowStarts));
     const key = this.key(identifier);
-    const put = await this.pool.put(key, { units, expiresAt, windowStarts, snapshot, reserved }, now);
+    const put = await this.pool.put(key, { units, expiresAt, windowStarts, snapshot, origin }, now);
     if (put instanceof Error) {
       // Refused before it was sent (the region's breaker is open): the units never left, give them back.
       // Any other failure may have reached the pool: giving them back too could admit them twice.
       if ((put as RedisCallError).kind === "breaker-open")
-        await this.giveBack(identifier, units, windowStarts, now, plan, reserved);
+        await this.giveBack(identifier, units, windowStarts, now, plan, origin);
       else this.stats.lost += units;
       return;
     }
@@ -405,12 +402,10 @@ export class RegionalTier extends Tier implements Upstream, Entry {
     this.remember(key, identifier, expiresAt, background);
     const back: Promise<void>[] = [];
     if (put.leftover > 0)
-      back.push(
-        this.giveBack(identifier, put.leftover, put.leftoverWindows, now, plan, put.leftoverReserved),
-      );
+      back.push(this.giveBack(identifier, put.leftover, put.leftoverWindows, now, plan, put.leftoverOrigin));
     if (put.excess > 0) {
       // the pool kept the rest of the reservation's part: the excess goes back with its own
-      const excess = { at: reserved.at, taken: Math.min(put.excess, reserved.taken) };
+      const excess = { at: origin.at, taken: Math.min(put.excess, origin.taken) };
       back.push(this.giveBack(identifier, put.excess, windowStarts, now, plan, excess));
     }
     await Promise.all(back);

@@ -18,7 +18,7 @@
 // A unit is only ever created at home: a tier hands out, or gives back, units home took first.
 import { algorithmOf, type Rule } from "./algorithms/index.js";
 import type { Applied, Counted, PlanEncoding, Reservation, RuleScripts } from "./scripts/limiter.js";
-import { type Reserved, UNKNOWN } from "./scripts/settle.js";
+import { type Origin, UNKNOWN } from "./scripts/shared.js";
 import { type Decision, decidedBy, type RuleResult } from "./types.js";
 import { MAX_TIMER_MS } from "./validate.js";
 
@@ -130,8 +130,8 @@ export class Home implements Upstream, Entry {
   }
 
   /**
-   * Gives `units` back under the rules they were reserved under (default: this plan's), as reserved
-   * `reserved` (when, how many). Resolves true when home ran it.
+   * Gives `units` back under the rules they were origin under (default: this plan's), as origin
+   * `origin` (when, how many). Resolves true when home ran it.
    */
   refund(
     identifier: string,
@@ -139,11 +139,18 @@ export class Home implements Upstream, Entry {
     windowStarts: readonly number[],
     now: number,
     applied: Applied = this.plan,
-    reserved: Reserved = UNKNOWN,
+    origin: Origin = UNKNOWN,
   ): Promise<boolean> {
-    return this.scripts.refund(identifier, units, windowStarts, now, applied, reserved);
+    return this.scripts.refund(identifier, units, windowStarts, now, applied, origin);
   }
 }
+
+/**
+ * The most identifiers a tier keeps anything of (the isolate tier their demand and leases, the least
+ * recently seen out first, their lease refunded; the regional tier the pools it deposited into, the
+ * oldest forgotten first: whoever asks that pool next takes its leftovers out).
+ */
+export const MAX_TRACKED = 10_000;
 
 /** What a tier does at both levels: its refunds, its expiries, its timer, the work it has on its way. */
 export abstract class Tier {
@@ -194,9 +201,9 @@ export abstract class Tier {
     now: number,
     applied: Applied,
     waitUntil: WaitUntil | undefined,
-    reserved: Reserved = UNKNOWN,
+    origin: Origin = UNKNOWN,
   ): void {
-    this.track(this.giveBack(identifier, units, windowStarts, now, applied, reserved), waitUntil);
+    this.track(this.giveBack(identifier, units, windowStarts, now, applied, origin), waitUntil);
   }
 
   /** Gives units back at home, where they were counted (the refund script). */
@@ -206,9 +213,9 @@ export abstract class Tier {
     windowStarts: readonly number[],
     now: number,
     applied: Applied,
-    reserved: Reserved = UNKNOWN,
+    origin: Origin = UNKNOWN,
   ): Promise<void> {
-    const ok = await this.home.refund(identifier, units, windowStarts, now, applied, reserved);
+    const ok = await this.home.refund(identifier, units, windowStarts, now, applied, origin);
     if (ok) this.stats.refunded += units;
     else this.stats.refundsFailed += 1;
   }
@@ -350,9 +357,10 @@ export function windowed(rule: Rule): rule is Rule & { readonly window: number }
 }
 
 /**
- * Whether units may be held under `rules`. Not with a sliding log: it stamps every unit with the time
- * it was admitted, and a unit handed out later from a tier would carry an earlier stamp and leave the
- * log early, letting a later window hold more than the limit.
+ * Whether units may be held under `rules`: as every rule's algorithm says (its module's `leasable`).
+ * Not with a sliding log, for one: it stamps every unit with the time it was admitted, and a unit
+ * handed out later from a tier would carry an earlier stamp and leave the log early, letting a later
+ * window hold more than the limit. Nor with an interval bucket.
  */
 export function leasable(rules: readonly Rule[]): boolean {
   return rules.every((rule) => algorithmOf(rule).leasable);

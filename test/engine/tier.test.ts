@@ -6,9 +6,14 @@ import { describe, expect, it } from "vitest";
 import { compileRule, fixedWindow, gcra, type Rule } from "../../src/engine/algorithms/index.js";
 import { RedisCallError } from "../../src/engine/errors.js";
 import { RuleKeys } from "../../src/engine/keys.js";
-import type { Applied, PlanEncoding, Reservation } from "../../src/engine/scripts/limiter.js";
+import {
+  type Applied,
+  type Origin,
+  type PlanEncoding,
+  type Reservation,
+  UNKNOWN,
+} from "../../src/engine/scripts/limiter.js";
 import { type Deposit, type PoolPut, PoolScript, type PoolTake } from "../../src/engine/scripts/pool.js";
-import { type Reserved, UNKNOWN } from "../../src/engine/scripts/settle.js";
 import { estimate, Home, type HomeScripts, topUp, withHeld } from "../../src/engine/tier.js";
 import { IsolateTier } from "../../src/engine/tier-isolate.js";
 import { type PoolStore, RegionalTier, RegionalTiers } from "../../src/engine/tier-region.js";
@@ -77,7 +82,7 @@ interface Refunded {
   windowStarts: readonly number[];
   now: number;
   applied: Applied;
-  reserved: Reserved;
+  origin: Origin;
 }
 
 /**
@@ -120,9 +125,9 @@ function fakeHome(limit = 100) {
       windowStarts: readonly number[],
       now: number,
       applied: Applied,
-      reserved: Reserved,
+      origin: Origin,
     ) {
-      refunds.push({ identifier, units, windowStarts, now, applied, reserved });
+      refunds.push({ identifier, units, windowStarts, now, applied, origin });
       if (windowStarts[0] === windowStart) used -= units;
       return Promise.resolve(true);
     },
@@ -192,7 +197,7 @@ describe("the isolate tier (units in memory)", () => {
         now: T0,
         applied: { name: "default", rules: RULES },
         // the reservation of the lease's 3
-        reserved: { at: T0 + 3, taken: 3 },
+        origin: { at: T0 + 3, taken: 3 },
       },
     ]);
     expect(fake.used()).toBe(5);
@@ -221,7 +226,7 @@ describe("the isolate tier (units in memory)", () => {
         windowStarts: [T0],
         now: T0 + MINUTE,
         applied: { name: "default", rules: RULES },
-        reserved: { at: T0 + 55_000, taken: 5 },
+        origin: { at: T0 + 55_000, taken: 5 },
       },
     ]);
     expect(tier.stats).toMatchObject({ refunded: 4, refundsFailed: 0 });
@@ -360,7 +365,7 @@ describe("the isolate tier (units in memory)", () => {
     // a second reservation, from home, crosses it: 2 join (their part: 2 of home's 4), 2 go back
     tier.fill("a", { decision: admission(RULES, 40, T0 + 5), reserved: 4, windowStarts: [T0] }, T0 + 5);
     await tier.dispose();
-    expect(fake.refunds.map((refund) => [refund.units, refund.reserved])).toEqual([
+    expect(fake.refunds.map((refund) => [refund.units, refund.origin])).toEqual([
       [2, { at: T0 + 5, taken: 2 }],
       // the lease counts from the earlier reservation, the pool's
       [5, from],
@@ -377,7 +382,7 @@ function fakePool() {
     take(key: string, cost: number, now: number, rules: number, extra?: number) {
       calls.push(["take", key, cost, now, rules, extra ?? 0]);
       return Promise.resolve(
-        takes.shift() ?? { hit: false, want: 0, leftover: 0, windowStarts: [0], reserved: UNKNOWN },
+        takes.shift() ?? { hit: false, want: 0, leftover: 0, windowStarts: [0], origin: UNKNOWN },
       );
     },
     drain(key: string, now: number) {
@@ -387,7 +392,7 @@ function fakePool() {
         want: 0,
         leftover: 0,
         windowStarts: [0],
-        reserved: UNKNOWN,
+        origin: UNKNOWN,
       } as PoolTake);
     },
     put(key: string, deposit: Deposit, now: number) {
@@ -397,7 +402,7 @@ function fakePool() {
           units: deposit.units,
           leftover: 0,
           leftoverWindows: [0],
-          leftoverReserved: UNKNOWN,
+          leftoverOrigin: UNKNOWN,
           excess: 0,
         },
       );
@@ -425,35 +430,35 @@ describe("the regional tier (units in the region's database)", () => {
       snapshot,
       extra: 2,
       windowStarts: [T0],
-      reserved: lent,
+      origin: lent,
     });
     expect(((await tier.reserve("a", 1, T, 2)) as Reservation).from).toEqual(lent);
     // a miss: home reserves 6 for the pool at T; the deposit finds 3 of another window (reserved at
     // T0 - 5) and keeps 4 of the 6 (max)
-    pool.takes.push({ hit: false, want: 6, leftover: 0, windowStarts: [0], reserved: UNKNOWN });
+    pool.takes.push({ hit: false, want: 6, leftover: 0, windowStarts: [0], origin: UNKNOWN });
     const old = { at: T0 - 5, taken: 4 };
     pool.puts.push({
       units: 20,
       leftover: 3,
       leftoverWindows: [T0 - MINUTE],
-      leftoverReserved: old,
+      leftoverOrigin: old,
       excess: 2,
     });
     const waited: Promise<unknown>[] = [];
     await tier.reserve("a", 1, T, undefined, (p) => void waited.push(p));
     await Promise.all(waited);
-    expect((pool.calls[2]![2] as Deposit).reserved).toEqual({ at: T, taken: 6 });
+    expect((pool.calls[2]![2] as Deposit).origin).toEqual({ at: T, taken: 6 });
     // past its expiry, a miss takes out 5 reserved at T0 + 10, 1 of them its own
     pool.takes.push({
       hit: false,
       want: 0,
       leftover: 5,
       windowStarts: [T0],
-      reserved: { at: T0 + 10, taken: 1 },
+      origin: { at: T0 + 10, taken: 1 },
     });
     await tier.reserve("a", 1, T + 6000, undefined, (p) => void waited.push(p));
     await Promise.all(waited);
-    expect(fake.refunds.map((refund) => [refund.units, refund.reserved])).toEqual([
+    expect(fake.refunds.map((refund) => [refund.units, refund.origin])).toEqual([
       [3, old],
       [2, { at: T, taken: 2 }],
       [5, { at: T0 + 10, taken: 1 }],
@@ -479,7 +484,7 @@ describe("the regional tier (units in the region's database)", () => {
       snapshot: [{ remaining: 40, resetAt: T0 + MINUTE }],
       extra: 2,
       windowStarts: [T0],
-      reserved: UNKNOWN,
+      origin: UNKNOWN,
     });
     const answer = (await tier.reserve("a", 1, T, 3)) as Reservation;
     expect(answer.decision).toEqual({
@@ -506,7 +511,7 @@ describe("the regional tier (units in the region's database)", () => {
   it("on a miss passes on home, reserving the pool's want beside the lease's, and deposits the pool's share", async () => {
     const { fake, pool, tier } = regional();
     const T = T0 + 1000;
-    pool.takes.push({ hit: false, want: 6, leftover: 0, windowStarts: [0], reserved: UNKNOWN });
+    pool.takes.push({ hit: false, want: 6, leftover: 0, windowStarts: [0], origin: UNKNOWN });
     const waited: Promise<unknown>[] = [];
     const answer = (await tier.reserve("a", 1, T, 3, (p) => void waited.push(p))) as Reservation;
     // home took 1 + 9 (half of 99 is more): 90 left; 6 go to the pool, 3 up to the lease
@@ -523,7 +528,7 @@ describe("the regional tier (units in the region's database)", () => {
         windowStarts: [T0],
         snapshot: [{ remaining: 90, resetAt: T0 + MINUTE }],
         // the pool's part of home's reservation: a refund of its units is bounded by them
-        reserved: { at: T, taken: 6 },
+        origin: { at: T, taken: 6 },
       },
       T,
     ]);
@@ -533,7 +538,7 @@ describe("the regional tier (units in the region's database)", () => {
   it("clamps a deposit's expiry to the window its units were counted in", async () => {
     const T = T0 + 58_000;
     const { pool, tier } = regional(T);
-    pool.takes.push({ hit: false, want: 4, leftover: 0, windowStarts: [0], reserved: UNKNOWN });
+    pool.takes.push({ hit: false, want: 4, leftover: 0, windowStarts: [0], origin: UNKNOWN });
     const waited: Promise<unknown>[] = [];
     await tier.reserve("a", 1, T, undefined, (p) => void waited.push(p));
     await Promise.all(waited);
@@ -543,7 +548,7 @@ describe("the regional tier (units in the region's database)", () => {
   it("refunds a pool's expired leftovers at home, in the windows they were counted in", async () => {
     const { fake, pool, tier } = regional();
     const T = T0 + 1000;
-    pool.takes.push({ hit: false, want: 0, leftover: 4, windowStarts: [T0 - MINUTE], reserved: UNKNOWN });
+    pool.takes.push({ hit: false, want: 0, leftover: 4, windowStarts: [T0 - MINUTE], origin: UNKNOWN });
     const waited: Promise<unknown>[] = [];
     const answer = (await tier.reserve("a", 1, T, undefined, (p) => void waited.push(p))) as Reservation;
     // nothing to reserve for anyone: home's plain decision
@@ -574,7 +579,7 @@ describe("the regional tier (units in the region's database)", () => {
     const waited: Promise<unknown>[] = [];
     // 99 used: home denies a cost of 2
     await fake.scripts.reserve("b", 99, T, 0);
-    pool.takes.push({ hit: false, want: 6, leftover: 0, windowStarts: [0], reserved: UNKNOWN });
+    pool.takes.push({ hit: false, want: 6, leftover: 0, windowStarts: [0], origin: UNKNOWN });
     const answer = (await tier.reserve("a", 2, T, undefined, (p) => void waited.push(p))) as Reservation;
     expect(answer.decision.allowed).toBe(false);
     await Promise.all(waited);
@@ -592,7 +597,7 @@ describe("the regional tier (units in the region's database)", () => {
       snapshot: [{ remaining: 40, resetAt: T0 + MINUTE }],
       extra: 0,
       windowStarts: [T0],
-      reserved: UNKNOWN,
+      origin: UNKNOWN,
     });
     const waited: Promise<unknown>[] = [];
     const waitUntil = (p: Promise<unknown>) => void waited.push(p);
@@ -604,7 +609,7 @@ describe("the regional tier (units in the region's database)", () => {
     expect(tier.stats).toMatchObject({ hits: 1, deposited: 6 });
     // at the deposit's expiry the next decision first asks the pool for nothing, taking its leftovers out
     clock.now = T + 5000;
-    pool.takes.push({ hit: false, want: 0, leftover: 3, windowStarts: [T0], reserved: UNKNOWN });
+    pool.takes.push({ hit: false, want: 0, leftover: 3, windowStarts: [T0], origin: UNKNOWN });
     await tier.reserve("a", 1, T + 5000, undefined, waitUntil);
     await Promise.all(waited);
     expect(pool.calls[2]).toEqual(["take", KEY, 0, T + 5000, 1, 0]);
@@ -626,7 +631,7 @@ describe("the regional tier (units in the region's database)", () => {
     const T = T0 + 1000;
     const home = new Home(scripts, encoding(RULES));
     const tier = new RegionalTier(pool.pool, { max: 20, ttl: 5000 }, home, new RegionalTiers(), () => T);
-    pool.takes.push({ hit: false, want: 4, leftover: 0, windowStarts: [0], reserved: UNKNOWN });
+    pool.takes.push({ hit: false, want: 4, leftover: 0, windowStarts: [0], origin: UNKNOWN });
     const waited: Promise<unknown>[] = [];
     const answer = (await tier.reserve("a", 1, T, 2, (p) => void waited.push(p))) as Reservation;
     await Promise.all(waited);
@@ -657,10 +662,10 @@ describe("the regional tier (units in the region's database)", () => {
     );
     const waited: Promise<unknown>[] = [];
     const waitUntil = (p: Promise<unknown>) => void waited.push(p);
-    pool.takes.push({ hit: false, want: 6, leftover: 0, windowStarts: [0], reserved: UNKNOWN });
+    pool.takes.push({ hit: false, want: 6, leftover: 0, windowStarts: [0], origin: UNKNOWN });
     await base.reserve("a", 1, T, undefined, waitUntil);
     await Promise.all(waited);
-    pool.takes.push({ hit: false, want: 0, leftover: 2, windowStarts: [T0], reserved: UNKNOWN });
+    pool.takes.push({ hit: false, want: 0, leftover: 2, windowStarts: [T0], origin: UNKNOWN });
     await pro.reserve("b", 1, T + 5000, undefined, waitUntil);
     await Promise.all(waited);
     expect(pool.calls.filter((call) => call[0] === "take").map((call) => call.slice(1, 4))).toEqual([
@@ -675,7 +680,7 @@ describe("the regional tier (units in the region's database)", () => {
   it("on dispose drains every pool it deposited into", async () => {
     const { pool, tier } = regional();
     const T = T0 + 1000;
-    pool.takes.push({ hit: false, want: 6, leftover: 0, windowStarts: [0], reserved: UNKNOWN });
+    pool.takes.push({ hit: false, want: 6, leftover: 0, windowStarts: [0], origin: UNKNOWN });
     await tier.reserve("a", 1, T, undefined, () => {});
     await tier.dispose();
     expect(pool.calls.map((call) => call[0])).toEqual(["take", "put", "drain"]);

@@ -16,21 +16,32 @@ import { fieldsOf, type RuleKeys } from "../keys.js";
 import type { CallOptions, CallResult, Transport } from "../transport.js";
 import { carrierOf, type Decision } from "../types.js";
 import { OverrideScripts, withTables } from "./overrides.js";
-import { type Reserved, SettleScripts, UNKNOWN } from "./settle.js";
+import { SettleScripts } from "./settle.js";
 import {
   type Applied,
   type Counted,
   decode,
   encodeRule,
+  type Origin,
   oneRuleDecision,
   type PlanEncoding,
   type PlanRules,
   type Reservation,
   type ScriptCallOptions,
+  UNKNOWN,
 } from "./shared.js";
 import { SplitScripts } from "./split.js";
 
-export type { Applied, Counted, PlanEncoding, PlanRules, Reservation, ScriptCallOptions } from "./shared.js";
+export type {
+  Applied,
+  Counted,
+  Origin,
+  PlanEncoding,
+  PlanRules,
+  Reservation,
+  ScriptCallOptions,
+} from "./shared.js";
+export { UNKNOWN } from "./shared.js";
 
 /**
  * The limiter script's arguments for `rules` at `now` for `cost`, reserving up to `reserve` more when
@@ -206,11 +217,11 @@ export class RuleScripts {
     windowStarts: readonly number[],
     now: number,
     applied: Applied = this.base,
-    reserved: Reserved = UNKNOWN,
+    origin: Origin = UNKNOWN,
   ): Promise<boolean> {
     if (this.split !== undefined)
-      return this.split.refund(identifier, units, windowStarts, now, applied, reserved);
-    return this.giving.refund(identifier, units, windowStarts, now, applied, reserved);
+      return this.split.refund(identifier, units, windowStarts, now, applied, origin);
+    return this.giving.refund(identifier, units, windowStarts, now, applied, origin);
   }
 
   /**
