@@ -481,7 +481,7 @@ function joins(lease: Held, decision: Decision, windowStarts: readonly number[])
 }
 
 /**
- * Units origin in `windowStarts` (as `origin`) join `lease`: a gcra rule's units then hold the
+ * Units reserved in `windowStarts` (from `origin`) join `lease`: a gcra rule's units then hold the
  * earlier of the two TATs, and count from the earlier reservation, so that a refund never gives back
  * more than the first units still hold (less, at worst). One whose time is not known (the region's
  * pool) leaves the lease's unknown too.

@@ -18,7 +18,7 @@
 //   units, which stay consumed at home until home's state expires: fewer admissions, never more.
 import type { RedisCallError } from "./errors.js";
 import type { Origin, PlanEncoding, Reservation } from "./scripts/limiter.js";
-import type { PoolScript } from "./scripts/pool.js";
+import type { PoolScript, PoolTake } from "./scripts/pool.js";
 import {
   type Entry,
   fromHeld,
@@ -202,10 +202,7 @@ export class RegionalTier extends Tier implements Upstream, Entry {
     }
     if (!answer.hit) {
       this.stats.misses += 1;
-      if (answer.leftover > 0) {
-        const { leftover, windowStarts, origin } = answer;
-        this.refund(identifier, leftover, windowStarts, now, this.home.plan, waitUntil, origin);
-      }
+      if (answer.leftover > 0) this.track(this.giveBackLeftover(identifier, answer, now), waitUntil);
       return this.fromHome(identifier, cost, now, want, answer.want, waitUntil);
     }
     this.stats.hits += 1;
@@ -273,10 +270,7 @@ export class RegionalTier extends Tier implements Upstream, Entry {
       this.free(identifier, now, waitUntil);
       return reservation;
     }
-    // An override applied other rules at home: its units are not this plan's to pool (nor to refund
-    // under this plan's keys); they stay consumed until home's state expires.
-    if (decision.plan !== this.home.plan.name) {
-      this.stats.lost += share;
+    if (this.lost(decision, share)) {
       this.free(identifier, now, waitUntil);
       return { decision, reserved: reserved - share, windowStarts, counted };
     }
@@ -290,11 +284,25 @@ export class RegionalTier extends Tier implements Upstream, Entry {
    * or had nothing to spare): lets another isolate of the region ask, off the request path.
    */
   private free(identifier: string, now: number, waitUntil: WaitUntil | undefined): void {
-    this.track(this.unmark(identifier, now), waitUntil);
+    this.track(this.pool.free(this.key(identifier), now), waitUntil);
   }
 
-  private async unmark(identifier: string, now: number): Promise<void> {
-    await this.pool.free(this.key(identifier), now);
+  /**
+   * Whether `units` home reserved are not this plan's to pool: an override applied other rules at home
+   * (nor are they to refund under this plan's keys). Counted lost: they stay consumed until home's
+   * state expires.
+   */
+  private lost(decision: Decision, units: number): boolean {
+    if (decision.plan === this.home.plan.name) return false;
+    this.stats.lost += units;
+    return true;
+  }
+
+  /** Gives back at home what a pool's answer took out of it (its leftover), if anything. */
+  private async giveBackLeftover(identifier: string, answer: PoolTake | Error, now: number): Promise<void> {
+    if (answer instanceof Error || answer.hit || answer.leftover === 0) return;
+    const { leftover, windowStarts, origin } = answer;
+    await this.giveBack(identifier, leftover, windowStarts, now, this.home.plan, origin);
   }
 
   /**
@@ -323,9 +331,7 @@ export class RegionalTier extends Tier implements Upstream, Entry {
   async takeOut(identifier: string, now: number): Promise<void> {
     const answer = await this.pool.drain(this.key(identifier), now, this.count);
     if (answer instanceof Error) throw answer;
-    if (answer.hit || answer.leftover === 0) return;
-    const { leftover, windowStarts, origin } = answer;
-    await this.giveBack(identifier, leftover, windowStarts, now, this.home.plan, origin);
+    await this.giveBackLeftover(identifier, answer, now);
   }
 
   /**
@@ -343,11 +349,7 @@ export class RegionalTier extends Tier implements Upstream, Entry {
       this.deposits.delete(key);
       const asked = all ? this.pool.drain(key, now, this.count) : this.pool.take(key, 0, now, this.count);
       this.track(
-        asked.then((answer) => {
-          if (answer instanceof Error || answer.hit || answer.leftover === 0) return;
-          const { leftover, windowStarts, origin } = answer;
-          return this.giveBack(entry.identifier, leftover, windowStarts, now, this.home.plan, origin);
-        }),
+        asked.then((answer) => this.giveBackLeftover(entry.identifier, answer, now)),
         waitUntil,
       );
     }
@@ -357,13 +359,11 @@ export class RegionalTier extends Tier implements Upstream, Entry {
   /** A hit left the pool low: one decision of cost 1 goes home reserving `want` more, all for the pool. */
   private topUp(identifier: string, want: number, now: number, waitUntil: WaitUntil | undefined): void {
     this.track(
-      this.home.reserve(identifier, 1, now, want).then((answer) => {
-        if (answer instanceof Error || !answer.decision.allowed) return this.unmark(identifier, now);
-        if (answer.decision.plan !== this.home.plan.name) {
-          this.stats.lost += 1 + answer.reserved;
-          return this.unmark(identifier, now);
-        }
+      this.home.reserve(identifier, 1, now, want).then((answer): Promise<unknown> => {
+        const key = this.key(identifier);
+        if (answer instanceof Error || !answer.decision.allowed) return this.pool.free(key, now);
         const units = 1 + answer.reserved;
+        if (this.lost(answer.decision, units)) return this.pool.free(key, now);
         const origin = { at: answer.decision.decidedAt, taken: units };
         return this.put(identifier, units, answer.windowStarts, answer.decision, origin, now, !waitUntil);
       }),
@@ -371,7 +371,7 @@ export class RegionalTier extends Tier implements Upstream, Entry {
     );
   }
 
-  /** Deposits units home origin (as `origin`); what the pool cannot keep goes back home. */
+  /** Deposits units home reserved (from `origin`); what the pool cannot keep goes back home. */
   private async put(
     identifier: string,
     units: number,

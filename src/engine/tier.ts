@@ -130,8 +130,8 @@ export class Home implements Upstream, Entry {
   }
 
   /**
-   * Gives `units` back under the rules they were origin under (default: this plan's), as origin
-   * `origin` (when, how many). Resolves true when home ran it.
+   * Gives `units` back under the rules they were reserved under (default: this plan's), from the
+   * reservation `origin` (when, how many). Resolves true when home ran it.
    */
   refund(
     identifier: string,
