@@ -101,10 +101,11 @@ if ARGV[2] == "put" then
   return { units, leftover, old, add - keep, old_at, old_taken }
 end
 
--- The regional tier's demand estimate and sizing: those of src/engine/tier.ts (estimate, size, low)
--- over the region's demand, kept here because every isolate of the region counts into one estimate and
--- only this script can tell one isolate at a time to reserve. Demand over the last ttl, from two
--- buckets of ttl ms (the older weighted by its overlap), as it stood before this decision.
+-- The regional tier's demand estimate and sizing: src/engine/tier.ts's (estimate, size, low, topUp)
+-- over the region's demand, stated again here because every isolate of the region counts into one
+-- estimate and only this script can tell one isolate at a time to reserve (test/engine/tier.test.ts
+-- checks the two agree). Demand over the last ttl in whole units, from two buckets of ttl ms (the older
+-- weighted by its overlap), as it stood before this decision.
 local cost = tonumber(ARGV[5])
 local extra = tonumber(ARGV[6]) or 0
 local start, current, previous = tonumber(f[7]) or now, tonumber(f[8]) or 0, tonumber(f[9]) or 0
@@ -123,9 +124,10 @@ if units >= math.max(cost, 1) and now < expires then
   current = current + cost + extra
   local lent = math.min(extra, taken)
   local top_up = 0
-  -- Low (tier.ts's low): about an eighth of a ttl's demand (at most a quarter of max). The top-up
-  -- decision's own unit skips the limiter script's half rule, so a top-up is asked for only while
-  -- home, as of the last deposit, had at least twice what it takes.
+  -- tier.ts's topUp: at or under low, about an eighth of a ttl's demand (at most a quarter of max),
+  -- about a ttl's demand less what is held and the own unit. The top-up decision's own unit skips the
+  -- limiter script's half rule, so a top-up is asked for only while home, as of the last deposit, had
+  -- at least twice what it takes.
   local low = math.min(math.floor(max / 4), math.ceil(demand / 8))
   if units <= low and not asking and cost > 0 then
     top_up = math.min(max, demand) - units - 1

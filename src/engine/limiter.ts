@@ -26,7 +26,7 @@ import { buildOverrides, type Overrides, type OverridesOptions, overridesConfig 
 import { type RegionOptions, regionPool } from "./region.js";
 import { type Counted, type PlanEncoding, RuleScripts } from "./scripts/limiter.js";
 import { PoolScript } from "./scripts/pool.js";
-import { Home, type Upstream, type WaitUntil } from "./tier.js";
+import { type Entry, Home, type WaitUntil } from "./tier.js";
 import { IsolateTier } from "./tier-isolate.js";
 import {
   deletePools,
@@ -133,8 +133,10 @@ export interface LimitOptions {
    */
   plan?: string | undefined;
   /**
-   * The runtime's `waitUntil` (`ctx.waitUntil` on Workers, `waitUntil` of @vercel/functions): lease
-   * refunds due now are handed to it, to finish after the response. Without it they run from a timer.
+   * The runtime's `waitUntil` (`ctx.waitUntil` on Workers, `waitUntil` of @vercel/functions): the work
+   * a decision starts off its request path is handed to it, to finish after the response: lease and
+   * pool refunds, top-ups, deposits into a regional pool, an analytics flush. Without it they run in
+   * the background (refunds from a timer).
    */
   waitUntil?: WaitUntil;
 }
@@ -151,7 +153,8 @@ export interface SettleOptions {
 /**
  * What settling an admitted decision needs beside the decision, under a module-private symbol that is
  * not enumerable (no public field; a copy of the decision carries none; cheaper than a WeakMap entry).
- * Where Redis counted its units is read from the decision itself (RuleScripts.counted).
+ * Where Redis counted its units comes with the answer (Reservation.counted): a tier answers the caller
+ * a copy of home's decision, which carries no reply to read them from.
  */
 interface Ticket {
   /** The Limiter that made the decision. */
@@ -160,7 +163,7 @@ interface Ticket {
   readonly cost: number;
   /** Set for a decision the isolate tier answered: settled against its lease where it can be. */
   readonly isolate: IsolateTier | undefined;
-  /** Set for a decision a regional pool answered: where home counted the pool's units. */
+  /** Where home counted the decision's units (a regional pool's answer: the pool's); unset: read from the decision. */
   readonly counted?: Counted;
   settled: boolean;
 }
@@ -170,15 +173,17 @@ const TICKET: unique symbol = Symbol("edgelimit.ticket");
 const ticketProperty: PropertyDescriptor = { value: undefined, enumerable: false };
 
 /**
- * One plan of a Limiter ("default": the base rules): its encoding, and the steps of its pipeline past
- * the deny cache: the isolate tier (with `lease`), then the regional tier (with `region`), then home.
+ * One plan of a Limiter ("default": the base rules): its encoding, and its pipeline past the deny
+ * cache, entered at its first step: the isolate tier (with `lease`), then the regional tier (with
+ * `region`), then home, each the next one's caller.
  */
 interface Plan {
   readonly encoding: PlanEncoding;
+  /** Where a decision goes past the deny cache. */
+  readonly entry: Entry;
+  /** The tiers, for what is not a decision: a settle against a lease, an override or a reset ending leases and pools, dispose. */
   readonly isolate: IsolateTier | undefined;
   readonly region: RegionalTier | undefined;
-  /** Where a decision goes past the isolate tier (the regional tier, or home); undefined: no tier, home's plain decision. */
-  readonly upstream: Upstream | undefined;
 }
 
 /** How long a caller is told to wait after a decision denied by `onError: "deny"`. */
@@ -365,12 +370,7 @@ export class Limiter {
           ? new RegionalTier(pools.script, pools.config, home, this.regional!.tiers, now, maxStale)
           : undefined;
       const isolate = lease && new IsolateTier(lease, home, region ?? home, now, maxStale);
-      plans.set(name, {
-        encoding,
-        isolate,
-        region,
-        upstream: isolate || region ? (region ?? home) : undefined,
-      });
+      plans.set(name, { encoding, entry: isolate ?? region ?? home, isolate, region });
     }
     this.plans = plans;
     // the configs as given, copied: set() resolves an override's fields over them
@@ -453,9 +453,9 @@ export class Limiter {
   }
 
   /**
-   * `limit()` before its observer: the pipeline. Each step answers or passes on: the deny cache, the
-   * isolate tier (a lease in this isolate's memory), then past it the regional tier (a pool in the
-   * region's database) and home, one call each.
+   * `limit()` before its observer: the pipeline. Each step answers or passes on: the deny cache, then
+   * the plan's entry: the isolate tier (a lease in this isolate's memory), the regional tier (a pool in
+   * the region's database) and home, one call each.
    */
   private decideOne(identifier: string, options: LimitOptions | undefined): Promise<Decision> {
     const cost = options?.cost ?? 1;
@@ -472,11 +472,9 @@ export class Limiter {
     if (waitUntil !== undefined && typeof waitUntil !== "function") {
       throw new TypeError(`waitUntil: expected a function such as ctx.waitUntil, got ${describe(waitUntil)}`);
     }
-    // The isolate tier answers on the spot: it never waits on a request, this one's or another's.
-    const leased = plan.isolate?.answer(identifier, cost, now, waitUntil);
-    if (leased) return Promise.resolve(this.ticket(leased, identifier, cost, plan.isolate));
-    if (plan.upstream === undefined) return this.decide(plan.encoding, identifier, cost, now);
-    return this.passOn(plan, plan.upstream, identifier, cost, now, waitUntil);
+    return plan.entry.decide(identifier, cost, now, waitUntil, (answer, counted) =>
+      this.answered(answer, identifier, cost, now, plan, counted),
+    );
   }
 
   /**
@@ -644,67 +642,28 @@ export class Limiter {
     );
   }
 
-  /** Home's plain decision (no tier): the Decision comes in the transport call's own promise (no async layers around it). */
-  private decide(encoding: PlanEncoding, identifier: string, cost: number, now: number): Promise<Decision> {
-    return this.scripts.decide(
-      identifier,
-      cost,
-      now,
-      (decision) =>
-        decision instanceof Error
-          ? this.ticket(this.failure(decision, now, encoding), identifier, cost)
-          : this.answered(decision, identifier, cost, now, encoding),
-      encoding,
-    );
-  }
-
   /**
-   * Past the isolate tier: the regional tier (its pool answers, or passes on home) or home, reserving
-   * in the same call what the isolate tier wants for its lease, which it keeps from the answer.
+   * The end of a decision past the deny cache: a failure follows `onError`, a denial is cached, an
+   * admission ticketed (a lease's, to settle against its lease).
    */
-  private async passOn(
-    plan: Plan,
-    upstream: Upstream,
-    identifier: string,
-    cost: number,
-    now: number,
-    waitUntil: WaitUntil | undefined,
-  ): Promise<Decision> {
-    const { encoding, isolate } = plan;
-    const reservation = await upstream.reserve(
-      identifier,
-      cost,
-      now,
-      isolate?.want(identifier, cost, now),
-      waitUntil,
-    );
-    if (reservation instanceof Error)
-      return this.ticket(this.failure(reservation, now, encoding), identifier, cost);
-    const decision = isolate ? isolate.fill(identifier, reservation, now, waitUntil) : reservation.decision;
-    // a pool's answer was counted at home in the windows of the pool's units
-    const counted =
-      decision.source === "region"
-        ? { applied: encoding, starts: reservation.windowStarts, counts: encoding.rules.map(() => 0) }
-        : undefined;
-    return this.answered(decision, identifier, cost, now, encoding, counted);
-  }
-
-  /** The end of a decision from home or the region: a denial is cached, an admission ticketed. */
   private answered(
-    decision: Decision,
+    answer: Decision | Error,
     identifier: string,
     cost: number,
     now: number,
-    encoding: PlanEncoding,
-    counted?: Counted,
+    plan: Plan,
+    counted: Counted | undefined,
   ): Decision {
-    if (!decision.allowed) {
-      if (!this.identities.nested)
-        this.cache?.set(identifier, Math.max(cost, 1), now, decision, encoding.name);
-      else this.cache?.setEach(this.cacheKeys(identifier), Math.max(cost, 1), now, decision, encoding.name);
-      return decision;
+    if (answer instanceof Error)
+      return this.ticket(this.failure(answer, now, plan.encoding), identifier, cost);
+    if (!answer.allowed) {
+      const name = plan.encoding.name;
+      if (!this.identities.nested) this.cache?.set(identifier, Math.max(cost, 1), now, answer, name);
+      else this.cache?.setEach(this.cacheKeys(identifier), Math.max(cost, 1), now, answer, name);
+      return answer;
     }
-    return this.ticket(decision, identifier, cost, undefined, counted);
+    const lease = answer.source === "lease" ? plan.isolate : undefined;
+    return this.ticket(answer, identifier, cost, lease, counted);
   }
 
   /** Remembers, on an admitted `decision`, whose it is and what it cost, for settle(). */

@@ -12,18 +12,21 @@
 //   go back home under the rules they were reserved under.
 import type { Rule } from "./algorithms/index.js";
 import type { Applied, Reservation } from "./scripts/limiter.js";
-import { type Reserved, UNKNOWN } from "./scripts/settle.js";
+import { type Origin, UNKNOWN } from "./scripts/shared.js";
 import {
   type Demand,
+  type Entry,
   estimate,
   fromHeld,
   type Home,
   holdsTat,
   leasable,
-  low,
+  MAX_TRACKED,
   size,
+  type Then,
   Tier,
   type TierConfig,
+  topUp,
   type Upstream,
   type WaitUntil,
   withHeld,
@@ -42,7 +45,7 @@ interface Refund {
   /** The rules the units were reserved under: given back under them, never under another plan's. */
   readonly applied: Applied;
   /** When and how many the (first) reservation took: gcra counts only refunds made since against them. */
-  readonly reserved: Reserved;
+  readonly origin: Origin;
 }
 
 /**
@@ -51,9 +54,6 @@ interface Refund {
  */
 const ANSWERED_FROM: unique symbol = Symbol("edgelimit.lease");
 const answeredFrom: PropertyDescriptor = { value: undefined, enumerable: false };
-
-/** Identifiers whose rate is tracked, least recently seen out first (their lease is refunded). */
-const MAX_TRACKED = 10_000;
 
 /** One identifier's units held here. */
 interface Held {
@@ -66,7 +66,7 @@ interface Held {
   used: number;
   windowStarts: readonly number[];
   /** When the first reservation joined here counted its units, and how many (its windowStarts' TATs). */
-  reserved: Reserved;
+  origin: Origin;
   /**
    * The plan name and rules the units were reserved under: the tier's plan's, or those of an override
    * stored for the identifier (a custom one's own rules). Its answers say and state them.
@@ -90,9 +90,9 @@ interface Seen extends Demand {
  *
  * @example
  * const isolate = new IsolateTier({ max: 50, ttl: 1000 }, home, upstream, clock);
- * const answer = isolate.answer("user:42", 1, now, waitUntil); // a Decision from the lease, or undefined
+ * const decision = await isolate.decide("user:42", 1, now, waitUntil, (answer) => answer);
  */
-export class IsolateTier extends Tier {
+export class IsolateTier extends Tier implements Entry {
   private readonly seen = new Map<string, Seen>();
   private readonly held = new Map<string, Held>();
   /** Whether this tier may hold units at all (not under a sliding log rule: see `leasable`). */
@@ -124,6 +124,29 @@ export class IsolateTier extends Tier {
 
   protected get holding(): boolean {
     return this.held.size > 0;
+  }
+
+  /**
+   * This tier's step of the pipeline: the identifier's lease answers on the spot (it never waits on a
+   * request, this one's or another's); else the decision goes upstream reserving what the lease
+   * wants in the same call, and the lease is filled from the answer.
+   */
+  decide<T>(
+    identifier: string,
+    cost: number,
+    now: number,
+    waitUntil: WaitUntil | undefined,
+    then: Then<T>,
+  ): Promise<T> {
+    const leased = this.answer(identifier, cost, now, waitUntil);
+    if (leased) return Promise.resolve(then(leased));
+    return this.upstream
+      .reserve(identifier, cost, now, this.want(identifier, cost, now), waitUntil)
+      .then((reservation) =>
+        reservation instanceof Error
+          ? then(reservation)
+          : then(this.fill(identifier, reservation, now, waitUntil), reservation.counted),
+      );
   }
 
   /**
@@ -186,12 +209,12 @@ export class IsolateTier extends Tier {
     const seen = this.seen.get(identifier);
     if (seen !== undefined) seen.asking = undefined;
     if (!decision.allowed) {
-      if (seen?.lease) this.giveBackAll([this.detach(identifier, seen)], now, waitUntil);
+      this.end(identifier, seen, now, waitUntil);
       return decision;
     }
     if (reserved > 0) this.stats.reserved += reserved;
     const lease = seen?.lease;
-    const taken = reservedBy(decision, reserved, from);
+    const taken = originOf(decision, reserved, from);
     // Units held before this answer, and reserved by it, are this identifier's to use (or on their way back).
     const answer = withHeld(decision, (lease?.units ?? 0) + reserved);
     if (seen === undefined || this.disposed) {
@@ -201,26 +224,10 @@ export class IsolateTier extends Tier {
       return answer;
     }
     if (lease !== undefined) {
-      // A decision whose cost the lease could not cover, or a second reservation that crossed the
-      // first. Units that would take the lease past `max`, or that were counted in another window, go back.
-      const keep = joins(lease, decision, windowStarts)
-        ? Math.min(reserved, this.config.max - lease.units)
-        : 0;
+      // A decision whose cost the lease could not cover, or a second reservation that crossed the first.
+      this.keep(identifier, lease, decision, reserved, windowStarts, taken, now, waitUntil);
       lease.snapshot = answer.rules;
       lease.used = 0;
-      const [kept, back] = split(taken, keep);
-      if (keep > 0) join(lease, windowStarts, kept);
-      lease.units += keep;
-      if (reserved > keep)
-        this.refund(
-          identifier,
-          reserved - keep,
-          windowStarts,
-          now,
-          this.appliedOf(decision),
-          waitUntil,
-          back,
-        );
       return answer;
     }
     if (reserved > 0) this.start(identifier, seen, reserved, answer, windowStarts, taken, now, waitUntil);
@@ -261,7 +268,7 @@ export class IsolateTier extends Tier {
    */
   release(identifier: string, waitUntil?: WaitUntil): void {
     const seen = this.seen.get(identifier);
-    if (seen?.lease) this.giveBackAll([this.detach(identifier, seen)], this.clock(), waitUntil);
+    this.end(identifier, seen, this.clock(), waitUntil);
   }
 
   /**
@@ -320,26 +327,24 @@ export class IsolateTier extends Tier {
     waitUntil: WaitUntil | undefined,
   ): void {
     if (this.disposed) return;
-    // about a ttl's traffic, like a fresh lease: a slow identifier is topped up a little
-    const want = size(this.config, seen.estimate) - lease.units - 1;
-    if (lease.units > low(this.config, seen.estimate) || want < 1) return;
-    // The top-up's own unit is taken without the script's half rule: only while home, as last seen,
-    // has plenty left, so that the last units of a quota are still decided at home.
+    // home's least remaining as last seen, less what this isolate holds and handed out since
     const homeLeft =
       Math.min(...Object.values(lease.snapshot).map((rule) => rule.remaining)) - lease.used - lease.units;
-    if (homeLeft < 2 * this.config.max) return;
+    // about a ttl's traffic, like a fresh lease: a slow identifier is topped up a little
+    const want = topUp(this.config, seen.estimate, lease.units, homeLeft);
+    if (want === 0) return;
     if (seen.asking !== undefined && now - seen.asking < this.config.ttl) return;
     seen.asking = now;
     // a decision of cost 1 reserving `want` more, all for the lease
     const sent = this.upstream.reserve(identifier, 1, now, want, waitUntil).then((answer) => {
       seen.asking = undefined;
-      if (!(answer instanceof Error)) this.topUp(identifier, answer, now, waitUntil);
+      if (!(answer instanceof Error)) this.toppedUp(identifier, answer, now, waitUntil);
     });
     this.track(sent, waitUntil);
   }
 
   /** A top-up's answer: its unit and the reserved ones join the lease (or start a new one). */
-  private topUp(
+  private toppedUp(
     identifier: string,
     { decision, reserved, windowStarts, from }: Reservation,
     now: number,
@@ -349,11 +354,11 @@ export class IsolateTier extends Tier {
     const units = decision.allowed ? 1 + reserved : 0;
     if (units > 0) this.stats.reserved += units;
     if (!decision.allowed) {
-      if (seen?.lease) this.giveBackAll([this.detach(identifier, seen)], now, waitUntil);
+      this.end(identifier, seen, now, waitUntil);
       return;
     }
     const lease = seen?.lease;
-    const taken = reservedBy(decision, units, from);
+    const taken = originOf(decision, units, from);
     if (seen === undefined || this.disposed) {
       this.refund(identifier, units, windowStarts, now, this.appliedOf(decision), waitUntil, taken);
       return;
@@ -362,16 +367,34 @@ export class IsolateTier extends Tier {
       this.start(identifier, seen, units, withHeld(decision, units), windowStarts, taken, now, waitUntil);
       return;
     }
-    const keep = joins(lease, decision, windowStarts) ? Math.min(units, this.config.max - lease.units) : 0;
-    const [kept, back] = split(taken, keep);
-    if (keep > 0) join(lease, windowStarts, kept);
-    lease.units += keep;
+    const keep = this.keep(identifier, lease, decision, units, windowStarts, taken, now, waitUntil);
     lease.snapshot = withHeld(decision, lease.units).rules;
     lease.used = 0;
     // a lease topped up lives a ttl from then (what is left of the old units is at most a quarter of max)
     if (keep > 0) lease.expiresAt = this.expiry(now, lease.rules, windowStarts);
+  }
+
+  /**
+   * Units reserved (from `origin`) for a live lease join it; those that would take it past `max`, or
+   * that were counted in other windows or under other rules, go back. Returns how many joined.
+   */
+  private keep(
+    identifier: string,
+    lease: Held,
+    decision: Decision,
+    units: number,
+    windowStarts: readonly number[],
+    origin: Origin,
+    now: number,
+    waitUntil: WaitUntil | undefined,
+  ): number {
+    const keep = joins(lease, decision, windowStarts) ? Math.min(units, this.config.max - lease.units) : 0;
+    const [kept, back] = split(origin, keep);
+    if (keep > 0) join(lease, windowStarts, kept);
+    lease.units += keep;
     if (units > keep)
       this.refund(identifier, units - keep, windowStarts, now, this.appliedOf(decision), waitUntil, back);
+    return keep;
   }
 
   private start(
@@ -380,7 +403,7 @@ export class IsolateTier extends Tier {
     units: number,
     answer: Decision,
     windowStarts: readonly number[],
-    reserved: Reserved,
+    origin: Origin,
     now: number,
     waitUntil: WaitUntil | undefined,
   ): void {
@@ -391,7 +414,7 @@ export class IsolateTier extends Tier {
       snapshot: answer.rules,
       used: 0,
       windowStarts,
-      reserved,
+      origin,
       plan: answer.plan,
       rules,
     };
@@ -402,9 +425,19 @@ export class IsolateTier extends Tier {
   }
 
   private giveBackAll(refunds: readonly Refund[], now: number, waitUntil: WaitUntil | undefined): void {
-    for (const { identifier, units, windowStarts, applied, reserved } of refunds) {
-      if (units > 0) this.refund(identifier, units, windowStarts, now, applied, waitUntil, reserved);
+    for (const { identifier, units, windowStarts, applied, origin } of refunds) {
+      if (units > 0) this.refund(identifier, units, windowStarts, now, applied, waitUntil, origin);
     }
+  }
+
+  /** Ends the identifier's lease, if any, and gives its unused units back. */
+  private end(
+    identifier: string,
+    seen: Seen | undefined,
+    now: number,
+    waitUntil: WaitUntil | undefined,
+  ): void {
+    if (seen?.lease) this.giveBackAll([this.detach(identifier, seen)], now, waitUntil);
   }
 
   /** Ends a lease here and says what is left of it. */
@@ -413,8 +446,8 @@ export class IsolateTier extends Tier {
     seen.lease = undefined;
     this.held.delete(identifier);
     const applied = { name: lease.plan, rules: lease.rules };
-    const { units, windowStarts, reserved } = lease;
-    return { identifier, units, windowStarts, applied, reserved };
+    const { units, windowStarts, origin } = lease;
+    return { identifier, units, windowStarts, applied, origin };
   }
 
   /** The rules a decision was decided by, which its reserved units were counted under. */
@@ -424,7 +457,7 @@ export class IsolateTier extends Tier {
 
   private forget(identifier: string, now: number, waitUntil: WaitUntil | undefined): void {
     const seen = this.seen.get(identifier);
-    if (seen?.lease) this.giveBackAll([this.detach(identifier, seen)], now, waitUntil);
+    this.end(identifier, seen, now, waitUntil);
     this.seen.delete(identifier);
   }
 }
@@ -448,18 +481,18 @@ function joins(lease: Held, decision: Decision, windowStarts: readonly number[])
 }
 
 /**
- * Units reserved in `windowStarts` (as `reserved`) join `lease`: a gcra rule's units then hold the
+ * Units reserved in `windowStarts` (from `origin`) join `lease`: a gcra rule's units then hold the
  * earlier of the two TATs, and count from the earlier reservation, so that a refund never gives back
  * more than the first units still hold (less, at worst). One whose time is not known (the region's
  * pool) leaves the lease's unknown too.
  */
-function join(lease: Held, windowStarts: readonly number[], reserved: Reserved): void {
+function join(lease: Held, windowStarts: readonly number[], origin: Origin): void {
   lease.windowStarts = lease.windowStarts.map((start, i) =>
     holdsTat(lease.rules[i]!) ? Math.min(start, windowStarts[i]!) : start,
   );
-  const known = lease.reserved.at > 0 && reserved.at > 0;
-  if (!known) lease.reserved = UNKNOWN;
-  else if (reserved.at < lease.reserved.at) lease.reserved = reserved;
+  const known = lease.origin.at > 0 && origin.at > 0;
+  if (!known) lease.origin = UNKNOWN;
+  else if (origin.at < lease.origin.at) lease.origin = origin;
 }
 
 /**
@@ -467,7 +500,7 @@ function join(lease: Held, windowStarts: readonly number[], reserved: Reserved):
  * for units the region's pool lent (`from`), the pool's reservation and the part it lent with them.
  * A decision the pool answered without lending a part: not known.
  */
-function reservedBy(decision: Decision, units: number, from: Reserved | undefined): Reserved {
+function originOf(decision: Decision, units: number, from: Origin | undefined): Origin {
   if (from !== undefined) return from;
   return decision.source === "region" ? UNKNOWN : { at: decision.decidedAt, taken: units };
 }
@@ -477,12 +510,12 @@ function reservedBy(decision: Decision, units: number, from: Reserved | undefine
  * they can, the rest the remainder (two holders each bounded by the whole part could, between them,
  * give back more than the units hold).
  */
-function split(reserved: Reserved, units: number): [Reserved, Reserved] {
-  if (reserved.at === 0) return [reserved, reserved];
-  const first = Math.min(units, reserved.taken);
+function split(origin: Origin, units: number): [Origin, Origin] {
+  if (origin.at === 0) return [origin, origin];
+  const first = Math.min(units, origin.taken);
   return [
-    { at: reserved.at, taken: first },
-    { at: reserved.at, taken: reserved.taken - first },
+    { at: origin.at, taken: first },
+    { at: origin.at, taken: origin.taken - first },
   ];
 }
 

@@ -17,13 +17,15 @@
 //   deposited into a pool asks it once it expires (sweep). A pool nobody asks again expires with its
 //   units, which stay consumed at home until home's state expires: fewer admissions, never more.
 import type { RedisCallError } from "./errors.js";
-import type { PlanEncoding, Reservation } from "./scripts/limiter.js";
-import type { PoolScript } from "./scripts/pool.js";
-import type { Reserved } from "./scripts/settle.js";
+import type { Origin, PlanEncoding, Reservation } from "./scripts/limiter.js";
+import type { PoolScript, PoolTake } from "./scripts/pool.js";
 import {
+  type Entry,
   fromHeld,
   type Home,
   leasable,
+  MAX_TRACKED,
+  type Then,
   Tier,
   type TierConfig,
   type Upstream,
@@ -35,9 +37,6 @@ import type { Decision } from "./types.js";
 
 /** What the regional tier runs on the region's database: the pool script's calls (scripts/pool.ts). */
 export type PoolStore = Pick<PoolScript, "take" | "put" | "free" | "drain">;
-
-/** Pools whose deposits a tier remembers, to take back their leftovers (the oldest forgotten first). */
-const MAX_TRACKED = 10_000;
 
 /**
  * The counters of a Limiter's regional tiers (one per plan, sharing them): answers from the pool,
@@ -139,7 +138,7 @@ export async function poolsHolding(
  * const region = new RegionalTier(poolScript, { max: 500, ttl: 5000 }, home, new RegionalTiers(), clock);
  * const answer = await region.reserve("user:42", 1, now, undefined); // source "region" on a hit
  */
-export class RegionalTier extends Tier implements Upstream {
+export class RegionalTier extends Tier implements Upstream, Entry {
   /** The pools this tier deposited into, by key, until their units stop being handed out. */
   private readonly deposits = new Map<string, { identifier: string; expiresAt: number }>();
   private readonly count: number;
@@ -168,6 +167,19 @@ export class RegionalTier extends Tier implements Upstream {
     return poolKey(this.home.plan, identifier);
   }
 
+  /** This tier's step of the pipeline with no isolate tier above it: `reserve`, reserving nothing for a lease. */
+  decide<T>(
+    identifier: string,
+    cost: number,
+    now: number,
+    waitUntil: WaitUntil | undefined,
+    then: Then<T>,
+  ): Promise<T> {
+    return this.reserve(identifier, cost, now, undefined, waitUntil).then((reservation) =>
+      reservation instanceof Error ? then(reservation) : then(reservation.decision, reservation.counted),
+    );
+  }
+
   /**
    * Asks the identifier's pool for `cost` units, and up to `want` more for the isolate tier's lease:
    * when the pool answers, the Decision (`source: "region"`) and the units taken for the lease; else
@@ -186,15 +198,12 @@ export class RegionalTier extends Tier implements Upstream {
     const answer = await this.pool.take(this.key(identifier), cost, now, this.count, want ?? 0);
     if (answer instanceof Error) {
       this.stats.errors += 1;
-      return this.passOn(identifier, cost, now, want, 0, waitUntil);
+      return this.fromHome(identifier, cost, now, want, 0, waitUntil);
     }
     if (!answer.hit) {
       this.stats.misses += 1;
-      if (answer.leftover > 0) {
-        const { leftover, windowStarts, reserved } = answer;
-        this.refund(identifier, leftover, windowStarts, now, this.home.plan, waitUntil, reserved);
-      }
-      return this.passOn(identifier, cost, now, want, answer.want, waitUntil);
+      if (answer.leftover > 0) this.track(this.giveBackLeftover(identifier, answer, now), waitUntil);
+      return this.fromHome(identifier, cost, now, want, answer.want, waitUntil);
     }
     this.stats.hits += 1;
     if (answer.topUp > 0) this.topUp(identifier, answer.topUp, now, waitUntil);
@@ -211,14 +220,22 @@ export class RegionalTier extends Tier implements Upstream {
       now,
     );
     // the lease's units come with their part of the pool's reservation (what a refund of them is bounded by)
-    return { decision, reserved: answer.extra, windowStarts: answer.windowStarts, from: answer.reserved };
+    // a pool's answer was counted at home in the windows of the pool's units
+    const counted = { applied: plan, starts: answer.windowStarts, counts: plan.rules.map(() => 0) };
+    return {
+      decision,
+      reserved: answer.extra,
+      windowStarts: answer.windowStarts,
+      from: answer.origin,
+      counted,
+    };
   }
 
   /**
    * Home decides, reserving `forPool` units for the pool beside what the isolate tier wants: the
    * pool's share is deposited, the rest goes up.
    */
-  private async passOn(
+  private async fromHome(
     identifier: string,
     cost: number,
     now: number,
@@ -247,22 +264,19 @@ export class RegionalTier extends Tier implements Upstream {
     now: number,
     waitUntil: WaitUntil | undefined,
   ): Reservation {
-    const { decision, reserved, windowStarts } = reservation;
+    const { decision, reserved, windowStarts, counted } = reservation;
     const share = decision.allowed ? Math.min(forPool, reserved) : 0;
     if (share === 0) {
       this.free(identifier, now, waitUntil);
       return reservation;
     }
-    // An override applied other rules at home: its units are not this plan's to pool (nor to refund
-    // under this plan's keys); they stay consumed until home's state expires.
-    if (decision.plan !== this.home.plan.name) {
-      this.stats.lost += share;
+    if (this.lost(decision, share)) {
       this.free(identifier, now, waitUntil);
-      return { decision, reserved: reserved - share, windowStarts };
+      return { decision, reserved: reserved - share, windowStarts, counted };
     }
     const deposit = { at: decision.decidedAt, taken: share };
     this.track(this.put(identifier, share, windowStarts, decision, deposit, now, !waitUntil), waitUntil);
-    return { decision: withHeld(decision, share), reserved: reserved - share, windowStarts };
+    return { decision: withHeld(decision, share), reserved: reserved - share, windowStarts, counted };
   }
 
   /**
@@ -270,11 +284,25 @@ export class RegionalTier extends Tier implements Upstream {
    * or had nothing to spare): lets another isolate of the region ask, off the request path.
    */
   private free(identifier: string, now: number, waitUntil: WaitUntil | undefined): void {
-    this.track(this.unmark(identifier, now), waitUntil);
+    this.track(this.pool.free(this.key(identifier), now), waitUntil);
   }
 
-  private async unmark(identifier: string, now: number): Promise<void> {
-    await this.pool.free(this.key(identifier), now);
+  /**
+   * Whether `units` home reserved are not this plan's to pool: an override applied other rules at home
+   * (nor are they to refund under this plan's keys). Counted lost: they stay consumed until home's
+   * state expires.
+   */
+  private lost(decision: Decision, units: number): boolean {
+    if (decision.plan === this.home.plan.name) return false;
+    this.stats.lost += units;
+    return true;
+  }
+
+  /** Gives back at home what a pool's answer took out of it (its leftover), if anything. */
+  private async giveBackLeftover(identifier: string, answer: PoolTake | Error, now: number): Promise<void> {
+    if (answer instanceof Error || answer.hit || answer.leftover === 0) return;
+    const { leftover, windowStarts, origin } = answer;
+    await this.giveBack(identifier, leftover, windowStarts, now, this.home.plan, origin);
   }
 
   /**
@@ -303,9 +331,7 @@ export class RegionalTier extends Tier implements Upstream {
   async takeOut(identifier: string, now: number): Promise<void> {
     const answer = await this.pool.drain(this.key(identifier), now, this.count);
     if (answer instanceof Error) throw answer;
-    if (answer.hit || answer.leftover === 0) return;
-    const { leftover, windowStarts, reserved } = answer;
-    await this.giveBack(identifier, leftover, windowStarts, now, this.home.plan, reserved);
+    await this.giveBackLeftover(identifier, answer, now);
   }
 
   /**
@@ -323,11 +349,7 @@ export class RegionalTier extends Tier implements Upstream {
       this.deposits.delete(key);
       const asked = all ? this.pool.drain(key, now, this.count) : this.pool.take(key, 0, now, this.count);
       this.track(
-        asked.then((answer) => {
-          if (answer instanceof Error || answer.hit || answer.leftover === 0) return;
-          const { leftover, windowStarts, reserved } = answer;
-          return this.giveBack(entry.identifier, leftover, windowStarts, now, this.home.plan, reserved);
-        }),
+        asked.then((answer) => this.giveBackLeftover(entry.identifier, answer, now)),
         waitUntil,
       );
     }
@@ -337,27 +359,25 @@ export class RegionalTier extends Tier implements Upstream {
   /** A hit left the pool low: one decision of cost 1 goes home reserving `want` more, all for the pool. */
   private topUp(identifier: string, want: number, now: number, waitUntil: WaitUntil | undefined): void {
     this.track(
-      this.home.reserve(identifier, 1, now, want).then((answer) => {
-        if (answer instanceof Error || !answer.decision.allowed) return this.unmark(identifier, now);
-        if (answer.decision.plan !== this.home.plan.name) {
-          this.stats.lost += 1 + answer.reserved;
-          return this.unmark(identifier, now);
-        }
+      this.home.reserve(identifier, 1, now, want).then((answer): Promise<unknown> => {
+        const key = this.key(identifier);
+        if (answer instanceof Error || !answer.decision.allowed) return this.pool.free(key, now);
         const units = 1 + answer.reserved;
-        const reserved = { at: answer.decision.decidedAt, taken: units };
-        return this.put(identifier, units, answer.windowStarts, answer.decision, reserved, now, !waitUntil);
+        if (this.lost(answer.decision, units)) return this.pool.free(key, now);
+        const origin = { at: answer.decision.decidedAt, taken: units };
+        return this.put(identifier, units, answer.windowStarts, answer.decision, origin, now, !waitUntil);
       }),
       waitUntil,
     );
   }
 
-  /** Deposits units home reserved (as `reserved`); what the pool cannot keep goes back home. */
+  /** Deposits units home reserved (from `origin`); what the pool cannot keep goes back home. */
   private async put(
     identifier: string,
     units: number,
     windowStarts: readonly number[],
     decision: Decision,
-    reserved: Reserved,
+    origin: Origin,
     now: number,
     /** No waitUntil: a timer takes back the pool's leftovers once it expires. */
     background: boolean,
@@ -369,12 +389,12 @@ export class RegionalTier extends Tier implements Upstream {
     });
     const expiresAt = Math.floor(this.expiry(now, plan.rules, windowStarts));
     const key = this.key(identifier);
-    const put = await this.pool.put(key, { units, expiresAt, windowStarts, snapshot, reserved }, now);
+    const put = await this.pool.put(key, { units, expiresAt, windowStarts, snapshot, origin }, now);
     if (put instanceof Error) {
       // Refused before it was sent (the region's breaker is open): the units never left, give them back.
       // Any other failure may have reached the pool: giving them back too could admit them twice.
       if ((put as RedisCallError).kind === "breaker-open")
-        await this.giveBack(identifier, units, windowStarts, now, plan, reserved);
+        await this.giveBack(identifier, units, windowStarts, now, plan, origin);
       else this.stats.lost += units;
       return;
     }
@@ -382,12 +402,10 @@ export class RegionalTier extends Tier implements Upstream {
     this.remember(key, identifier, expiresAt, background);
     const back: Promise<void>[] = [];
     if (put.leftover > 0)
-      back.push(
-        this.giveBack(identifier, put.leftover, put.leftoverWindows, now, plan, put.leftoverReserved),
-      );
+      back.push(this.giveBack(identifier, put.leftover, put.leftoverWindows, now, plan, put.leftoverOrigin));
     if (put.excess > 0) {
       // the pool kept the rest of the reservation's part: the excess goes back with its own
-      const excess = { at: reserved.at, taken: Math.min(put.excess, reserved.taken) };
+      const excess = { at: origin.at, taken: Math.min(put.excess, origin.taken) };
       back.push(this.giveBack(identifier, put.excess, windowStarts, now, plan, excess));
     }
     await Promise.all(back);

@@ -17,8 +17,8 @@
 //   reserved under, through `waitUntil` when the caller gives one, else from a timer.
 // A unit is only ever created at home: a tier hands out, or gives back, units home took first.
 import { algorithmOf, type Rule } from "./algorithms/index.js";
-import type { Applied, PlanEncoding, Reservation, RuleScripts } from "./scripts/limiter.js";
-import { type Reserved, UNKNOWN } from "./scripts/settle.js";
+import type { Applied, Counted, PlanEncoding, Reservation, RuleScripts } from "./scripts/limiter.js";
+import { type Origin, UNKNOWN } from "./scripts/shared.js";
 import { type Decision, decidedBy, type RuleResult } from "./types.js";
 import { MAX_TIMER_MS } from "./validate.js";
 
@@ -38,7 +38,7 @@ export interface TierConfig {
 export interface Upstream {
   /**
    * Decides `cost` units of `identifier` at `now`, reserving up to `want` more for the tier asking
-   * (`reserved` in the answer); `want` undefined: nobody above holds units, a plain decision.
+   * (`reserved` in the answer); `want` 0 or undefined: a plain decision (nobody above wants units).
    */
   reserve(
     identifier: string,
@@ -49,8 +49,31 @@ export interface Upstream {
   ): Promise<Reservation | Error>;
 }
 
-/** What home runs, as RuleScripts sends it: decisions, reservations, refunds. */
-export type HomeScripts = Pick<RuleScripts, "decide" | "reserve" | "refund">;
+/**
+ * What a step of the pipeline hands its answer to: a Decision, with where home counted its units when
+ * the Decision is a copy of home's (undefined: read from the Decision itself, or it was not admitted),
+ * or an Error (Redis failed: the Limiter's `onError` decides).
+ */
+export type Then<T> = (answer: Decision | Error, counted?: Counted) => T;
+
+/**
+ * The pipeline of one plan past the deny cache, entered at its first step: the isolate tier (answers
+ * from a lease, else reserves upstream and fills one), the regional tier (answers from the pool, else
+ * passes on home), or home. Never rejects for Redis trouble.
+ */
+export interface Entry {
+  /** Decides `cost` units of `identifier` at `now` and hands the answer to `then`, in its own promise. */
+  decide<T>(
+    identifier: string,
+    cost: number,
+    now: number,
+    waitUntil: WaitUntil | undefined,
+    then: Then<T>,
+  ): Promise<T>;
+}
+
+/** What home runs, as RuleScripts sends it: decisions, reservations, refunds, where a decision counted. */
+export type HomeScripts = Pick<RuleScripts, "decide" | "reserve" | "refund" | "counted">;
 
 /**
  * Home under one plan: the limiter script, where every unit is created, and the refund script, where
@@ -60,7 +83,7 @@ export type HomeScripts = Pick<RuleScripts, "decide" | "reserve" | "refund">;
  * const home = new Home(scripts, scripts.plans.get("default")!);
  * const answer = await home.reserve("user:42", 1, Date.now(), 10); // a Reservation, or an Error
  */
-export class Home implements Upstream {
+export class Home implements Upstream, Entry {
   /** A plain decision's windows: none were reserved in. */
   private readonly none: readonly number[];
 
@@ -71,27 +94,44 @@ export class Home implements Upstream {
     this.none = plan.rules.map(() => 0);
   }
 
+  /**
+   * The plain decision (a one-rule script where one serves), handed to `then` in the transport call's
+   * own promise: no tier, no async layer around it.
+   */
+  decide<T>(
+    identifier: string,
+    cost: number,
+    now: number,
+    _waitUntil: WaitUntil | undefined,
+    then: Then<T>,
+  ): Promise<T> {
+    return this.scripts.decide(identifier, cost, now, then, this.plan);
+  }
+
   reserve(
     identifier: string,
     cost: number,
     now: number,
     want: number | undefined,
   ): Promise<Reservation | Error> {
-    if (want !== undefined) return this.scripts.reserve(identifier, cost, now, want, this.plan);
-    // nobody holds units: the plain decision (a one-rule script where one serves)
-    return this.scripts.decide(
-      identifier,
-      cost,
-      now,
-      (decision) =>
-        decision instanceof Error ? decision : { decision, reserved: 0, windowStarts: this.none },
-      this.plan,
+    if (want) return this.scripts.reserve(identifier, cost, now, want, this.plan);
+    // nobody wants units (0 as undefined): the plain decision, where it counted read now (a tier may
+    // answer the caller a copy of it)
+    return this.decide(identifier, cost, now, undefined, (decision) =>
+      decision instanceof Error
+        ? decision
+        : {
+            decision,
+            reserved: 0,
+            windowStarts: this.none,
+            counted: decision.allowed ? this.scripts.counted(decision) : undefined,
+          },
     );
   }
 
   /**
-   * Gives `units` back under the rules they were reserved under (default: this plan's), as reserved
-   * `reserved` (when, how many). Resolves true when home ran it.
+   * Gives `units` back under the rules they were reserved under (default: this plan's), from the
+   * reservation `origin` (when, how many). Resolves true when home ran it.
    */
   refund(
     identifier: string,
@@ -99,11 +139,18 @@ export class Home implements Upstream {
     windowStarts: readonly number[],
     now: number,
     applied: Applied = this.plan,
-    reserved: Reserved = UNKNOWN,
+    origin: Origin = UNKNOWN,
   ): Promise<boolean> {
-    return this.scripts.refund(identifier, units, windowStarts, now, applied, reserved);
+    return this.scripts.refund(identifier, units, windowStarts, now, applied, origin);
   }
 }
+
+/**
+ * The most identifiers a tier keeps anything of (the isolate tier their demand and leases, the least
+ * recently seen out first, their lease refunded; the regional tier the pools it deposited into, the
+ * oldest forgotten first: whoever asks that pool next takes its leftovers out).
+ */
+export const MAX_TRACKED = 10_000;
 
 /** What a tier does at both levels: its refunds, its expiries, its timer, the work it has on its way. */
 export abstract class Tier {
@@ -154,9 +201,9 @@ export abstract class Tier {
     now: number,
     applied: Applied,
     waitUntil: WaitUntil | undefined,
-    reserved: Reserved = UNKNOWN,
+    origin: Origin = UNKNOWN,
   ): void {
-    this.track(this.giveBack(identifier, units, windowStarts, now, applied, reserved), waitUntil);
+    this.track(this.giveBack(identifier, units, windowStarts, now, applied, origin), waitUntil);
   }
 
   /** Gives units back at home, where they were counted (the refund script). */
@@ -166,9 +213,9 @@ export abstract class Tier {
     windowStarts: readonly number[],
     now: number,
     applied: Applied,
-    reserved: Reserved = UNKNOWN,
+    origin: Origin = UNKNOWN,
   ): Promise<void> {
-    const ok = await this.home.refund(identifier, units, windowStarts, now, applied, reserved);
+    const ok = await this.home.refund(identifier, units, windowStarts, now, applied, origin);
     if (ok) this.stats.refunded += units;
     else this.stats.refundsFailed += 1;
   }
@@ -233,6 +280,11 @@ export function estimate(demand: Demand, now: number, ttl: number): number {
   return (demand.previous * (ttl - into)) / ttl + demand.current;
 }
 
+// The sizing below is the tier's at both levels: lua/pool.lua's take states it again for a region's
+// pool (the region's estimate lives in its database, where only that script can read and update it),
+// and test/engine/tier.test.ts checks the two against each other, case by case. Demand counts whole
+// units: the estimate rounded down.
+
 /** Units a tier asks for at `demand`: about a ttl's traffic, at most `max` (none for an identifier seen once). */
 export function size(config: TierConfig, demand: number): number {
   return Math.min(config.max, Math.floor(demand));
@@ -240,10 +292,23 @@ export function size(config: TierConfig, demand: number): number {
 
 /**
  * Units held at or under which a warm tier asks for a top-up: about an eighth of a ttl's traffic, at
- * most a quarter of `max`. The top-up asks for `size - held - 1` beside its own unit.
+ * most a quarter of `max`.
  */
 export function low(config: TierConfig, demand: number): number {
-  return Math.min(Math.floor(config.max / 4), Math.ceil(demand / 8));
+  return Math.min(Math.floor(config.max / 4), Math.ceil(Math.floor(demand) / 8));
+}
+
+/**
+ * Units a warm tier holding `held` asks home for beside a top-up decision's own unit, at `demand`,
+ * home having had `homeLeft` as last seen; 0: no top-up. Above `low`, none; else about a ttl's
+ * traffic (`size`) less what it holds and the own unit. The own unit skips the limiter script's half
+ * rule, so a top-up goes only while home had at least twice what it takes: the last units of a quota
+ * are still decided at home.
+ */
+export function topUp(config: TierConfig, demand: number, held: number, homeLeft: number): number {
+  if (held > low(config, demand)) return 0;
+  const want = size(config, demand) - held - 1;
+  return want >= 1 && homeLeft >= 2 * (want + 1) ? want : 0;
 }
 
 /** The decision with `units` more remaining under every rule (units a tier holds for the identifier). */
@@ -292,9 +357,10 @@ export function windowed(rule: Rule): rule is Rule & { readonly window: number }
 }
 
 /**
- * Whether units may be held under `rules`. Not with a sliding log: it stamps every unit with the time
- * it was admitted, and a unit handed out later from a tier would carry an earlier stamp and leave the
- * log early, letting a later window hold more than the limit.
+ * Whether units may be held under `rules`: as every rule's algorithm says (its module's `leasable`).
+ * Not with a sliding log, for one: it stamps every unit with the time it was admitted, and a unit
+ * handed out later from a tier would carry an earlier stamp and leave the log early, letting a later
+ * window hold more than the limit. Nor with an interval bucket.
  */
 export function leasable(rules: readonly Rule[]): boolean {
   return rules.every((rule) => algorithmOf(rule).leasable);

@@ -148,8 +148,8 @@ export class Transport {
     const window = options.batchWindow ?? 0;
     const batcher = window === 0 ? this.tick : this.batcher(window);
     return new Promise<T>((resolve, reject) => {
-      const settle = resolve as (value: unknown) => void;
-      const call = new Call(command, options, batcher, breaker, admission, this.stats, settle, reject, then);
+      const finish = resolve as (value: unknown) => void;
+      const call = new Call(command, options, batcher, breaker, admission, this.stats, finish, reject, then);
       batcher.send(call);
       this.stats.sent += 1;
       // A timer per call, set in the caller's own task: on Workers a timer belongs to the request that
@@ -258,7 +258,7 @@ class Call implements Waiter {
     if (reply === null || typeof reply !== "object") {
       this.fail(new RedisCallError("http", "edgelimit: the pipeline reply is missing a command's answer"));
     } else if (reply.error === undefined) {
-      this.settle({ ok: true, result: reply.result });
+      this.finish({ ok: true, result: reply.result });
     } else if (this.attempt < 2 && this.options.script && String(reply.error).startsWith("NOSCRIPT")) {
       // The script did not run. Load it once, ahead of every call that met NOSCRIPT in this batch, and
       // ask again within the same timeout. Should the cache be flushed again between that SCRIPT LOAD
@@ -276,7 +276,7 @@ class Call implements Waiter {
   }
 
   fail(error: unknown): void {
-    this.settle({ ok: false, error: asCallError(error) });
+    this.finish({ ok: false, error: asCallError(error) });
   }
 
   /** The timeout ran out: stop waiting (aborting the request if nobody else waits on it). */
@@ -294,7 +294,7 @@ class Call implements Waiter {
     );
   }
 
-  private settle(result: CallResult): void {
+  private finish(result: CallResult): void {
     if (this.done) return;
     this.done = true;
     if (this.timer !== undefined) clearTimeout(this.timer);

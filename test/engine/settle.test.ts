@@ -637,3 +637,45 @@ describe("decisions a lease answered", () => {
     expect((await plain.limit("hot", { cost: 0 })).remaining).toBe(1000 - 21);
   });
 });
+
+describe("decisions from Redis that also reserved units for a lease or a pool", () => {
+  // the second decision of 10 reserves beside its cost (a lease, a pool, or both): a copy of home's
+  // answer with the held units counted as remaining, which must still settle where home counted it
+  const holders: Record<string, () => Options> = {
+    lease: () => ({ lease: { max: 50, ttl: "1h" } }),
+    region: () => ({ region: { redis: client(), pool: { max: 50, ttl: "1h" } } }),
+    both: () => ({
+      lease: { max: 50, ttl: "1h" },
+      region: { redis: client(), pool: { max: 50, ttl: "1h" } },
+    }),
+  };
+  const algorithms: Record<string, RuleConfig> = {
+    gcra: gcra({ limit: 1000, period: "1h", burst: 1000 }),
+    tokenBucket: tokenBucket({ capacity: 1000, refillRate: 1000, interval: "1h" }),
+    fixedWindow: fixedWindow({ limit: 1000, window: "1h" }),
+    slidingWindow: slidingWindow({ limit: 1000, window: "1h" }),
+  };
+  const cases = Object.keys(algorithms).flatMap((algorithm) =>
+    Object.keys(holders).map((holder) => [algorithm, holder] as const),
+  );
+
+  it.each(cases)("%s with %s: a settle of 1 gives 9 back at home", async (algorithm, holder) => {
+    const rules = { r: algorithms[algorithm]! };
+    const { limiter, clock, prefix } = limiterOf(rules, holders[holder]!());
+    const plain = new Limiter({ redis: client(), prefix, rules, clock, denyCache: false });
+    const background: Promise<unknown>[] = [];
+    const waitUntil = (p: Promise<unknown>) => void background.push(p);
+    await limiter.limit("hot", { cost: 10, waitUntil });
+    clock.set(clock.now + 1);
+    const d = await limiter.limit("hot", { cost: 10, waitUntil });
+    expect(d.source).toBe("redis");
+    // home counted 10, then 10 and 10 more held nearer (a lease's, a pool's), or 10 each (both)
+    const held = holder === "both" ? 20 : 10;
+    clock.set(clock.now + 1);
+    await Promise.all(background);
+    expect((await plain.limit("hot", { cost: 0 })).remaining).toBe(980 - held);
+    expect(await limiter.settle(d, 1)).toEqual({ difference: -9, via: "redis" });
+    expect((await plain.limit("hot", { cost: 0 })).remaining).toBe(989 - held);
+    await limiter.dispose();
+  });
+});

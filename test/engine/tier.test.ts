@@ -1,17 +1,25 @@
 // The tier at both levels of the lease tree, with no Redis: the isolate tier (units in memory) and the
 // regional tier (units in the region's database) against fake home scripts and a fake pool script,
-// with the clock moved by hand. Exact numbers: every unit is accounted for.
+// with the clock moved by hand. Exact numbers: every unit is accounted for. One table runs the pool
+// script itself (the shared bridge): its sizing against the one the isolate tier uses.
 import { describe, expect, it } from "vitest";
 import { compileRule, fixedWindow, gcra, type Rule } from "../../src/engine/algorithms/index.js";
 import { RedisCallError } from "../../src/engine/errors.js";
 import { RuleKeys } from "../../src/engine/keys.js";
-import type { Applied, PlanEncoding, Reservation } from "../../src/engine/scripts/limiter.js";
-import type { Deposit, PoolPut, PoolTake } from "../../src/engine/scripts/pool.js";
-import { type Reserved, UNKNOWN } from "../../src/engine/scripts/settle.js";
-import { estimate, Home, type HomeScripts, withHeld } from "../../src/engine/tier.js";
+import {
+  type Applied,
+  type Origin,
+  type PlanEncoding,
+  type Reservation,
+  UNKNOWN,
+} from "../../src/engine/scripts/limiter.js";
+import { type Deposit, type PoolPut, PoolScript, type PoolTake } from "../../src/engine/scripts/pool.js";
+import { estimate, Home, type HomeScripts, topUp, withHeld } from "../../src/engine/tier.js";
 import { IsolateTier } from "../../src/engine/tier-isolate.js";
 import { type PoolStore, RegionalTier, RegionalTiers } from "../../src/engine/tier-region.js";
+import { transportFor } from "../../src/engine/transport.js";
 import { carrierOf, type Decision, decidedBy } from "../../src/engine/types.js";
+import { bridgeRedis, sharedBridge, uniquePrefix } from "../support.js";
 
 /** The start of a minute: a fixed window of 1m starts here. */
 const T0 = 1_700_000_040_000;
@@ -74,7 +82,7 @@ interface Refunded {
   windowStarts: readonly number[];
   now: number;
   applied: Applied;
-  reserved: Reserved;
+  origin: Origin;
 }
 
 /**
@@ -108,15 +116,18 @@ function fakeHome(limit = 100) {
       reserves.push([identifier, cost, now, want]);
       return Promise.resolve(take(cost, want, now));
     },
+    counted(decision: Decision) {
+      return { applied: { name: decision.plan, rules: RULES }, starts: [windowStart], counts: [0] };
+    },
     refund(
       identifier: string,
       units: number,
       windowStarts: readonly number[],
       now: number,
       applied: Applied,
-      reserved: Reserved,
+      origin: Origin,
     ) {
-      refunds.push({ identifier, units, windowStarts, now, applied, reserved });
+      refunds.push({ identifier, units, windowStarts, now, applied, origin });
       if (windowStarts[0] === windowStart) used -= units;
       return Promise.resolve(true);
     },
@@ -124,13 +135,12 @@ function fakeHome(limit = 100) {
   return { scripts, reserves, decides, refunds, used: () => used };
 }
 
-/** The Limiter's pipeline past the deny cache, for one isolate tier whose upstream is home. */
-async function decide(tier: IsolateTier, home: Home, identifier: string, cost: number, now: number) {
-  const leased = tier.answer(identifier, cost, now);
-  if (leased) return leased;
-  const reservation = await home.reserve(identifier, cost, now, tier.want(identifier, cost, now));
-  if (reservation instanceof Error) throw reservation;
-  return tier.fill(identifier, reservation, now);
+/** The isolate tier's step of the pipeline: its lease's answer, or upstream's with the lease filled. */
+function decide(tier: IsolateTier, identifier: string, cost: number, now: number): Promise<Decision> {
+  return tier.decide(identifier, cost, now, undefined, (answer) => {
+    if (answer instanceof Error) throw answer;
+    return answer;
+  });
 }
 
 describe("the demand estimate", () => {
@@ -156,7 +166,7 @@ describe("the isolate tier (units in memory)", () => {
     const tier = new IsolateTier({ max: 10, ttl: 1000 }, home, home, () => T0);
     const answers: [string, number][] = [];
     for (let i = 0; i < 5; i++) {
-      const d = await decide(tier, home, "a", 1, T0 + i);
+      const d = await decide(tier, "a", 1, T0 + i);
       answers.push([d.source, d.remaining]);
     }
     // 1: seen once, no lease. 2: one unit seen before, a lease of 1 (remaining 97 at home, 98 told).
@@ -168,8 +178,9 @@ describe("the isolate tier (units in memory)", () => {
       ["redis", 96],
       ["lease", 95],
     ]);
+    // the first wants nothing: home's plain decision (a one-rule script where one serves)
+    expect(fake.decides).toEqual([["a", 1, T0]]);
     expect(fake.reserves).toEqual([
-      ["a", 1, T0, 0],
       ["a", 1, T0 + 1, 1],
       ["a", 1, T0 + 3, 3],
     ]);
@@ -186,7 +197,7 @@ describe("the isolate tier (units in memory)", () => {
         now: T0,
         applied: { name: "default", rules: RULES },
         // the reservation of the lease's 3
-        reserved: { at: T0 + 3, taken: 3 },
+        origin: { at: T0 + 3, taken: 3 },
       },
     ]);
     expect(fake.used()).toBe(5);
@@ -215,7 +226,7 @@ describe("the isolate tier (units in memory)", () => {
         windowStarts: [T0],
         now: T0 + MINUTE,
         applied: { name: "default", rules: RULES },
-        reserved: { at: T0 + 55_000, taken: 5 },
+        origin: { at: T0 + 55_000, taken: 5 },
       },
     ]);
     expect(tier.stats).toMatchObject({ refunded: 4, refundsFailed: 0 });
@@ -354,7 +365,7 @@ describe("the isolate tier (units in memory)", () => {
     // a second reservation, from home, crosses it: 2 join (their part: 2 of home's 4), 2 go back
     tier.fill("a", { decision: admission(RULES, 40, T0 + 5), reserved: 4, windowStarts: [T0] }, T0 + 5);
     await tier.dispose();
-    expect(fake.refunds.map((refund) => [refund.units, refund.reserved])).toEqual([
+    expect(fake.refunds.map((refund) => [refund.units, refund.origin])).toEqual([
       [2, { at: T0 + 5, taken: 2 }],
       // the lease counts from the earlier reservation, the pool's
       [5, from],
@@ -371,7 +382,7 @@ function fakePool() {
     take(key: string, cost: number, now: number, rules: number, extra?: number) {
       calls.push(["take", key, cost, now, rules, extra ?? 0]);
       return Promise.resolve(
-        takes.shift() ?? { hit: false, want: 0, leftover: 0, windowStarts: [0], reserved: UNKNOWN },
+        takes.shift() ?? { hit: false, want: 0, leftover: 0, windowStarts: [0], origin: UNKNOWN },
       );
     },
     drain(key: string, now: number) {
@@ -381,7 +392,7 @@ function fakePool() {
         want: 0,
         leftover: 0,
         windowStarts: [0],
-        reserved: UNKNOWN,
+        origin: UNKNOWN,
       } as PoolTake);
     },
     put(key: string, deposit: Deposit, now: number) {
@@ -391,7 +402,7 @@ function fakePool() {
           units: deposit.units,
           leftover: 0,
           leftoverWindows: [0],
-          leftoverReserved: UNKNOWN,
+          leftoverOrigin: UNKNOWN,
           excess: 0,
         },
       );
@@ -419,35 +430,35 @@ describe("the regional tier (units in the region's database)", () => {
       snapshot,
       extra: 2,
       windowStarts: [T0],
-      reserved: lent,
+      origin: lent,
     });
     expect(((await tier.reserve("a", 1, T, 2)) as Reservation).from).toEqual(lent);
     // a miss: home reserves 6 for the pool at T; the deposit finds 3 of another window (reserved at
     // T0 - 5) and keeps 4 of the 6 (max)
-    pool.takes.push({ hit: false, want: 6, leftover: 0, windowStarts: [0], reserved: UNKNOWN });
+    pool.takes.push({ hit: false, want: 6, leftover: 0, windowStarts: [0], origin: UNKNOWN });
     const old = { at: T0 - 5, taken: 4 };
     pool.puts.push({
       units: 20,
       leftover: 3,
       leftoverWindows: [T0 - MINUTE],
-      leftoverReserved: old,
+      leftoverOrigin: old,
       excess: 2,
     });
     const waited: Promise<unknown>[] = [];
     await tier.reserve("a", 1, T, undefined, (p) => void waited.push(p));
     await Promise.all(waited);
-    expect((pool.calls[2]![2] as Deposit).reserved).toEqual({ at: T, taken: 6 });
+    expect((pool.calls[2]![2] as Deposit).origin).toEqual({ at: T, taken: 6 });
     // past its expiry, a miss takes out 5 reserved at T0 + 10, 1 of them its own
     pool.takes.push({
       hit: false,
       want: 0,
       leftover: 5,
       windowStarts: [T0],
-      reserved: { at: T0 + 10, taken: 1 },
+      origin: { at: T0 + 10, taken: 1 },
     });
     await tier.reserve("a", 1, T + 6000, undefined, (p) => void waited.push(p));
     await Promise.all(waited);
-    expect(fake.refunds.map((refund) => [refund.units, refund.reserved])).toEqual([
+    expect(fake.refunds.map((refund) => [refund.units, refund.origin])).toEqual([
       [3, old],
       [2, { at: T, taken: 2 }],
       [5, { at: T0 + 10, taken: 1 }],
@@ -473,7 +484,7 @@ describe("the regional tier (units in the region's database)", () => {
       snapshot: [{ remaining: 40, resetAt: T0 + MINUTE }],
       extra: 2,
       windowStarts: [T0],
-      reserved: UNKNOWN,
+      origin: UNKNOWN,
     });
     const answer = (await tier.reserve("a", 1, T, 3)) as Reservation;
     expect(answer.decision).toEqual({
@@ -500,7 +511,7 @@ describe("the regional tier (units in the region's database)", () => {
   it("on a miss passes on home, reserving the pool's want beside the lease's, and deposits the pool's share", async () => {
     const { fake, pool, tier } = regional();
     const T = T0 + 1000;
-    pool.takes.push({ hit: false, want: 6, leftover: 0, windowStarts: [0], reserved: UNKNOWN });
+    pool.takes.push({ hit: false, want: 6, leftover: 0, windowStarts: [0], origin: UNKNOWN });
     const waited: Promise<unknown>[] = [];
     const answer = (await tier.reserve("a", 1, T, 3, (p) => void waited.push(p))) as Reservation;
     // home took 1 + 9 (half of 99 is more): 90 left; 6 go to the pool, 3 up to the lease
@@ -517,7 +528,7 @@ describe("the regional tier (units in the region's database)", () => {
         windowStarts: [T0],
         snapshot: [{ remaining: 90, resetAt: T0 + MINUTE }],
         // the pool's part of home's reservation: a refund of its units is bounded by them
-        reserved: { at: T, taken: 6 },
+        origin: { at: T, taken: 6 },
       },
       T,
     ]);
@@ -527,7 +538,7 @@ describe("the regional tier (units in the region's database)", () => {
   it("clamps a deposit's expiry to the window its units were counted in", async () => {
     const T = T0 + 58_000;
     const { pool, tier } = regional(T);
-    pool.takes.push({ hit: false, want: 4, leftover: 0, windowStarts: [0], reserved: UNKNOWN });
+    pool.takes.push({ hit: false, want: 4, leftover: 0, windowStarts: [0], origin: UNKNOWN });
     const waited: Promise<unknown>[] = [];
     await tier.reserve("a", 1, T, undefined, (p) => void waited.push(p));
     await Promise.all(waited);
@@ -537,7 +548,7 @@ describe("the regional tier (units in the region's database)", () => {
   it("refunds a pool's expired leftovers at home, in the windows they were counted in", async () => {
     const { fake, pool, tier } = regional();
     const T = T0 + 1000;
-    pool.takes.push({ hit: false, want: 0, leftover: 4, windowStarts: [T0 - MINUTE], reserved: UNKNOWN });
+    pool.takes.push({ hit: false, want: 0, leftover: 4, windowStarts: [T0 - MINUTE], origin: UNKNOWN });
     const waited: Promise<unknown>[] = [];
     const answer = (await tier.reserve("a", 1, T, undefined, (p) => void waited.push(p))) as Reservation;
     // nothing to reserve for anyone: home's plain decision
@@ -568,7 +579,7 @@ describe("the regional tier (units in the region's database)", () => {
     const waited: Promise<unknown>[] = [];
     // 99 used: home denies a cost of 2
     await fake.scripts.reserve("b", 99, T, 0);
-    pool.takes.push({ hit: false, want: 6, leftover: 0, windowStarts: [0], reserved: UNKNOWN });
+    pool.takes.push({ hit: false, want: 6, leftover: 0, windowStarts: [0], origin: UNKNOWN });
     const answer = (await tier.reserve("a", 2, T, undefined, (p) => void waited.push(p))) as Reservation;
     expect(answer.decision.allowed).toBe(false);
     await Promise.all(waited);
@@ -586,7 +597,7 @@ describe("the regional tier (units in the region's database)", () => {
       snapshot: [{ remaining: 40, resetAt: T0 + MINUTE }],
       extra: 0,
       windowStarts: [T0],
-      reserved: UNKNOWN,
+      origin: UNKNOWN,
     });
     const waited: Promise<unknown>[] = [];
     const waitUntil = (p: Promise<unknown>) => void waited.push(p);
@@ -598,7 +609,7 @@ describe("the regional tier (units in the region's database)", () => {
     expect(tier.stats).toMatchObject({ hits: 1, deposited: 6 });
     // at the deposit's expiry the next decision first asks the pool for nothing, taking its leftovers out
     clock.now = T + 5000;
-    pool.takes.push({ hit: false, want: 0, leftover: 3, windowStarts: [T0], reserved: UNKNOWN });
+    pool.takes.push({ hit: false, want: 0, leftover: 3, windowStarts: [T0], origin: UNKNOWN });
     await tier.reserve("a", 1, T + 5000, undefined, waitUntil);
     await Promise.all(waited);
     expect(pool.calls[2]).toEqual(["take", KEY, 0, T + 5000, 1, 0]);
@@ -620,7 +631,7 @@ describe("the regional tier (units in the region's database)", () => {
     const T = T0 + 1000;
     const home = new Home(scripts, encoding(RULES));
     const tier = new RegionalTier(pool.pool, { max: 20, ttl: 5000 }, home, new RegionalTiers(), () => T);
-    pool.takes.push({ hit: false, want: 4, leftover: 0, windowStarts: [0], reserved: UNKNOWN });
+    pool.takes.push({ hit: false, want: 4, leftover: 0, windowStarts: [0], origin: UNKNOWN });
     const waited: Promise<unknown>[] = [];
     const answer = (await tier.reserve("a", 1, T, 2, (p) => void waited.push(p))) as Reservation;
     await Promise.all(waited);
@@ -651,10 +662,10 @@ describe("the regional tier (units in the region's database)", () => {
     );
     const waited: Promise<unknown>[] = [];
     const waitUntil = (p: Promise<unknown>) => void waited.push(p);
-    pool.takes.push({ hit: false, want: 6, leftover: 0, windowStarts: [0], reserved: UNKNOWN });
+    pool.takes.push({ hit: false, want: 6, leftover: 0, windowStarts: [0], origin: UNKNOWN });
     await base.reserve("a", 1, T, undefined, waitUntil);
     await Promise.all(waited);
-    pool.takes.push({ hit: false, want: 0, leftover: 2, windowStarts: [T0], reserved: UNKNOWN });
+    pool.takes.push({ hit: false, want: 0, leftover: 2, windowStarts: [T0], origin: UNKNOWN });
     await pro.reserve("b", 1, T + 5000, undefined, waitUntil);
     await Promise.all(waited);
     expect(pool.calls.filter((call) => call[0] === "take").map((call) => call.slice(1, 4))).toEqual([
@@ -669,7 +680,7 @@ describe("the regional tier (units in the region's database)", () => {
   it("on dispose drains every pool it deposited into", async () => {
     const { pool, tier } = regional();
     const T = T0 + 1000;
-    pool.takes.push({ hit: false, want: 6, leftover: 0, windowStarts: [0], reserved: UNKNOWN });
+    pool.takes.push({ hit: false, want: 6, leftover: 0, windowStarts: [0], origin: UNKNOWN });
     await tier.reserve("a", 1, T, undefined, () => {});
     await tier.dispose();
     expect(pool.calls.map((call) => call[0])).toEqual(["take", "put", "drain"]);
@@ -684,5 +695,50 @@ describe("withHeld", () => {
     expect(held.rules.perMinute!.remaining).toBe(15);
     expect(held.decidedBy).toBe(d.decidedBy);
     expect(withHeld(d, 0)).toBe(d);
+  });
+});
+
+describe("a tier's top-up, in the isolate and in the region's pool (lua/pool.lua)", () => {
+  const TTL = 1000;
+  // [what it shows, units seen in the older bucket, in the current one, ms into the current one, max,
+  // units held after a take of 1, home's least remaining as last seen, the top-up both ask for]
+  const cases: [string, number, number, number, number, number, number, number][] = [
+    ["demand 8.5 counts as 8: low is 1, so 2 held asks for none", 17, 0, 500, 50, 2, 100, 0],
+    ["demand 8.5, 1 held: up to 8 held", 17, 0, 500, 50, 1, 100, 6],
+    ["home had twice what the top-up takes (35)", 0, 40, 0, 50, 5, 70, 34],
+    ["home had one unit less", 0, 40, 0, 50, 5, 69, 0],
+    ["above low (5)", 0, 40, 0, 50, 6, 1000, 0],
+    ["a slow identifier: 1 beside the own unit", 0, 2, 0, 50, 0, 100, 1],
+    ["demand 1: nothing beside the own unit", 0, 1, 0, 50, 0, 100, 0],
+    ["at most max held: low is a quarter of max", 0, 200, 0, 50, 12, 100, 37],
+  ];
+
+  it.each(cases)("%s", async (_, previous, current, into, max, held, homeLeft, expected) => {
+    const start = T0;
+    const now = start + into;
+    const config = { max, ttl: TTL };
+    // the isolate tier's sizing, at the demand it estimates before the decision
+    const demand = estimate({ start, current, previous }, now, TTL);
+    expect(topUp(config, demand, held, homeLeft)).toBe(expected);
+    // the pool's: the same demand in its buckets, held + 1 before the take, home's answer as deposited
+    const { url, token } = sharedBridge();
+    const pool = new PoolScript(transportFor({ url, token }), config, {
+      timeout: 5000,
+      batchWindow: 0,
+      breaker: false,
+    });
+    const key = `${uniquePrefix("tier")}:{a}:pool.default`;
+    await bridgeRedis().hset(key, {
+      u: held + 1,
+      e: now + TTL,
+      w: String(T0),
+      s: `${homeLeft} ${T0 + MINUTE}`,
+      h: homeLeft,
+      ds: start,
+      dc: current,
+      dp: previous,
+    });
+    const answer = await pool.take(key, 1, now, 1);
+    expect(answer).toMatchObject({ hit: true, units: held, topUp: expected });
   });
 });

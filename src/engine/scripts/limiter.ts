@@ -16,21 +16,32 @@ import { fieldsOf, type RuleKeys } from "../keys.js";
 import type { CallOptions, CallResult, Transport } from "../transport.js";
 import { carrierOf, type Decision } from "../types.js";
 import { OverrideScripts, withTables } from "./overrides.js";
-import { type Reserved, SettleScripts, UNKNOWN } from "./settle.js";
+import { SettleScripts } from "./settle.js";
 import {
   type Applied,
   type Counted,
   decode,
   encodeRule,
+  type Origin,
   oneRuleDecision,
   type PlanEncoding,
   type PlanRules,
   type Reservation,
   type ScriptCallOptions,
+  UNKNOWN,
 } from "./shared.js";
 import { SplitScripts } from "./split.js";
 
-export type { Applied, Counted, PlanEncoding, PlanRules, Reservation, ScriptCallOptions } from "./shared.js";
+export type {
+  Applied,
+  Counted,
+  Origin,
+  PlanEncoding,
+  PlanRules,
+  Reservation,
+  ScriptCallOptions,
+} from "./shared.js";
+export { UNKNOWN } from "./shared.js";
 
 /**
  * The limiter script's arguments for `rules` at `now` for `cost`, reserving up to `reserve` more when
@@ -172,7 +183,11 @@ export class RuleScripts {
     want: number,
     plan: PlanEncoding = this.base,
   ): Promise<Reservation | Error> {
-    if (this.split !== undefined) return this.split.reserve(identifier, cost, now, want, plan);
+    if (this.split !== undefined) {
+      const reservation = await this.split.reserve(identifier, cost, now, want, plan);
+      if (reservation instanceof Error || !reservation.decision.allowed) return reservation;
+      return { ...reservation, counted: this.split.counted(reservation.decision) };
+    }
     const keys = plan.keys.of(identifier, now);
     const overrides = this.overrides;
     const reply =
@@ -187,7 +202,8 @@ export class RuleScripts {
     if (decision instanceof Error) return decision;
     const result = reply.result as unknown[];
     const windowStarts = plan.rules.map((_, i) => Number(result[5 * i + 4]));
-    return { decision, reserved: Number(result[5 * plan.rules.length]), windowStarts };
+    const counted = decision.allowed ? this.giving.counted(decision) : undefined;
+    return { decision, reserved: Number(result[5 * plan.rules.length]), windowStarts, counted };
   }
 
   /**
@@ -201,11 +217,11 @@ export class RuleScripts {
     windowStarts: readonly number[],
     now: number,
     applied: Applied = this.base,
-    reserved: Reserved = UNKNOWN,
+    origin: Origin = UNKNOWN,
   ): Promise<boolean> {
     if (this.split !== undefined)
-      return this.split.refund(identifier, units, windowStarts, now, applied, reserved);
-    return this.giving.refund(identifier, units, windowStarts, now, applied, reserved);
+      return this.split.refund(identifier, units, windowStarts, now, applied, origin);
+    return this.giving.refund(identifier, units, windowStarts, now, applied, origin);
   }
 
   /**

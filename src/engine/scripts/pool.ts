@@ -3,8 +3,7 @@
 // and what its replies mean.
 import { POOL } from "../generated/scripts.js";
 import type { CallOptions, Transport } from "../transport.js";
-import { type Reserved, UNKNOWN } from "./settle.js";
-import { type ScriptCallOptions, unexpected } from "./shared.js";
+import { type Origin, type ScriptCallOptions, UNKNOWN, unexpected } from "./shared.js";
 
 /** What a regional pool answered to a take (lua/pool.lua). */
 export type PoolTake =
@@ -20,7 +19,7 @@ export type PoolTake =
       readonly extra: number;
       readonly windowStarts: readonly number[];
       /** The reservation the extra units came from, and how many of its units they are (the lease's part). */
-      readonly reserved: Reserved;
+      readonly origin: Origin;
     }
   | {
       readonly hit: false;
@@ -30,7 +29,7 @@ export type PoolTake =
       readonly leftover: number;
       readonly windowStarts: readonly number[];
       /** The reservation the leftover came from (what a refund of them is bounded by). */
-      readonly reserved: Reserved;
+      readonly origin: Origin;
     };
 
 /** What a deposit into a regional pool answered: what to refund at home, and in which windows. */
@@ -40,7 +39,7 @@ export interface PoolPut {
   readonly leftover: number;
   readonly leftoverWindows: readonly number[];
   /** The reservation the leftover came from. */
-  readonly leftoverReserved: Reserved;
+  readonly leftoverOrigin: Origin;
   /** Units of the deposit beyond `max` (counted in the deposit's windows). */
   readonly excess: number;
 }
@@ -54,7 +53,7 @@ export interface Deposit {
   /** Home's answer, per rule in rule order: remaining (the deposit left out) and resetAt. */
   readonly snapshot: readonly { readonly remaining: number; readonly resetAt: number }[];
   /** When home counted them and how many of that reservation's units they are. */
-  readonly reserved: Reserved;
+  readonly origin: Origin;
 }
 
 /** Windows as the pool stores them: "s1 s2 ...". */
@@ -66,7 +65,7 @@ const splitWindows = (text: unknown, n: number): number[] | undefined => {
   return starts.length === n && starts.every(Number.isSafeInteger) ? starts : undefined;
 };
 /** A reservation as the pool answers it: its time and units, both whole (time 0: not known). */
-const reservedOf = (at: unknown, taken: unknown): Reserved | undefined => {
+const originOf = (at: unknown, taken: unknown): Origin | undefined => {
   if (typeof at !== "number" || typeof taken !== "number") return undefined;
   return at === 0 ? UNKNOWN : { at, taken };
 };
@@ -123,20 +122,20 @@ export class PoolScript {
       const numbers = typeof text === "string" && text !== "" ? text.split(" ").map(Number) : [];
       const taken = result[4];
       const windowStarts = splitWindows(result[5], rules);
-      const reserved = reservedOf(result[6], result[7]);
+      const origin = originOf(result[6], result[7]);
       if (numbers.length !== 2 * rules || !numbers.every(Number.isSafeInteger)) return unexpected(result);
-      if (typeof taken !== "number" || windowStarts === undefined || reserved === undefined)
+      if (typeof taken !== "number" || windowStarts === undefined || origin === undefined)
         return unexpected(result);
       const snapshot = [];
       for (let i = 0; i < rules; i++)
         snapshot.push({ remaining: numbers[2 * i]!, resetAt: numbers[2 * i + 1]! });
-      return { hit: true, units: a, topUp: b, snapshot, extra: taken, windowStarts, reserved };
+      return { hit: true, units: a, topUp: b, snapshot, extra: taken, windowStarts, origin };
     }
     const windowStarts = b > 0 ? splitWindows(text, rules) : new Array<number>(rules).fill(0);
-    const reserved = reservedOf(result[4], result[5]);
-    if (hit !== 0 || result.length !== 6 || windowStarts === undefined || reserved === undefined)
+    const origin = originOf(result[4], result[5]);
+    if (hit !== 0 || result.length !== 6 || windowStarts === undefined || origin === undefined)
       return unexpected(result);
-    return { hit: false, want: a, leftover: b, windowStarts, reserved };
+    return { hit: false, want: a, leftover: b, windowStarts, origin };
   }
 
   /**
@@ -155,7 +154,7 @@ export class PoolScript {
     const least = Math.min(...deposit.snapshot.map((rule) => rule.remaining));
     const command = ["EVALSHA", POOL.sha1, "1", key, now.toString(16), "put", this.ttl, this.max];
     command.push(String(deposit.units), String(deposit.expiresAt), joinWindows(deposit.windowStarts));
-    command.push(snapshot.join(" "), String(least), `${deposit.reserved.at} ${deposit.reserved.taken}`);
+    command.push(snapshot.join(" "), String(least), `${deposit.origin.at} ${deposit.origin.taken}`);
     const reply = await this.transport.call(command, this.call);
     if (!reply.ok) return reply.error;
     const result = reply.result;
@@ -165,8 +164,8 @@ export class PoolScript {
       return unexpected(result);
     const leftoverWindows =
       leftover > 0 ? splitWindows(old, deposit.windowStarts.length) : deposit.windowStarts.map(() => 0);
-    const leftoverReserved = reservedOf(result[4], result[5]);
-    if (leftoverWindows === undefined || leftoverReserved === undefined) return unexpected(result);
-    return { units, leftover, leftoverWindows, leftoverReserved, excess };
+    const leftoverOrigin = originOf(result[4], result[5]);
+    if (leftoverWindows === undefined || leftoverOrigin === undefined) return unexpected(result);
+    return { units, leftover, leftoverWindows, leftoverOrigin, excess };
   }
 }

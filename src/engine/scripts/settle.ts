@@ -10,22 +10,11 @@ import {
   type Counted,
   countedIn,
   encodeRule,
+  type Origin,
   type PlanEncoding,
   type ScriptCallOptions,
+  UNKNOWN,
 } from "./shared.js";
-
-/**
- * When the units given back were counted (the reservation's `now`), and how many of that reservation's
- * units they are (what it reserved for this holder; a pool's, less what it lent a lease): gcra gives
- * back at most what they still hold, less what refunds gave back since then (lua/refund.lua). `at` 0:
- * not known (a pool written by a script that kept none), capped by their TAT alone.
- */
-export interface Reserved {
-  readonly at: number;
-  readonly taken: number;
-}
-
-export const UNKNOWN: Reserved = { at: 0, taken: 0 };
 
 /** Gives units back and settles decisions under a Limiter's plans. */
 export class SettleScripts {
@@ -45,7 +34,7 @@ export class SettleScripts {
   /**
    * Gives `units` of `identifier` back under every rule `applied` (a plan's, or a custom override's:
    * the rules the units were counted under), each in the window it counted them in (`windowStarts`,
-   * as a reservation answered them), `reserved` when and how many that reservation counted. Resolves
+   * as a reservation answered them), `origin` when and how many that reservation counted. Resolves
    * true when Redis ran it.
    */
   async refund(
@@ -54,14 +43,14 @@ export class SettleScripts {
     windowStarts: readonly number[],
     now: number,
     applied: Applied = this.base,
-    reserved: Reserved = UNKNOWN,
+    origin: Origin = UNKNOWN,
   ): Promise<boolean> {
     // a plan's own encoding when these are its rules (its keys and arguments are computed once)
     const own = this.plans.get(applied.name);
     const plan: Applied = own !== undefined && own.rules === applied.rules ? own : applied;
     const keys = this.keysOf(plan, identifier, now, windowStarts);
     const command = ["EVALSHA", REFUND.sha1, String(keys.length), ...keys, now.toString(16), String(units)];
-    command.push(reserved.at.toString(16), String(reserved.taken));
+    command.push(origin.at.toString(16), String(origin.taken));
     plan.rules.forEach((rule, i) => {
       command.push(...this.givingBack(rule, i), String(windowStarts[i] ?? 0));
     });

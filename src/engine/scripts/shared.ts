@@ -8,12 +8,29 @@ import { SCRIPT_CONSTANTS } from "../generated/scripts.js";
 import type { RuleKeys } from "../keys.js";
 import type { CallOptions } from "../transport.js";
 import { carrierOf, type Decision, type RuleResult } from "../types.js";
-import type { Reserved } from "./settle.js";
 
 /** The retry of a cost that is never admitted, as the scripts answer it (scripts/build-lua.mjs). */
 const { NEVER } = SCRIPT_CONSTANTS;
 
-/** What a decision that reserved units for a lease answers. */
+/**
+ * Where units held by a tier (a lease, a pool) came from: when home counted the reservation (its
+ * `now`) and how many of its units they are (what it reserved for this holder; a pool's, less what it
+ * lent a lease). gcra gives back at most what they still hold, less what refunds gave back since then
+ * (lua/refund.lua). `at` 0: not known (a pool written by a script that kept none), capped by their
+ * TAT alone.
+ */
+export interface Origin {
+  readonly at: number;
+  readonly taken: number;
+}
+
+/** An origin not known. */
+export const UNKNOWN: Origin = { at: 0, taken: 0 };
+
+/**
+ * What a decision answers that went to home or the region's pool: the decision, and what it reserved
+ * beside its cost for a tier above (none for a plain decision).
+ */
 export interface Reservation {
   readonly decision: Decision;
   /** Units taken beside the cost, for the lease. */
@@ -27,7 +44,13 @@ export interface Reservation {
    * When the reserved units were counted and how many of that reservation's units they are, when not
    * this decision's own: a regional pool's, lent with them (scripts/pool.ts).
    */
-  readonly from?: Reserved;
+  readonly from?: Origin;
+  /**
+   * Where the decision's own units were counted, for its settle (undefined for a denial): taken from
+   * the reply here, since a tier answers the caller a copy of the decision (its held units counted as
+   * remaining), which carries no reply.
+   */
+  readonly counted?: Counted;
 }
 
 /**

@@ -14,15 +14,16 @@ import { RuleKeys, tagsOf } from "../keys.js";
 import type { CallResult, Transport } from "../transport.js";
 import { carrierOf, type Decision, type RuleResult } from "../types.js";
 import type { RuleScripts } from "./limiter.js";
-import { type Reserved, UNKNOWN } from "./settle.js";
 import {
   type Applied,
   binds,
   type Counted,
+  type Origin,
   type PlanEncoding,
   type PlanRules,
   type Reservation,
   type ScriptCallOptions,
+  UNKNOWN,
 } from "./shared.js";
 
 /** One field's part of every decision: its rules' places, and the scripts of those rules alone. */
@@ -154,7 +155,7 @@ export class SplitScripts {
     windowStarts: readonly number[],
     now: number,
     applied: Applied,
-    reserved: Reserved = UNKNOWN,
+    origin: Origin = UNKNOWN,
   ): Promise<boolean> {
     const tags = tagsOf(subject);
     const done = await Promise.all(
@@ -165,7 +166,7 @@ export class SplitScripts {
           part.indices.map((i) => windowStarts[i] ?? 0),
           now,
           partOf(applied, part),
-          reserved,
+          origin,
         ),
       ),
     );
