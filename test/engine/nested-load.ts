@@ -42,7 +42,10 @@ export async function nestedLoad(
   const prefix = uniquePrefix("nested-load");
   const instances = Array.from(
     { length: 4 },
-    () => new Limiter({ redis, prefix, rules: LOAD_RULES, clock, ...options }),
+    // Not about timeouts: a background top-up or refund that outlives its timeout on a loaded machine
+    // may still have landed, so its units stay consumed (fewer admitted, never more, by design), which
+    // the exact accounting below would read as a unit charged for nothing.
+    () => new Limiter({ redis, prefix, rules: LOAD_RULES, clock, timeout: 15_000, ...options }),
   );
   const next = random(42);
   const users = Array.from({ length: 12 }, (_, i) => `u${i}`);
