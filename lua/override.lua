@@ -80,8 +80,7 @@ end
 -- #one
 -- The same for one rule (a one-rule script's variant), inline: no closure, no call, no table. It reads
 -- stored, T, ALGORITHM, CUSTOM (the algorithm's custom line as a pattern, to the line's end,
--- "^!<algorithm> (%d+) (%d+) (%d+)%f[\n%z]", and CUSTOM0, the same with a window's third parameter,
--- always 0: constants, no pattern is built per call) and the call's own
+-- "^!<algorithm> (%d+) (%d+) (%d+)%f[\n%z]": a constant, no pattern is built per call) and the call's own
 -- parameters as sent, own1 own2 own3 (own2 nil when the call does not send it: a window's, which T
 -- starts with); it sets the includer's locals p1 p2 p3 (strings), k (a number), tag and answer.
 --   tag     0 (none, or a plan past the 62nd), a plan's (1..62), or, for a custom line that changes at
@@ -103,13 +102,9 @@ end
 local e, at, line, _ = nil, nil, stored, nil
 if #stored < 32 then _, at = string.find(T, "\n" .. stored, 1, true) end
 if not at then
-  if ALGORITHM == "fixedWindow" or ALGORITHM == "slidingWindow" then
-    -- a window's third parameter is always 0 (src/engine/algorithms/shared.ts): not captured
-    _, e, p1, p2 = string.find(stored, CUSTOM0)
-    p3 = "0"
-  else
-    _, e, p1, p2, p3 = string.find(stored, CUSTOM)
-  end
+  -- (a window's third parameter is how it counts, CountingOptions: the rule's own, as no override
+  -- changes it, but read as every other parameter is)
+  _, e, p1, p2, p3 = string.find(stored, CUSTOM)
 end
 if e then
   k = 0
@@ -164,6 +159,8 @@ if at then
     else
       _, _, p1, p2 = string.find(T, "^ (%d+) (%d+)", at + 3)
     end
+    -- how it counts is the rule's own (no plan changes it): the call's
+    p3 = own3
   else
     _, _, p1, p2, p3 = string.find(T, "^ (%d+) (%d+) (%d+)", at + 3)
   end

@@ -17,6 +17,7 @@
 //   reserved under, through `waitUntil` when the caller gives one, else from a timer.
 // A unit is only ever created at home: a tier hands out, or gives back, units home took first.
 import { algorithmOf, type Rule } from "./algorithms/index.js";
+import { GIVES_BACK } from "./algorithms/shared.js";
 import type { Applied, Counted, PlanEncoding, Reservation, RuleScripts } from "./scripts/limiter.js";
 import { type Origin, UNKNOWN } from "./scripts/shared.js";
 import { type Decision, decidedBy, type RuleResult } from "./types.js";
@@ -360,10 +361,14 @@ export function windowed(rule: Rule): rule is Rule & { readonly window: number }
  * Whether units may be held under `rules`: as every rule's algorithm says (its module's `leasable`).
  * Not with a sliding log, for one: it stamps every unit with the time it was admitted, and a unit
  * handed out later from a tier would carry an earlier stamp and leave the log early, letting a later
- * window hold more than the limit. Nor with an interval bucket.
+ * window hold more than the limit. Nor with an interval bucket. Nor under a window rule that gives
+ * back (`givesBack`): its decisions are refunds, and units reserved beside one would be given back at
+ * once, then again when the lease that held them ended.
  */
 export function leasable(rules: readonly Rule[]): boolean {
-  return rules.every((rule) => algorithmOf(rule).leasable);
+  return rules.every(
+    (rule) => algorithmOf(rule).leasable && (rule as { counting?: number }).counting !== GIVES_BACK,
+  );
 }
 
 /** A gcra or token bucket rule: what its units hold is a TAT, not a window start. */

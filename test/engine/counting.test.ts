@@ -43,6 +43,58 @@ const WINDOWS = [
 
 describe("CountingOptions", () => {
   for (const [name, make] of WINDOWS) {
+    it(`${name}: a rule that gives back is never leased: 5 given back through a lease, 5 back`, async () => {
+      const { charge, redis, prefix, clock } = pair(make);
+      for (let i = 0; i < 9; i++) await charge(1);
+      const giving = new Limiter({
+        redis,
+        prefix,
+        rules: { r: make({ givesBack: true }) },
+        clock,
+        lease: { max: 50, ttl: "1s" },
+      });
+      // a lease would reserve units beside a give-back (giving them back at once), then give them
+      // back again when it ended
+      for (let i = 0; i < 5; i++) expect((await giving.limit("id")).source).toBe("redis");
+      await giving.dispose();
+      expect(await charge(0)).toEqual([true, 6]);
+    });
+
+    it(`${name} with overshoot and overrides: a custom override and a plan it names apply, overshoot kept`, async () => {
+      const clock = manualClock();
+      const limiter = new Limiter({
+        redis: bridgeRedis(),
+        prefix: uniquePrefix("counting-overrides"),
+        rules: { r: make({ overshoot: true }) },
+        plans: { pro: { r: { limit: 20 } } },
+        clock,
+        denyCache: false,
+        overrides: true,
+      });
+      await limiter.overrides.set("custom", { rules: { r: { limit: 20 } } });
+      expect(await limiter.limit("custom", { cost: 8 })).toMatchObject({
+        allowed: true,
+        limit: 20,
+        remaining: 12,
+      });
+      expect(await limiter.limit("custom", { cost: 8 })).toMatchObject({
+        allowed: true,
+        plan: "custom",
+        remaining: 4,
+      });
+      await limiter.overrides.set("pro", { plan: "pro" });
+      expect(await limiter.limit("pro", { cost: 15 })).toMatchObject({
+        allowed: true,
+        plan: "pro",
+        remaining: 5,
+      });
+      // denied: a sliding window counts it (it finds room left); a fixed window's one-rule variant with
+      // overrides on counts admissions only (CountingOptions' overshoot says so)
+      expect((await limiter.limit("pro", { cost: 10 })).allowed).toBe(false);
+      const left = name === "slidingWindow" ? 0 : 5;
+      expect(await limiter.limit("pro", { cost: 0 })).toMatchObject({ plan: "pro", remaining: left });
+    });
+
     it(`${name}: a plan or an override cannot change how the rule counts, and says so before storing`, async () => {
       const rules = { r: make({ limit: 10, window: "1m" }) };
       expect(
