@@ -472,15 +472,19 @@ async function startWrangler(command, port, inspectorPort, envFile, dir) {
   wrangler = child;
   guard(-child.pid);
   let portTaken = false;
-  const pass = (stream, into) =>
+  const pass = (stream, into) => {
+    let tail = ""; // the end of the last chunk: the message may be cut between two
     stream.on("data", (chunk) => {
-      if (/Address already in use/i.test(chunk.toString())) portTaken = true;
+      const text = tail + chunk.toString();
+      if (/Address already in use/i.test(text)) portTaken = true;
+      tail = text.slice(-32);
       try {
         into.write(chunk);
       } catch {
         // our own output gone: nothing to tell
       }
     });
+  };
   pass(child.stdout, process.stdout);
   pass(child.stderr, process.stderr);
   let serving = false;

@@ -280,7 +280,7 @@ export function bodyUsageRefusal(status: number, contentType: string | null): st
 /**
  * A stream that passes a response body through unchanged, chunk for chunk, while it reads the
  * OpenAI-style `usage.total_tokens` from it: from an SSE stream when `contentType` is
- * text/event-stream, from a JSON document when it is JSON (see {@link usageFormat}); any other body is
+ * text/event-stream, from a JSON document when it is `application/json` or any `+json` type; any other body is
  * not read. Where the origin states usage more than once, the last statement counts (the final event
  * of a stream; the last duplicate key, as JSON.parse reads it). `onEnd` is called once, with the
  * tokens found (undefined when none), when the body has ended; never when it failed or the reader

@@ -74,6 +74,12 @@ export class MultiRegionRatelimit extends RatelimitBase {
    */
   private async chooseRegion(databases: unknown[]): Promise<void> {
     const started = Date.now();
+    // a database that does not answer within PING_WAIT_MS counts as infinitely far; the wait ends with
+    // the last answer, so that it keeps no process alive once every database has answered
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const gaveUp = new Promise<number>((resolve) => {
+      timer = setTimeout(resolve, PING_WAIT_MS, Number.POSITIVE_INFINITY);
+    });
     const times = await Promise.all(
       databases.map((redis) =>
         Promise.race([
@@ -81,10 +87,11 @@ export class MultiRegionRatelimit extends RatelimitBase {
             () => Date.now() - started,
             () => Number.POSITIVE_INFINITY,
           ),
-          new Promise<number>((resolve) => setTimeout(resolve, PING_WAIT_MS, Number.POSITIVE_INFINITY)),
+          gaveUp,
         ]),
       ),
     );
+    clearTimeout(timer);
     let fastest = 0;
     for (let i = 1; i < times.length; i++) if (times[i]! < times[fastest]!) fastest = i;
     const home = times[0]!;

@@ -123,6 +123,12 @@ interface Deciders {
   readonly refunding: Limiter;
 }
 
+/** Lets Limiters no longer used give back what they hold, in the background. */
+function retire({ charging, refunding }: Deciders): void {
+  void charging.dispose();
+  void refunding.dispose();
+}
+
 /** What Ratelimit and MultiRegionRatelimit share: the decisions, refunds and the peer's extras. */
 export abstract class RatelimitBase {
   protected readonly spec: AlgorithmSpec;
@@ -180,10 +186,7 @@ export abstract class RatelimitBase {
   protected rebuild(): void {
     const old = [...this.limiters.values()];
     this.limiters.clear();
-    for (const { charging, refunding } of old) {
-      void charging.dispose();
-      void refunding.dispose();
-    }
+    for (const deciders of old) retire(deciders);
   }
 
   /**
@@ -223,8 +226,7 @@ export abstract class RatelimitBase {
       if (this.limiters.size > MAX_LIMITERS) {
         const [oldest, retired] = this.limiters.entries().next().value!;
         this.limiters.delete(oldest);
-        void retired.charging.dispose();
-        void retired.refunding.dispose();
+        retire(retired);
       }
     }
     return deciders;
@@ -478,15 +480,13 @@ export abstract class RatelimitBase {
 
   /** The peer's answer: a denied request has nothing left, as the peer says it. */
   private answer(decision: Decision, success: boolean): RatelimitResponse {
-    const response: RatelimitResponse = {
+    return {
       success,
       limit: decision.limit,
       remaining: success ? decision.remaining : 0,
       reset: this.resetOf(decision, success),
       pending: DONE,
     };
-    if (decision.source === "cache") response.reason = "cacheBlock";
-    return response;
   }
 
   /**

@@ -54,8 +54,6 @@ function limiters(requests: number, tokens: number) {
   };
 }
 
-type HandlerOptions = ConstructorParameters<typeof UpstashRatelimitHandler>[1];
-
 /** One chain run as a LangChain user writes it: a handler per run, then invoke with it. */
 async function run(
   ratelimits: ReturnType<typeof limiters>,
@@ -65,9 +63,13 @@ async function run(
 ): Promise<"served" | "request" | "token"> {
   const { requestRatelimit, tokenRatelimit } = ratelimits;
   // The handler's types name the peer's class, whose protected members make TypeScript compare it by
-  // name: with @upstash/ratelimit still installed (it is here, for the side-by-side tests) a cast is
-  // needed; once it is uninstalled, the name no longer resolves and no cast is (docs/upstash.md).
-  const options = { requestRatelimit, tokenRatelimit, includeOutputTokens } as unknown as HandlerOptions;
+  // name: with @upstash/ratelimit still installed (it is here, for the side-by-side tests) each limiter
+  // is passed `as never`, as docs/upstash.md says; once it is uninstalled, no cast is needed.
+  const options = {
+    requestRatelimit: requestRatelimit as never,
+    tokenRatelimit: tokenRatelimit as never,
+    includeOutputTokens,
+  };
   const handler = new UpstashRatelimitHandler(user, options);
   const chain = PromptTemplate.fromTemplate("Say {word}").pipe(model);
   try {
