@@ -142,6 +142,8 @@ export class RegionalTier extends Tier implements Upstream, Entry {
   /** The pools this tier deposited into, by key, until their units stop being handed out. */
   private readonly deposits = new Map<string, { identifier: string; expiresAt: number }>();
   private readonly count: number;
+  /** A pool's answer's counts at home, per rule: none of its own (the pool's units were counted before). */
+  private readonly none: readonly number[];
   readonly stats: RegionStats;
 
   constructor(
@@ -154,6 +156,7 @@ export class RegionalTier extends Tier implements Upstream, Entry {
   ) {
     super(config, home, clock, maxStale);
     this.count = home.plan.rules.length;
+    this.none = home.plan.rules.map(() => 0);
     this.stats = tiers.stats;
     tiers.all.push(this);
   }
@@ -219,15 +222,14 @@ export class RegionalTier extends Tier implements Upstream, Entry {
       plan.name,
       now,
     );
-    // the lease's units come with their part of the pool's reservation (what a refund of them is bounded by)
-    // a pool's answer was counted at home in the windows of the pool's units
-    const counted = { applied: plan, starts: answer.windowStarts, counts: plan.rules.map(() => 0) };
     return {
       decision,
       reserved: answer.extra,
       windowStarts: answer.windowStarts,
+      // the lease's units come with their part of the pool's reservation (what a refund of them is bounded by)
       from: answer.origin,
-      counted,
+      // a pool's answer was counted at home in the windows of the pool's units
+      counted: { applied: plan, starts: answer.windowStarts, counts: this.none },
     };
   }
 
