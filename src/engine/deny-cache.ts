@@ -1,3 +1,4 @@
+import type { Rule } from "./algorithms/index.js";
 import { type Decision, decidedBy } from "./types.js";
 
 interface Entry {
@@ -43,7 +44,7 @@ export class DenyCache {
 
   /**
    * The cached denial of `identifier` for `cost` at `now` under `plan` (default: the base rules), with
-   * times made relative to `now`.
+   * times made relative to `now`; `keys` and `base` as getEach takes them.
    */
   get(
     identifier: string,
@@ -51,6 +52,7 @@ export class DenyCache {
     now: number,
     plan = "default",
     keys?: Readonly<Record<string, string>>,
+    base?: readonly Rule[],
   ): Decision | undefined {
     const entry = this.entries.get(identifier);
     if (entry === undefined) return undefined;
@@ -66,9 +68,13 @@ export class DenyCache {
     // each object written out whole, no spreads: a copy that gains properties leaves V8's fast shapes
     const rules: Decision["rules"] = {};
     const shared = entry.keys;
+    let another = false;
     for (const name in decision.rules) {
       const rule = decision.rules[name]!;
-      if (shared !== undefined && keys !== undefined && shared[name] !== keys[name]) continue;
+      if (shared !== undefined && keys !== undefined && shared[name] !== keys[name]) {
+        another = true;
+        continue;
+      }
       const retryAfter = Math.max(0, rule.retryAfter - elapsed);
       rules[name] = {
         allowed: rule.allowed || retryAfter === 0,
@@ -90,6 +96,16 @@ export class DenyCache {
       decidedAt: now,
       rules,
     };
+    // another subject's denial: only the shared rules' outcomes apply to this one, decided by the rules
+    // the denied subject's identifiers had for them (an override of the shared identifier included);
+    // the others are the call's plan's, not what the denied subject's own overrides made of them
+    if (another && base !== undefined) {
+      const custom = decision.decidedBy ?? base;
+      const applied = base.map((rule, i) => (shared![rule.name] === keys![rule.name] ? custom[i]! : rule));
+      if (applied.some((rule, i) => rule !== base[i])) return decidedBy(answer, applied);
+      answer.plan = entry.plan;
+      return decidedBy(answer, base);
+    }
     // the rules of the denial it repeats (a custom override's own included): its headers state them
     return decision.decidedBy === undefined ? answer : decidedBy(answer, decision.decidedBy);
   }
@@ -161,16 +177,19 @@ export class DenyCache {
    * The cached denial answering a subject whose rules' keys are `keys` (see setEach): of the rules
    * with one, the one that holds longest; undefined when none has. Its `rules` are the outcomes of the
    * rules whose key the subject shares with the one denied (all of them for that subject itself).
+   * `base`, the call's plan's rules: what another subject's answer is decided by beside the shared
+   * rules (its plan the call's, unless a shared rule's own override changed it).
    */
   getEach(
     keys: Readonly<Record<string, string>>,
     cost: number,
     now: number,
     plan = "default",
+    base?: readonly Rule[],
   ): Decision | undefined {
     let answer: Decision | undefined;
     for (const name in keys) {
-      const hit = this.get(keys[name]!, cost, now, plan, keys);
+      const hit = this.get(keys[name]!, cost, now, plan, keys, base);
       if (hit !== undefined && (answer === undefined || hit.retryAfter > answer.retryAfter)) answer = hit;
     }
     return answer;

@@ -465,7 +465,13 @@ export class Limiter {
     const plan = this.planOf(options?.plan);
     const now = this.now();
     const cached = this.identities.nested
-      ? this.cache?.getEach(this.cacheKeys(identifier), Math.max(cost, 1), now, plan.encoding.name)
+      ? this.cache?.getEach(
+          this.cacheKeys(identifier),
+          Math.max(cost, 1),
+          now,
+          plan.encoding.name,
+          plan.encoding.rules,
+        )
       : this.cache?.get(identifier, Math.max(cost, 1), now, plan.encoding.name);
     if (cached) return Promise.resolve(cached);
     const waitUntil = options?.waitUntil;
