@@ -217,14 +217,26 @@ describe("the issue's API, with a default client", () => {
     expect(await costOf(() => plain.settle(d, 1))).toEqual(one);
   });
 
-  it("holds 4 instances × 64 callers within every identifier's limit, deny cache on, with and without leases", async () => {
-    for (const lease of [false, { max: 5, ttl: "1s" }] as const) {
+  it.each([
+    ["without leases", () => ({})],
+    ["with leases", () => ({ lease: { max: 5, ttl: "1s" } })],
+    ["with leases and overrides", () => ({ lease: { max: 5, ttl: "1s" }, overrides: true })],
+    [
+      "with a regional pool and leases",
+      () => ({
+        lease: { max: 5, ttl: "1s" },
+        region: { redis: { url: own.bridge.url, token: own.token }, pool: { max: 6, ttl: "5s" } },
+      }),
+    ],
+  ] as const)(
+    "holds 4 instances × 64 callers within every identifier's limit, deny cache on, %s",
+    async (_, options: () => Partial<LimiterOptions>) => {
       const clock = manualClock();
       const prefix = uniquePrefix("accept-load");
       const redis = defaultClient();
       const instances = Array.from(
         { length: 4 },
-        () => new Limiter({ redis, prefix, rules: issueRules(), clock, lease, timeout: 15_000 }),
+        () => new Limiter({ redis, prefix, rules: issueRules(), clock, timeout: 15_000, ...options() }),
       );
       let seed = 7;
       const next = () => {
@@ -268,8 +280,8 @@ describe("the issue's API, with a default client", () => {
         expect(40 - d.rules.global!.remaining).toBe(global);
       }
       for (const units of byOrg.values()) expect(units).toBeLessThanOrEqual(25);
-    }
-  });
+    },
+  );
 
   it("refuses a record missing a field, naming it, before anything is sent", async () => {
     const { limiter } = nested();
@@ -800,5 +812,23 @@ describe("nested identifiers beside overrides, settle and pools", () => {
       eval: 0,
       requests: 1,
     });
+  });
+});
+
+describe("an override of the global identifier", () => {
+  it("raises global for every user at once, the cached global denial dropped here", async () => {
+    const { limiter, reader } = nested({ overrides: true });
+    for (let i = 0; i < 4; i++) await limiter.limit(who(`v${i}`, `org${i}`), { cost: 10 });
+    expect(await limiter.limit(who("u1", "acme"))).toMatchObject({ allowed: false, rule: "global" });
+    expect(await limiter.limit(who("u2", "acme"))).toMatchObject({ source: "cache", rule: "global" });
+    await limiter.overrides.set({ global: "all" }, { rules: { global: { limit: 100 } } });
+    const d = await limiter.limit(who("u2", "acme"));
+    expect(d).toMatchObject({ allowed: true, source: "redis", plan: "custom" });
+    expect(d.rules.global).toMatchObject({ limit: 100, remaining: 59 });
+    expect(d.rules.perUser).toMatchObject({ limit: 10, remaining: 9 });
+    expect(await left(reader, "w1", "initech")).toEqual([10, 25, 59]);
+    await expect(
+      limiter.overrides.set({ global: "all" }, { rules: { perOrg: { limit: 1 } } }),
+    ).rejects.toThrow(/^rules\.perOrg: keyed by "org", not "global"/);
   });
 });
