@@ -476,6 +476,8 @@ describe("nested identifiers beside the other features", () => {
     ]);
     await limiter.analytics.flush();
     const report = await limiter.analytics.report();
+    expect(report.decisions).toMatchObject({ allowed: 6, denied: 5, bySource: { redis: 9, cache: 2 } });
+    expect(report.denials).toEqual({ perUser: 2, perOrg: 1, global: 2 });
     expect(report.top).toEqual([
       { identifier: "global=all", denied: 2, allowed: 1 },
       { identifier: "user=u1", denied: 2, allowed: 1 },
@@ -831,4 +833,39 @@ describe("an override of the global identifier", () => {
       limiter.overrides.set({ global: "all" }, { rules: { perOrg: { limit: 1 } } }),
     ).rejects.toThrow(/^rules\.perOrg: keyed by "org", not "global"/);
   });
+});
+
+describe("settle of decisions a lease or a regional pool answered", () => {
+  it.each([
+    ["a lease", () => ({ lease: { max: 5, ttl: "1s" } })],
+    [
+      "a regional pool",
+      () => ({ region: { redis: { url: own.bridge.url, token: own.token }, pool: { max: 6, ttl: "5s" } } }),
+    ],
+    [
+      "a regional pool and a lease",
+      () => ({
+        lease: { max: 5, ttl: "1s" },
+        region: { redis: { url: own.bridge.url, token: own.token }, pool: { max: 6, ttl: "5s" } },
+      }),
+    ],
+  ] as const)(
+    "through %s: each rule ends charged exactly what was settled",
+    async (_, options: () => Partial<LimiterOptions>) => {
+      const { limiter, reader } = nested(options());
+      const actuals = [0, 2, 1, 3, 0, 1];
+      const sources = new Set<string>();
+      let charged = 0;
+      for (const actual of actuals) {
+        const d = await limiter.limit(who("u1", "acme"));
+        expect(d.allowed).toBe(true);
+        sources.add(d.source);
+        await limiter.settle(d, actual);
+        charged += actual;
+      }
+      expect(sources.size).toBeGreaterThan(1);
+      await limiter.dispose();
+      expect(await left(reader, "u1", "acme")).toEqual([10 - charged, 25 - charged, 40 - charged]);
+    },
+  );
 });
