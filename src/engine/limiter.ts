@@ -509,25 +509,33 @@ export class Limiter {
     const now = this.now();
     const keys = new Set<string>();
     if (this.identities.nested) {
-      // a record of several fields resets its subject; of one field, every rule keyed by it
+      // of one field, every rule keyed by it; a record of several resets each of its identifiers so:
+      // their rules' state is shared by every subject holding one of them (an org's users, global's
+      // everyone), so every such subject's cached denials, leases and pools go, not the record's alone
       const whole =
         typeof identifier === "object" && identifier !== null && Object.keys(identifier).length > 1;
-      if (!whole) {
-        const { field, value } = this.identities.one(identifier);
+      let identities: readonly { readonly field: string; readonly value: string }[];
+      if (whole) {
+        // checks every field, naming the one missing or wrong
+        this.identities.subject(identifier);
+        const record = identifier as Readonly<Record<string, string>>;
+        identities = this.identities.fields.map((field) => ({ field, value: record[field]! }));
+      } else {
+        identities = [this.identities.one(identifier)];
+      }
+      for (const { field, value } of identities) {
         this.forget(value, field, true);
         await this.takeOutPools(field, value, now);
         for (const { encoding } of this.plans.values()) {
           for (const key of encoding.keys.allOfTag(keyTag(value, field), field, encoding.rules, now))
             keys.add(key);
         }
-        await this.delete(keys);
-        return;
       }
+      await this.delete(keys);
+      return;
     }
     identifier = this.identities.subject(identifier);
-    if (this.identities.nested)
-      for (const key of Object.values(this.cacheKeys(identifier))) this.cache?.delete(key);
-    else this.cache?.delete(identifier);
+    this.cache?.delete(identifier);
     for (const { encoding, isolate } of this.plans.values()) {
       isolate?.drop(identifier);
       for (const key of encoding.keys.all(identifier, now)) keys.add(key);
