@@ -752,6 +752,33 @@ describe("the deny cache beside overrides of other identifiers", () => {
   });
 });
 
+describe("the deny cache beside an override of the shared identifier", () => {
+  it("answers another user with the shared rule as overridden and its own rules as the base", async () => {
+    const { rateLimitHeaders } = await import("../../src/http/index.js");
+    const { limiter } = nested({ overrides: true });
+    await limiter.overrides.set({ global: "all" }, { rules: { global: { limit: 45 } } });
+    await limiter.overrides.set({ user: "u1" }, { rules: { perUser: { limit: 3 } } });
+    for (let i = 0; i < 4; i++) await limiter.limit(who(`v${i}`, `org${i}`), { cost: 10 });
+    await limiter.limit(who("v4", "org4"), { cost: 5 });
+    expect(await limiter.limit(who("u1", "acme"))).toMatchObject({
+      allowed: false,
+      rule: "global",
+      plan: "custom",
+    });
+    const other = await limiter.limit(who("u2", "acme"));
+    expect(other).toMatchObject({
+      allowed: false,
+      rule: "global",
+      source: "cache",
+      plan: "custom",
+      limit: 45,
+    });
+    expect(rateLimitHeaders(other)["RateLimit-Policy"]).toBe(
+      '"perUser";q=10;w=60, "perOrg";q=25;w=3600, "global";q=45;w=60',
+    );
+  });
+});
+
 describe("nested identifiers beside overrides, settle and pools", () => {
   it("an override of the org ends a lease holding it: every unit comes back to the user and global", async () => {
     const { limiter, reader } = nested({ lease: { max: 5, ttl: "1s" }, overrides: true });
