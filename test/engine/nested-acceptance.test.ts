@@ -690,6 +690,24 @@ describe("nested identifiers beside the other features", () => {
     expect(await left(reader, "u2", "acme")).toEqual([8, 13, 28]);
   });
 
+  it("a cost no rule of one level can ever hold: denied for good by that level, nothing charged", async () => {
+    const { limiter, reader } = nested();
+    const d = await limiter.limit(who("u1", "acme"), { cost: 20 });
+    expect(d).toMatchObject({ allowed: false, rule: "perUser", retryAfter: Number.POSITIVE_INFINITY });
+    expect(d.rules.perOrg).toMatchObject({ allowed: true, remaining: 25 });
+    // the same cost is answered here from then on: no wait would help
+    expect(await limiter.limit(who("u1", "acme"), { cost: 20 })).toMatchObject({
+      source: "cache",
+      allowed: false,
+    });
+    const all = await limiter.limit(who("u1", "acme"), { cost: 41 });
+    expect(all).toMatchObject({ allowed: false, retryAfter: Number.POSITIVE_INFINITY });
+    expect(Object.values(all.rules).map((rule) => rule.allowed)).toEqual([false, false, false]);
+    expect(await left(reader, "u1", "acme")).toEqual([10, 25, 40]);
+    // the others still pass
+    expect(await limiter.limit(who("u1", "acme"), { cost: 10 })).toMatchObject({ allowed: true });
+  });
+
   it("the deny cache beside an override raising a limit: this isolate at once, another within maxStale", async () => {
     const clock = manualClock();
     const prefix = uniquePrefix("cache-override");
