@@ -19,7 +19,7 @@
 import { algorithmOf, type Rule } from "./algorithms/index.js";
 import { GIVES_BACK } from "./algorithms/shared.js";
 import type { Applied, Counted, PlanEncoding, Reservation, RuleScripts } from "./scripts/limiter.js";
-import { type Origin, UNKNOWN } from "./scripts/shared.js";
+import type { Origin } from "./scripts/shared.js";
 import { type Decision, decidedBy, type RuleResult } from "./types.js";
 import { MAX_TIMER_MS } from "./validate.js";
 
@@ -131,16 +131,16 @@ export class Home implements Upstream, Entry {
   }
 
   /**
-   * Gives `units` back under the rules they were reserved under (default: this plan's), from the
-   * reservation `origin` (when, how many). Resolves true when home ran it.
+   * Gives `units` back under the rules they were reserved under (`applied`), from the reservation
+   * `origin` (when, how many; UNKNOWN when the holder kept none). Resolves true when home ran it.
    */
   refund(
     identifier: string,
     units: number,
     windowStarts: readonly number[],
     now: number,
-    applied: Applied = this.plan,
-    origin: Origin = UNKNOWN,
+    applied: Applied,
+    origin: Origin,
   ): Promise<boolean> {
     return this.scripts.refund(identifier, units, windowStarts, now, applied, origin);
   }
@@ -202,7 +202,7 @@ export abstract class Tier {
     now: number,
     applied: Applied,
     waitUntil: WaitUntil | undefined,
-    origin: Origin = UNKNOWN,
+    origin: Origin,
   ): void {
     this.track(this.giveBack(identifier, units, windowStarts, now, applied, origin), waitUntil);
   }
@@ -214,7 +214,7 @@ export abstract class Tier {
     windowStarts: readonly number[],
     now: number,
     applied: Applied,
-    origin: Origin = UNKNOWN,
+    origin: Origin,
   ): Promise<void> {
     const ok = await this.home.refund(identifier, units, windowStarts, now, applied, origin);
     if (ok) this.stats.refunded += units;

@@ -13,7 +13,6 @@ import {
   type Origin,
   type PlanEncoding,
   type ScriptCallOptions,
-  UNKNOWN,
 } from "./shared.js";
 
 /** Gives units back and settles decisions under a Limiter's plans. */
@@ -42,8 +41,8 @@ export class SettleScripts {
     units: number,
     windowStarts: readonly number[],
     now: number,
-    applied: Applied = this.base,
-    origin: Origin = UNKNOWN,
+    applied: Applied,
+    origin: Origin,
   ): Promise<boolean> {
     // a plan's own encoding when these are its rules (its keys and arguments are computed once)
     const own = this.plans.get(applied.name);

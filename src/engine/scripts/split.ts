@@ -23,7 +23,6 @@ import {
   type PlanRules,
   type Reservation,
   type ScriptCallOptions,
-  UNKNOWN,
 } from "./shared.js";
 
 /** One field's part of every decision: its rules' places, and the scripts of those rules alone. */
@@ -155,7 +154,7 @@ export class SplitScripts {
     windowStarts: readonly number[],
     now: number,
     applied: Applied,
-    origin: Origin = UNKNOWN,
+    origin: Origin,
   ): Promise<boolean> {
     const tags = tagsOf(subject);
     const done = await Promise.all(
