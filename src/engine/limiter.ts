@@ -754,7 +754,7 @@ export class Limiter {
         if (isolate.charge(identifier, decision, difference, now)) return done({ difference, via: "lease" });
         // the rules the lease's units were reserved under (a custom override's too), in its windows
         const { applied } = this.scripts.counted(decision);
-        counted = { applied, starts: isolate.windowsOf(decision), counts: applied.rules.map(() => 0) };
+        counted = { applied, starts: isolate.countedAtOf(decision), counts: applied.rules.map(() => 0) };
       } else {
         counted = ticket.counted ?? this.scripts.counted(decision);
       }

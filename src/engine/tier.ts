@@ -124,7 +124,7 @@ export class Home implements Upstream, Entry {
         : {
             decision,
             reserved: 0,
-            windowStarts: this.none,
+            countedAt: this.none,
             counted: decision.allowed ? this.scripts.counted(decision) : undefined,
           },
     );
@@ -137,12 +137,12 @@ export class Home implements Upstream, Entry {
   refund(
     identifier: string,
     units: number,
-    windowStarts: readonly number[],
+    countedAt: readonly number[],
     now: number,
     applied: Applied,
     origin: Origin,
   ): Promise<boolean> {
-    return this.scripts.refund(identifier, units, windowStarts, now, applied, origin);
+    return this.scripts.refund(identifier, units, countedAt, now, applied, origin);
   }
 }
 
@@ -182,14 +182,14 @@ export abstract class Tier {
   protected abstract get holding(): boolean;
 
   /**
-   * When units reserved at `now` in `windowStarts` under `rules` are no longer handed out: a ttl (and
+   * When units reserved at `now`, counted at `countedAt` under `rules`, are no longer handed out: a ttl (and
    * maxStale) later, and never past the end of a window rule's window they were counted in (a unit of
    * that window handed out in the next one would let the next one hold more than its limit).
    */
-  protected expiry(now: number, rules: readonly Rule[], windowStarts: readonly number[]): number {
+  protected expiry(now: number, rules: readonly Rule[], countedAt: readonly number[]): number {
     let expiresAt = now + Math.min(this.config.ttl, this.maxStale);
     rules.forEach((rule, i) => {
-      if (windowed(rule)) expiresAt = Math.min(expiresAt, windowStarts[i]! + rule.window);
+      if (windowed(rule)) expiresAt = Math.min(expiresAt, countedAt[i]! + rule.window);
     });
     return expiresAt;
   }
@@ -198,25 +198,25 @@ export abstract class Tier {
   protected refund(
     identifier: string,
     units: number,
-    windowStarts: readonly number[],
+    countedAt: readonly number[],
     now: number,
     applied: Applied,
     waitUntil: WaitUntil | undefined,
     origin: Origin,
   ): void {
-    this.track(this.giveBack(identifier, units, windowStarts, now, applied, origin), waitUntil);
+    this.track(this.giveBack(identifier, units, countedAt, now, applied, origin), waitUntil);
   }
 
   /** Gives units back at home, where they were counted (the refund script). */
   protected async giveBack(
     identifier: string,
     units: number,
-    windowStarts: readonly number[],
+    countedAt: readonly number[],
     now: number,
     applied: Applied,
     origin: Origin,
   ): Promise<void> {
-    const ok = await this.home.refund(identifier, units, windowStarts, now, applied, origin);
+    const ok = await this.home.refund(identifier, units, countedAt, now, applied, origin);
     if (ok) this.stats.refunded += units;
     else this.stats.refundsFailed += 1;
   }

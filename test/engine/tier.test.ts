@@ -79,7 +79,7 @@ function denial(rules: readonly Rule[], now: number): Decision {
 interface Refunded {
   identifier: string;
   units: number;
-  windowStarts: readonly number[];
+  countedAt: readonly number[];
   now: number;
   applied: Applied;
   origin: Origin;
@@ -102,10 +102,10 @@ function fakeHome(limit = 100) {
       used = 0;
     }
     const left = limit - used;
-    if (cost > left) return { decision: denial(RULES, now), reserved: 0, windowStarts: [0] };
+    if (cost > left) return { decision: denial(RULES, now), reserved: 0, countedAt: [0] };
     const reserved = Math.min(want, Math.floor((left - cost) / 2));
     used += cost + reserved;
-    return { decision: admission(RULES, limit - used, now), reserved, windowStarts: [start] };
+    return { decision: admission(RULES, limit - used, now), reserved, countedAt: [start] };
   };
   const scripts = {
     decide(identifier: string, cost: number, now: number, then: (d: Decision | Error) => unknown) {
@@ -122,13 +122,13 @@ function fakeHome(limit = 100) {
     refund(
       identifier: string,
       units: number,
-      windowStarts: readonly number[],
+      countedAt: readonly number[],
       now: number,
       applied: Applied,
       origin: Origin,
     ) {
-      refunds.push({ identifier, units, windowStarts, now, applied, origin });
-      if (windowStarts[0] === windowStart) used -= units;
+      refunds.push({ identifier, units, countedAt, now, applied, origin });
+      if (countedAt[0] === windowStart) used -= units;
       return Promise.resolve(true);
     },
   } as unknown as HomeScripts;
@@ -193,7 +193,7 @@ describe("the isolate tier (units in memory)", () => {
       {
         identifier: "a",
         units: 2,
-        windowStarts: [T0],
+        countedAt: [T0],
         now: T0,
         applied: { name: "default", rules: RULES },
         // the reservation of the lease's 3
@@ -212,7 +212,7 @@ describe("the isolate tier (units in memory)", () => {
     const waited: Promise<unknown>[] = [];
     const waitUntil = (p: Promise<unknown>) => void waited.push(p);
     expect(tier.answer("a", 1, now, waitUntil)).toBeUndefined();
-    tier.fill("a", { decision: admission(RULES, 90, now), reserved: 5, windowStarts: [T0] }, now, waitUntil);
+    tier.fill("a", { decision: admission(RULES, 90, now), reserved: 5, countedAt: [T0] }, now, waitUntil);
     now = T0 + MINUTE - 1; // a ttl would reach past the window's end
     expect(tier.answer("a", 1, now, waitUntil)).toMatchObject({ source: "lease", remaining: 94 });
     now = T0 + MINUTE;
@@ -223,7 +223,7 @@ describe("the isolate tier (units in memory)", () => {
       {
         identifier: "a",
         units: 4,
-        windowStarts: [T0],
+        countedAt: [T0],
         now: T0 + MINUTE,
         applied: { name: "default", rules: RULES },
         origin: { at: T0 + 55_000, taken: 5 },
@@ -240,7 +240,7 @@ describe("the isolate tier (units in memory)", () => {
     tier.answer("a", 1, T0);
     const told = tier.fill(
       "a",
-      { decision: admission(custom, 40, T0, "custom"), reserved: 6, windowStarts: [T0] },
+      { decision: admission(custom, 40, T0, "custom"), reserved: 6, countedAt: [T0] },
       T0,
     );
     expect(told).toMatchObject({ plan: "custom", remaining: 46 });
@@ -250,7 +250,7 @@ describe("the isolate tier (units in memory)", () => {
     tier.release("a");
     await tier.dispose();
     expect(fake.refunds).toHaveLength(1);
-    expect(fake.refunds[0]).toMatchObject({ units: 5, windowStarts: [T0], now: T0 + 10 });
+    expect(fake.refunds[0]).toMatchObject({ units: 5, countedAt: [T0], now: T0 + 10 });
     expect(fake.refunds[0]!.applied.name).toBe("custom");
     expect(fake.refunds[0]!.applied.rules).toBe(custom);
   });
@@ -260,13 +260,13 @@ describe("the isolate tier (units in memory)", () => {
     const home = new Home(fake.scripts, encoding(RULES));
     const tier = new IsolateTier({ max: 10, ttl: 1000 }, home, home, () => T0);
     tier.answer("a", 1, T0);
-    tier.fill("a", { decision: admission(RULES, 90, T0), reserved: 5, windowStarts: [T0] }, T0);
+    tier.fill("a", { decision: admission(RULES, 90, T0), reserved: 5, countedAt: [T0] }, T0);
     tier.answer("a", 1, T0 + 1);
     tier.answer("a", 1, T0 + 2);
     // a cost the lease cannot cover passes on, and home denies it
     expect(tier.answer("a", 4, T0 + 3)).toBeUndefined();
     const d = denial(RULES, T0 + 3);
-    expect(tier.fill("a", { decision: d, reserved: 0, windowStarts: [0] }, T0 + 3)).toBe(d);
+    expect(tier.fill("a", { decision: d, reserved: 0, countedAt: [0] }, T0 + 3)).toBe(d);
     expect(tier.size).toBe(0);
     await tier.dispose();
     expect(fake.refunds.map((r) => [r.units, r.now])).toEqual([[3, T0 + 3]]);
@@ -282,14 +282,14 @@ describe("the isolate tier (units in memory)", () => {
         return Promise.resolve({
           decision: admission(RULES, 50, now),
           reserved: want!,
-          windowStarts: [T0],
+          countedAt: [T0],
         });
       },
     };
     const T = T0 + 1000;
     const tier = new IsolateTier({ max: 8, ttl: 1000 }, home, upstream, () => T);
     for (let i = 0; i < 16; i++) expect(tier.answer("a", 1, T + i)).toBeUndefined();
-    tier.fill("a", { decision: admission(RULES, 60, T + 15), reserved: 8, windowStarts: [T0] }, T + 15);
+    tier.fill("a", { decision: admission(RULES, 60, T + 15), reserved: 8, countedAt: [T0] }, T + 15);
     const waited: Promise<unknown>[] = [];
     const waitUntil = (p: Promise<unknown>) => void waited.push(p);
     const remaining: number[] = [];
@@ -311,15 +311,15 @@ describe("the isolate tier (units in memory)", () => {
     const home = new Home(fake.scripts, encoding(RULES));
     const tier = new IsolateTier({ max: 10, ttl: 1000 }, home, home, () => T0);
     tier.answer("a", 1, T0);
-    tier.fill("a", { decision: admission(RULES, 90, T0), reserved: 5, windowStarts: [T0] }, T0);
+    tier.fill("a", { decision: admission(RULES, 90, T0), reserved: 5, countedAt: [T0] }, T0);
     const d = tier.answer("a", 2, T0 + 1)!; // 3 left
     expect(tier.charge("a", d, -1, T0 + 2)).toBe(true); // 4 left
     expect(tier.charge("a", d, 3, T0 + 3)).toBe(true); // 1 left
     expect(tier.charge("a", d, 2, T0 + 4)).toBe(false); // more than it holds: home settles it
-    expect(tier.windowsOf(d)).toEqual([T0]);
+    expect(tier.countedAtOf(d)).toEqual([T0]);
     // a copy carries no lease
     expect(tier.charge("a", { ...d }, -1, T0 + 4)).toBe(false);
-    expect(tier.windowsOf({ ...d })).toEqual([]);
+    expect(tier.countedAtOf({ ...d })).toEqual([]);
     expect(tier.answer("a", 1, T0 + 5)).toMatchObject({ source: "lease" });
     expect(tier.size).toBe(0);
     await tier.dispose();
@@ -349,7 +349,7 @@ describe("the isolate tier (units in memory)", () => {
     const home = new Home(fake.scripts, encoding([rate]));
     const tier = new IsolateTier({ max: 10, ttl: 1000 }, home, home, () => T0);
     tier.answer("a", 1, T0);
-    tier.fill("a", { decision: admission([rate], 5, T0), reserved: 3, windowStarts: [T0 + 800] }, T0);
+    tier.fill("a", { decision: admission([rate], 5, T0), reserved: 3, countedAt: [T0 + 800] }, T0);
     expect(tier.answer("a", 1, T0 + 999)).toMatchObject({ source: "lease" });
     expect(tier.answer("a", 1, T0 + 1000)).toBeUndefined();
   });
@@ -361,9 +361,9 @@ describe("the isolate tier (units in memory)", () => {
     tier.answer("a", 1, T0);
     const fromPool: Decision = { ...admission(RULES, 50, T0), source: "region" };
     const from = { at: T0 - 100, taken: 2 };
-    tier.fill("a", { decision: fromPool, reserved: 3, windowStarts: [T0], from }, T0);
+    tier.fill("a", { decision: fromPool, reserved: 3, countedAt: [T0], from }, T0);
     // a second reservation, from home, crosses it: 2 join (their part: 2 of home's 4), 2 go back
-    tier.fill("a", { decision: admission(RULES, 40, T0 + 5), reserved: 4, windowStarts: [T0] }, T0 + 5);
+    tier.fill("a", { decision: admission(RULES, 40, T0 + 5), reserved: 4, countedAt: [T0] }, T0 + 5);
     await tier.dispose();
     expect(fake.refunds.map((refund) => [refund.units, refund.origin])).toEqual([
       [2, { at: T0 + 5, taken: 2 }],
@@ -382,7 +382,7 @@ function fakePool() {
     take(key: string, cost: number, now: number, rules: number, extra?: number) {
       calls.push(["take", key, cost, now, rules, extra ?? 0]);
       return Promise.resolve(
-        takes.shift() ?? { hit: false, want: 0, leftover: 0, windowStarts: [0], origin: UNKNOWN },
+        takes.shift() ?? { hit: false, want: 0, leftover: 0, countedAt: [0], origin: UNKNOWN },
       );
     },
     drain(key: string, now: number) {
@@ -391,7 +391,7 @@ function fakePool() {
         hit: false,
         want: 0,
         leftover: 0,
-        windowStarts: [0],
+        countedAt: [0],
         origin: UNKNOWN,
       } as PoolTake);
     },
@@ -401,7 +401,7 @@ function fakePool() {
         puts.shift() ?? {
           units: deposit.units,
           leftover: 0,
-          leftoverWindows: [0],
+          leftoverCountedAt: [0],
           leftoverOrigin: UNKNOWN,
           excess: 0,
         },
@@ -429,18 +429,18 @@ describe("the regional tier (units in the region's database)", () => {
       topUp: 0,
       snapshot,
       extra: 2,
-      windowStarts: [T0],
+      countedAt: [T0],
       origin: lent,
     });
     expect(((await tier.reserve("a", 1, T, 2)) as Reservation).from).toEqual(lent);
     // a miss: home reserves 6 for the pool at T; the deposit finds 3 of another window (reserved at
     // T0 - 5) and keeps 4 of the 6 (max)
-    pool.takes.push({ hit: false, want: 6, leftover: 0, windowStarts: [0], origin: UNKNOWN });
+    pool.takes.push({ hit: false, want: 6, leftover: 0, countedAt: [0], origin: UNKNOWN });
     const old = { at: T0 - 5, taken: 4 };
     pool.puts.push({
       units: 20,
       leftover: 3,
-      leftoverWindows: [T0 - MINUTE],
+      leftoverCountedAt: [T0 - MINUTE],
       leftoverOrigin: old,
       excess: 2,
     });
@@ -453,7 +453,7 @@ describe("the regional tier (units in the region's database)", () => {
       hit: false,
       want: 0,
       leftover: 5,
-      windowStarts: [T0],
+      countedAt: [T0],
       origin: { at: T0 + 10, taken: 1 },
     });
     await tier.reserve("a", 1, T + 6000, undefined, (p) => void waited.push(p));
@@ -483,7 +483,7 @@ describe("the regional tier (units in the region's database)", () => {
       topUp: 0,
       snapshot: [{ remaining: 40, resetAt: T0 + MINUTE }],
       extra: 2,
-      windowStarts: [T0],
+      countedAt: [T0],
       origin: UNKNOWN,
     });
     const answer = (await tier.reserve("a", 1, T, 3)) as Reservation;
@@ -501,7 +501,7 @@ describe("the regional tier (units in the region's database)", () => {
     });
     expect(answer.decision.decidedBy).toEqual(RULES);
     expect(answer.reserved).toBe(2);
-    expect(answer.windowStarts).toEqual([T0]);
+    expect(answer.countedAt).toEqual([T0]);
     expect(answer.from).toEqual(UNKNOWN);
     expect(pool.calls).toEqual([["take", KEY, 1, T, 1, 3]]);
     expect(fake.reserves).toEqual([]);
@@ -511,7 +511,7 @@ describe("the regional tier (units in the region's database)", () => {
   it("on a miss passes on home, reserving the pool's want beside the lease's, and deposits the pool's share", async () => {
     const { fake, pool, tier } = regional();
     const T = T0 + 1000;
-    pool.takes.push({ hit: false, want: 6, leftover: 0, windowStarts: [0], origin: UNKNOWN });
+    pool.takes.push({ hit: false, want: 6, leftover: 0, countedAt: [0], origin: UNKNOWN });
     const waited: Promise<unknown>[] = [];
     const answer = (await tier.reserve("a", 1, T, 3, (p) => void waited.push(p))) as Reservation;
     // home took 1 + 9 (half of 99 is more): 90 left; 6 go to the pool, 3 up to the lease
@@ -525,7 +525,7 @@ describe("the regional tier (units in the region's database)", () => {
       {
         units: 6,
         expiresAt: T + 5000,
-        windowStarts: [T0],
+        countedAt: [T0],
         snapshot: [{ remaining: 90, resetAt: T0 + MINUTE }],
         // the pool's part of home's reservation: a refund of its units is bounded by them
         origin: { at: T, taken: 6 },
@@ -538,7 +538,7 @@ describe("the regional tier (units in the region's database)", () => {
   it("clamps a deposit's expiry to the window its units were counted in", async () => {
     const T = T0 + 58_000;
     const { pool, tier } = regional(T);
-    pool.takes.push({ hit: false, want: 4, leftover: 0, windowStarts: [0], origin: UNKNOWN });
+    pool.takes.push({ hit: false, want: 4, leftover: 0, countedAt: [0], origin: UNKNOWN });
     const waited: Promise<unknown>[] = [];
     await tier.reserve("a", 1, T, undefined, (p) => void waited.push(p));
     await Promise.all(waited);
@@ -548,14 +548,14 @@ describe("the regional tier (units in the region's database)", () => {
   it("refunds a pool's expired leftovers at home, in the windows they were counted in", async () => {
     const { fake, pool, tier } = regional();
     const T = T0 + 1000;
-    pool.takes.push({ hit: false, want: 0, leftover: 4, windowStarts: [T0 - MINUTE], origin: UNKNOWN });
+    pool.takes.push({ hit: false, want: 0, leftover: 4, countedAt: [T0 - MINUTE], origin: UNKNOWN });
     const waited: Promise<unknown>[] = [];
     const answer = (await tier.reserve("a", 1, T, undefined, (p) => void waited.push(p))) as Reservation;
     // nothing to reserve for anyone: home's plain decision
     expect(fake.decides).toEqual([["a", 1, T]]);
     expect(answer).toMatchObject({ reserved: 0, decision: { source: "redis", remaining: 99 } });
     await Promise.all(waited);
-    expect(fake.refunds.map((r) => [r.identifier, r.units, r.windowStarts, r.now, r.applied.name])).toEqual([
+    expect(fake.refunds.map((r) => [r.identifier, r.units, r.countedAt, r.now, r.applied.name])).toEqual([
       ["a", 4, [T0 - MINUTE], T, "default"],
     ]);
     expect(tier.stats).toMatchObject({ refunded: 4, refundsFailed: 0 });
@@ -579,7 +579,7 @@ describe("the regional tier (units in the region's database)", () => {
     const waited: Promise<unknown>[] = [];
     // 99 used: home denies a cost of 2
     await fake.scripts.reserve("b", 99, T, 0);
-    pool.takes.push({ hit: false, want: 6, leftover: 0, windowStarts: [0], origin: UNKNOWN });
+    pool.takes.push({ hit: false, want: 6, leftover: 0, countedAt: [0], origin: UNKNOWN });
     const answer = (await tier.reserve("a", 2, T, undefined, (p) => void waited.push(p))) as Reservation;
     expect(answer.decision.allowed).toBe(false);
     await Promise.all(waited);
@@ -596,7 +596,7 @@ describe("the regional tier (units in the region's database)", () => {
       topUp: 5,
       snapshot: [{ remaining: 40, resetAt: T0 + MINUTE }],
       extra: 0,
-      windowStarts: [T0],
+      countedAt: [T0],
       origin: UNKNOWN,
     });
     const waited: Promise<unknown>[] = [];
@@ -609,11 +609,11 @@ describe("the regional tier (units in the region's database)", () => {
     expect(tier.stats).toMatchObject({ hits: 1, deposited: 6 });
     // at the deposit's expiry the next decision first asks the pool for nothing, taking its leftovers out
     clock.now = T + 5000;
-    pool.takes.push({ hit: false, want: 0, leftover: 3, windowStarts: [T0], origin: UNKNOWN });
+    pool.takes.push({ hit: false, want: 0, leftover: 3, countedAt: [T0], origin: UNKNOWN });
     await tier.reserve("a", 1, T + 5000, undefined, waitUntil);
     await Promise.all(waited);
     expect(pool.calls[2]).toEqual(["take", KEY, 0, T + 5000, 1, 0]);
-    expect(fake.refunds.map((r) => [r.units, r.windowStarts, r.now])).toEqual([[3, [T0], T + 5000]]);
+    expect(fake.refunds.map((r) => [r.units, r.countedAt, r.now])).toEqual([[3, [T0], T + 5000]]);
     expect(tier.stats.refunded).toBe(3);
   });
 
@@ -625,13 +625,13 @@ describe("the regional tier (units in the region's database)", () => {
         Promise.resolve({
           decision: admission(custom, 30, now, "custom"),
           reserved: want,
-          windowStarts: [T0],
+          countedAt: [T0],
         }),
     } as unknown as HomeScripts;
     const T = T0 + 1000;
     const home = new Home(scripts, encoding(RULES));
     const tier = new RegionalTier(pool.pool, { max: 20, ttl: 5000 }, home, new RegionalTiers(), () => T);
-    pool.takes.push({ hit: false, want: 4, leftover: 0, windowStarts: [0], origin: UNKNOWN });
+    pool.takes.push({ hit: false, want: 4, leftover: 0, countedAt: [0], origin: UNKNOWN });
     const waited: Promise<unknown>[] = [];
     const answer = (await tier.reserve("a", 1, T, 2, (p) => void waited.push(p))) as Reservation;
     await Promise.all(waited);
@@ -662,10 +662,10 @@ describe("the regional tier (units in the region's database)", () => {
     );
     const waited: Promise<unknown>[] = [];
     const waitUntil = (p: Promise<unknown>) => void waited.push(p);
-    pool.takes.push({ hit: false, want: 6, leftover: 0, windowStarts: [0], origin: UNKNOWN });
+    pool.takes.push({ hit: false, want: 6, leftover: 0, countedAt: [0], origin: UNKNOWN });
     await base.reserve("a", 1, T, undefined, waitUntil);
     await Promise.all(waited);
-    pool.takes.push({ hit: false, want: 0, leftover: 2, windowStarts: [T0], origin: UNKNOWN });
+    pool.takes.push({ hit: false, want: 0, leftover: 2, countedAt: [T0], origin: UNKNOWN });
     await pro.reserve("b", 1, T + 5000, undefined, waitUntil);
     await Promise.all(waited);
     expect(pool.calls.filter((call) => call[0] === "take").map((call) => call.slice(1, 4))).toEqual([
@@ -680,7 +680,7 @@ describe("the regional tier (units in the region's database)", () => {
   it("on dispose drains every pool it deposited into", async () => {
     const { pool, tier } = regional();
     const T = T0 + 1000;
-    pool.takes.push({ hit: false, want: 6, leftover: 0, windowStarts: [0], origin: UNKNOWN });
+    pool.takes.push({ hit: false, want: 6, leftover: 0, countedAt: [0], origin: UNKNOWN });
     await tier.reserve("a", 1, T, undefined, () => {});
     await tier.dispose();
     expect(pool.calls.map((call) => call[0])).toEqual(["take", "put", "drain"]);

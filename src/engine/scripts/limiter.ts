@@ -201,28 +201,28 @@ export class RuleScripts {
         : overrides.decodeStored(plan, reply.result, true, now);
     if (decision instanceof Error) return decision;
     const result = reply.result as unknown[];
-    const windowStarts = plan.rules.map((_, i) => Number(result[5 * i + 4]));
+    const countedAt = plan.rules.map((_, i) => Number(result[5 * i + 4]));
     const counted = decision.allowed ? this.giving.counted(decision) : undefined;
-    return { decision, reserved: Number(result[5 * plan.rules.length]), windowStarts, counted };
+    return { decision, reserved: Number(result[5 * plan.rules.length]), countedAt, counted };
   }
 
   /**
    * Gives `units` of `identifier` back under every rule `applied` (a plan's, or a custom override's:
-   * the rules the units were counted under), each in the window it counted them in (`windowStarts`,
+   * the rules the units were counted under), each in the window it counted them in (`countedAt`,
    * as a reservation answered them), `origin` when and how many that reservation counted (UNKNOWN
    * when not known). Resolves true when Redis ran it.
    */
   refund(
     identifier: string,
     units: number,
-    windowStarts: readonly number[],
+    countedAt: readonly number[],
     now: number,
     applied: Applied,
     origin: Origin,
   ): Promise<boolean> {
     if (this.split !== undefined)
-      return this.split.refund(identifier, units, windowStarts, now, applied, origin);
-    return this.giving.refund(identifier, units, windowStarts, now, applied, origin);
+      return this.split.refund(identifier, units, countedAt, now, applied, origin);
+    return this.giving.refund(identifier, units, countedAt, now, applied, origin);
   }
 
   /**

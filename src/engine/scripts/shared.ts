@@ -36,10 +36,11 @@ export interface Reservation {
   /** Units taken beside the cost, for the lease. */
   readonly reserved: number;
   /**
-   * Per rule, the start of the window the units were counted in; for gcra and the token bucket the TAT
-   * they hold, rounded up to a ms (what a refund may give back is capped by it); 0 when none was taken.
+   * Per rule, where the units were counted, as the rule counts: the start of their window (fixed and
+   * sliding windows), the TAT they hold, rounded up to a ms (gcra and the token bucket: what a refund
+   * may give back is capped by it), the last refill (an interval bucket); 0 when none was taken.
    */
-  readonly windowStarts: readonly number[];
+  readonly countedAt: readonly number[];
   /**
    * When the reserved units were counted and how many of that reservation's units they are, when not
    * this decision's own: a regional pool's, lent with them (scripts/pool.ts).
