@@ -33,8 +33,8 @@ import {
 } from "./tier.js";
 import type { Decision, RuleResult } from "./types.js";
 
-/** Unused units of one identifier to give back. */
-interface Refund {
+/** Unused units of one identifier, to give back at home. */
+interface Unused {
   readonly identifier: string;
   readonly units: number;
   /**
@@ -221,7 +221,10 @@ export class IsolateTier extends Tier implements Entry {
     if (seen === undefined || this.disposed) {
       // Forgotten while the request was out (evicted), or disposed since: the reserved units go straight back.
       if (reserved > 0)
-        this.refund(identifier, reserved, countedAt, now, this.appliedOf(decision), waitUntil, taken);
+        this.track(
+          this.giveBack(identifier, reserved, countedAt, now, this.appliedOf(decision), taken),
+          waitUntil,
+        );
       return answer;
     }
     if (lease !== undefined) {
@@ -288,28 +291,28 @@ export class IsolateTier extends Tier implements Entry {
   async dispose(): Promise<void> {
     this.stop();
     const now = this.clock();
-    const refunds: Refund[] = [];
+    const unused: Unused[] = [];
     for (const [identifier, seen] of this.seen) {
-      if (seen.lease) refunds.push(this.detach(identifier, seen));
+      if (seen.lease) unused.push(this.detach(identifier, seen));
     }
-    this.giveBackAll(refunds, now, undefined);
+    this.giveBackAll(unused, now, undefined);
     await this.drained();
   }
 
   /** Refunds every lease expired at `now`. */
   sweep(now: number, waitUntil?: WaitUntil): void {
-    const refunds: Refund[] = [];
+    const unused: Unused[] = [];
     let next = Number.POSITIVE_INFINITY;
     for (const [identifier, lease] of this.held) {
       if (lease.expiresAt <= now) {
         const seen = this.seen.get(identifier);
-        if (seen) refunds.push(this.detach(identifier, seen));
+        if (seen) unused.push(this.detach(identifier, seen));
       } else if (lease.expiresAt < next) {
         next = lease.expiresAt;
       }
     }
     this.nextExpiry = next;
-    this.giveBackAll(refunds, now, waitUntil);
+    this.giveBackAll(unused, now, waitUntil);
   }
 
   /**
@@ -361,7 +364,10 @@ export class IsolateTier extends Tier implements Entry {
     const lease = seen?.lease;
     const taken = originOf(decision, units, from);
     if (seen === undefined || this.disposed) {
-      this.refund(identifier, units, countedAt, now, this.appliedOf(decision), waitUntil, taken);
+      this.track(
+        this.giveBack(identifier, units, countedAt, now, this.appliedOf(decision), taken),
+        waitUntil,
+      );
       return;
     }
     if (lease === undefined) {
@@ -394,7 +400,10 @@ export class IsolateTier extends Tier implements Entry {
     if (keep > 0) join(lease, countedAt, kept);
     lease.units += keep;
     if (units > keep)
-      this.refund(identifier, units - keep, countedAt, now, this.appliedOf(decision), waitUntil, back);
+      this.track(
+        this.giveBack(identifier, units - keep, countedAt, now, this.appliedOf(decision), back),
+        waitUntil,
+      );
     return keep;
   }
 
@@ -425,9 +434,9 @@ export class IsolateTier extends Tier implements Entry {
     if (waitUntil === undefined) this.arm();
   }
 
-  private giveBackAll(refunds: readonly Refund[], now: number, waitUntil: WaitUntil | undefined): void {
-    for (const { identifier, units, countedAt, applied, origin } of refunds) {
-      if (units > 0) this.refund(identifier, units, countedAt, now, applied, waitUntil, origin);
+  private giveBackAll(unused: readonly Unused[], now: number, waitUntil: WaitUntil | undefined): void {
+    for (const { identifier, units, countedAt, applied, origin } of unused) {
+      if (units > 0) this.track(this.giveBack(identifier, units, countedAt, now, applied, origin), waitUntil);
     }
   }
 
@@ -442,7 +451,7 @@ export class IsolateTier extends Tier implements Entry {
   }
 
   /** Ends a lease here and says what is left of it. */
-  private detach(identifier: string, seen: Seen): Refund {
+  private detach(identifier: string, seen: Seen): Unused {
     const lease = seen.lease!;
     seen.lease = undefined;
     this.held.delete(identifier);

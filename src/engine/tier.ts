@@ -194,20 +194,10 @@ export abstract class Tier {
     return expiresAt;
   }
 
-  /** Refunds units at home, off the request path, counting what came back and what failed. */
-  protected refund(
-    identifier: string,
-    units: number,
-    countedAt: readonly number[],
-    now: number,
-    applied: Applied,
-    waitUntil: WaitUntil | undefined,
-    origin: Origin,
-  ): void {
-    this.track(this.giveBack(identifier, units, countedAt, now, applied, origin), waitUntil);
-  }
-
-  /** Gives units back at home, where they were counted (the refund script). */
+  /**
+   * Gives units back at home, where they were counted (home's refund), counting what came back and
+   * what failed. Off the request path: `track` it.
+   */
   protected async giveBack(
     identifier: string,
     units: number,
