@@ -154,7 +154,7 @@ export class IsolateTier extends Tier implements Entry {
    * The decision for `cost` units from the identifier's lease, or undefined to pass on. Records the
    * demand, and refunds expired leases (through `waitUntil` when given).
    */
-  answer(identifier: string, cost: number, now: number, waitUntil?: WaitUntil): Decision | undefined {
+  private answer(identifier: string, cost: number, now: number, waitUntil?: WaitUntil): Decision | undefined {
     if (now >= this.nextExpiry) this.sweep(now, waitUntil);
     let seen = this.seen.get(identifier);
     if (seen === undefined) {
@@ -181,7 +181,7 @@ export class IsolateTier extends Tier implements Entry {
   }
 
   /** Units to reserve beside the `cost` of a decision passing on now. */
-  want(identifier: string, cost: number, now: number): number {
+  private want(identifier: string, cost: number, now: number): number {
     if (!this.leasable || this.disposed || cost === 0 || this.maxStale <= 0) return 0;
     const seen = this.seen.get(identifier);
     // A lease still holding units (fewer than this cost) is used first: no second one beside it.
@@ -201,7 +201,7 @@ export class IsolateTier extends Tier implements Entry {
    * included; the caller is told what this identifier can still have: that, plus what this isolate
    * holds for it.
    */
-  fill(
+  private fill(
     identifier: string,
     { decision, reserved, countedAt, from }: Reservation,
     now: number,

@@ -1,7 +1,8 @@
 // The tier at both levels of the lease tree, with no Redis: the isolate tier (units in memory) and the
-// regional tier (units in the region's database) against fake home scripts and a fake pool script,
-// with the clock moved by hand. Exact numbers: every unit is accounted for. One table runs the pool
-// script itself (the shared bridge): its sizing against the one the isolate tier uses.
+// regional tier (units in the region's database) against fake home scripts, a scripted upstream and a
+// fake pool script, with the clock moved by hand, each driven through its public calls (the isolate
+// tier's `decide`, as the Limiter calls it). Exact numbers: every unit is accounted for. One table runs
+// the pool script itself (the shared bridge): its sizing against the one the isolate tier uses.
 import { describe, expect, it } from "vitest";
 import { compileRule, fixedWindow, gcra, type Rule } from "../../src/engine/algorithms/index.js";
 import { RedisCallError } from "../../src/engine/errors.js";
@@ -135,12 +136,39 @@ function fakeHome(limit = 100) {
   return { scripts, reserves, decides, refunds, used: () => used };
 }
 
-/** The isolate tier's step of the pipeline: its lease's answer, or upstream's with the lease filled. */
-function decide(tier: IsolateTier, identifier: string, cost: number, now: number): Promise<Decision> {
-  return tier.decide(identifier, cost, now, undefined, (answer) => {
+/**
+ * The isolate tier's step of the pipeline: its lease's answer, or upstream's with the lease filled.
+ * Every test drives the tier through it, as the Limiter does.
+ */
+function decide(
+  tier: IsolateTier,
+  identifier: string,
+  cost: number,
+  now: number,
+  waitUntil?: (promise: Promise<unknown>) => void,
+): Promise<Decision> {
+  return tier.decide(identifier, cost, now, waitUntil, (answer) => {
     if (answer instanceof Error) throw answer;
     return answer;
   });
+}
+
+/**
+ * An upstream (a regional tier, or home) whose answers the test gives, one a call, in order, and that
+ * records what it was asked: [identifier, cost, now, want].
+ */
+function scriptedUpstream() {
+  const asked: [string, number, number, number | undefined][] = [];
+  const answers: Reservation[] = [];
+  const upstream = {
+    reserve(identifier: string, cost: number, now: number, want: number | undefined) {
+      asked.push([identifier, cost, now, want]);
+      const answer = answers.shift();
+      if (answer === undefined) throw new Error(`upstream: no answer given for ${identifier} at ${now}`);
+      return Promise.resolve(answer);
+    },
+  };
+  return { upstream, asked, answers };
 }
 
 describe("the demand estimate", () => {
@@ -201,22 +229,32 @@ describe("the isolate tier (units in memory)", () => {
       },
     ]);
     expect(fake.used()).toBe(5);
-    expect(tier.want("a", 1, T0 + 10)).toBe(0);
+    // disposed, it leases no more: a warm identifier's next decision is home's plain one
+    expect(await decide(tier, "a", 1, T0 + 10)).toMatchObject({ source: "redis", remaining: 94 });
+    expect(fake.decides).toEqual([
+      ["a", 1, T0],
+      ["a", 1, T0 + 10],
+    ]);
+    expect(fake.reserves).toHaveLength(2);
   });
 
   it("ends a lease with the window its units were counted in, and gives them back to that window", async () => {
     const fake = fakeHome();
     const home = new Home(fake.scripts, encoding(RULES));
+    const { upstream, asked, answers } = scriptedUpstream();
     let now = T0 + 55_000;
-    const tier = new IsolateTier({ max: 10, ttl: 10_000 }, home, home, () => now);
+    const tier = new IsolateTier({ max: 10, ttl: 10_000 }, home, upstream, () => now);
     const waited: Promise<unknown>[] = [];
     const waitUntil = (p: Promise<unknown>) => void waited.push(p);
-    expect(tier.answer("a", 1, now, waitUntil)).toBeUndefined();
-    tier.fill("a", { decision: admission(RULES, 90, now), reserved: 5, countedAt: [T0] }, now, waitUntil);
+    answers.push({ decision: admission(RULES, 90, now), reserved: 5, countedAt: [T0] });
+    // told home's 90 and the 5 the lease now holds
+    expect(await decide(tier, "a", 1, now, waitUntil)).toMatchObject({ source: "redis", remaining: 95 });
     now = T0 + MINUTE - 1; // a ttl would reach past the window's end
-    expect(tier.answer("a", 1, now, waitUntil)).toMatchObject({ source: "lease", remaining: 94 });
+    expect(await decide(tier, "a", 1, now, waitUntil)).toMatchObject({ source: "lease", remaining: 94 });
     now = T0 + MINUTE;
-    expect(tier.answer("a", 1, now, waitUntil)).toBeUndefined();
+    answers.push({ decision: admission(RULES, 98, now), reserved: 0, countedAt: [now] });
+    expect(await decide(tier, "a", 1, now, waitUntil)).toMatchObject({ source: "redis", remaining: 98 });
+    expect(asked.map(([, , at]) => at)).toEqual([T0 + 55_000, T0 + MINUTE]);
     expect(tier.size).toBe(0);
     await Promise.all(waited);
     expect(fake.refunds).toEqual([
@@ -235,16 +273,12 @@ describe("the isolate tier (units in memory)", () => {
   it("gives units back under the rules they were reserved under: an override's, not the plan's", async () => {
     const fake = fakeHome();
     const home = new Home(fake.scripts, encoding(RULES));
-    const tier = new IsolateTier({ max: 10, ttl: 1000 }, home, home, () => T0 + 10);
+    const { upstream, answers } = scriptedUpstream();
+    const tier = new IsolateTier({ max: 10, ttl: 1000 }, home, upstream, () => T0 + 10);
     const custom = [compileRule("perMinute", fixedWindow({ limit: 50, window: "1m" }))];
-    tier.answer("a", 1, T0);
-    const told = tier.fill(
-      "a",
-      { decision: admission(custom, 40, T0, "custom"), reserved: 6, countedAt: [T0] },
-      T0,
-    );
-    expect(told).toMatchObject({ plan: "custom", remaining: 46 });
-    const leased = tier.answer("a", 1, T0 + 1)!;
+    answers.push({ decision: admission(custom, 40, T0, "custom"), reserved: 6, countedAt: [T0] });
+    expect(await decide(tier, "a", 1, T0)).toMatchObject({ plan: "custom", remaining: 46 });
+    const leased = await decide(tier, "a", 1, T0 + 1);
     expect(leased).toMatchObject({ source: "lease", plan: "custom", limit: 50, remaining: 45 });
     expect(leased.decidedBy).toBe(custom);
     tier.release("a");
@@ -258,15 +292,18 @@ describe("the isolate tier (units in memory)", () => {
   it("drops the lease on a denial and gives its units back", async () => {
     const fake = fakeHome();
     const home = new Home(fake.scripts, encoding(RULES));
-    const tier = new IsolateTier({ max: 10, ttl: 1000 }, home, home, () => T0);
-    tier.answer("a", 1, T0);
-    tier.fill("a", { decision: admission(RULES, 90, T0), reserved: 5, countedAt: [T0] }, T0);
-    tier.answer("a", 1, T0 + 1);
-    tier.answer("a", 1, T0 + 2);
-    // a cost the lease cannot cover passes on, and home denies it
-    expect(tier.answer("a", 4, T0 + 3)).toBeUndefined();
+    const { upstream, asked, answers } = scriptedUpstream();
+    const tier = new IsolateTier({ max: 10, ttl: 1000 }, home, upstream, () => T0);
+    answers.push({ decision: admission(RULES, 90, T0), reserved: 5, countedAt: [T0] });
+    await decide(tier, "a", 1, T0);
+    expect(await decide(tier, "a", 1, T0 + 1)).toMatchObject({ source: "lease" });
+    expect(await decide(tier, "a", 1, T0 + 2)).toMatchObject({ source: "lease" });
+    // a cost the lease cannot cover passes on (asking for no units beside: a lease still holds 3), and
+    // home denies it
     const d = denial(RULES, T0 + 3);
-    expect(tier.fill("a", { decision: d, reserved: 0, countedAt: [0] }, T0 + 3)).toBe(d);
+    answers.push({ decision: d, reserved: 0, countedAt: [0] });
+    expect(await decide(tier, "a", 4, T0 + 3)).toBe(d);
+    expect(asked.at(-1)).toEqual(["a", 4, T0 + 3, 0]);
     expect(tier.size).toBe(0);
     await tier.dispose();
     expect(fake.refunds.map((r) => [r.units, r.now])).toEqual([[3, T0 + 3]]);
@@ -275,33 +312,29 @@ describe("the isolate tier (units in memory)", () => {
   it("tops a hot lease up from its upstream before it runs dry, off the request path", async () => {
     const fake = fakeHome();
     const home = new Home(fake.scripts, encoding(RULES));
-    const asked: [string, number, number, number | undefined][] = [];
-    const upstream = {
-      reserve(identifier: string, cost: number, now: number, want: number | undefined) {
-        asked.push([identifier, cost, now, want]);
-        return Promise.resolve({
-          decision: admission(RULES, 50, now),
-          reserved: want!,
-          countedAt: [T0],
-        });
-      },
-    };
+    const { upstream, asked, answers } = scriptedUpstream();
     const T = T0 + 1000;
     const tier = new IsolateTier({ max: 8, ttl: 1000 }, home, upstream, () => T);
-    for (let i = 0; i < 16; i++) expect(tier.answer("a", 1, T + i)).toBeUndefined();
-    tier.fill("a", { decision: admission(RULES, 60, T + 15), reserved: 8, countedAt: [T0] }, T + 15);
+    // 15 decisions upstream that spare nothing, then one that reserves the 8 it asks for
+    for (let i = 0; i < 15; i++)
+      answers.push({ decision: admission(RULES, 75 - i, T + i), reserved: 0, countedAt: [T0] });
+    answers.push({ decision: admission(RULES, 60, T + 15), reserved: 8, countedAt: [T0] });
+    for (let i = 0; i < 16; i++) expect(await decide(tier, "a", 1, T + i)).toMatchObject({ source: "redis" });
+    // each asks for the units seen before it (none for an identifier seen once), at most max
+    expect(asked.map(([, , , want]) => want)).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8, 8, 8, 8, 8, 8, 8, 8]);
     const waited: Promise<unknown>[] = [];
     const waitUntil = (p: Promise<unknown>) => void waited.push(p);
+    answers.push({ decision: admission(RULES, 50, T + 21), reserved: 5, countedAt: [T0] });
     const remaining: number[] = [];
-    for (let i = 16; i <= 21; i++) remaining.push(tier.answer("a", 1, T + i, waitUntil)!.remaining);
+    for (let i = 16; i <= 21; i++) remaining.push((await decide(tier, "a", 1, T + i, waitUntil)).remaining);
     expect(remaining).toEqual([67, 66, 65, 64, 63, 62]);
     // at 2 units left (a quarter of max; an eighth of 21 seen is more), a decision of cost 1 asks for
     // about a ttl's traffic: min(8, 21) - 2 held - its own 1 = 5
-    expect(asked).toEqual([["a", 1, T + 21, 5]]);
+    expect(asked.slice(16)).toEqual([["a", 1, T + 21, 5]]);
     expect(waited).toHaveLength(1);
     await Promise.all(waited);
     // its unit and the 5 join the lease (8 units), told from the top-up's answer: 50 + 8 held
-    expect(tier.answer("a", 1, T + 22)).toMatchObject({ source: "lease", remaining: 57 });
+    expect(await decide(tier, "a", 1, T + 22)).toMatchObject({ source: "lease", remaining: 57 });
     expect(tier.stats).toMatchObject({ reserved: 14, answered: 7 });
     expect(fake.reserves).toEqual([]);
   });
@@ -309,10 +342,12 @@ describe("the isolate tier (units in memory)", () => {
   it("charges an answer's difference against its lease, or says where its units were counted", async () => {
     const fake = fakeHome();
     const home = new Home(fake.scripts, encoding(RULES));
-    const tier = new IsolateTier({ max: 10, ttl: 1000 }, home, home, () => T0);
-    tier.answer("a", 1, T0);
-    tier.fill("a", { decision: admission(RULES, 90, T0), reserved: 5, countedAt: [T0] }, T0);
-    const d = tier.answer("a", 2, T0 + 1)!; // 3 left
+    const { upstream, answers } = scriptedUpstream();
+    const tier = new IsolateTier({ max: 10, ttl: 1000 }, home, upstream, () => T0);
+    answers.push({ decision: admission(RULES, 90, T0), reserved: 5, countedAt: [T0] });
+    await decide(tier, "a", 1, T0);
+    const d = await decide(tier, "a", 2, T0 + 1); // 3 left
+    expect(d.source).toBe("lease");
     expect(tier.charge("a", d, -1, T0 + 2)).toBe(true); // 4 left
     expect(tier.charge("a", d, 3, T0 + 3)).toBe(true); // 1 left
     expect(tier.charge("a", d, 2, T0 + 4)).toBe(false); // more than it holds: home settles it
@@ -320,13 +355,13 @@ describe("the isolate tier (units in memory)", () => {
     // a copy carries no lease
     expect(tier.charge("a", { ...d }, -1, T0 + 4)).toBe(false);
     expect(tier.countedAtOf({ ...d })).toEqual([]);
-    expect(tier.answer("a", 1, T0 + 5)).toMatchObject({ source: "lease" });
+    expect(await decide(tier, "a", 1, T0 + 5)).toMatchObject({ source: "lease" });
     expect(tier.size).toBe(0);
     await tier.dispose();
     expect(fake.refunds).toEqual([]);
   });
 
-  it("holds nothing under a sliding log, nor with maxStale 0", () => {
+  it("holds nothing under a sliding log, nor with maxStale 0", async () => {
     const fake = fakeHome();
     const log = compileRule("log", { algorithm: "slidingLog", limit: 100, window: 60_000 });
     const logged = new IsolateTier(
@@ -338,32 +373,38 @@ describe("the isolate tier (units in memory)", () => {
     const home = new Home(fake.scripts, encoding(RULES));
     const fresh = new IsolateTier({ max: 10, ttl: 1000 }, home, home, () => T0, 0);
     for (const tier of [logged, fresh]) {
-      for (let i = 0; i < 10; i++) tier.answer("a", 1, T0 + i);
-      expect(tier.want("a", 1, T0 + 10)).toBe(0);
+      for (let i = 0; i <= 10; i++) await decide(tier, "a", 1, T0 + i);
     }
+    // a warm identifier's decisions ask for no units: every one is home's plain decision
+    expect(fake.reserves).toEqual([]);
+    expect(fake.decides).toHaveLength(22);
   });
 
-  it("a lease under gcra ends a ttl on, whatever its TAT", () => {
+  it("a lease under gcra ends a ttl on, whatever its TAT", async () => {
     const fake = fakeHome();
     const rate = compileRule("rate", gcra({ limit: 10, period: "1s" }));
     const home = new Home(fake.scripts, encoding([rate]));
-    const tier = new IsolateTier({ max: 10, ttl: 1000 }, home, home, () => T0);
-    tier.answer("a", 1, T0);
-    tier.fill("a", { decision: admission([rate], 5, T0), reserved: 3, countedAt: [T0 + 800] }, T0);
-    expect(tier.answer("a", 1, T0 + 999)).toMatchObject({ source: "lease" });
-    expect(tier.answer("a", 1, T0 + 1000)).toBeUndefined();
+    const { upstream, answers } = scriptedUpstream();
+    const tier = new IsolateTier({ max: 10, ttl: 1000 }, home, upstream, () => T0);
+    answers.push({ decision: admission([rate], 5, T0), reserved: 3, countedAt: [T0 + 800] });
+    await decide(tier, "a", 1, T0);
+    expect(await decide(tier, "a", 1, T0 + 999)).toMatchObject({ source: "lease" });
+    answers.push({ decision: admission([rate], 9, T0 + 1000), reserved: 0, countedAt: [T0 + 1100] });
+    expect(await decide(tier, "a", 1, T0 + 1000)).toMatchObject({ source: "redis" });
   });
 
   it("a lease filled from a pool gives its units back with the part of the pool's reservation they came with", async () => {
     const fake = fakeHome();
     const home = new Home(fake.scripts, encoding(RULES));
-    const tier = new IsolateTier({ max: 5, ttl: 1000 }, home, home, () => T0 + 10);
-    tier.answer("a", 1, T0);
+    const { upstream, answers } = scriptedUpstream();
+    const tier = new IsolateTier({ max: 5, ttl: 1000 }, home, upstream, () => T0 + 10);
     const fromPool: Decision = { ...admission(RULES, 50, T0), source: "region" };
     const from = { at: T0 - 100, taken: 2 };
-    tier.fill("a", { decision: fromPool, reserved: 3, countedAt: [T0], from }, T0);
-    // a second reservation, from home, crosses it: 2 join (their part: 2 of home's 4), 2 go back
-    tier.fill("a", { decision: admission(RULES, 40, T0 + 5), reserved: 4, countedAt: [T0] }, T0 + 5);
+    answers.push({ decision: fromPool, reserved: 3, countedAt: [T0], from });
+    // a second decision, passed on before the first came back, whose reservation at home crosses it
+    answers.push({ decision: admission(RULES, 40, T0 + 5), reserved: 4, countedAt: [T0] });
+    await Promise.all([decide(tier, "a", 1, T0), decide(tier, "a", 1, T0 + 5)]);
+    // 2 join the pool's 3 (their part: 2 of home's 4), 2 go back
     await tier.dispose();
     expect(fake.refunds.map((refund) => [refund.units, refund.origin])).toEqual([
       [2, { at: T0 + 5, taken: 2 }],
