@@ -146,7 +146,7 @@ export class IsolateTier extends Tier implements Entry {
       .then((reservation) =>
         reservation instanceof Error
           ? then(reservation)
-          : then(this.fill(identifier, reservation, now, waitUntil), reservation.counted),
+          : then(this.fill(identifier, reservation, now, waitUntil), reservation),
       );
   }
 

@@ -142,8 +142,6 @@ export class RegionalTier extends Tier implements Upstream, Entry {
   /** The pools this tier deposited into, by key, until their units stop being handed out. */
   private readonly deposits = new Map<string, { identifier: string; expiresAt: number }>();
   private readonly count: number;
-  /** A pool's answer's counts at home, per rule: none of its own (the pool's units were counted before). */
-  private readonly none: readonly number[];
   readonly stats: RegionStats;
 
   constructor(
@@ -156,7 +154,6 @@ export class RegionalTier extends Tier implements Upstream, Entry {
   ) {
     super(config, home, clock, maxStale);
     this.count = home.plan.rules.length;
-    this.none = home.plan.rules.map(() => 0);
     this.stats = tiers.stats;
     tiers.all.push(this);
   }
@@ -179,7 +176,7 @@ export class RegionalTier extends Tier implements Upstream, Entry {
     then: Then<T>,
   ): Promise<T> {
     return this.reserve(identifier, cost, now, undefined, waitUntil).then((reservation) =>
-      reservation instanceof Error ? then(reservation) : then(reservation.decision, reservation.counted),
+      reservation instanceof Error ? then(reservation) : then(reservation.decision, reservation),
     );
   }
 
@@ -228,8 +225,6 @@ export class RegionalTier extends Tier implements Upstream, Entry {
       countedAt: answer.countedAt,
       // the lease's units come with their part of the pool's reservation (what a refund of them is bounded by)
       from: answer.origin,
-      // a pool's answer was counted at home in the windows of the pool's units
-      counted: { applied: plan, starts: answer.countedAt, counts: this.none },
     };
   }
 
@@ -266,7 +261,7 @@ export class RegionalTier extends Tier implements Upstream, Entry {
     now: number,
     waitUntil: WaitUntil | undefined,
   ): Reservation {
-    const { decision, reserved, countedAt, counted } = reservation;
+    const { decision, reserved, countedAt } = reservation;
     const share = decision.allowed ? Math.min(forPool, reserved) : 0;
     if (share === 0) {
       this.free(identifier, now, waitUntil);
@@ -274,11 +269,12 @@ export class RegionalTier extends Tier implements Upstream, Entry {
     }
     if (this.lost(decision, share)) {
       this.free(identifier, now, waitUntil);
-      return { decision, reserved: reserved - share, countedAt, counted };
+      return { decision, reserved: reserved - share, countedAt };
     }
     const deposit = { at: decision.decidedAt, taken: share };
     this.track(this.put(identifier, share, countedAt, decision, deposit, now, !waitUntil), waitUntil);
-    return { decision: withHeld(decision, share), reserved: reserved - share, countedAt, counted };
+    // the caller is told a copy (the pool's share counted as remaining): home's own goes with it
+    return { decision: withHeld(decision, share), reserved: reserved - share, countedAt, home: decision };
   }
 
   /**

@@ -18,7 +18,7 @@
 // A unit is only ever created at home: a tier hands out, or gives back, units home took first.
 import { algorithmOf, type Rule } from "./algorithms/index.js";
 import { GIVES_BACK } from "./algorithms/shared.js";
-import type { Applied, Counted, PlanEncoding, Reservation, RuleScripts } from "./scripts/limiter.js";
+import type { Applied, PlanEncoding, Reservation, RuleScripts } from "./scripts/limiter.js";
 import type { Origin } from "./scripts/shared.js";
 import { type Decision, decidedBy, type RuleResult } from "./types.js";
 import { MAX_TIMER_MS } from "./validate.js";
@@ -51,11 +51,12 @@ export interface Upstream {
 }
 
 /**
- * What a step of the pipeline hands its answer to: a Decision, with where home counted its units when
- * the Decision is a copy of home's (undefined: read from the Decision itself, or it was not admitted),
- * or an Error (Redis failed: the Limiter's `onError` decides).
+ * What a step of the pipeline hands its answer to: a Decision, with the Reservation it came from when
+ * a tier asked upstream for it (its decision home's own or a pool's, or a copy of home's with `home`
+ * set: where a settle reads where the units were counted; unset: read from the Decision itself), or
+ * an Error (Redis failed: the Limiter's `onError` decides).
  */
-export type Then<T> = (answer: Decision | Error, counted?: Counted) => T;
+export type Then<T> = (answer: Decision | Error, reservation?: Reservation) => T;
 
 /**
  * The pipeline of one plan past the deny cache, entered at its first step: the isolate tier (answers
@@ -73,8 +74,8 @@ export interface Entry {
   ): Promise<T>;
 }
 
-/** What home runs, as RuleScripts sends it: decisions, reservations, refunds, where a decision counted. */
-export type HomeScripts = Pick<RuleScripts, "decide" | "reserve" | "refund" | "counted">;
+/** What home runs, as RuleScripts sends it: decisions, reservations, refunds. */
+export type HomeScripts = Pick<RuleScripts, "decide" | "reserve" | "refund">;
 
 /**
  * Home under one plan: the limiter script, where every unit is created, and the refund script, where
@@ -116,17 +117,9 @@ export class Home implements Upstream, Entry {
     want: number | undefined,
   ): Promise<Reservation | Error> {
     if (want) return this.scripts.reserve(identifier, cost, now, want, this.plan);
-    // nobody wants units (0 as undefined): the plain decision, where it counted read now (a tier may
-    // answer the caller a copy of it)
+    // nobody wants units (0 as undefined): the plain decision
     return this.decide(identifier, cost, now, undefined, (decision) =>
-      decision instanceof Error
-        ? decision
-        : {
-            decision,
-            reserved: 0,
-            countedAt: this.none,
-            counted: decision.allowed ? this.scripts.counted(decision) : undefined,
-          },
+      decision instanceof Error ? decision : { decision, reserved: 0, countedAt: this.none },
     );
   }
 

@@ -117,9 +117,6 @@ function fakeHome(limit = 100) {
       reserves.push([identifier, cost, now, want]);
       return Promise.resolve(take(cost, want, now));
     },
-    counted(decision: Decision) {
-      return { applied: { name: decision.plan, rules: RULES }, starts: [windowStart], counts: [0] };
-    },
     refund(
       identifier: string,
       units: number,

@@ -183,11 +183,7 @@ export class RuleScripts {
     want: number,
     plan: PlanEncoding = this.base,
   ): Promise<Reservation | Error> {
-    if (this.split !== undefined) {
-      const reservation = await this.split.reserve(identifier, cost, now, want, plan);
-      if (reservation instanceof Error || !reservation.decision.allowed) return reservation;
-      return { ...reservation, counted: this.split.counted(reservation.decision) };
-    }
+    if (this.split !== undefined) return this.split.reserve(identifier, cost, now, want, plan);
     const keys = plan.keys.of(identifier, now);
     const overrides = this.overrides;
     const reply =
@@ -202,8 +198,7 @@ export class RuleScripts {
     if (decision instanceof Error) return decision;
     const result = reply.result as unknown[];
     const countedAt = plan.rules.map((_, i) => Number(result[5 * i + 4]));
-    const counted = decision.allowed ? this.giving.counted(decision) : undefined;
-    return { decision, reserved: Number(result[5 * plan.rules.length]), countedAt, counted };
+    return { decision, reserved: Number(result[5 * plan.rules.length]), countedAt };
   }
 
   /**

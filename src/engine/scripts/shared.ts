@@ -47,11 +47,12 @@ export interface Reservation {
    */
   readonly from?: Origin;
   /**
-   * Where the decision's own units were counted, for its settle (undefined for a denial): taken from
-   * the reply here, since a tier answers the caller a copy of the decision (its held units counted as
-   * remaining), which carries no reply.
+   * Home's own decision when `decision` is a copy of it (a regional pool's share counted as
+   * remaining): a settle reads where its units were counted from home's reply, which only the
+   * decision the script answered carries (RuleScripts.counted). Unset: `decision` is home's own, or a
+   * pool's answer.
    */
-  readonly counted?: Counted;
+  readonly home?: Decision;
 }
 
 /**
