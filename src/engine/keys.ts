@@ -243,20 +243,20 @@ export class RuleKeys {
   }
 
   /**
-   * The keys of `identifier` at `now`, one per rule, in rule order; a fixed window's at `windowStarts[i]`
+   * The keys of `identifier` at `now`, one per rule, in rule order; a fixed window's at `countedAt[i]`
    * when given (the window some units were counted in).
    */
-  of(identifier: string, now: number, windowStarts?: readonly number[]): string[] {
+  of(identifier: string, now: number, countedAt?: readonly number[]): string[] {
     const keys = new Array<string>(this.suffixes.length);
     const places = this.places;
     if (places === undefined) {
       const base = this.base(identifier);
-      for (let i = 0; i < keys.length; i++) keys[i] = this.key(base, i, windowStarts?.[i] ?? now);
+      for (let i = 0; i < keys.length; i++) keys[i] = this.key(base, i, countedAt?.[i] ?? now);
       return keys;
     }
     const tags = tagsOf(identifier);
     for (let i = 0; i < keys.length; i++) {
-      keys[i] = this.key(`${this.prefix}:${tags[places[i]!]}`, i, windowStarts?.[i] ?? now);
+      keys[i] = this.key(`${this.prefix}:${tags[places[i]!]}`, i, countedAt?.[i] ?? now);
     }
     return keys;
   }

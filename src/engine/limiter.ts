@@ -24,7 +24,7 @@ import { checkPrefix, Identities, type Identity, keyTag, RuleKeys, tagsOf } from
 import { type LeaseOptions, leaseConfig } from "./leases.js";
 import { buildOverrides, type Overrides, type OverridesOptions, overridesConfig } from "./overrides.js";
 import { type RegionOptions, regionPool } from "./region.js";
-import { type Counted, type PlanEncoding, RuleScripts } from "./scripts/limiter.js";
+import { type Counted, type PlanEncoding, type Reservation, RuleScripts } from "./scripts/limiter.js";
 import { PoolScript } from "./scripts/pool.js";
 import { type Entry, Home, type WaitUntil } from "./tier.js";
 import { IsolateTier } from "./tier-isolate.js";
@@ -153,8 +153,8 @@ export interface SettleOptions {
 /**
  * What settling an admitted decision needs beside the decision, under a module-private symbol that is
  * not enumerable (no public field; a copy of the decision carries none; cheaper than a WeakMap entry).
- * Where Redis counted its units comes with the answer (Reservation.counted): a tier answers the caller
- * a copy of home's decision, which carries no reply to read them from.
+ * A tier answers the caller a copy of home's decision, which carries no reply to read where its units
+ * were counted from: the Reservation it came from goes with the ticket, read only by a settle.
  */
 interface Ticket {
   /** The Limiter that made the decision. */
@@ -163,8 +163,8 @@ interface Ticket {
   readonly cost: number;
   /** Set for a decision the isolate tier answered: settled against its lease where it can be. */
   readonly isolate: IsolateTier | undefined;
-  /** Where home counted the decision's units (a regional pool's answer: the pool's); unset: read from the decision. */
-  readonly counted?: Counted;
+  /** The Reservation the decision came from, when a tier asked upstream for it; unset: none did. */
+  readonly reservation?: Reservation;
   settled: boolean;
 }
 
@@ -478,8 +478,8 @@ export class Limiter {
     if (waitUntil !== undefined && typeof waitUntil !== "function") {
       throw new TypeError(`waitUntil: expected a function such as ctx.waitUntil, got ${describe(waitUntil)}`);
     }
-    return plan.entry.decide(identifier, cost, now, waitUntil, (answer, counted) =>
-      this.answered(answer, identifier, cost, now, plan, counted),
+    return plan.entry.decide(identifier, cost, now, waitUntil, (answer, reservation) =>
+      this.answered(answer, identifier, cost, now, plan, reservation),
     );
   }
 
@@ -666,7 +666,7 @@ export class Limiter {
     cost: number,
     now: number,
     plan: Plan,
-    counted: Counted | undefined,
+    reservation: Reservation | undefined,
   ): Decision {
     if (answer instanceof Error)
       return this.ticket(this.failure(answer, now, plan.encoding), identifier, cost);
@@ -677,7 +677,7 @@ export class Limiter {
       return answer;
     }
     const lease = answer.source === "lease" ? plan.isolate : undefined;
-    return this.ticket(answer, identifier, cost, lease, counted);
+    return this.ticket(answer, identifier, cost, lease, reservation);
   }
 
   /** Remembers, on an admitted `decision`, whose it is and what it cost, for settle(). */
@@ -686,10 +686,10 @@ export class Limiter {
     identifier: string,
     cost: number,
     isolate?: IsolateTier,
-    counted?: Counted,
+    reservation?: Reservation,
   ): Decision {
     if (!decision.allowed) return decision;
-    ticketProperty.value = { owner: this, identifier, cost, isolate, counted, settled: false };
+    ticketProperty.value = { owner: this, identifier, cost, isolate, reservation, settled: false };
     return Object.defineProperty(decision, TICKET, ticketProperty);
   }
 
@@ -763,14 +763,16 @@ export class Limiter {
         else this.cache?.delete(identifier);
       }
       let counted: Counted;
-      const isolate = ticket.isolate;
+      const { isolate, reservation } = ticket;
       if (isolate !== undefined) {
         if (isolate.charge(identifier, decision, difference, now)) return done({ difference, via: "lease" });
-        // the rules the lease's units were reserved under (a custom override's too), in its windows
-        const { applied } = this.scripts.counted(decision);
-        counted = { applied, starts: isolate.windowsOf(decision), counts: applied.rules.map(() => 0) };
+        counted = held(this.scripts.counted(decision), isolate.countedAtOf(decision));
+      } else if (reservation !== undefined && decision.source === "region") {
+        // a pool's answer: its units were counted at home with the pool's, in their windows
+        counted = held(this.scripts.counted(decision), reservation.countedAt);
       } else {
-        counted = ticket.counted ?? this.scripts.counted(decision);
+        // home's own decision, the one its script answered (the caller may hold a copy)
+        counted = this.scripts.counted(reservation?.home ?? reservation?.decision ?? decision);
       }
       const sent = this.scripts
         .settle(identifier, counted, cost, actual, now)
@@ -829,6 +831,15 @@ Object.defineProperty(Limiter.prototype, asyncDispose, {
   writable: true,
   configurable: true,
 });
+
+/**
+ * Where units a tier held were counted, for a settle: under the rules the decision was decided by (a
+ * custom override's too), at `countedAt` (the lease's or the pool's windows), with no count of their
+ * own (they were counted with the reservation that took them).
+ */
+function held({ applied }: Counted, countedAt: readonly number[]): Counted {
+  return { applied, starts: countedAt, counts: applied.rules.map(() => 0) };
+}
 
 /**
  * Calls `waitUntil` at once with a promise that ends as the one later given to the returned

@@ -33,15 +33,15 @@ import {
 } from "./tier.js";
 import type { Decision, RuleResult } from "./types.js";
 
-/** Unused units of one identifier to give back. */
-interface Refund {
+/** Unused units of one identifier, to give back at home. */
+interface Unused {
   readonly identifier: string;
   readonly units: number;
   /**
-   * Per rule, the start of the window the units were counted in (fixed and sliding windows); for gcra
-   * and the token bucket the TAT they held once taken (a refund gives back no units since earned back).
+   * Per rule, where the units were counted: the start of their window (fixed and sliding windows); for
+   * gcra and the token bucket the TAT they held once taken (a refund gives back no units since earned back).
    */
-  readonly windowStarts: readonly number[];
+  readonly countedAt: readonly number[];
   /** The rules the units were reserved under: given back under them, never under another plan's. */
   readonly applied: Applied;
   /** When and how many the (first) reservation took: gcra counts only refunds made since against them. */
@@ -64,8 +64,9 @@ interface Held {
   snapshot: Record<string, RuleResult>;
   /** Units handed out since the snapshot. */
   used: number;
-  windowStarts: readonly number[];
-  /** When the first reservation joined here counted its units, and how many (its windowStarts' TATs). */
+  /** Per rule, where the units were counted (a Reservation's `countedAt`; see join). */
+  countedAt: readonly number[];
+  /** When the first reservation joined here counted its units, and how many (the TATs in `countedAt`). */
   origin: Origin;
   /**
    * The plan name and rules the units were reserved under: the tier's plan's, or those of an override
@@ -145,7 +146,7 @@ export class IsolateTier extends Tier implements Entry {
       .then((reservation) =>
         reservation instanceof Error
           ? then(reservation)
-          : then(this.fill(identifier, reservation, now, waitUntil), reservation.counted),
+          : then(this.fill(identifier, reservation, now, waitUntil), reservation),
       );
   }
 
@@ -153,7 +154,7 @@ export class IsolateTier extends Tier implements Entry {
    * The decision for `cost` units from the identifier's lease, or undefined to pass on. Records the
    * demand, and refunds expired leases (through `waitUntil` when given).
    */
-  answer(identifier: string, cost: number, now: number, waitUntil?: WaitUntil): Decision | undefined {
+  private answer(identifier: string, cost: number, now: number, waitUntil?: WaitUntil): Decision | undefined {
     if (now >= this.nextExpiry) this.sweep(now, waitUntil);
     let seen = this.seen.get(identifier);
     if (seen === undefined) {
@@ -180,7 +181,7 @@ export class IsolateTier extends Tier implements Entry {
   }
 
   /** Units to reserve beside the `cost` of a decision passing on now. */
-  want(identifier: string, cost: number, now: number): number {
+  private want(identifier: string, cost: number, now: number): number {
     if (!this.leasable || this.disposed || cost === 0 || this.maxStale <= 0) return 0;
     const seen = this.seen.get(identifier);
     // A lease still holding units (fewer than this cost) is used first: no second one beside it.
@@ -200,9 +201,9 @@ export class IsolateTier extends Tier implements Entry {
    * included; the caller is told what this identifier can still have: that, plus what this isolate
    * holds for it.
    */
-  fill(
+  private fill(
     identifier: string,
-    { decision, reserved, windowStarts, from }: Reservation,
+    { decision, reserved, countedAt, from }: Reservation,
     now: number,
     waitUntil?: WaitUntil,
   ): Decision {
@@ -220,17 +221,20 @@ export class IsolateTier extends Tier implements Entry {
     if (seen === undefined || this.disposed) {
       // Forgotten while the request was out (evicted), or disposed since: the reserved units go straight back.
       if (reserved > 0)
-        this.refund(identifier, reserved, windowStarts, now, this.appliedOf(decision), waitUntil, taken);
+        this.track(
+          this.giveBack(identifier, reserved, countedAt, now, this.appliedOf(decision), taken),
+          waitUntil,
+        );
       return answer;
     }
     if (lease !== undefined) {
       // A decision whose cost the lease could not cover, or a second reservation that crossed the first.
-      this.keep(identifier, lease, decision, reserved, windowStarts, taken, now, waitUntil);
+      this.keep(identifier, lease, decision, reserved, countedAt, taken, now, waitUntil);
       lease.snapshot = answer.rules;
       lease.used = 0;
       return answer;
     }
-    if (reserved > 0) this.start(identifier, seen, reserved, answer, windowStarts, taken, now, waitUntil);
+    if (reserved > 0) this.start(identifier, seen, reserved, answer, countedAt, taken, now, waitUntil);
     return answer;
   }
 
@@ -238,7 +242,7 @@ export class IsolateTier extends Tier implements Entry {
    * Charges a decision answered here `difference` more units (actual - cost, not 0; fewer when
    * negative) against its lease where it can: units given back rejoin the lease while it lives (it
    * holds units counted in the same windows); extra units come out of it when it holds that many.
-   * Returns whether the lease took it; when not, `windowsOf` says where the units were counted.
+   * Returns whether the lease took it; when not, `countedAtOf` says where the units were counted.
    */
   charge(identifier: string, decision: Decision, difference: number, now: number): boolean {
     const lease = leaseOf(decision);
@@ -252,8 +256,8 @@ export class IsolateTier extends Tier implements Entry {
   }
 
   /** Per rule, where the units of a decision answered here were counted (empty for one it did not answer). */
-  windowsOf(decision: Decision): readonly number[] {
-    return leaseOf(decision)?.windowStarts ?? [];
+  countedAtOf(decision: Decision): readonly number[] {
+    return leaseOf(decision)?.countedAt ?? [];
   }
 
   /** Forgets the identifier's lease without a refund (its state at home was deleted). */
@@ -287,28 +291,28 @@ export class IsolateTier extends Tier implements Entry {
   async dispose(): Promise<void> {
     this.stop();
     const now = this.clock();
-    const refunds: Refund[] = [];
+    const unused: Unused[] = [];
     for (const [identifier, seen] of this.seen) {
-      if (seen.lease) refunds.push(this.detach(identifier, seen));
+      if (seen.lease) unused.push(this.detach(identifier, seen));
     }
-    this.giveBackAll(refunds, now, undefined);
+    this.giveBackAll(unused, now, undefined);
     await this.drained();
   }
 
   /** Refunds every lease expired at `now`. */
   sweep(now: number, waitUntil?: WaitUntil): void {
-    const refunds: Refund[] = [];
+    const unused: Unused[] = [];
     let next = Number.POSITIVE_INFINITY;
     for (const [identifier, lease] of this.held) {
       if (lease.expiresAt <= now) {
         const seen = this.seen.get(identifier);
-        if (seen) refunds.push(this.detach(identifier, seen));
+        if (seen) unused.push(this.detach(identifier, seen));
       } else if (lease.expiresAt < next) {
         next = lease.expiresAt;
       }
     }
     this.nextExpiry = next;
-    this.giveBackAll(refunds, now, waitUntil);
+    this.giveBackAll(unused, now, waitUntil);
   }
 
   /**
@@ -346,7 +350,7 @@ export class IsolateTier extends Tier implements Entry {
   /** A top-up's answer: its unit and the reserved ones join the lease (or start a new one). */
   private toppedUp(
     identifier: string,
-    { decision, reserved, windowStarts, from }: Reservation,
+    { decision, reserved, countedAt, from }: Reservation,
     now: number,
     waitUntil?: WaitUntil,
   ): void {
@@ -360,18 +364,21 @@ export class IsolateTier extends Tier implements Entry {
     const lease = seen?.lease;
     const taken = originOf(decision, units, from);
     if (seen === undefined || this.disposed) {
-      this.refund(identifier, units, windowStarts, now, this.appliedOf(decision), waitUntil, taken);
+      this.track(
+        this.giveBack(identifier, units, countedAt, now, this.appliedOf(decision), taken),
+        waitUntil,
+      );
       return;
     }
     if (lease === undefined) {
-      this.start(identifier, seen, units, withHeld(decision, units), windowStarts, taken, now, waitUntil);
+      this.start(identifier, seen, units, withHeld(decision, units), countedAt, taken, now, waitUntil);
       return;
     }
-    const keep = this.keep(identifier, lease, decision, units, windowStarts, taken, now, waitUntil);
+    const keep = this.keep(identifier, lease, decision, units, countedAt, taken, now, waitUntil);
     lease.snapshot = withHeld(decision, lease.units).rules;
     lease.used = 0;
     // a lease topped up lives a ttl from then (what is left of the old units is at most a quarter of max)
-    if (keep > 0) lease.expiresAt = this.expiry(now, lease.rules, windowStarts);
+    if (keep > 0) lease.expiresAt = this.expiry(now, lease.rules, countedAt);
   }
 
   /**
@@ -383,17 +390,20 @@ export class IsolateTier extends Tier implements Entry {
     lease: Held,
     decision: Decision,
     units: number,
-    windowStarts: readonly number[],
+    countedAt: readonly number[],
     origin: Origin,
     now: number,
     waitUntil: WaitUntil | undefined,
   ): number {
-    const keep = joins(lease, decision, windowStarts) ? Math.min(units, this.config.max - lease.units) : 0;
+    const keep = joins(lease, decision, countedAt) ? Math.min(units, this.config.max - lease.units) : 0;
     const [kept, back] = split(origin, keep);
-    if (keep > 0) join(lease, windowStarts, kept);
+    if (keep > 0) join(lease, countedAt, kept);
     lease.units += keep;
     if (units > keep)
-      this.refund(identifier, units - keep, windowStarts, now, this.appliedOf(decision), waitUntil, back);
+      this.track(
+        this.giveBack(identifier, units - keep, countedAt, now, this.appliedOf(decision), back),
+        waitUntil,
+      );
     return keep;
   }
 
@@ -402,7 +412,7 @@ export class IsolateTier extends Tier implements Entry {
     seen: Seen,
     units: number,
     answer: Decision,
-    windowStarts: readonly number[],
+    countedAt: readonly number[],
     origin: Origin,
     now: number,
     waitUntil: WaitUntil | undefined,
@@ -410,10 +420,10 @@ export class IsolateTier extends Tier implements Entry {
     const rules = answer.decidedBy ?? this.rules;
     const held: Held = {
       units,
-      expiresAt: this.expiry(now, rules, windowStarts),
+      expiresAt: this.expiry(now, rules, countedAt),
       snapshot: answer.rules,
       used: 0,
-      windowStarts,
+      countedAt,
       origin,
       plan: answer.plan,
       rules,
@@ -424,9 +434,9 @@ export class IsolateTier extends Tier implements Entry {
     if (waitUntil === undefined) this.arm();
   }
 
-  private giveBackAll(refunds: readonly Refund[], now: number, waitUntil: WaitUntil | undefined): void {
-    for (const { identifier, units, windowStarts, applied, origin } of refunds) {
-      if (units > 0) this.refund(identifier, units, windowStarts, now, applied, waitUntil, origin);
+  private giveBackAll(unused: readonly Unused[], now: number, waitUntil: WaitUntil | undefined): void {
+    for (const { identifier, units, countedAt, applied, origin } of unused) {
+      if (units > 0) this.track(this.giveBack(identifier, units, countedAt, now, applied, origin), waitUntil);
     }
   }
 
@@ -441,13 +451,13 @@ export class IsolateTier extends Tier implements Entry {
   }
 
   /** Ends a lease here and says what is left of it. */
-  private detach(identifier: string, seen: Seen): Refund {
+  private detach(identifier: string, seen: Seen): Unused {
     const lease = seen.lease!;
     seen.lease = undefined;
     this.held.delete(identifier);
     const applied = { name: lease.plan, rules: lease.rules };
-    const { units, windowStarts, origin } = lease;
-    return { identifier, units, windowStarts, applied, origin };
+    const { units, countedAt, origin } = lease;
+    return { identifier, units, countedAt, applied, origin };
   }
 
   /** The rules a decision was decided by, which its reserved units were counted under. */
@@ -468,27 +478,27 @@ function leaseOf(decision: Decision): Held | undefined {
 }
 
 /**
- * Whether units a decision reserved in `windowStarts` may join `lease`: counted in the same windows
+ * Whether units a decision reserved, counted at `countedAt`, may join `lease`: counted in the same windows
  * (a gcra or token bucket rule's TAT may differ: see join), under the same rules (an override changed
  * in between: they go back instead).
  */
-function joins(lease: Held, decision: Decision, windowStarts: readonly number[]): boolean {
+function joins(lease: Held, decision: Decision, countedAt: readonly number[]): boolean {
   return (
     decision.plan === lease.plan &&
     (decision.decidedBy ?? lease.rules) === lease.rules &&
-    windowStarts.every((start, i) => start === lease.windowStarts[i] || holdsTat(lease.rules[i]!))
+    countedAt.every((start, i) => start === lease.countedAt[i] || holdsTat(lease.rules[i]!))
   );
 }
 
 /**
- * Units reserved in `windowStarts` (from `origin`) join `lease`: a gcra rule's units then hold the
+ * Units reserved, counted at `countedAt` (from `origin`), join `lease`: a gcra rule's units then hold the
  * earlier of the two TATs, and count from the earlier reservation, so that a refund never gives back
  * more than the first units still hold (less, at worst). One whose time is not known (the region's
  * pool) leaves the lease's unknown too.
  */
-function join(lease: Held, windowStarts: readonly number[], origin: Origin): void {
-  lease.windowStarts = lease.windowStarts.map((start, i) =>
-    holdsTat(lease.rules[i]!) ? Math.min(start, windowStarts[i]!) : start,
+function join(lease: Held, countedAt: readonly number[], origin: Origin): void {
+  lease.countedAt = lease.countedAt.map((start, i) =>
+    holdsTat(lease.rules[i]!) ? Math.min(start, countedAt[i]!) : start,
   );
   const known = lease.origin.at > 0 && origin.at > 0;
   if (!known) lease.origin = UNKNOWN;

@@ -142,8 +142,6 @@ export class RegionalTier extends Tier implements Upstream, Entry {
   /** The pools this tier deposited into, by key, until their units stop being handed out. */
   private readonly deposits = new Map<string, { identifier: string; expiresAt: number }>();
   private readonly count: number;
-  /** A pool's answer's counts at home, per rule: none of its own (the pool's units were counted before). */
-  private readonly none: readonly number[];
   readonly stats: RegionStats;
 
   constructor(
@@ -156,7 +154,6 @@ export class RegionalTier extends Tier implements Upstream, Entry {
   ) {
     super(config, home, clock, maxStale);
     this.count = home.plan.rules.length;
-    this.none = home.plan.rules.map(() => 0);
     this.stats = tiers.stats;
     tiers.all.push(this);
   }
@@ -179,7 +176,7 @@ export class RegionalTier extends Tier implements Upstream, Entry {
     then: Then<T>,
   ): Promise<T> {
     return this.reserve(identifier, cost, now, undefined, waitUntil).then((reservation) =>
-      reservation instanceof Error ? then(reservation) : then(reservation.decision, reservation.counted),
+      reservation instanceof Error ? then(reservation) : then(reservation.decision, reservation),
     );
   }
 
@@ -225,11 +222,9 @@ export class RegionalTier extends Tier implements Upstream, Entry {
     return {
       decision,
       reserved: answer.extra,
-      windowStarts: answer.windowStarts,
+      countedAt: answer.countedAt,
       // the lease's units come with their part of the pool's reservation (what a refund of them is bounded by)
       from: answer.origin,
-      // a pool's answer was counted at home in the windows of the pool's units
-      counted: { applied: plan, starts: answer.windowStarts, counts: this.none },
     };
   }
 
@@ -266,7 +261,7 @@ export class RegionalTier extends Tier implements Upstream, Entry {
     now: number,
     waitUntil: WaitUntil | undefined,
   ): Reservation {
-    const { decision, reserved, windowStarts, counted } = reservation;
+    const { decision, reserved, countedAt } = reservation;
     const share = decision.allowed ? Math.min(forPool, reserved) : 0;
     if (share === 0) {
       this.free(identifier, now, waitUntil);
@@ -274,11 +269,12 @@ export class RegionalTier extends Tier implements Upstream, Entry {
     }
     if (this.lost(decision, share)) {
       this.free(identifier, now, waitUntil);
-      return { decision, reserved: reserved - share, windowStarts, counted };
+      return { decision, reserved: reserved - share, countedAt };
     }
     const deposit = { at: decision.decidedAt, taken: share };
-    this.track(this.put(identifier, share, windowStarts, decision, deposit, now, !waitUntil), waitUntil);
-    return { decision: withHeld(decision, share), reserved: reserved - share, windowStarts, counted };
+    this.track(this.put(identifier, share, countedAt, decision, deposit, now, !waitUntil), waitUntil);
+    // the caller is told a copy (the pool's share counted as remaining): home's own goes with it
+    return { decision: withHeld(decision, share), reserved: reserved - share, countedAt, home: decision };
   }
 
   /**
@@ -303,8 +299,8 @@ export class RegionalTier extends Tier implements Upstream, Entry {
   /** Gives back at home what a pool's answer took out of it (its leftover), if anything. */
   private async giveBackLeftover(identifier: string, answer: PoolTake | Error, now: number): Promise<void> {
     if (answer instanceof Error || answer.hit || answer.leftover === 0) return;
-    const { leftover, windowStarts, origin } = answer;
-    await this.giveBack(identifier, leftover, windowStarts, now, this.home.plan, origin);
+    const { leftover, countedAt, origin } = answer;
+    await this.giveBack(identifier, leftover, countedAt, now, this.home.plan, origin);
   }
 
   /**
@@ -367,7 +363,7 @@ export class RegionalTier extends Tier implements Upstream, Entry {
         const units = 1 + answer.reserved;
         if (this.lost(answer.decision, units)) return this.pool.free(key, now);
         const origin = { at: answer.decision.decidedAt, taken: units };
-        return this.put(identifier, units, answer.windowStarts, answer.decision, origin, now, !waitUntil);
+        return this.put(identifier, units, answer.countedAt, answer.decision, origin, now, !waitUntil);
       }),
       waitUntil,
     );
@@ -377,7 +373,7 @@ export class RegionalTier extends Tier implements Upstream, Entry {
   private async put(
     identifier: string,
     units: number,
-    windowStarts: readonly number[],
+    countedAt: readonly number[],
     decision: Decision,
     origin: Origin,
     now: number,
@@ -389,14 +385,14 @@ export class RegionalTier extends Tier implements Upstream, Entry {
       const outcome = decision.rules[rule.name]!;
       return { remaining: outcome.remaining, resetAt: outcome.resetAt };
     });
-    const expiresAt = Math.floor(this.expiry(now, plan.rules, windowStarts));
+    const expiresAt = Math.floor(this.expiry(now, plan.rules, countedAt));
     const key = this.key(identifier);
-    const put = await this.pool.put(key, { units, expiresAt, windowStarts, snapshot, origin }, now);
+    const put = await this.pool.put(key, { units, expiresAt, countedAt, snapshot, origin }, now);
     if (put instanceof Error) {
       // Refused before it was sent (the region's breaker is open): the units never left, give them back.
       // Any other failure may have reached the pool: giving them back too could admit them twice.
       if ((put as RedisCallError).kind === "breaker-open")
-        await this.giveBack(identifier, units, windowStarts, now, plan, origin);
+        await this.giveBack(identifier, units, countedAt, now, plan, origin);
       else this.stats.lost += units;
       return;
     }
@@ -404,11 +400,13 @@ export class RegionalTier extends Tier implements Upstream, Entry {
     this.remember(key, identifier, expiresAt, background);
     const back: Promise<void>[] = [];
     if (put.leftover > 0)
-      back.push(this.giveBack(identifier, put.leftover, put.leftoverWindows, now, plan, put.leftoverOrigin));
+      back.push(
+        this.giveBack(identifier, put.leftover, put.leftoverCountedAt, now, plan, put.leftoverOrigin),
+      );
     if (put.excess > 0) {
       // the pool kept the rest of the reservation's part: the excess goes back with its own
       const excess = { at: origin.at, taken: Math.min(put.excess, origin.taken) };
-      back.push(this.giveBack(identifier, put.excess, windowStarts, now, plan, excess));
+      back.push(this.giveBack(identifier, put.excess, countedAt, now, plan, excess));
     }
     await Promise.all(back);
   }

@@ -18,8 +18,8 @@
 // A unit is only ever created at home: a tier hands out, or gives back, units home took first.
 import { algorithmOf, type Rule } from "./algorithms/index.js";
 import { GIVES_BACK } from "./algorithms/shared.js";
-import type { Applied, Counted, PlanEncoding, Reservation, RuleScripts } from "./scripts/limiter.js";
-import { type Origin, UNKNOWN } from "./scripts/shared.js";
+import type { Applied, PlanEncoding, Reservation, RuleScripts } from "./scripts/limiter.js";
+import type { Origin } from "./scripts/shared.js";
 import { type Decision, decidedBy, type RuleResult } from "./types.js";
 import { MAX_TIMER_MS } from "./validate.js";
 
@@ -51,11 +51,12 @@ export interface Upstream {
 }
 
 /**
- * What a step of the pipeline hands its answer to: a Decision, with where home counted its units when
- * the Decision is a copy of home's (undefined: read from the Decision itself, or it was not admitted),
- * or an Error (Redis failed: the Limiter's `onError` decides).
+ * What a step of the pipeline hands its answer to: a Decision, with the Reservation it came from when
+ * a tier asked upstream for it (its decision home's own or a pool's, or a copy of home's with `home`
+ * set: where a settle reads where the units were counted; unset: read from the Decision itself), or
+ * an Error (Redis failed: the Limiter's `onError` decides).
  */
-export type Then<T> = (answer: Decision | Error, counted?: Counted) => T;
+export type Then<T> = (answer: Decision | Error, reservation?: Reservation) => T;
 
 /**
  * The pipeline of one plan past the deny cache, entered at its first step: the isolate tier (answers
@@ -73,8 +74,8 @@ export interface Entry {
   ): Promise<T>;
 }
 
-/** What home runs, as RuleScripts sends it: decisions, reservations, refunds, where a decision counted. */
-export type HomeScripts = Pick<RuleScripts, "decide" | "reserve" | "refund" | "counted">;
+/** What home runs, as RuleScripts sends it: decisions, reservations, refunds. */
+export type HomeScripts = Pick<RuleScripts, "decide" | "reserve" | "refund">;
 
 /**
  * Home under one plan: the limiter script, where every unit is created, and the refund script, where
@@ -116,33 +117,25 @@ export class Home implements Upstream, Entry {
     want: number | undefined,
   ): Promise<Reservation | Error> {
     if (want) return this.scripts.reserve(identifier, cost, now, want, this.plan);
-    // nobody wants units (0 as undefined): the plain decision, where it counted read now (a tier may
-    // answer the caller a copy of it)
+    // nobody wants units (0 as undefined): the plain decision
     return this.decide(identifier, cost, now, undefined, (decision) =>
-      decision instanceof Error
-        ? decision
-        : {
-            decision,
-            reserved: 0,
-            windowStarts: this.none,
-            counted: decision.allowed ? this.scripts.counted(decision) : undefined,
-          },
+      decision instanceof Error ? decision : { decision, reserved: 0, countedAt: this.none },
     );
   }
 
   /**
-   * Gives `units` back under the rules they were reserved under (default: this plan's), from the
-   * reservation `origin` (when, how many). Resolves true when home ran it.
+   * Gives `units` back under the rules they were reserved under (`applied`), from the reservation
+   * `origin` (when, how many; UNKNOWN when the holder kept none). Resolves true when home ran it.
    */
   refund(
     identifier: string,
     units: number,
-    windowStarts: readonly number[],
+    countedAt: readonly number[],
     now: number,
-    applied: Applied = this.plan,
-    origin: Origin = UNKNOWN,
+    applied: Applied,
+    origin: Origin,
   ): Promise<boolean> {
-    return this.scripts.refund(identifier, units, windowStarts, now, applied, origin);
+    return this.scripts.refund(identifier, units, countedAt, now, applied, origin);
   }
 }
 
@@ -182,41 +175,31 @@ export abstract class Tier {
   protected abstract get holding(): boolean;
 
   /**
-   * When units reserved at `now` in `windowStarts` under `rules` are no longer handed out: a ttl (and
+   * When units reserved at `now`, counted at `countedAt` under `rules`, are no longer handed out: a ttl (and
    * maxStale) later, and never past the end of a window rule's window they were counted in (a unit of
    * that window handed out in the next one would let the next one hold more than its limit).
    */
-  protected expiry(now: number, rules: readonly Rule[], windowStarts: readonly number[]): number {
+  protected expiry(now: number, rules: readonly Rule[], countedAt: readonly number[]): number {
     let expiresAt = now + Math.min(this.config.ttl, this.maxStale);
     rules.forEach((rule, i) => {
-      if (windowed(rule)) expiresAt = Math.min(expiresAt, windowStarts[i]! + rule.window);
+      if (windowed(rule)) expiresAt = Math.min(expiresAt, countedAt[i]! + rule.window);
     });
     return expiresAt;
   }
 
-  /** Refunds units at home, off the request path, counting what came back and what failed. */
-  protected refund(
-    identifier: string,
-    units: number,
-    windowStarts: readonly number[],
-    now: number,
-    applied: Applied,
-    waitUntil: WaitUntil | undefined,
-    origin: Origin = UNKNOWN,
-  ): void {
-    this.track(this.giveBack(identifier, units, windowStarts, now, applied, origin), waitUntil);
-  }
-
-  /** Gives units back at home, where they were counted (the refund script). */
+  /**
+   * Gives units back at home, where they were counted (home's refund), counting what came back and
+   * what failed. Off the request path: `track` it.
+   */
   protected async giveBack(
     identifier: string,
     units: number,
-    windowStarts: readonly number[],
+    countedAt: readonly number[],
     now: number,
     applied: Applied,
-    origin: Origin = UNKNOWN,
+    origin: Origin,
   ): Promise<void> {
-    const ok = await this.home.refund(identifier, units, windowStarts, now, applied, origin);
+    const ok = await this.home.refund(identifier, units, countedAt, now, applied, origin);
     if (ok) this.stats.refunded += units;
     else this.stats.refundsFailed += 1;
   }

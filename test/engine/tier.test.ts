@@ -1,7 +1,8 @@
 // The tier at both levels of the lease tree, with no Redis: the isolate tier (units in memory) and the
-// regional tier (units in the region's database) against fake home scripts and a fake pool script,
-// with the clock moved by hand. Exact numbers: every unit is accounted for. One table runs the pool
-// script itself (the shared bridge): its sizing against the one the isolate tier uses.
+// regional tier (units in the region's database) against fake home scripts, a scripted upstream and a
+// fake pool script, with the clock moved by hand, each driven through its public calls (the isolate
+// tier's `decide`, as the Limiter calls it). Exact numbers: every unit is accounted for. One table runs
+// the pool script itself (the shared bridge): its sizing against the one the isolate tier uses.
 import { describe, expect, it } from "vitest";
 import { compileRule, fixedWindow, gcra, type Rule } from "../../src/engine/algorithms/index.js";
 import { RedisCallError } from "../../src/engine/errors.js";
@@ -79,7 +80,7 @@ function denial(rules: readonly Rule[], now: number): Decision {
 interface Refunded {
   identifier: string;
   units: number;
-  windowStarts: readonly number[];
+  countedAt: readonly number[];
   now: number;
   applied: Applied;
   origin: Origin;
@@ -102,10 +103,10 @@ function fakeHome(limit = 100) {
       used = 0;
     }
     const left = limit - used;
-    if (cost > left) return { decision: denial(RULES, now), reserved: 0, windowStarts: [0] };
+    if (cost > left) return { decision: denial(RULES, now), reserved: 0, countedAt: [0] };
     const reserved = Math.min(want, Math.floor((left - cost) / 2));
     used += cost + reserved;
-    return { decision: admission(RULES, limit - used, now), reserved, windowStarts: [start] };
+    return { decision: admission(RULES, limit - used, now), reserved, countedAt: [start] };
   };
   const scripts = {
     decide(identifier: string, cost: number, now: number, then: (d: Decision | Error) => unknown) {
@@ -116,31 +117,55 @@ function fakeHome(limit = 100) {
       reserves.push([identifier, cost, now, want]);
       return Promise.resolve(take(cost, want, now));
     },
-    counted(decision: Decision) {
-      return { applied: { name: decision.plan, rules: RULES }, starts: [windowStart], counts: [0] };
-    },
     refund(
       identifier: string,
       units: number,
-      windowStarts: readonly number[],
+      countedAt: readonly number[],
       now: number,
       applied: Applied,
       origin: Origin,
     ) {
-      refunds.push({ identifier, units, windowStarts, now, applied, origin });
-      if (windowStarts[0] === windowStart) used -= units;
+      refunds.push({ identifier, units, countedAt, now, applied, origin });
+      if (countedAt[0] === windowStart) used -= units;
       return Promise.resolve(true);
     },
   } as unknown as HomeScripts;
   return { scripts, reserves, decides, refunds, used: () => used };
 }
 
-/** The isolate tier's step of the pipeline: its lease's answer, or upstream's with the lease filled. */
-function decide(tier: IsolateTier, identifier: string, cost: number, now: number): Promise<Decision> {
-  return tier.decide(identifier, cost, now, undefined, (answer) => {
+/**
+ * The isolate tier's step of the pipeline: its lease's answer, or upstream's with the lease filled.
+ * Every test drives the tier through it, as the Limiter does.
+ */
+function decide(
+  tier: IsolateTier,
+  identifier: string,
+  cost: number,
+  now: number,
+  waitUntil?: (promise: Promise<unknown>) => void,
+): Promise<Decision> {
+  return tier.decide(identifier, cost, now, waitUntil, (answer) => {
     if (answer instanceof Error) throw answer;
     return answer;
   });
+}
+
+/**
+ * An upstream (a regional tier, or home) whose answers the test gives, one a call, in order, and that
+ * records what it was asked: [identifier, cost, now, want].
+ */
+function scriptedUpstream() {
+  const asked: [string, number, number, number | undefined][] = [];
+  const answers: Reservation[] = [];
+  const upstream = {
+    reserve(identifier: string, cost: number, now: number, want: number | undefined) {
+      asked.push([identifier, cost, now, want]);
+      const answer = answers.shift();
+      if (answer === undefined) throw new Error(`upstream: no answer given for ${identifier} at ${now}`);
+      return Promise.resolve(answer);
+    },
+  };
+  return { upstream, asked, answers };
 }
 
 describe("the demand estimate", () => {
@@ -193,7 +218,7 @@ describe("the isolate tier (units in memory)", () => {
       {
         identifier: "a",
         units: 2,
-        windowStarts: [T0],
+        countedAt: [T0],
         now: T0,
         applied: { name: "default", rules: RULES },
         // the reservation of the lease's 3
@@ -201,29 +226,39 @@ describe("the isolate tier (units in memory)", () => {
       },
     ]);
     expect(fake.used()).toBe(5);
-    expect(tier.want("a", 1, T0 + 10)).toBe(0);
+    // disposed, it leases no more: a warm identifier's next decision is home's plain one
+    expect(await decide(tier, "a", 1, T0 + 10)).toMatchObject({ source: "redis", remaining: 94 });
+    expect(fake.decides).toEqual([
+      ["a", 1, T0],
+      ["a", 1, T0 + 10],
+    ]);
+    expect(fake.reserves).toHaveLength(2);
   });
 
   it("ends a lease with the window its units were counted in, and gives them back to that window", async () => {
     const fake = fakeHome();
     const home = new Home(fake.scripts, encoding(RULES));
+    const { upstream, asked, answers } = scriptedUpstream();
     let now = T0 + 55_000;
-    const tier = new IsolateTier({ max: 10, ttl: 10_000 }, home, home, () => now);
+    const tier = new IsolateTier({ max: 10, ttl: 10_000 }, home, upstream, () => now);
     const waited: Promise<unknown>[] = [];
     const waitUntil = (p: Promise<unknown>) => void waited.push(p);
-    expect(tier.answer("a", 1, now, waitUntil)).toBeUndefined();
-    tier.fill("a", { decision: admission(RULES, 90, now), reserved: 5, windowStarts: [T0] }, now, waitUntil);
+    answers.push({ decision: admission(RULES, 90, now), reserved: 5, countedAt: [T0] });
+    // told home's 90 and the 5 the lease now holds
+    expect(await decide(tier, "a", 1, now, waitUntil)).toMatchObject({ source: "redis", remaining: 95 });
     now = T0 + MINUTE - 1; // a ttl would reach past the window's end
-    expect(tier.answer("a", 1, now, waitUntil)).toMatchObject({ source: "lease", remaining: 94 });
+    expect(await decide(tier, "a", 1, now, waitUntil)).toMatchObject({ source: "lease", remaining: 94 });
     now = T0 + MINUTE;
-    expect(tier.answer("a", 1, now, waitUntil)).toBeUndefined();
+    answers.push({ decision: admission(RULES, 98, now), reserved: 0, countedAt: [now] });
+    expect(await decide(tier, "a", 1, now, waitUntil)).toMatchObject({ source: "redis", remaining: 98 });
+    expect(asked.map(([, , at]) => at)).toEqual([T0 + 55_000, T0 + MINUTE]);
     expect(tier.size).toBe(0);
     await Promise.all(waited);
     expect(fake.refunds).toEqual([
       {
         identifier: "a",
         units: 4,
-        windowStarts: [T0],
+        countedAt: [T0],
         now: T0 + MINUTE,
         applied: { name: "default", rules: RULES },
         origin: { at: T0 + 55_000, taken: 5 },
@@ -235,22 +270,18 @@ describe("the isolate tier (units in memory)", () => {
   it("gives units back under the rules they were reserved under: an override's, not the plan's", async () => {
     const fake = fakeHome();
     const home = new Home(fake.scripts, encoding(RULES));
-    const tier = new IsolateTier({ max: 10, ttl: 1000 }, home, home, () => T0 + 10);
+    const { upstream, answers } = scriptedUpstream();
+    const tier = new IsolateTier({ max: 10, ttl: 1000 }, home, upstream, () => T0 + 10);
     const custom = [compileRule("perMinute", fixedWindow({ limit: 50, window: "1m" }))];
-    tier.answer("a", 1, T0);
-    const told = tier.fill(
-      "a",
-      { decision: admission(custom, 40, T0, "custom"), reserved: 6, windowStarts: [T0] },
-      T0,
-    );
-    expect(told).toMatchObject({ plan: "custom", remaining: 46 });
-    const leased = tier.answer("a", 1, T0 + 1)!;
+    answers.push({ decision: admission(custom, 40, T0, "custom"), reserved: 6, countedAt: [T0] });
+    expect(await decide(tier, "a", 1, T0)).toMatchObject({ plan: "custom", remaining: 46 });
+    const leased = await decide(tier, "a", 1, T0 + 1);
     expect(leased).toMatchObject({ source: "lease", plan: "custom", limit: 50, remaining: 45 });
     expect(leased.decidedBy).toBe(custom);
     tier.release("a");
     await tier.dispose();
     expect(fake.refunds).toHaveLength(1);
-    expect(fake.refunds[0]).toMatchObject({ units: 5, windowStarts: [T0], now: T0 + 10 });
+    expect(fake.refunds[0]).toMatchObject({ units: 5, countedAt: [T0], now: T0 + 10 });
     expect(fake.refunds[0]!.applied.name).toBe("custom");
     expect(fake.refunds[0]!.applied.rules).toBe(custom);
   });
@@ -258,15 +289,18 @@ describe("the isolate tier (units in memory)", () => {
   it("drops the lease on a denial and gives its units back", async () => {
     const fake = fakeHome();
     const home = new Home(fake.scripts, encoding(RULES));
-    const tier = new IsolateTier({ max: 10, ttl: 1000 }, home, home, () => T0);
-    tier.answer("a", 1, T0);
-    tier.fill("a", { decision: admission(RULES, 90, T0), reserved: 5, windowStarts: [T0] }, T0);
-    tier.answer("a", 1, T0 + 1);
-    tier.answer("a", 1, T0 + 2);
-    // a cost the lease cannot cover passes on, and home denies it
-    expect(tier.answer("a", 4, T0 + 3)).toBeUndefined();
+    const { upstream, asked, answers } = scriptedUpstream();
+    const tier = new IsolateTier({ max: 10, ttl: 1000 }, home, upstream, () => T0);
+    answers.push({ decision: admission(RULES, 90, T0), reserved: 5, countedAt: [T0] });
+    await decide(tier, "a", 1, T0);
+    expect(await decide(tier, "a", 1, T0 + 1)).toMatchObject({ source: "lease" });
+    expect(await decide(tier, "a", 1, T0 + 2)).toMatchObject({ source: "lease" });
+    // a cost the lease cannot cover passes on (asking for no units beside: a lease still holds 3), and
+    // home denies it
     const d = denial(RULES, T0 + 3);
-    expect(tier.fill("a", { decision: d, reserved: 0, windowStarts: [0] }, T0 + 3)).toBe(d);
+    answers.push({ decision: d, reserved: 0, countedAt: [0] });
+    expect(await decide(tier, "a", 4, T0 + 3)).toBe(d);
+    expect(asked.at(-1)).toEqual(["a", 4, T0 + 3, 0]);
     expect(tier.size).toBe(0);
     await tier.dispose();
     expect(fake.refunds.map((r) => [r.units, r.now])).toEqual([[3, T0 + 3]]);
@@ -275,33 +309,29 @@ describe("the isolate tier (units in memory)", () => {
   it("tops a hot lease up from its upstream before it runs dry, off the request path", async () => {
     const fake = fakeHome();
     const home = new Home(fake.scripts, encoding(RULES));
-    const asked: [string, number, number, number | undefined][] = [];
-    const upstream = {
-      reserve(identifier: string, cost: number, now: number, want: number | undefined) {
-        asked.push([identifier, cost, now, want]);
-        return Promise.resolve({
-          decision: admission(RULES, 50, now),
-          reserved: want!,
-          windowStarts: [T0],
-        });
-      },
-    };
+    const { upstream, asked, answers } = scriptedUpstream();
     const T = T0 + 1000;
     const tier = new IsolateTier({ max: 8, ttl: 1000 }, home, upstream, () => T);
-    for (let i = 0; i < 16; i++) expect(tier.answer("a", 1, T + i)).toBeUndefined();
-    tier.fill("a", { decision: admission(RULES, 60, T + 15), reserved: 8, windowStarts: [T0] }, T + 15);
+    // 15 decisions upstream that spare nothing, then one that reserves the 8 it asks for
+    for (let i = 0; i < 15; i++)
+      answers.push({ decision: admission(RULES, 75 - i, T + i), reserved: 0, countedAt: [T0] });
+    answers.push({ decision: admission(RULES, 60, T + 15), reserved: 8, countedAt: [T0] });
+    for (let i = 0; i < 16; i++) expect(await decide(tier, "a", 1, T + i)).toMatchObject({ source: "redis" });
+    // each asks for the units seen before it (none for an identifier seen once), at most max
+    expect(asked.map(([, , , want]) => want)).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8, 8, 8, 8, 8, 8, 8, 8]);
     const waited: Promise<unknown>[] = [];
     const waitUntil = (p: Promise<unknown>) => void waited.push(p);
+    answers.push({ decision: admission(RULES, 50, T + 21), reserved: 5, countedAt: [T0] });
     const remaining: number[] = [];
-    for (let i = 16; i <= 21; i++) remaining.push(tier.answer("a", 1, T + i, waitUntil)!.remaining);
+    for (let i = 16; i <= 21; i++) remaining.push((await decide(tier, "a", 1, T + i, waitUntil)).remaining);
     expect(remaining).toEqual([67, 66, 65, 64, 63, 62]);
     // at 2 units left (a quarter of max; an eighth of 21 seen is more), a decision of cost 1 asks for
     // about a ttl's traffic: min(8, 21) - 2 held - its own 1 = 5
-    expect(asked).toEqual([["a", 1, T + 21, 5]]);
+    expect(asked.slice(16)).toEqual([["a", 1, T + 21, 5]]);
     expect(waited).toHaveLength(1);
     await Promise.all(waited);
     // its unit and the 5 join the lease (8 units), told from the top-up's answer: 50 + 8 held
-    expect(tier.answer("a", 1, T + 22)).toMatchObject({ source: "lease", remaining: 57 });
+    expect(await decide(tier, "a", 1, T + 22)).toMatchObject({ source: "lease", remaining: 57 });
     expect(tier.stats).toMatchObject({ reserved: 14, answered: 7 });
     expect(fake.reserves).toEqual([]);
   });
@@ -309,24 +339,26 @@ describe("the isolate tier (units in memory)", () => {
   it("charges an answer's difference against its lease, or says where its units were counted", async () => {
     const fake = fakeHome();
     const home = new Home(fake.scripts, encoding(RULES));
-    const tier = new IsolateTier({ max: 10, ttl: 1000 }, home, home, () => T0);
-    tier.answer("a", 1, T0);
-    tier.fill("a", { decision: admission(RULES, 90, T0), reserved: 5, windowStarts: [T0] }, T0);
-    const d = tier.answer("a", 2, T0 + 1)!; // 3 left
+    const { upstream, answers } = scriptedUpstream();
+    const tier = new IsolateTier({ max: 10, ttl: 1000 }, home, upstream, () => T0);
+    answers.push({ decision: admission(RULES, 90, T0), reserved: 5, countedAt: [T0] });
+    await decide(tier, "a", 1, T0);
+    const d = await decide(tier, "a", 2, T0 + 1); // 3 left
+    expect(d.source).toBe("lease");
     expect(tier.charge("a", d, -1, T0 + 2)).toBe(true); // 4 left
     expect(tier.charge("a", d, 3, T0 + 3)).toBe(true); // 1 left
     expect(tier.charge("a", d, 2, T0 + 4)).toBe(false); // more than it holds: home settles it
-    expect(tier.windowsOf(d)).toEqual([T0]);
+    expect(tier.countedAtOf(d)).toEqual([T0]);
     // a copy carries no lease
     expect(tier.charge("a", { ...d }, -1, T0 + 4)).toBe(false);
-    expect(tier.windowsOf({ ...d })).toEqual([]);
-    expect(tier.answer("a", 1, T0 + 5)).toMatchObject({ source: "lease" });
+    expect(tier.countedAtOf({ ...d })).toEqual([]);
+    expect(await decide(tier, "a", 1, T0 + 5)).toMatchObject({ source: "lease" });
     expect(tier.size).toBe(0);
     await tier.dispose();
     expect(fake.refunds).toEqual([]);
   });
 
-  it("holds nothing under a sliding log, nor with maxStale 0", () => {
+  it("holds nothing under a sliding log, nor with maxStale 0", async () => {
     const fake = fakeHome();
     const log = compileRule("log", { algorithm: "slidingLog", limit: 100, window: 60_000 });
     const logged = new IsolateTier(
@@ -338,32 +370,38 @@ describe("the isolate tier (units in memory)", () => {
     const home = new Home(fake.scripts, encoding(RULES));
     const fresh = new IsolateTier({ max: 10, ttl: 1000 }, home, home, () => T0, 0);
     for (const tier of [logged, fresh]) {
-      for (let i = 0; i < 10; i++) tier.answer("a", 1, T0 + i);
-      expect(tier.want("a", 1, T0 + 10)).toBe(0);
+      for (let i = 0; i <= 10; i++) await decide(tier, "a", 1, T0 + i);
     }
+    // a warm identifier's decisions ask for no units: every one is home's plain decision
+    expect(fake.reserves).toEqual([]);
+    expect(fake.decides).toHaveLength(22);
   });
 
-  it("a lease under gcra ends a ttl on, whatever its TAT", () => {
+  it("a lease under gcra ends a ttl on, whatever its TAT", async () => {
     const fake = fakeHome();
     const rate = compileRule("rate", gcra({ limit: 10, period: "1s" }));
     const home = new Home(fake.scripts, encoding([rate]));
-    const tier = new IsolateTier({ max: 10, ttl: 1000 }, home, home, () => T0);
-    tier.answer("a", 1, T0);
-    tier.fill("a", { decision: admission([rate], 5, T0), reserved: 3, windowStarts: [T0 + 800] }, T0);
-    expect(tier.answer("a", 1, T0 + 999)).toMatchObject({ source: "lease" });
-    expect(tier.answer("a", 1, T0 + 1000)).toBeUndefined();
+    const { upstream, answers } = scriptedUpstream();
+    const tier = new IsolateTier({ max: 10, ttl: 1000 }, home, upstream, () => T0);
+    answers.push({ decision: admission([rate], 5, T0), reserved: 3, countedAt: [T0 + 800] });
+    await decide(tier, "a", 1, T0);
+    expect(await decide(tier, "a", 1, T0 + 999)).toMatchObject({ source: "lease" });
+    answers.push({ decision: admission([rate], 9, T0 + 1000), reserved: 0, countedAt: [T0 + 1100] });
+    expect(await decide(tier, "a", 1, T0 + 1000)).toMatchObject({ source: "redis" });
   });
 
   it("a lease filled from a pool gives its units back with the part of the pool's reservation they came with", async () => {
     const fake = fakeHome();
     const home = new Home(fake.scripts, encoding(RULES));
-    const tier = new IsolateTier({ max: 5, ttl: 1000 }, home, home, () => T0 + 10);
-    tier.answer("a", 1, T0);
+    const { upstream, answers } = scriptedUpstream();
+    const tier = new IsolateTier({ max: 5, ttl: 1000 }, home, upstream, () => T0 + 10);
     const fromPool: Decision = { ...admission(RULES, 50, T0), source: "region" };
     const from = { at: T0 - 100, taken: 2 };
-    tier.fill("a", { decision: fromPool, reserved: 3, windowStarts: [T0], from }, T0);
-    // a second reservation, from home, crosses it: 2 join (their part: 2 of home's 4), 2 go back
-    tier.fill("a", { decision: admission(RULES, 40, T0 + 5), reserved: 4, windowStarts: [T0] }, T0 + 5);
+    answers.push({ decision: fromPool, reserved: 3, countedAt: [T0], from });
+    // a second decision, passed on before the first came back, whose reservation at home crosses it
+    answers.push({ decision: admission(RULES, 40, T0 + 5), reserved: 4, countedAt: [T0] });
+    await Promise.all([decide(tier, "a", 1, T0), decide(tier, "a", 1, T0 + 5)]);
+    // 2 join the pool's 3 (their part: 2 of home's 4), 2 go back
     await tier.dispose();
     expect(fake.refunds.map((refund) => [refund.units, refund.origin])).toEqual([
       [2, { at: T0 + 5, taken: 2 }],
@@ -382,7 +420,7 @@ function fakePool() {
     take(key: string, cost: number, now: number, rules: number, extra?: number) {
       calls.push(["take", key, cost, now, rules, extra ?? 0]);
       return Promise.resolve(
-        takes.shift() ?? { hit: false, want: 0, leftover: 0, windowStarts: [0], origin: UNKNOWN },
+        takes.shift() ?? { hit: false, want: 0, leftover: 0, countedAt: [0], origin: UNKNOWN },
       );
     },
     drain(key: string, now: number) {
@@ -391,7 +429,7 @@ function fakePool() {
         hit: false,
         want: 0,
         leftover: 0,
-        windowStarts: [0],
+        countedAt: [0],
         origin: UNKNOWN,
       } as PoolTake);
     },
@@ -401,7 +439,7 @@ function fakePool() {
         puts.shift() ?? {
           units: deposit.units,
           leftover: 0,
-          leftoverWindows: [0],
+          leftoverCountedAt: [0],
           leftoverOrigin: UNKNOWN,
           excess: 0,
         },
@@ -429,18 +467,18 @@ describe("the regional tier (units in the region's database)", () => {
       topUp: 0,
       snapshot,
       extra: 2,
-      windowStarts: [T0],
+      countedAt: [T0],
       origin: lent,
     });
     expect(((await tier.reserve("a", 1, T, 2)) as Reservation).from).toEqual(lent);
     // a miss: home reserves 6 for the pool at T; the deposit finds 3 of another window (reserved at
     // T0 - 5) and keeps 4 of the 6 (max)
-    pool.takes.push({ hit: false, want: 6, leftover: 0, windowStarts: [0], origin: UNKNOWN });
+    pool.takes.push({ hit: false, want: 6, leftover: 0, countedAt: [0], origin: UNKNOWN });
     const old = { at: T0 - 5, taken: 4 };
     pool.puts.push({
       units: 20,
       leftover: 3,
-      leftoverWindows: [T0 - MINUTE],
+      leftoverCountedAt: [T0 - MINUTE],
       leftoverOrigin: old,
       excess: 2,
     });
@@ -453,7 +491,7 @@ describe("the regional tier (units in the region's database)", () => {
       hit: false,
       want: 0,
       leftover: 5,
-      windowStarts: [T0],
+      countedAt: [T0],
       origin: { at: T0 + 10, taken: 1 },
     });
     await tier.reserve("a", 1, T + 6000, undefined, (p) => void waited.push(p));
@@ -483,7 +521,7 @@ describe("the regional tier (units in the region's database)", () => {
       topUp: 0,
       snapshot: [{ remaining: 40, resetAt: T0 + MINUTE }],
       extra: 2,
-      windowStarts: [T0],
+      countedAt: [T0],
       origin: UNKNOWN,
     });
     const answer = (await tier.reserve("a", 1, T, 3)) as Reservation;
@@ -501,7 +539,7 @@ describe("the regional tier (units in the region's database)", () => {
     });
     expect(answer.decision.decidedBy).toEqual(RULES);
     expect(answer.reserved).toBe(2);
-    expect(answer.windowStarts).toEqual([T0]);
+    expect(answer.countedAt).toEqual([T0]);
     expect(answer.from).toEqual(UNKNOWN);
     expect(pool.calls).toEqual([["take", KEY, 1, T, 1, 3]]);
     expect(fake.reserves).toEqual([]);
@@ -511,7 +549,7 @@ describe("the regional tier (units in the region's database)", () => {
   it("on a miss passes on home, reserving the pool's want beside the lease's, and deposits the pool's share", async () => {
     const { fake, pool, tier } = regional();
     const T = T0 + 1000;
-    pool.takes.push({ hit: false, want: 6, leftover: 0, windowStarts: [0], origin: UNKNOWN });
+    pool.takes.push({ hit: false, want: 6, leftover: 0, countedAt: [0], origin: UNKNOWN });
     const waited: Promise<unknown>[] = [];
     const answer = (await tier.reserve("a", 1, T, 3, (p) => void waited.push(p))) as Reservation;
     // home took 1 + 9 (half of 99 is more): 90 left; 6 go to the pool, 3 up to the lease
@@ -525,7 +563,7 @@ describe("the regional tier (units in the region's database)", () => {
       {
         units: 6,
         expiresAt: T + 5000,
-        windowStarts: [T0],
+        countedAt: [T0],
         snapshot: [{ remaining: 90, resetAt: T0 + MINUTE }],
         // the pool's part of home's reservation: a refund of its units is bounded by them
         origin: { at: T, taken: 6 },
@@ -538,7 +576,7 @@ describe("the regional tier (units in the region's database)", () => {
   it("clamps a deposit's expiry to the window its units were counted in", async () => {
     const T = T0 + 58_000;
     const { pool, tier } = regional(T);
-    pool.takes.push({ hit: false, want: 4, leftover: 0, windowStarts: [0], origin: UNKNOWN });
+    pool.takes.push({ hit: false, want: 4, leftover: 0, countedAt: [0], origin: UNKNOWN });
     const waited: Promise<unknown>[] = [];
     await tier.reserve("a", 1, T, undefined, (p) => void waited.push(p));
     await Promise.all(waited);
@@ -548,14 +586,14 @@ describe("the regional tier (units in the region's database)", () => {
   it("refunds a pool's expired leftovers at home, in the windows they were counted in", async () => {
     const { fake, pool, tier } = regional();
     const T = T0 + 1000;
-    pool.takes.push({ hit: false, want: 0, leftover: 4, windowStarts: [T0 - MINUTE], origin: UNKNOWN });
+    pool.takes.push({ hit: false, want: 0, leftover: 4, countedAt: [T0 - MINUTE], origin: UNKNOWN });
     const waited: Promise<unknown>[] = [];
     const answer = (await tier.reserve("a", 1, T, undefined, (p) => void waited.push(p))) as Reservation;
     // nothing to reserve for anyone: home's plain decision
     expect(fake.decides).toEqual([["a", 1, T]]);
     expect(answer).toMatchObject({ reserved: 0, decision: { source: "redis", remaining: 99 } });
     await Promise.all(waited);
-    expect(fake.refunds.map((r) => [r.identifier, r.units, r.windowStarts, r.now, r.applied.name])).toEqual([
+    expect(fake.refunds.map((r) => [r.identifier, r.units, r.countedAt, r.now, r.applied.name])).toEqual([
       ["a", 4, [T0 - MINUTE], T, "default"],
     ]);
     expect(tier.stats).toMatchObject({ refunded: 4, refundsFailed: 0 });
@@ -579,7 +617,7 @@ describe("the regional tier (units in the region's database)", () => {
     const waited: Promise<unknown>[] = [];
     // 99 used: home denies a cost of 2
     await fake.scripts.reserve("b", 99, T, 0);
-    pool.takes.push({ hit: false, want: 6, leftover: 0, windowStarts: [0], origin: UNKNOWN });
+    pool.takes.push({ hit: false, want: 6, leftover: 0, countedAt: [0], origin: UNKNOWN });
     const answer = (await tier.reserve("a", 2, T, undefined, (p) => void waited.push(p))) as Reservation;
     expect(answer.decision.allowed).toBe(false);
     await Promise.all(waited);
@@ -596,7 +634,7 @@ describe("the regional tier (units in the region's database)", () => {
       topUp: 5,
       snapshot: [{ remaining: 40, resetAt: T0 + MINUTE }],
       extra: 0,
-      windowStarts: [T0],
+      countedAt: [T0],
       origin: UNKNOWN,
     });
     const waited: Promise<unknown>[] = [];
@@ -609,11 +647,11 @@ describe("the regional tier (units in the region's database)", () => {
     expect(tier.stats).toMatchObject({ hits: 1, deposited: 6 });
     // at the deposit's expiry the next decision first asks the pool for nothing, taking its leftovers out
     clock.now = T + 5000;
-    pool.takes.push({ hit: false, want: 0, leftover: 3, windowStarts: [T0], origin: UNKNOWN });
+    pool.takes.push({ hit: false, want: 0, leftover: 3, countedAt: [T0], origin: UNKNOWN });
     await tier.reserve("a", 1, T + 5000, undefined, waitUntil);
     await Promise.all(waited);
     expect(pool.calls[2]).toEqual(["take", KEY, 0, T + 5000, 1, 0]);
-    expect(fake.refunds.map((r) => [r.units, r.windowStarts, r.now])).toEqual([[3, [T0], T + 5000]]);
+    expect(fake.refunds.map((r) => [r.units, r.countedAt, r.now])).toEqual([[3, [T0], T + 5000]]);
     expect(tier.stats.refunded).toBe(3);
   });
 
@@ -625,13 +663,13 @@ describe("the regional tier (units in the region's database)", () => {
         Promise.resolve({
           decision: admission(custom, 30, now, "custom"),
           reserved: want,
-          windowStarts: [T0],
+          countedAt: [T0],
         }),
     } as unknown as HomeScripts;
     const T = T0 + 1000;
     const home = new Home(scripts, encoding(RULES));
     const tier = new RegionalTier(pool.pool, { max: 20, ttl: 5000 }, home, new RegionalTiers(), () => T);
-    pool.takes.push({ hit: false, want: 4, leftover: 0, windowStarts: [0], origin: UNKNOWN });
+    pool.takes.push({ hit: false, want: 4, leftover: 0, countedAt: [0], origin: UNKNOWN });
     const waited: Promise<unknown>[] = [];
     const answer = (await tier.reserve("a", 1, T, 2, (p) => void waited.push(p))) as Reservation;
     await Promise.all(waited);
@@ -662,10 +700,10 @@ describe("the regional tier (units in the region's database)", () => {
     );
     const waited: Promise<unknown>[] = [];
     const waitUntil = (p: Promise<unknown>) => void waited.push(p);
-    pool.takes.push({ hit: false, want: 6, leftover: 0, windowStarts: [0], origin: UNKNOWN });
+    pool.takes.push({ hit: false, want: 6, leftover: 0, countedAt: [0], origin: UNKNOWN });
     await base.reserve("a", 1, T, undefined, waitUntil);
     await Promise.all(waited);
-    pool.takes.push({ hit: false, want: 0, leftover: 2, windowStarts: [T0], origin: UNKNOWN });
+    pool.takes.push({ hit: false, want: 0, leftover: 2, countedAt: [T0], origin: UNKNOWN });
     await pro.reserve("b", 1, T + 5000, undefined, waitUntil);
     await Promise.all(waited);
     expect(pool.calls.filter((call) => call[0] === "take").map((call) => call.slice(1, 4))).toEqual([
@@ -680,7 +718,7 @@ describe("the regional tier (units in the region's database)", () => {
   it("on dispose drains every pool it deposited into", async () => {
     const { pool, tier } = regional();
     const T = T0 + 1000;
-    pool.takes.push({ hit: false, want: 6, leftover: 0, windowStarts: [0], origin: UNKNOWN });
+    pool.takes.push({ hit: false, want: 6, leftover: 0, countedAt: [0], origin: UNKNOWN });
     await tier.reserve("a", 1, T, undefined, () => {});
     await tier.dispose();
     expect(pool.calls.map((call) => call[0])).toEqual(["take", "put", "drain"]);

@@ -28,7 +28,6 @@ import {
   type PlanRules,
   type Reservation,
   type ScriptCallOptions,
-  UNKNOWN,
 } from "./shared.js";
 import { SplitScripts } from "./split.js";
 
@@ -59,7 +58,8 @@ export function limiterArgs(rules: readonly Rule[], now: number, cost: number, r
 /**
  * Sends a Limiter's decisions, reservations and refunds, each as one EVALSHA through the transport.
  * Never rejects: a failure (Redis, the transport, an answer it cannot read) resolves to an Error.
- * Every call takes the plan it decides under (default: the base rules).
+ * A decision or reservation takes the plan it decides under (default: the base rules); a refund, the
+ * rules its units were counted under and where they came from, always given.
  *
  * @example
  * const scripts = new RuleScripts(limiter.rules, new RuleKeys("edgelimit", limiter.rules), transport, options);
@@ -183,11 +183,7 @@ export class RuleScripts {
     want: number,
     plan: PlanEncoding = this.base,
   ): Promise<Reservation | Error> {
-    if (this.split !== undefined) {
-      const reservation = await this.split.reserve(identifier, cost, now, want, plan);
-      if (reservation instanceof Error || !reservation.decision.allowed) return reservation;
-      return { ...reservation, counted: this.split.counted(reservation.decision) };
-    }
+    if (this.split !== undefined) return this.split.reserve(identifier, cost, now, want, plan);
     const keys = plan.keys.of(identifier, now);
     const overrides = this.overrides;
     const reply =
@@ -201,27 +197,27 @@ export class RuleScripts {
         : overrides.decodeStored(plan, reply.result, true, now);
     if (decision instanceof Error) return decision;
     const result = reply.result as unknown[];
-    const windowStarts = plan.rules.map((_, i) => Number(result[5 * i + 4]));
-    const counted = decision.allowed ? this.giving.counted(decision) : undefined;
-    return { decision, reserved: Number(result[5 * plan.rules.length]), windowStarts, counted };
+    const countedAt = plan.rules.map((_, i) => Number(result[5 * i + 4]));
+    return { decision, reserved: Number(result[5 * plan.rules.length]), countedAt };
   }
 
   /**
    * Gives `units` of `identifier` back under every rule `applied` (a plan's, or a custom override's:
-   * the rules the units were counted under), each in the window it counted them in (`windowStarts`,
-   * as a reservation answered them). Resolves true when Redis ran it.
+   * the rules the units were counted under), each in the window it counted them in (`countedAt`,
+   * as a reservation answered them), `origin` when and how many that reservation counted (UNKNOWN
+   * when not known). Resolves true when Redis ran it.
    */
   refund(
     identifier: string,
     units: number,
-    windowStarts: readonly number[],
+    countedAt: readonly number[],
     now: number,
-    applied: Applied = this.base,
-    origin: Origin = UNKNOWN,
+    applied: Applied,
+    origin: Origin,
   ): Promise<boolean> {
     if (this.split !== undefined)
-      return this.split.refund(identifier, units, windowStarts, now, applied, origin);
-    return this.giving.refund(identifier, units, windowStarts, now, applied, origin);
+      return this.split.refund(identifier, units, countedAt, now, applied, origin);
+    return this.giving.refund(identifier, units, countedAt, now, applied, origin);
   }
 
   /**

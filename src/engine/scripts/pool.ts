@@ -15,9 +15,9 @@ export type PoolTake =
       readonly topUp: number;
       /** Home's last answer, per rule in rule order: remaining (the pool's units left out) and resetAt. */
       readonly snapshot: readonly { readonly remaining: number; readonly resetAt: number }[];
-      /** Units taken beside the cost for the caller's lease, counted in `windowStarts`. */
+      /** Units taken beside the cost for the caller's lease, counted at `countedAt`. */
       readonly extra: number;
-      readonly windowStarts: readonly number[];
+      readonly countedAt: readonly number[];
       /** The reservation the extra units came from, and how many of its units they are (the lease's part). */
       readonly origin: Origin;
     }
@@ -25,9 +25,9 @@ export type PoolTake =
       readonly hit: false;
       /** Units to reserve at home for the pool beside this decision; 0: none. */
       readonly want: number;
-      /** Units of a pool past its expiry, taken out for a refund at home, counted in `windowStarts`. */
+      /** Units of a pool past its expiry, taken out for a refund at home, counted at `countedAt`. */
       readonly leftover: number;
-      readonly windowStarts: readonly number[];
+      readonly countedAt: readonly number[];
       /** The reservation the leftover came from (what a refund of them is bounded by). */
       readonly origin: Origin;
     };
@@ -37,7 +37,7 @@ export interface PoolPut {
   readonly units: number;
   /** Units of the pool before the deposit, past their expiry or of other windows. */
   readonly leftover: number;
-  readonly leftoverWindows: readonly number[];
+  readonly leftoverCountedAt: readonly number[];
   /** The reservation the leftover came from. */
   readonly leftoverOrigin: Origin;
   /** Units of the deposit beyond `max` (counted in the deposit's windows). */
@@ -49,7 +49,7 @@ export interface Deposit {
   readonly units: number;
   /** Epoch ms (the caller's clock) from which they are no longer handed out. */
   readonly expiresAt: number;
-  readonly windowStarts: readonly number[];
+  readonly countedAt: readonly number[];
   /** Home's answer, per rule in rule order: remaining (the deposit left out) and resetAt. */
   readonly snapshot: readonly { readonly remaining: number; readonly resetAt: number }[];
   /** When home counted them and how many of that reservation's units they are. */
@@ -121,21 +121,21 @@ export class PoolScript {
     if (hit === 1 && result.length === 8) {
       const numbers = typeof text === "string" && text !== "" ? text.split(" ").map(Number) : [];
       const taken = result[4];
-      const windowStarts = splitWindows(result[5], rules);
+      const countedAt = splitWindows(result[5], rules);
       const origin = originOf(result[6], result[7]);
       if (numbers.length !== 2 * rules || !numbers.every(Number.isSafeInteger)) return unexpected(result);
-      if (typeof taken !== "number" || windowStarts === undefined || origin === undefined)
+      if (typeof taken !== "number" || countedAt === undefined || origin === undefined)
         return unexpected(result);
       const snapshot = [];
       for (let i = 0; i < rules; i++)
         snapshot.push({ remaining: numbers[2 * i]!, resetAt: numbers[2 * i + 1]! });
-      return { hit: true, units: a, topUp: b, snapshot, extra: taken, windowStarts, origin };
+      return { hit: true, units: a, topUp: b, snapshot, extra: taken, countedAt, origin };
     }
-    const windowStarts = b > 0 ? splitWindows(text, rules) : new Array<number>(rules).fill(0);
+    const countedAt = b > 0 ? splitWindows(text, rules) : new Array<number>(rules).fill(0);
     const origin = originOf(result[4], result[5]);
-    if (hit !== 0 || result.length !== 6 || windowStarts === undefined || origin === undefined)
+    if (hit !== 0 || result.length !== 6 || countedAt === undefined || origin === undefined)
       return unexpected(result);
-    return { hit: false, want: a, leftover: b, windowStarts, origin };
+    return { hit: false, want: a, leftover: b, countedAt, origin };
   }
 
   /**
@@ -153,7 +153,7 @@ export class PoolScript {
     const snapshot = deposit.snapshot.flatMap((rule) => [String(rule.remaining), String(rule.resetAt)]);
     const least = Math.min(...deposit.snapshot.map((rule) => rule.remaining));
     const command = ["EVALSHA", POOL.sha1, "1", key, now.toString(16), "put", this.ttl, this.max];
-    command.push(String(deposit.units), String(deposit.expiresAt), joinWindows(deposit.windowStarts));
+    command.push(String(deposit.units), String(deposit.expiresAt), joinWindows(deposit.countedAt));
     command.push(snapshot.join(" "), String(least), `${deposit.origin.at} ${deposit.origin.taken}`);
     const reply = await this.transport.call(command, this.call);
     if (!reply.ok) return reply.error;
@@ -162,10 +162,10 @@ export class PoolScript {
     const [units, leftover, old, excess] = result as [unknown, unknown, unknown, unknown];
     if (typeof units !== "number" || typeof leftover !== "number" || typeof excess !== "number")
       return unexpected(result);
-    const leftoverWindows =
-      leftover > 0 ? splitWindows(old, deposit.windowStarts.length) : deposit.windowStarts.map(() => 0);
+    const leftoverCountedAt =
+      leftover > 0 ? splitWindows(old, deposit.countedAt.length) : deposit.countedAt.map(() => 0);
     const leftoverOrigin = originOf(result[4], result[5]);
-    if (leftoverWindows === undefined || leftoverOrigin === undefined) return unexpected(result);
-    return { units, leftover, leftoverWindows, leftoverOrigin, excess };
+    if (leftoverCountedAt === undefined || leftoverOrigin === undefined) return unexpected(result);
+    return { units, leftover, leftoverCountedAt, leftoverOrigin, excess };
   }
 }

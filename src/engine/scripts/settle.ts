@@ -13,7 +13,6 @@ import {
   type Origin,
   type PlanEncoding,
   type ScriptCallOptions,
-  UNKNOWN,
 } from "./shared.js";
 
 /** Gives units back and settles decisions under a Limiter's plans. */
@@ -33,26 +32,26 @@ export class SettleScripts {
 
   /**
    * Gives `units` of `identifier` back under every rule `applied` (a plan's, or a custom override's:
-   * the rules the units were counted under), each in the window it counted them in (`windowStarts`,
+   * the rules the units were counted under), each in the window it counted them in (`countedAt`,
    * as a reservation answered them), `origin` when and how many that reservation counted. Resolves
    * true when Redis ran it.
    */
   async refund(
     identifier: string,
     units: number,
-    windowStarts: readonly number[],
+    countedAt: readonly number[],
     now: number,
-    applied: Applied = this.base,
-    origin: Origin = UNKNOWN,
+    applied: Applied,
+    origin: Origin,
   ): Promise<boolean> {
     // a plan's own encoding when these are its rules (its keys and arguments are computed once)
     const own = this.plans.get(applied.name);
     const plan: Applied = own !== undefined && own.rules === applied.rules ? own : applied;
-    const keys = this.keysOf(plan, identifier, now, windowStarts);
+    const keys = this.keysOf(plan, identifier, now, countedAt);
     const command = ["EVALSHA", REFUND.sha1, String(keys.length), ...keys, now.toString(16), String(units)];
     command.push(origin.at.toString(16), String(origin.taken));
     plan.rules.forEach((rule, i) => {
-      command.push(...this.givingBack(rule, i), String(windowStarts[i] ?? 0));
+      command.push(...this.givingBack(rule, i), String(countedAt[i] ?? 0));
     });
     const reply = await this.transport.call(command, this.refundCall);
     return reply.ok;

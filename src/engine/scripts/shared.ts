@@ -36,21 +36,23 @@ export interface Reservation {
   /** Units taken beside the cost, for the lease. */
   readonly reserved: number;
   /**
-   * Per rule, the start of the window the units were counted in; for gcra and the token bucket the TAT
-   * they hold, rounded up to a ms (what a refund may give back is capped by it); 0 when none was taken.
+   * Per rule, where the units were counted, as the rule counts: the start of their window (fixed and
+   * sliding windows), the TAT they hold, rounded up to a ms (gcra and the token bucket: what a refund
+   * may give back is capped by it), the last refill (an interval bucket); 0 when none was taken.
    */
-  readonly windowStarts: readonly number[];
+  readonly countedAt: readonly number[];
   /**
    * When the reserved units were counted and how many of that reservation's units they are, when not
    * this decision's own: a regional pool's, lent with them (scripts/pool.ts).
    */
   readonly from?: Origin;
   /**
-   * Where the decision's own units were counted, for its settle (undefined for a denial): taken from
-   * the reply here, since a tier answers the caller a copy of the decision (its held units counted as
-   * remaining), which carries no reply.
+   * Home's own decision when `decision` is a copy of it (a regional pool's share counted as
+   * remaining): a settle reads where its units were counted from home's reply, which only the
+   * decision the script answered carries (RuleScripts.counted). Unset: `decision` is home's own, or a
+   * pool's answer.
    */
-  readonly counted?: Counted;
+  readonly home?: Decision;
 }
 
 /**

@@ -23,7 +23,6 @@ import {
   type PlanRules,
   type Reservation,
   type ScriptCallOptions,
-  UNKNOWN,
 } from "./shared.js";
 
 /** One field's part of every decision: its rules' places, and the scripts of those rules alone. */
@@ -110,7 +109,7 @@ export class SplitScripts {
     const reservations = answers.filter((answer): answer is Reservation => !(answer instanceof Error));
     const admitted = failed === undefined && reservations.every((r) => r.decision.allowed);
     const reserved = admitted ? Math.min(...reservations.map((r) => r.reserved)) : 0;
-    const windowStarts = this.rules.map(() => 0);
+    const countedAt = this.rules.map(() => 0);
     const decisions: (Decision | Error)[] = [];
     const counts: (Counted | undefined)[] = [];
     const refunds: Promise<unknown>[] = [];
@@ -124,7 +123,7 @@ export class SplitScripts {
       const counted = answer.decision.allowed ? part.scripts.counted(answer.decision) : undefined;
       counts.push(counted);
       part.indices.forEach((i, j) => {
-        windowStarts[i] = answer.windowStarts[j]!;
+        countedAt[i] = answer.countedAt[j]!;
       });
       // what this field took beyond what the decision keeps: all of it on a denial or a failure
       const extra = answer.decision.allowed
@@ -134,7 +133,7 @@ export class SplitScripts {
         : 0;
       if (extra > 0) {
         refunds.push(
-          part.scripts.refund(tags[part.place]!, extra, answer.windowStarts, now, counted!.applied, {
+          part.scripts.refund(tags[part.place]!, extra, answer.countedAt, now, counted!.applied, {
             at: now,
             taken: cost + answer.reserved,
           }),
@@ -145,17 +144,17 @@ export class SplitScripts {
     await Promise.all(refunds);
     const decision = this.combine(decisions, now, plan, counts);
     if (decision instanceof Error) return decision;
-    return { decision, reserved, windowStarts };
+    return { decision, reserved, countedAt };
   }
 
   /** Gives `units` back under every rule `applied`, one call per field; true when every field's ran. */
   async refund(
     subject: string,
     units: number,
-    windowStarts: readonly number[],
+    countedAt: readonly number[],
     now: number,
     applied: Applied,
-    origin: Origin = UNKNOWN,
+    origin: Origin,
   ): Promise<boolean> {
     const tags = tagsOf(subject);
     const done = await Promise.all(
@@ -163,7 +162,7 @@ export class SplitScripts {
         part.scripts.refund(
           tags[part.place]!,
           units,
-          part.indices.map((i) => windowStarts[i] ?? 0),
+          part.indices.map((i) => countedAt[i] ?? 0),
           now,
           partOf(applied, part),
           origin,
