@@ -196,7 +196,8 @@ describe("the issue's API, with a default client", () => {
     const plain = nested({ denyCache: false }).limiter;
     const withOverrides = nested({ denyCache: false, overrides: true }).limiter;
     const withPlans = nested({ denyCache: false, plans: { pro: { perOrg: { limit: 100 } } } }).limiter;
-    // the first call of each script loads it (NOSCRIPT, then EVAL): count from the next
+    // the first call of each script on a Redis without it loads it (NOSCRIPT, SCRIPT LOAD, the call
+    // again): count from the next
     await plain.limit(who("u0", "acme"));
     await withOverrides.limit(who("u0", "acme"));
     await withPlans.limit(who("u0", "acme"), { plan: "pro" });
