@@ -245,8 +245,8 @@ end
 -- counts = current * PACK + previous, and not skewed.
 -- (cost, limit and window are digits, or a number a stored override's reader read: arithmetic makes
 -- them numbers without a call of tonumber(), which also reads the digits twice)
-local now = tonumber(ARGV[1], 16)
-local cost = ARGV[2] == "1" and 1 or ARGV[2] + 0
+local now, cost = tonumber(ARGV[1], 16), ARGV[2]
+cost = cost == "1" and 1 or cost + 0
 local limit, window = ARGV[3] + 0, ARGV[4] + 0
 local key = KEYS[1]
 local start, current, previous, room, _, slots = counted(key, now, limit, window, false)
