@@ -15,15 +15,18 @@
 -- line that changes one parameter by little (lua/override.lua's tag), as r * 2^22 + its tag; else, for a
 -- custom or stale override, a plan past the 62nd or |r| beyond 2^47, as a string: r in decimal, then
 -- the reader's answer ("#<tag>" for a plan's tag r leaves no room for).
-local stored = redis.call("GET", KEYS[2])
-local KEY, ARG3, ARG4, ARG5 = KEYS[1], ARGV[3], ARGV[4], ARGV[5]
+-- (KEYS and ARGV read once each: a global costs about 2 local reads)
+local K, A = KEYS, ARGV
+local stored = redis.call("GET", K[2])
+local KEY, ARG3, ARG4, ARG5 = K[1], A[3], A[4], A[5]
 local p1, p2, p3, k, tag, answer = nil, nil, nil, nil, 0, nil
 if stored then
   -- the call's own parameters: a window's third is 0 (src/engine/algorithms/shared.ts), and then
   -- ARGV[5] is already T
-  local T, own1, own2, own3 = ARGV[#ARGV], ARG3, ARG4, #ARGV > 5 and ARG5 or "0"
+  local n = #A
+  local T, own1, own2, own3 = A[n], ARG3, ARG4, n > 5 and ARG5 or "0"
 -- #override
-  KEY, ARG3, ARG4, ARG5 = k == 0 and KEY or KEYS[k], p1, p2, p3
+  KEY, ARG3, ARG4, ARG5 = k == 0 and KEY or K[k], p1, p2, p3
 end
 local result
 repeat

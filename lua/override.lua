@@ -82,7 +82,8 @@ end
 -- stored, T, ALGORITHM, CUSTOM (the algorithm's custom line as a pattern, to the line's end,
 -- "^!<algorithm> (%d+) (%d+) (%d+)%f[\n%z]": a constant, no pattern is built per call) and the call's own
 -- parameters as sent, own1 own2 own3 (own2 nil when the call does not send it: a window's, which T
--- starts with); it sets the includer's locals p1 p2 p3 (strings), k (a number), tag and answer.
+-- starts with); it sets the includer's locals p1 p2 p3 (strings; p1 a number when a plan's bytes or a
+-- custom line's tag gave it, below), k (a number), tag and answer.
 --   tag     0 (none, or a plan past the 62nd), a plan's (1..62), or, for a custom line that changes at
 --           most one of the call's parameters, to a value of at most 4 digits, in the call's own key
 --           (k = 0), (value * 4 + which) * 64 + 63 (which: 1..3, 0 for none): the includer puts that
@@ -92,9 +93,11 @@ end
 --           only when r leaves the tag no room)
 -- Each call of a string function costs as much as the rest of the reader together, so it makes few: a
 -- custom line is one match (and, for a window other than the call's, a find and a byte in T); a plan
--- alone, a plain find of its line in T, one byte read for its tag and k, and one match of its
--- parameters (a window's limit alone, its window being the call's unless k says otherwise). Numbers are compared as the digits they are written in, and a value's digits are
--- made a number by arithmetic, not tonumber() (the engine writes no leading zero).
+-- alone, a plain find of its line in T and one byte read for its tag, its k and, for a window in the
+-- call's window whose limit has at most 4 digits, that limit (else one match of its parameters: a
+-- window's limit alone, its window being the call's unless k says otherwise). Numbers are compared as
+-- the digits they are written in, and a value's digits are made a number by arithmetic, not
+-- tonumber() (the engine writes no leading zero).
 -- e: a custom line's end; at: the end of the head of the record whose parameters apply, after a line's
 -- end in T (a value found nowhere else is a record's: T has no "!", and "=" only in its records'
 -- heads). A plan alone is stored as its line, `=<plan>\n`, short (a custom line has its json after
@@ -123,7 +126,12 @@ if e then
     if p1 ~= own1 then changed, which, value = 1, 1, p1 end
     if own2 and p2 ~= own2 then changed, which, value = changed + 1, 2, p2 end
     if p3 ~= own3 then changed, which, value = changed + 1, 3, p3 end
-    if changed < 2 and #value <= 4 then tag = (value * 4 + which) * 64 + 63 end
+    if changed < 2 and #value <= 4 then
+      -- (the limit a number once: the includer reads it as one)
+      value = value + 0
+      if which == 1 then p1 = value end
+      tag = (value * 4 + which) * 64 + 63
+    end
   end
   if k and tag == 0 then answer = string.sub(stored, 1, e) end
 else
@@ -133,11 +141,28 @@ else
     if line and line ~= stored then _, at = string.find(T, "\n" .. line, 1, true) end
   end
   if at then
-    -- its tag and k, as characters (a tag from "@")
-    tag, k = string.byte(T, at + 1, at + 2)
+    -- its tag and k, as characters (a tag from "@"), and the bytes after them: a window's limit in the
+    -- call's window (k = 0), of up to 4 digits, is read from them by arithmetic (the call that would
+    -- match it costs more than the rest)
+    local d1, d2, d3, d4, d5
+    tag, k, _, d1, d2, d3, d4, d5 = string.byte(T, at + 1, at + 8)
     if tag and tag >= 64 then
       tag, k = tag - 64, k - 48
       if tag == 0 then answer = string.sub(line, 1, -2) end
+      if k == 0 and (ALGORITHM == "fixedWindow" or ALGORITHM == "slidingWindow") then
+        -- (digits are 48 + their value; 32 a space)
+        if d2 == 32 then
+          p1 = d1 - 48
+        elseif d3 == 32 then
+          p1 = d1 * 10 + d2 - 528
+        elseif d4 == 32 then
+          p1 = d1 * 100 + d2 * 10 + d3 - 5328
+        elseif d5 == 32 then
+          p1 = d1 * 1000 + d2 * 100 + d3 * 10 + d4 - 53328
+        end
+        -- read: its window is the call's, how it counts the rule's own (as below)
+        if p1 then at, p2, p3 = nil, own2, own3 end
+      end
     else
       tag, k = 0, nil
     end

@@ -119,38 +119,65 @@ return count
 -- parameter by little, or, for a custom or stale override, a plan past the 62nd or a
 -- count beyond 2^47, as a string: the count in decimal, then the reader's answer (lua/override.lua's
 -- one-rule reader, inline here), or "#<tag>" for a plan's tag the count leaves no room for.
+-- Costs, as Redis runs it: a global (KEYS, ARGV, string) costs about 2 local reads, each call of a
+-- function (string.*, tonumber) or arithmetic on a string (a conversion) about 20 instructions: so the
+-- arguments are read once into locals, each only on the path that uses it, and the count is read from
+-- its bytes (below).
+local K, A, call = KEYS, ARGV, redis.call
+local key = K[1]
 -- (the usual two keys named: unpack() is a call more)
-local values = #KEYS == 2 and redis.call("MGET", KEYS[1], KEYS[2]) or redis.call("MGET", unpack(KEYS))
-local key, value, ttl, limit, units = KEYS[1], values[1], ARGV[1], ARGV[2], ARGV[4] or "1"
-local stored, tag, answer = values[2], 0, nil
+local values = K[3] and call("MGET", unpack(K)) or call("MGET", key, K[2])
+local value, stored, limit, units, ttl = values[1], values[2], A[2], A[4] or "1", nil
+local tag, answer = 0, nil
 -- (declared here, read after the branch; set only when an override is stored: a call with none
 -- reads no more arguments)
 local T, own1, own2, own3, p1, p2, p3, k
 if stored then
   -- the call's window is not sent: a custom line's window is looked up in T (the call's: k = 0)
-  T, own1, own3 = ARGV[3], limit, "0"
+  T, own1, own3 = A[3], limit, "0"
 -- #override
   limit = p1
   if k ~= 0 then
-    local now, window = tonumber(ARGV[5], 16), tonumber(p2)
-    key, value = KEYS[k], values[k]
+    local now, window = tonumber(A[5], 16), tonumber(p2)
+    key, value = K[k], values[k]
     ttl = now - now % window + window + math.min(window, GRACE) - now
   end
 end
--- (digits, as the engine writes them: arithmetic makes them numbers with no call)
+-- (digits, as the engine writes them, or a number the reader read: arithmetic makes them numbers
+-- with no call)
 limit = limit + 0
 local cost = units == "1" and 1 or units + 0
 -- only what INCRBY takes is a count (as read() in #state says): an integer without leading zeros, of
--- at most 15 digits (an exact double), made a number by arithmetic; anything else starts the window
--- afresh
-local count = value and #value < 16 and (value == "0" or string.find(value, "^%-?[1-9]%d*$")) and value + 0
+-- at most 15 digits (an exact double); anything else starts the window afresh. One or two characters
+-- (a count below 100) are read from their bytes, one call; longer ones are matched, then converted.
+local count
+if value then
+  if #value < 3 then
+    local a, b = string.byte(value, 1, 2)
+    a = a - 48
+    if not b then
+      if a >= 0 and a <= 9 then count = a end
+    else
+      b = b - 48
+      -- two digits, the first from 1; or a minus (45 - 48 = -3) and a digit from 1
+      if b >= 0 and b <= 9 then
+        if a >= 1 and a <= 9 then
+          count = a * 10 + b
+        elseif a == -3 and b >= 1 then
+          count = -b
+        end
+      end
+    end
+  elseif #value < 16 and string.find(value, "^%-?[1-9]%d*$") then
+    count = value + 0
+  end
+end
 if count and count + cost <= limit then
-  count = redis.call("INCRBY", key, units)
+  count = call("INCRBY", key, units)
 elseif count then
   count = count + cost
-end
-if not count then
-  if cost <= limit then redis.call("SET", key, units, "PX", ttl) end
+else
+  if cost <= limit then call("SET", key, units, "PX", ttl or A[1]) end
   count = cost
 end
 -- a custom line's tag, with room for it (lua/override.lua); else the line's parameters

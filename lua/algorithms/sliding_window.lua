@@ -243,9 +243,11 @@ end
 -- slots as read once skewed, else 0 (only a skewed state spreads by them): so n stays below 2^39
 -- while clocks agree, and the overrides' variant can still tag it as an integer; else
 -- counts = current * PACK + previous, and not skewed.
-local now = tonumber(ARGV[1], 16)
-local cost = ARGV[2] == "1" and 1 or tonumber(ARGV[2])
-local limit, window = tonumber(ARGV[3]), tonumber(ARGV[4])
+-- (cost, limit and window are digits, or a number a stored override's reader read: arithmetic makes
+-- them numbers without a call of tonumber(), which also reads the digits twice)
+local now, cost = tonumber(ARGV[1], 16), ARGV[2]
+cost = cost == "1" and 1 or cost + 0
+local limit, window = ARGV[3] + 0, ARGV[4] + 0
 local key = KEYS[1]
 local start, current, previous, room, _, slots = counted(key, now, limit, window, false)
 local newer = start > now and 2 or 0
