@@ -103,7 +103,12 @@ end
 -- heads). A plan alone is stored as its line, `=<plan>\n`, short (a custom line has its json after
 -- it): looked up as it is, first; a custom line is matched first
 local e, at, line, _ = nil, nil, stored, nil
-if #stored < 32 then _, at = string.find(T, "\n" .. stored, 1, true) end
+if #stored < 32 then
+  _, at = string.find(T, "\n" .. stored, 1, true)
+  -- only a whole line is a plan's: a value that stops inside one ("=pr" of "=pro\n", written by hand)
+  -- is read as any other
+  if at and string.byte(T, at) ~= 10 then at = nil end
+end
 if not at then
   -- (a window's third parameter is how it counts, CountingOptions: the rule's own, as no override
   -- changes it, but read as every other parameter is)

@@ -388,6 +388,28 @@ describe("overrides on: the override read in the decision's EVALSHA", () => {
     expect(custom?.decidedBy?.map((r) => [r.algorithm, r.limit])).toEqual([["fixedWindow", 7]]);
   });
 
+  it("one rule: a value written by hand that starts a plan's line reads as stale, not as an error or the plan", async () => {
+    const warn = vi.spyOn(console, "warn").mockImplementation(() => {});
+    const cases = [
+      { rule: fixedWindow({ limit: 3, window: "1h" }), pro: { limit: 5 } },
+      { rule: gcra({ limit: 3, period: "1h", burst: 3 }), pro: { burst: 5 } },
+    ];
+    for (const { rule, pro } of cases) {
+      const { limiter, clock } = limiterOf({ r: rule }, { pro: { r: pro } });
+      clock.set(T0);
+      const key = new RuleKeys(limiter.prefix, limiter.rules).override("h");
+      // a prefix of "=pro\n" with no line's end: not the engine's, and no plan's line
+      for (const junk of ["=pr", "=pro", "=p"]) {
+        await redis.set(key, junk);
+        const d = await limiter.limit("h");
+        expect(d).toMatchObject({ source: "redis", plan: "default", limit: 3 });
+      }
+      await redis.set(key, "=pro\n");
+      expect(await limiter.limit("h")).toMatchObject({ plan: "pro", limit: 5 });
+    }
+    expect(warn.mock.calls.map((call) => String(call[0])).some((line) => line.includes('"=pr"'))).toBe(true);
+  });
+
   it("one gcra: a plan stored alone (its line as the value) that changes the period applies it", async () => {
     const { limiter, clock } = limiterOf(
       { r: gcra({ limit: 7, period: "1h", burst: 5 }) },
