@@ -875,7 +875,7 @@ Object.defineProperty(Limiter.prototype, asyncDispose, {
  * own (they were counted with the reservation that took them).
  */
 function held({ applied }: Counted, countedAt: readonly number[]): Counted {
-  return { applied, starts: countedAt, counts: applied.rules.map(() => 0) };
+  return { applied, countedAt, counts: applied.rules.map(() => 0) };
 }
 
 /**

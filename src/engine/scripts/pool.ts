@@ -56,13 +56,13 @@ export interface Deposit {
   readonly origin: Origin;
 }
 
-/** Windows as the pool stores them: "s1 s2 ...". */
-const joinWindows = (starts: readonly number[]) => starts.map((start) => String(start)).join(" ");
-const splitWindows = (text: unknown, n: number): number[] | undefined => {
+/** Where units were counted, per rule (a Reservation's `countedAt`), as the pool stores it: "c1 c2 ...". */
+const joinCountedAt = (countedAt: readonly number[]) => countedAt.map((at) => String(at)).join(" ");
+const splitCountedAt = (text: unknown, n: number): number[] | undefined => {
   if (typeof text !== "string") return undefined;
   if (text === "") return new Array<number>(n).fill(0);
-  const starts = text.split(" ").map(Number);
-  return starts.length === n && starts.every(Number.isSafeInteger) ? starts : undefined;
+  const countedAt = text.split(" ").map(Number);
+  return countedAt.length === n && countedAt.every(Number.isSafeInteger) ? countedAt : undefined;
 };
 /** A reservation as the pool answers it: its time and units, both whole (time 0: not known). */
 const originOf = (at: unknown, taken: unknown): Origin | undefined => {
@@ -121,7 +121,7 @@ export class PoolScript {
     if (hit === 1 && result.length === 8) {
       const numbers = typeof text === "string" && text !== "" ? text.split(" ").map(Number) : [];
       const taken = result[4];
-      const countedAt = splitWindows(result[5], rules);
+      const countedAt = splitCountedAt(result[5], rules);
       const origin = originOf(result[6], result[7]);
       if (numbers.length !== 2 * rules || !numbers.every(Number.isSafeInteger)) return unexpected(result);
       if (typeof taken !== "number" || countedAt === undefined || origin === undefined)
@@ -131,7 +131,7 @@ export class PoolScript {
         snapshot.push({ remaining: numbers[2 * i]!, resetAt: numbers[2 * i + 1]! });
       return { hit: true, units: a, topUp: b, snapshot, extra: taken, countedAt, origin };
     }
-    const countedAt = b > 0 ? splitWindows(text, rules) : new Array<number>(rules).fill(0);
+    const countedAt = b > 0 ? splitCountedAt(text, rules) : new Array<number>(rules).fill(0);
     const origin = originOf(result[4], result[5]);
     if (hit !== 0 || result.length !== 6 || countedAt === undefined || origin === undefined)
       return unexpected(result);
@@ -153,7 +153,7 @@ export class PoolScript {
     const snapshot = deposit.snapshot.flatMap((rule) => [String(rule.remaining), String(rule.resetAt)]);
     const least = Math.min(...deposit.snapshot.map((rule) => rule.remaining));
     const command = ["EVALSHA", POOL.sha1, "1", key, now.toString(16), "put", this.ttl, this.max];
-    command.push(String(deposit.units), String(deposit.expiresAt), joinWindows(deposit.countedAt));
+    command.push(String(deposit.units), String(deposit.expiresAt), joinCountedAt(deposit.countedAt));
     command.push(snapshot.join(" "), String(least), `${deposit.origin.at} ${deposit.origin.taken}`);
     const reply = await this.transport.call(command, this.call);
     if (!reply.ok) return reply.error;
@@ -163,7 +163,7 @@ export class PoolScript {
     if (typeof units !== "number" || typeof leftover !== "number" || typeof excess !== "number")
       return unexpected(result);
     const leftoverCountedAt =
-      leftover > 0 ? splitWindows(old, deposit.countedAt.length) : deposit.countedAt.map(() => 0);
+      leftover > 0 ? splitCountedAt(old, deposit.countedAt.length) : deposit.countedAt.map(() => 0);
     const leftoverOrigin = originOf(result[4], result[5]);
     if (leftoverCountedAt === undefined || leftoverOrigin === undefined) return unexpected(result);
     return { units, leftover, leftoverCountedAt, leftoverOrigin, excess };
