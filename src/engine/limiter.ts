@@ -508,43 +508,73 @@ export class Limiter {
   async reset(identifier: Identity): Promise<void> {
     const now = this.now();
     const keys = new Set<string>();
-    if (this.identities.nested) {
-      // of one field, every rule keyed by it; a record of several resets each of its identifiers so:
-      // their rules' state is shared by every subject holding one of them (an org's users, global's
-      // everyone), so every such subject's cached denials, leases and pools go, not the record's alone
-      const whole =
-        typeof identifier === "object" && identifier !== null && Object.keys(identifier).length > 1;
-      let identities: readonly { readonly field: string; readonly value: string }[];
-      if (whole) {
-        // checks every field, naming the one missing or wrong
-        this.identities.subject(identifier);
-        const record = identifier as Readonly<Record<string, string>>;
-        identities = this.identities.fields.map((field) => ({ field, value: record[field]! }));
-      } else {
-        identities = [this.identities.one(identifier)];
-      }
-      for (const { field, value } of identities) {
-        this.forget(value, field, true);
-        await this.takeOutPools(field, value, now);
-        for (const { encoding } of this.plans.values()) {
-          for (const key of encoding.keys.allOfTag(keyTag(value, field), field, encoding.rules, now))
-            keys.add(key);
+    // every isolate tier holds off the reset identifiers' reservations until the DEL is done (holdOff)
+    const resumes: (() => void)[] = [];
+    try {
+      if (this.identities.nested) {
+        // of one field, every rule keyed by it; a record of several resets each of its identifiers so:
+        // their rules' state is shared by every subject holding one of them (an org's users, global's
+        // everyone), so every such subject's cached denials, leases and pools go, not the record's alone
+        const whole =
+          typeof identifier === "object" && identifier !== null && Object.keys(identifier).length > 1;
+        let identities: readonly { readonly field: string; readonly value: string }[];
+        if (whole) {
+          // checks every field, naming the one missing or wrong
+          this.identities.subject(identifier);
+          const record = identifier as Readonly<Record<string, string>>;
+          identities = this.identities.fields.map((field) => ({ field, value: record[field]! }));
+        } else {
+          identities = [this.identities.one(identifier)];
         }
+        for (const { field, value } of identities) {
+          this.uncache(value, field);
+          // a lease's units were taken under every field's rules: given back before the DEL, the
+          // rules keyed by the other fields get theirs back, and the reset ones end fresh
+          await this.takeOutLeases(this.holders(value, field), true, now, resumes);
+          await this.takeOutPools(field, value, now);
+          for (const { encoding } of this.plans.values()) {
+            for (const key of encoding.keys.allOfTag(keyTag(value, field), field, encoding.rules, now))
+              keys.add(key);
+          }
+        }
+        await this.delete(keys);
+        return;
+      }
+      const subject = this.identities.subject(identifier);
+      this.cache?.delete(subject);
+      // every rule of the subject is reset: its leases' units go with the state the DEL deletes
+      await this.takeOutLeases((held) => held === subject, false, now, resumes);
+      for (const { encoding } of this.plans.values()) {
+        for (const key of encoding.keys.all(subject, now)) keys.add(key);
       }
       await this.delete(keys);
-      return;
+      if (this.regional !== undefined) {
+        const pools = [...this.plans.values()].map((plan) => poolKey(plan.encoding, subject));
+        await deletePools(this.regional.transport, pools, this.timeout);
+      }
+    } finally {
+      for (const resume of resumes) resume();
     }
-    identifier = this.identities.subject(identifier);
-    this.cache?.delete(identifier);
-    for (const { encoding, isolate } of this.plans.values()) {
-      isolate?.drop(identifier);
-      for (const key of encoding.keys.all(identifier, now)) keys.add(key);
+  }
+
+  /**
+   * Holds off every plan's reservations of the subjects `holds` matches (until `resumes` are called)
+   * and ends their leases, with `refund` giving their units back: resolves once every reservation on
+   * its way has landed and every refund is done (IsolateTier.takeOut).
+   */
+  private async takeOutLeases(
+    holds: (subject: string) => boolean,
+    refund: boolean,
+    now: number,
+    resumes: (() => void)[],
+  ): Promise<void> {
+    const taken: Promise<void>[] = [];
+    for (const { isolate } of this.plans.values()) {
+      if (isolate === undefined) continue;
+      resumes.push(isolate.holdOff(holds));
+      taken.push(isolate.takeOut(holds, refund, now));
     }
-    await this.delete(keys);
-    if (this.regional !== undefined) {
-      const pools = [...this.plans.values()].map((plan) => poolKey(plan.encoding, identifier));
-      await deletePools(this.regional.transport, pools, this.timeout);
-    }
+    await Promise.all(taken);
   }
 
   /**
@@ -621,26 +651,33 @@ export class Limiter {
   }
 
   /**
-   * Drops this Limiter's cached denials and leases of `value` in `field` (an override or a reset of it
-   * changed what they were decided under); with `drop`, its leases go without a refund (their state
-   * at home was deleted).
+   * Drops this Limiter's cached denials of `value` in `field` and ends its leases with a refund (an
+   * override of it changed what they were decided under).
    */
-  private forget(value: string, field: string, drop = false): void {
+  private forget(value: string, field: string): void {
+    this.uncache(value, field);
+    const holds = this.holders(value, field);
+    for (const plan of this.plans.values()) plan.isolate?.releaseEach(holds);
+  }
+
+  /** Drops this Limiter's cached denials of `value` in `field`. */
+  private uncache(value: string, field: string): void {
     if (!this.identities.nested) {
       this.cache?.delete(value);
-      for (const plan of this.plans.values()) {
-        if (drop) plan.isolate?.drop(value);
-        else plan.isolate?.release(value);
-      }
       return;
     }
     const tag = keyTag(value, field);
     this.rules.forEach((rule, i) => {
       if (fieldOf(rule) === field) this.cache?.delete(`${i}${tag}`);
     });
+  }
+
+  /** Whether a subject holds `value` in `field` (with rules keyed by several fields, every subject sharing it). */
+  private holders(value: string, field: string): (subject: string) => boolean {
+    if (!this.identities.nested) return (subject) => subject === value;
+    const tag = keyTag(value, field);
     const place = this.identities.fields.indexOf(field);
-    const holds = (subject: string) => tagsOf(subject)[place] === tag;
-    for (const plan of this.plans.values()) plan.isolate?.forEach(holds, drop);
+    return (subject) => tagsOf(subject)[place] === tag;
   }
 
   private now(): number {
@@ -838,7 +875,7 @@ Object.defineProperty(Limiter.prototype, asyncDispose, {
  * own (they were counted with the reservation that took them).
  */
 function held({ applied }: Counted, countedAt: readonly number[]): Counted {
-  return { applied, starts: countedAt, counts: applied.rules.map(() => 0) };
+  return { applied, countedAt, counts: applied.rules.map(() => 0) };
 }
 
 /**

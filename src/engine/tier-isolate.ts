@@ -8,8 +8,8 @@
 // - Answering: a decision whose cost the lease covers takes it from the lease: allowed, with the
 //   headers home last gave minus what this isolate has used since. It never awaits anything.
 // - Topping up: a hot lease running low asks its upstream for more in the background (refill).
-// - Refunds: units left when a lease expires (or is dropped on a denial, or the Limiter is disposed)
-//   go back home under the rules they were reserved under.
+// - Refunds: units left when a lease expires (or is dropped on a denial, or a reset takes it out, or
+//   the Limiter is disposed) go back home under the rules they were reserved under.
 import type { Rule } from "./algorithms/index.js";
 import type { Applied, Reservation } from "./scripts/limiter.js";
 import { type Origin, UNKNOWN } from "./scripts/shared.js";
@@ -82,6 +82,8 @@ interface Seen extends Demand {
   estimate: number;
   /** When a reservation for it went out and has not come back (concurrent decisions ask for none). */
   asking: number | undefined;
+  /** The last reservation that asked for units (a lease's or a top-up's): settled once its units are held. */
+  reserving: Promise<unknown> | undefined;
   lease: Held | undefined;
 }
 
@@ -99,6 +101,8 @@ export class IsolateTier extends Tier implements Entry {
   /** Whether this tier may hold units at all (not under a sliding log rule: see `leasable`). */
   private readonly leasable: boolean;
   private readonly rules: readonly Rule[];
+  /** Identifiers a reset is taking out (see holdOff): no reservation for them asks for units. */
+  private readonly heldOff = new Set<(identifier: string) => boolean>();
   /**
    * Counters for tests and reports: units reserved (top-ups included), answers given here, units given
    * back, and refunds that failed (their units stay consumed until the state expires).
@@ -141,13 +145,17 @@ export class IsolateTier extends Tier implements Entry {
   ): Promise<T> {
     const leased = this.answer(identifier, cost, now, waitUntil);
     if (leased) return Promise.resolve(then(leased));
-    return this.upstream
-      .reserve(identifier, cost, now, this.want(identifier, cost, now), waitUntil)
+    const want = this.want(identifier, cost, now);
+    const answered = this.upstream
+      .reserve(identifier, cost, now, want, waitUntil)
       .then((reservation) =>
         reservation instanceof Error
           ? then(reservation)
           : then(this.fill(identifier, reservation, now, waitUntil), reservation),
       );
+    // want() saw the identifier to ask for units
+    if (want > 0) this.seen.get(identifier)!.reserving = answered;
+    return answered;
   }
 
   /**
@@ -158,7 +166,15 @@ export class IsolateTier extends Tier implements Entry {
     if (now >= this.nextExpiry) this.sweep(now, waitUntil);
     let seen = this.seen.get(identifier);
     if (seen === undefined) {
-      seen = { start: now, current: 0, previous: 0, estimate: 0, asking: undefined, lease: undefined };
+      seen = {
+        start: now,
+        current: 0,
+        previous: 0,
+        estimate: 0,
+        asking: undefined,
+        reserving: undefined,
+        lease: undefined,
+      };
       this.seen.set(identifier, seen);
       if (this.seen.size > MAX_TRACKED) this.forget(this.seen.keys().next().value as string, now, waitUntil);
     } else {
@@ -188,6 +204,7 @@ export class IsolateTier extends Tier implements Entry {
     if (seen === undefined || seen.lease !== undefined) return 0;
     // One reservation at a time: concurrent decisions would each reserve as much, and give it back.
     if (seen.asking !== undefined && now - seen.asking < this.config.ttl) return 0;
+    if (this.isHeldOff(identifier)) return 0;
     const units = size(this.config, seen.estimate);
     if (units > 0) seen.asking = now;
     return units;
@@ -260,12 +277,6 @@ export class IsolateTier extends Tier implements Entry {
     return leaseOf(decision)?.countedAt ?? [];
   }
 
-  /** Forgets the identifier's lease without a refund (its state at home was deleted). */
-  drop(identifier: string): void {
-    const seen = this.seen.get(identifier);
-    if (seen?.lease) this.detach(identifier, seen);
-  }
-
   /**
    * Ends the identifier's lease and gives its unused units back (through `waitUntil` when given, else
    * in the background): its override changed here, and the next decision must be home's.
@@ -277,14 +288,50 @@ export class IsolateTier extends Tier implements Entry {
 
   /**
    * Ends the lease of every identifier `holds` matches (with rules keyed by several fields: every
-   * subject sharing one identifier), as `drop` (with `drop`) or `release` does.
+   * subject sharing one identifier), as `release` does.
    */
-  forEach(holds: (identifier: string) => boolean, drop: boolean): void {
+  releaseEach(holds: (identifier: string) => boolean): void {
     for (const [identifier, seen] of [...this.seen]) {
-      if (!seen.lease || !holds(identifier)) continue;
-      if (drop) this.drop(identifier);
-      else this.release(identifier);
+      if (seen.lease && holds(identifier)) this.release(identifier);
     }
+  }
+
+  /**
+   * Until the function it returns is called, no reservation of an identifier `holds` matches asks for
+   * units (a lease's nor a top-up's): a reset holds them off from before it takes the leases out
+   * (takeOut) until its DEL is done, so that no units counted before the DEL are held after it.
+   */
+  holdOff(holds: (identifier: string) => boolean): () => void {
+    // a function of its own per call: two resets of one identifier each lift their own
+    const held = (identifier: string) => holds(identifier);
+    this.heldOff.add(held);
+    return () => this.heldOff.delete(held);
+  }
+
+  /**
+   * Ends the lease of every identifier `holds` matches, for a reset (held off first: holdOff). Waits
+   * for the reservations of theirs on their way, whose units then join their leases (else one landing
+   * before the reset's DEL would fill a lease with units the DEL erased, handed out as if counted), and
+   * for this tier's refunds on their way (one landing after the DEL would give back, on the fresh
+   * state, units it never counted); with `refund`, gives each lease's unused units back at home and resolves once every refund is done:
+   * the rules the reset leaves alone (another field's) get them back before the DEL. Without, the
+   * units go with the state the DEL deletes.
+   */
+  async takeOut(holds: (identifier: string) => boolean, refund: boolean, now: number): Promise<void> {
+    const matched = [...this.seen].filter(([identifier]) => holds(identifier));
+    await Promise.allSettled([...this.pending, ...matched.map(([, seen]) => seen.reserving)]);
+    const unused: Unused[] = [];
+    for (const [identifier, seen] of matched) {
+      if (seen.lease !== undefined) unused.push(this.detach(identifier, seen));
+    }
+    if (!refund) return;
+    const refunds = unused
+      .filter(({ units }) => units > 0)
+      .map(({ identifier, units, countedAt, applied, origin }) =>
+        this.giveBack(identifier, units, countedAt, now, applied, origin),
+      );
+    for (const sent of refunds) this.track(sent, undefined);
+    await Promise.all(refunds);
   }
 
   /** Gives back every lease's unused units now; resolves once every refund is done. Leases no more. */
@@ -338,12 +385,14 @@ export class IsolateTier extends Tier implements Entry {
     const want = topUp(this.config, seen.estimate, lease.units, homeLeft);
     if (want === 0) return;
     if (seen.asking !== undefined && now - seen.asking < this.config.ttl) return;
+    if (this.isHeldOff(identifier)) return;
     seen.asking = now;
     // a decision of cost 1 reserving `want` more, all for the lease
     const sent = this.upstream.reserve(identifier, 1, now, want, waitUntil).then((answer) => {
       seen.asking = undefined;
       if (!(answer instanceof Error)) this.toppedUp(identifier, answer, now, waitUntil);
     });
+    seen.reserving = sent;
     this.track(sent, waitUntil);
   }
 
@@ -458,6 +507,13 @@ export class IsolateTier extends Tier implements Entry {
     const applied = { name: lease.plan, rules: lease.rules };
     const { units, countedAt, origin } = lease;
     return { identifier, units, countedAt, applied, origin };
+  }
+
+  /** Whether a reset holds off the identifier's reservations (holdOff). */
+  private isHeldOff(identifier: string): boolean {
+    if (this.heldOff.size === 0) return false;
+    for (const holds of this.heldOff) if (holds(identifier)) return true;
+    return false;
   }
 
   /** The rules a decision was decided by, which its reserved units were counted under. */

@@ -202,18 +202,18 @@ export class RegionalTier extends Tier implements Upstream, Entry {
     }
     if (!answer.hit) {
       this.stats.misses += 1;
-      if (answer.leftover > 0) this.track(this.giveBackLeftover(identifier, answer, now), waitUntil);
-      return this.fromHome(identifier, cost, now, want, answer.want, waitUntil);
+      if (answer.units > 0) this.track(this.giveBackLeftover(identifier, answer, now), waitUntil);
+      return this.fromHome(identifier, cost, now, want, answer.reserve, waitUntil);
     }
     this.stats.hits += 1;
-    if (answer.topUp > 0) this.topUp(identifier, answer.topUp, now, waitUntil);
+    if (answer.reserve > 0) this.topUp(identifier, answer.reserve, now, waitUntil);
     // the lease's units are this identifier's too: the isolate tier tells the caller them as remaining
     const plan = this.home.plan;
     const decision = fromHeld(
       plan.rules,
       (rule, i) => {
         const { remaining, resetAt } = answer.snapshot[i]!;
-        return { limit: rule.limit, remaining: remaining + answer.units, resetAt };
+        return { limit: rule.limit, remaining: remaining + answer.pooled, resetAt };
       },
       "region",
       plan.name,
@@ -221,7 +221,7 @@ export class RegionalTier extends Tier implements Upstream, Entry {
     );
     return {
       decision,
-      reserved: answer.extra,
+      reserved: answer.units,
       countedAt: answer.countedAt,
       // the lease's units come with their part of the pool's reservation (what a refund of them is bounded by)
       from: answer.origin,
@@ -298,9 +298,9 @@ export class RegionalTier extends Tier implements Upstream, Entry {
 
   /** Gives back at home what a pool's answer took out of it (its leftover), if anything. */
   private async giveBackLeftover(identifier: string, answer: PoolTake | Error, now: number): Promise<void> {
-    if (answer instanceof Error || answer.hit || answer.leftover === 0) return;
-    const { leftover, countedAt, origin } = answer;
-    await this.giveBack(identifier, leftover, countedAt, now, this.home.plan, origin);
+    if (answer instanceof Error || answer.hit || answer.units === 0) return;
+    const { units, countedAt, origin } = answer;
+    await this.giveBack(identifier, units, countedAt, now, this.home.plan, origin);
   }
 
   /**

@@ -327,7 +327,7 @@ describe("refunds", () => {
   });
 
   it("reset drops the lease: the next decision sees the full limit", async () => {
-    const { limiters, clock } = isolates(1, { r: fixedWindow({ limit: 20, window: "1h" }) });
+    const { limiters, plain, clock } = isolates(1, { r: fixedWindow({ limit: 20, window: "1h" }) });
     const [limiter] = limiters;
     for (let i = 0; i < 4; i++) {
       await limiter!.limit("r");
@@ -336,6 +336,31 @@ describe("refunds", () => {
     await limiter!.reset("r");
     const d = await limiter!.limit("r");
     expect([d.source, d.remaining]).toEqual(["redis", 19]);
+    // the lease it started is given back when it ends: Redis counts the one decision since the reset
+    await limiter!.dispose();
+    expect((await plain.limit("r", { cost: 0 })).remaining).toBe(19);
+  });
+
+  it("reset while a top-up is on its way: the top-up lands first, and its units go with the reset", async () => {
+    const { limiters, plain, clock } = isolates(1, { r: fixedWindow({ limit: 100_000, window: "1h" }) });
+    const [limiter] = limiters;
+    for (let i = 0; i < 5; i++) {
+      await settled(limiter!, "t");
+      clock.set(clock.now + 1);
+    }
+    // the 6th, from the lease, leaves 1 unit: a top-up of 4 (its own unit and 3 reserved) goes out
+    const background: Promise<unknown>[] = [];
+    const sixth = await limiter!.limit("t", { waitUntil: (p) => void background.push(p) });
+    expect([sixth.source, background.length]).toEqual(["lease", 1]);
+    await limiter!.reset("t");
+    // the reset waited for the top-up before its DEL: Redis counts nothing
+    expect((await plain.limit("t", { cost: 0 })).remaining).toBe(100_000);
+    await Promise.all(background);
+    // the next decision is home's, on fresh state (a lease holding the top-up's units would answer it)
+    const next = await settled(limiter!, "t");
+    expect([next.source, next.remaining]).toEqual(["redis", 100_000 - 1]);
+    await limiter!.dispose();
+    expect((await plain.limit("t", { cost: 0 })).remaining).toBe(100_000 - 1);
   });
 
   it("a fixed-window lease ends with its window, and nothing is given back to the next window", async () => {

@@ -411,6 +411,16 @@ describe("the isolate tier (units in memory)", () => {
   });
 });
 
+/** A pool's miss: `reserve` for it at home, `units` taken out (counted at `countedAt`) for a refund. */
+function miss(
+  reserve: number,
+  units = 0,
+  countedAt: readonly number[] = [0],
+  origin: Origin = UNKNOWN,
+): PoolTake {
+  return { hit: false, pooled: 0, reserve, snapshot: [], units, countedAt, origin };
+}
+
 /** A pool script whose replies the test gives, one a call, and that records what it was asked. */
 function fakePool() {
   const calls: unknown[][] = [];
@@ -419,19 +429,11 @@ function fakePool() {
   const pool: PoolStore = {
     take(key: string, cost: number, now: number, rules: number, extra?: number) {
       calls.push(["take", key, cost, now, rules, extra ?? 0]);
-      return Promise.resolve(
-        takes.shift() ?? { hit: false, want: 0, leftover: 0, countedAt: [0], origin: UNKNOWN },
-      );
+      return Promise.resolve(takes.shift() ?? miss(0));
     },
     drain(key: string, now: number) {
       calls.push(["drain", key, now]);
-      return Promise.resolve({
-        hit: false,
-        want: 0,
-        leftover: 0,
-        countedAt: [0],
-        origin: UNKNOWN,
-      } as PoolTake);
+      return Promise.resolve(miss(0));
     },
     put(key: string, deposit: Deposit, now: number) {
       calls.push(["put", key, deposit, now]);
@@ -463,17 +465,17 @@ describe("the regional tier (units in the region's database)", () => {
     const lent = { at: T0 + 10, taken: 2 };
     pool.takes.push({
       hit: true,
-      units: 3,
-      topUp: 0,
+      pooled: 3,
+      reserve: 0,
       snapshot,
-      extra: 2,
+      units: 2,
       countedAt: [T0],
       origin: lent,
     });
     expect(((await tier.reserve("a", 1, T, 2)) as Reservation).from).toEqual(lent);
     // a miss: home reserves 6 for the pool at T; the deposit finds 3 of another window (reserved at
     // T0 - 5) and keeps 4 of the 6 (max)
-    pool.takes.push({ hit: false, want: 6, leftover: 0, countedAt: [0], origin: UNKNOWN });
+    pool.takes.push(miss(6));
     const old = { at: T0 - 5, taken: 4 };
     pool.puts.push({
       units: 20,
@@ -487,13 +489,7 @@ describe("the regional tier (units in the region's database)", () => {
     await Promise.all(waited);
     expect((pool.calls[2]![2] as Deposit).origin).toEqual({ at: T, taken: 6 });
     // past its expiry, a miss takes out 5 reserved at T0 + 10, 1 of them its own
-    pool.takes.push({
-      hit: false,
-      want: 0,
-      leftover: 5,
-      countedAt: [T0],
-      origin: { at: T0 + 10, taken: 1 },
-    });
+    pool.takes.push(miss(0, 5, [T0], { at: T0 + 10, taken: 1 }));
     await tier.reserve("a", 1, T + 6000, undefined, (p) => void waited.push(p));
     await Promise.all(waited);
     expect(fake.refunds.map((refund) => [refund.units, refund.origin])).toEqual([
@@ -517,10 +513,10 @@ describe("the regional tier (units in the region's database)", () => {
     const T = T0 + 1000;
     pool.takes.push({
       hit: true,
-      units: 7,
-      topUp: 0,
+      pooled: 7,
+      reserve: 0,
       snapshot: [{ remaining: 40, resetAt: T0 + MINUTE }],
-      extra: 2,
+      units: 2,
       countedAt: [T0],
       origin: UNKNOWN,
     });
@@ -549,7 +545,7 @@ describe("the regional tier (units in the region's database)", () => {
   it("on a miss passes on home, reserving the pool's want beside the lease's, and deposits the pool's share", async () => {
     const { fake, pool, tier } = regional();
     const T = T0 + 1000;
-    pool.takes.push({ hit: false, want: 6, leftover: 0, countedAt: [0], origin: UNKNOWN });
+    pool.takes.push(miss(6));
     const waited: Promise<unknown>[] = [];
     const answer = (await tier.reserve("a", 1, T, 3, (p) => void waited.push(p))) as Reservation;
     // home took 1 + 9 (half of 99 is more): 90 left; 6 go to the pool, 3 up to the lease
@@ -576,7 +572,7 @@ describe("the regional tier (units in the region's database)", () => {
   it("clamps a deposit's expiry to the window its units were counted in", async () => {
     const T = T0 + 58_000;
     const { pool, tier } = regional(T);
-    pool.takes.push({ hit: false, want: 4, leftover: 0, countedAt: [0], origin: UNKNOWN });
+    pool.takes.push(miss(4));
     const waited: Promise<unknown>[] = [];
     await tier.reserve("a", 1, T, undefined, (p) => void waited.push(p));
     await Promise.all(waited);
@@ -586,7 +582,7 @@ describe("the regional tier (units in the region's database)", () => {
   it("refunds a pool's expired leftovers at home, in the windows they were counted in", async () => {
     const { fake, pool, tier } = regional();
     const T = T0 + 1000;
-    pool.takes.push({ hit: false, want: 0, leftover: 4, countedAt: [T0 - MINUTE], origin: UNKNOWN });
+    pool.takes.push(miss(0, 4, [T0 - MINUTE]));
     const waited: Promise<unknown>[] = [];
     const answer = (await tier.reserve("a", 1, T, undefined, (p) => void waited.push(p))) as Reservation;
     // nothing to reserve for anyone: home's plain decision
@@ -617,7 +613,7 @@ describe("the regional tier (units in the region's database)", () => {
     const waited: Promise<unknown>[] = [];
     // 99 used: home denies a cost of 2
     await fake.scripts.reserve("b", 99, T, 0);
-    pool.takes.push({ hit: false, want: 6, leftover: 0, countedAt: [0], origin: UNKNOWN });
+    pool.takes.push(miss(6));
     const answer = (await tier.reserve("a", 2, T, undefined, (p) => void waited.push(p))) as Reservation;
     expect(answer.decision.allowed).toBe(false);
     await Promise.all(waited);
@@ -630,10 +626,10 @@ describe("the regional tier (units in the region's database)", () => {
     const T = T0 + 1000;
     pool.takes.push({
       hit: true,
-      units: 1,
-      topUp: 5,
+      pooled: 1,
+      reserve: 5,
       snapshot: [{ remaining: 40, resetAt: T0 + MINUTE }],
-      extra: 0,
+      units: 0,
       countedAt: [T0],
       origin: UNKNOWN,
     });
@@ -647,7 +643,7 @@ describe("the regional tier (units in the region's database)", () => {
     expect(tier.stats).toMatchObject({ hits: 1, deposited: 6 });
     // at the deposit's expiry the next decision first asks the pool for nothing, taking its leftovers out
     clock.now = T + 5000;
-    pool.takes.push({ hit: false, want: 0, leftover: 3, countedAt: [T0], origin: UNKNOWN });
+    pool.takes.push(miss(0, 3, [T0]));
     await tier.reserve("a", 1, T + 5000, undefined, waitUntil);
     await Promise.all(waited);
     expect(pool.calls[2]).toEqual(["take", KEY, 0, T + 5000, 1, 0]);
@@ -669,7 +665,7 @@ describe("the regional tier (units in the region's database)", () => {
     const T = T0 + 1000;
     const home = new Home(scripts, encoding(RULES));
     const tier = new RegionalTier(pool.pool, { max: 20, ttl: 5000 }, home, new RegionalTiers(), () => T);
-    pool.takes.push({ hit: false, want: 4, leftover: 0, countedAt: [0], origin: UNKNOWN });
+    pool.takes.push(miss(4));
     const waited: Promise<unknown>[] = [];
     const answer = (await tier.reserve("a", 1, T, 2, (p) => void waited.push(p))) as Reservation;
     await Promise.all(waited);
@@ -700,10 +696,10 @@ describe("the regional tier (units in the region's database)", () => {
     );
     const waited: Promise<unknown>[] = [];
     const waitUntil = (p: Promise<unknown>) => void waited.push(p);
-    pool.takes.push({ hit: false, want: 6, leftover: 0, countedAt: [0], origin: UNKNOWN });
+    pool.takes.push(miss(6));
     await base.reserve("a", 1, T, undefined, waitUntil);
     await Promise.all(waited);
-    pool.takes.push({ hit: false, want: 0, leftover: 2, countedAt: [T0], origin: UNKNOWN });
+    pool.takes.push(miss(0, 2, [T0]));
     await pro.reserve("b", 1, T + 5000, undefined, waitUntil);
     await Promise.all(waited);
     expect(pool.calls.filter((call) => call[0] === "take").map((call) => call.slice(1, 4))).toEqual([
@@ -718,7 +714,7 @@ describe("the regional tier (units in the region's database)", () => {
   it("on dispose drains every pool it deposited into", async () => {
     const { pool, tier } = regional();
     const T = T0 + 1000;
-    pool.takes.push({ hit: false, want: 6, leftover: 0, countedAt: [0], origin: UNKNOWN });
+    pool.takes.push(miss(6));
     await tier.reserve("a", 1, T, undefined, () => {});
     await tier.dispose();
     expect(pool.calls.map((call) => call[0])).toEqual(["take", "put", "drain"]);
@@ -777,6 +773,6 @@ describe("a tier's top-up, in the isolate and in the region's pool (lua/pool.lua
       dp: previous,
     });
     const answer = await pool.take(key, 1, now, 1);
-    expect(answer).toMatchObject({ hit: true, units: held, topUp: expected });
+    expect(answer).toMatchObject({ hit: true, pooled: held, reserve: expected });
   });
 });

@@ -5,32 +5,35 @@ import { POOL } from "../generated/scripts.js";
 import type { CallOptions, Transport } from "../transport.js";
 import { type Origin, type ScriptCallOptions, UNKNOWN, unexpected } from "./shared.js";
 
-/** What a regional pool answered to a take (lua/pool.lua). */
-export type PoolTake =
-  | {
-      readonly hit: true;
-      /** Units the pool holds after this one. */
-      readonly units: number;
-      /** Units to reserve at home for the pool (beside the top-up decision's own unit); 0: none. */
-      readonly topUp: number;
-      /** Home's last answer, per rule in rule order: remaining (the pool's units left out) and resetAt. */
-      readonly snapshot: readonly { readonly remaining: number; readonly resetAt: number }[];
-      /** Units taken beside the cost for the caller's lease, counted at `countedAt`. */
-      readonly extra: number;
-      readonly countedAt: readonly number[];
-      /** The reservation the extra units came from, and how many of its units they are (the lease's part). */
-      readonly origin: Origin;
-    }
-  | {
-      readonly hit: false;
-      /** Units to reserve at home for the pool beside this decision; 0: none. */
-      readonly want: number;
-      /** Units of a pool past its expiry, taken out for a refund at home, counted at `countedAt`. */
-      readonly leftover: number;
-      readonly countedAt: readonly number[];
-      /** The reservation the leftover came from (what a refund of them is bounded by). */
-      readonly origin: Origin;
-    };
+/**
+ * What a regional pool answered to a take or a drain (lua/pool.lua): a hit answered the decision from
+ * the pool, a miss leaves it to home. Either may hand over `units` counted at `countedAt`: a hit's
+ * taken beside the cost for the caller's lease, a miss's taken out of a pool past its expiry (or
+ * drained) for a refund at home.
+ */
+export interface PoolTake {
+  readonly hit: boolean;
+  /** Units the pool holds after a hit; 0 on a miss. */
+  readonly pooled: number;
+  /**
+   * Units to reserve at home for the pool (a hit's beside a top-up decision's own unit, a miss's beside
+   * this decision); 0: none.
+   */
+  readonly reserve: number;
+  /**
+   * A hit's: home's last answer, per rule in rule order: remaining (the pool's units left out) and
+   * resetAt. Empty on a miss.
+   */
+  readonly snapshot: readonly { readonly remaining: number; readonly resetAt: number }[];
+  /** Units handed over, counted at `countedAt`. */
+  readonly units: number;
+  readonly countedAt: readonly number[];
+  /**
+   * The reservation `units` came from, and how many of its units they are (a lease's part; a refund of
+   * them is bounded by it).
+   */
+  readonly origin: Origin;
+}
 
 /** What a deposit into a regional pool answered: what to refund at home, and in which windows. */
 export interface PoolPut {
@@ -56,13 +59,13 @@ export interface Deposit {
   readonly origin: Origin;
 }
 
-/** Windows as the pool stores them: "s1 s2 ...". */
-const joinWindows = (starts: readonly number[]) => starts.map((start) => String(start)).join(" ");
-const splitWindows = (text: unknown, n: number): number[] | undefined => {
+/** Where units were counted, per rule (a Reservation's `countedAt`), as the pool stores it: "c1 c2 ...". */
+const joinCountedAt = (countedAt: readonly number[]) => countedAt.map((at) => String(at)).join(" ");
+const splitCountedAt = (text: unknown, n: number): number[] | undefined => {
   if (typeof text !== "string") return undefined;
   if (text === "") return new Array<number>(n).fill(0);
-  const starts = text.split(" ").map(Number);
-  return starts.length === n && starts.every(Number.isSafeInteger) ? starts : undefined;
+  const countedAt = text.split(" ").map(Number);
+  return countedAt.length === n && countedAt.every(Number.isSafeInteger) ? countedAt : undefined;
 };
 /** A reservation as the pool answers it: its time and units, both whole (time 0: not known). */
 const originOf = (at: unknown, taken: unknown): Origin | undefined => {
@@ -121,7 +124,7 @@ export class PoolScript {
     if (hit === 1 && result.length === 8) {
       const numbers = typeof text === "string" && text !== "" ? text.split(" ").map(Number) : [];
       const taken = result[4];
-      const countedAt = splitWindows(result[5], rules);
+      const countedAt = splitCountedAt(result[5], rules);
       const origin = originOf(result[6], result[7]);
       if (numbers.length !== 2 * rules || !numbers.every(Number.isSafeInteger)) return unexpected(result);
       if (typeof taken !== "number" || countedAt === undefined || origin === undefined)
@@ -129,13 +132,13 @@ export class PoolScript {
       const snapshot = [];
       for (let i = 0; i < rules; i++)
         snapshot.push({ remaining: numbers[2 * i]!, resetAt: numbers[2 * i + 1]! });
-      return { hit: true, units: a, topUp: b, snapshot, extra: taken, countedAt, origin };
+      return { hit: true, pooled: a, reserve: b, snapshot, units: taken, countedAt, origin };
     }
-    const countedAt = b > 0 ? splitWindows(text, rules) : new Array<number>(rules).fill(0);
+    const countedAt = b > 0 ? splitCountedAt(text, rules) : new Array<number>(rules).fill(0);
     const origin = originOf(result[4], result[5]);
     if (hit !== 0 || result.length !== 6 || countedAt === undefined || origin === undefined)
       return unexpected(result);
-    return { hit: false, want: a, leftover: b, countedAt, origin };
+    return { hit: false, pooled: 0, reserve: a, snapshot: [], units: b, countedAt, origin };
   }
 
   /**
@@ -153,7 +156,7 @@ export class PoolScript {
     const snapshot = deposit.snapshot.flatMap((rule) => [String(rule.remaining), String(rule.resetAt)]);
     const least = Math.min(...deposit.snapshot.map((rule) => rule.remaining));
     const command = ["EVALSHA", POOL.sha1, "1", key, now.toString(16), "put", this.ttl, this.max];
-    command.push(String(deposit.units), String(deposit.expiresAt), joinWindows(deposit.countedAt));
+    command.push(String(deposit.units), String(deposit.expiresAt), joinCountedAt(deposit.countedAt));
     command.push(snapshot.join(" "), String(least), `${deposit.origin.at} ${deposit.origin.taken}`);
     const reply = await this.transport.call(command, this.call);
     if (!reply.ok) return reply.error;
@@ -163,7 +166,7 @@ export class PoolScript {
     if (typeof units !== "number" || typeof leftover !== "number" || typeof excess !== "number")
       return unexpected(result);
     const leftoverCountedAt =
-      leftover > 0 ? splitWindows(old, deposit.countedAt.length) : deposit.countedAt.map(() => 0);
+      leftover > 0 ? splitCountedAt(old, deposit.countedAt.length) : deposit.countedAt.map(() => 0);
     const leftoverOrigin = originOf(result[4], result[5]);
     if (leftoverCountedAt === undefined || leftoverOrigin === undefined) return unexpected(result);
     return { units, leftover, leftoverCountedAt, leftoverOrigin, excess };

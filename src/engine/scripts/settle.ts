@@ -72,11 +72,11 @@ export class SettleScripts {
         ? { name: "custom", rules: custom }
         : (own ?? this.base);
     const now = decision.decidedAt;
-    const starts = countedIn(decision, applied.rules.length) ?? applied.rules.map(() => 0);
+    const countedAt = countedIn(decision, applied.rules.length) ?? applied.rules.map(() => 0);
     const counts = applied.rules.map((rule) =>
       algorithmOf(rule).countOf(rule, decision.rules[rule.name]!, now),
     );
-    return { applied, starts, counts };
+    return { applied, countedAt, counts };
   }
 
   /**
@@ -92,13 +92,13 @@ export class SettleScripts {
     actual: number,
     now: number,
   ): Promise<CallResult> {
-    const { applied, starts, counts } = counted;
-    const keys = this.keysOf(applied, identifier, now, actual < cost ? starts : undefined);
+    const { applied, countedAt, counts } = counted;
+    const keys = this.keysOf(applied, identifier, now, actual < cost ? countedAt : undefined);
     const command = ["EVALSHA", SETTLE.sha1, String(keys.length), ...keys];
     command.push(now.toString(16), String(cost), String(actual));
     applied.rules.forEach((rule, i) => {
       const mark = algorithmOf(rule).settleMark(counts[i] ?? 0, cost);
-      command.push(...this.givingBack(rule, i), String(starts[i] ?? 0), String(mark));
+      command.push(...this.givingBack(rule, i), String(countedAt[i] ?? 0), String(mark));
     });
     return this.transport.call(command, this.settleCall);
   }
@@ -124,12 +124,12 @@ export class SettleScripts {
 
   /**
    * The keys of `identifier` under the rules `applied` (a plan's, or a custom override's: each rule's
-   * key is that of a plan with its window, as lua/overrides.lua reads it), at `now` or, per rule, at
-   * `starts`.
+   * key is that of a plan with its window, as lua/overrides.lua reads it), at `now` or, per rule, where
+   * the units were counted (`countedAt`).
    */
-  private keysOf(applied: Applied, identifier: string, now: number, starts?: readonly number[]): string[] {
+  private keysOf(applied: Applied, identifier: string, now: number, countedAt?: readonly number[]): string[] {
     const own = (applied as Partial<PlanEncoding>).keys;
-    if (own !== undefined) return own.of(identifier, now, starts);
+    if (own !== undefined) return own.of(identifier, now, countedAt);
     return applied.rules.map((rule, i) => {
       let plan = this.base;
       if ("window" in rule) {
@@ -140,7 +140,7 @@ export class SettleScripts {
           }
         }
       }
-      return plan.keys.of(identifier, now, starts)[i]!;
+      return plan.keys.of(identifier, now, countedAt)[i]!;
     });
   }
 }

@@ -57,13 +57,14 @@ export interface Reservation {
 
 /**
  * Where a decision counted its units, as a settle needs them: the rules that applied (a plan's, or a
- * stored override's), per rule the start of the window they were counted in (a sliding log's stamp;
- * for gcra and the token bucket the TAT they hold, rounded up to a ms), and per sliding log rule its
- * count after the decision, per gcra rule the time it counted from (0: unknown), else 0.
+ * stored override's), per rule where they were counted (`countedAt`: the start of their window, a
+ * sliding log's stamp, for gcra and the token bucket the TAT they hold, rounded up to a ms), and per
+ * sliding log rule its count after the decision, per gcra rule the time it counted from (0: unknown),
+ * else 0.
  */
 export interface Counted {
   readonly applied: Applied;
-  readonly starts: readonly number[];
+  readonly countedAt: readonly number[];
   readonly counts: readonly number[];
 }
 
@@ -162,9 +163,9 @@ export function countedIn(decision: Decision, n: number): number[] | undefined {
   const reply = replies.get(decision);
   if (reply === undefined) return undefined;
   if (typeof reply === "number") return [reply];
-  const starts: number[] = [];
-  for (let i = 0; i < n; i++) starts.push(Number(reply[5 * i + 4]));
-  return starts;
+  const countedAt: number[] = [];
+  for (let i = 0; i < n; i++) countedAt.push(Number(reply[5 * i + 4]));
+  return countedAt;
 }
 
 /**

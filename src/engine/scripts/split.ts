@@ -176,7 +176,7 @@ export class SplitScripts {
   counted(decision: Decision): Counted {
     const parts = COUNTED.get(decision);
     const rules = decision.decidedBy ?? this.rules;
-    const starts = this.rules.map(() => 0);
+    const countedAt = this.rules.map(() => 0);
     const counts = rules.map((rule) =>
       algorithmOf(rule).countOf(rule, decision.rules[rule.name]!, decision.decidedAt),
     );
@@ -184,11 +184,11 @@ export class SplitScripts {
       const counted = parts?.[p];
       if (counted === undefined) return;
       part.indices.forEach((i, j) => {
-        starts[i] = counted.starts[j]!;
+        countedAt[i] = counted.countedAt[j]!;
         counts[i] = counted.counts[j]!;
       });
     });
-    return { applied: { name: decision.plan, rules, carrier: carrierOf(rules) }, starts, counts };
+    return { applied: { name: decision.plan, rules, carrier: carrierOf(rules) }, countedAt, counts };
   }
 
   /** Settles a decision under every rule it was counted under: one settle call per field. */
@@ -206,7 +206,7 @@ export class SplitScripts {
           tags[part.place]!,
           {
             applied: partOf(counted.applied, part),
-            starts: part.indices.map((i) => counted.starts[i] ?? 0),
+            countedAt: part.indices.map((i) => counted.countedAt[i] ?? 0),
             counts: part.indices.map((i) => counted.counts[i] ?? 0),
           },
           cost,
@@ -246,7 +246,7 @@ export class SplitScripts {
       }
       const counted = part.scripts.counted(answer);
       refunds.push(
-        part.scripts.refund(tags[part.place]!, cost, counted.starts, now, counted.applied, {
+        part.scripts.refund(tags[part.place]!, cost, counted.countedAt, now, counted.applied, {
           at: now,
           taken: cost,
         }),
