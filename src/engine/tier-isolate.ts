@@ -14,16 +14,17 @@ import type { Rule } from "./algorithms/index.js";
 import type { Applied, Reservation } from "./scripts/limiter.js";
 import { type Origin, UNKNOWN } from "./scripts/shared.js";
 import {
+  type Answer,
   type Demand,
   type Entry,
   estimate,
   fromHeld,
   type Home,
   holdsTat,
+  type Lease,
   leasable,
   MAX_TRACKED,
   size,
-  type Then,
   Tier,
   type TierConfig,
   topUp,
@@ -48,15 +49,8 @@ interface Unused {
   readonly origin: Origin;
 }
 
-/**
- * The lease a decision answered here came from, for `charge`: a module-private symbol, not enumerable
- * (a copy of the decision carries none; cheaper than a WeakMap entry).
- */
-const ANSWERED_FROM: unique symbol = Symbol("edgelimit.lease");
-const answeredFrom: PropertyDescriptor = { value: undefined, enumerable: false };
-
-/** One identifier's units held here. */
-interface Held {
+/** One identifier's units held here: the lease an answer from it carries (Answer.lease). */
+interface Held extends Lease {
   /** Units still held. */
   units: number;
   expiresAt: number;
@@ -91,7 +85,7 @@ interface Seen extends Demand {
  *
  * @example
  * const isolate = new IsolateTier({ max: 50, ttl: 1000 }, home, upstream, clock);
- * const decision = await isolate.decide("user:42", 1, now, waitUntil, (answer) => answer);
+ * const answer = isolate.fromLease("user:42", 1, now, waitUntil) ?? (await isolate.decide("user:42", 1, now, waitUntil));
  */
 export class IsolateTier extends Tier implements Entry {
   private readonly seen = new Map<string, Seen>();
@@ -128,33 +122,26 @@ export class IsolateTier extends Tier implements Entry {
   }
 
   /**
-   * This tier's step of the pipeline: the identifier's lease answers on the spot (it never waits on a
-   * request, this one's or another's); else the decision goes upstream reserving what the lease
-   * wants in the same call, and the lease is filled from the answer.
+   * This tier's step of the pipeline past its lease (the Limiter asked `fromLease` first, which said
+   * to pass on): the decision goes upstream reserving what the lease wants in the same call, and the
+   * lease is filled from the answer.
    */
-  decide<T>(
-    identifier: string,
-    cost: number,
-    now: number,
-    waitUntil: WaitUntil | undefined,
-    then: Then<T>,
-  ): Promise<T> {
-    const leased = this.answer(identifier, cost, now, waitUntil);
-    if (leased) return Promise.resolve(then(leased));
+  decide(identifier: string, cost: number, now: number, waitUntil: WaitUntil | undefined): Promise<Answer> {
     return this.upstream
       .reserve(identifier, cost, now, this.want(identifier, cost, now), waitUntil)
       .then((reservation) =>
         reservation instanceof Error
-          ? then(reservation)
-          : then(this.fill(identifier, reservation, now, waitUntil), reservation),
+          ? { error: reservation }
+          : { decision: this.fill(identifier, reservation, now, waitUntil), reservation },
       );
   }
 
   /**
-   * The decision for `cost` units from the identifier's lease, or undefined to pass on. Records the
-   * demand, and refunds expired leases (through `waitUntil` when given).
+   * This tier's first step: the answer for `cost` units from the identifier's lease, on the spot (it
+   * never waits on a request, this one's or another's), or undefined to pass on (`decide`). Records
+   * the demand, and refunds expired leases (through `waitUntil` when given).
    */
-  private answer(identifier: string, cost: number, now: number, waitUntil?: WaitUntil): Decision | undefined {
+  fromLease(identifier: string, cost: number, now: number, waitUntil?: WaitUntil): Answer | undefined {
     if (now >= this.nextExpiry) this.sweep(now, waitUntil);
     let seen = this.seen.get(identifier);
     if (seen === undefined) {
@@ -173,11 +160,9 @@ export class IsolateTier extends Tier implements Entry {
     lease.used += cost;
     this.stats.answered += 1;
     const decision = fromLease(lease, now);
-    answeredFrom.value = lease;
-    Object.defineProperty(decision, ANSWERED_FROM, answeredFrom);
     if (lease.units === 0) this.detach(identifier, seen);
     else this.refill(identifier, seen, lease, now, waitUntil);
-    return decision;
+    return { decision, lease };
   }
 
   /** Units to reserve beside the `cost` of a decision passing on now. */
@@ -239,25 +224,21 @@ export class IsolateTier extends Tier implements Entry {
   }
 
   /**
-   * Charges a decision answered here `difference` more units (actual - cost, not 0; fewer when
-   * negative) against its lease where it can: units given back rejoin the lease while it lives (it
-   * holds units counted in the same windows); extra units come out of it when it holds that many.
-   * Returns whether the lease took it; when not, `countedAtOf` says where the units were counted.
+   * Charges a decision answered here from `lease` `difference` more units (actual - cost, not 0; fewer
+   * when negative) against that lease where it can: units given back rejoin the lease while it lives
+   * (it holds units counted in the same windows); extra units come out of it when it holds that many.
+   * Returns whether the lease took it; when not, the lease's `countedAt` says where the units were
+   * counted.
    */
-  charge(identifier: string, decision: Decision, difference: number, now: number): boolean {
-    const lease = leaseOf(decision);
-    if (lease === undefined) return false;
-    const live = !this.disposed && this.held.get(identifier) === lease && now < lease.expiresAt;
-    if (!live || (difference > 0 && lease.units < difference)) return false;
-    lease.units -= difference;
-    lease.used += difference;
-    if (lease.units === 0) this.detach(identifier, this.seen.get(identifier)!);
+  charge(identifier: string, lease: Lease, difference: number, now: number): boolean {
+    // the lease it answered from, while it is still this identifier's and has not expired
+    const held = this.held.get(identifier);
+    if (this.disposed || held === undefined || held !== lease || now >= held.expiresAt) return false;
+    if (difference > 0 && held.units < difference) return false;
+    held.units -= difference;
+    held.used += difference;
+    if (held.units === 0) this.detach(identifier, this.seen.get(identifier)!);
     return true;
-  }
-
-  /** Per rule, where the units of a decision answered here were counted (empty for one it did not answer). */
-  countedAtOf(decision: Decision): readonly number[] {
-    return leaseOf(decision)?.countedAt ?? [];
   }
 
   /** Forgets the identifier's lease without a refund (its state at home was deleted). */
@@ -470,11 +451,6 @@ export class IsolateTier extends Tier implements Entry {
     this.end(identifier, seen, now, waitUntil);
     this.seen.delete(identifier);
   }
-}
-
-/** The lease a decision answered here came from. */
-function leaseOf(decision: Decision): Held | undefined {
-  return (decision as { [ANSWERED_FROM]?: Held })[ANSWERED_FROM];
 }
 
 /**

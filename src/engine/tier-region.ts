@@ -20,12 +20,12 @@ import type { RedisCallError } from "./errors.js";
 import type { Origin, PlanEncoding, Reservation } from "./scripts/limiter.js";
 import type { PoolScript, PoolTake } from "./scripts/pool.js";
 import {
+  type Answer,
   type Entry,
   fromHeld,
   type Home,
   leasable,
   MAX_TRACKED,
-  type Then,
   Tier,
   type TierConfig,
   type Upstream,
@@ -168,15 +168,9 @@ export class RegionalTier extends Tier implements Upstream, Entry {
   }
 
   /** This tier's step of the pipeline with no isolate tier above it: `reserve`, reserving nothing for a lease. */
-  decide<T>(
-    identifier: string,
-    cost: number,
-    now: number,
-    waitUntil: WaitUntil | undefined,
-    then: Then<T>,
-  ): Promise<T> {
+  decide(identifier: string, cost: number, now: number, waitUntil: WaitUntil | undefined): Promise<Answer> {
     return this.reserve(identifier, cost, now, undefined, waitUntil).then((reservation) =>
-      reservation instanceof Error ? then(reservation) : then(reservation.decision, reservation),
+      reservation instanceof Error ? { error: reservation } : { decision: reservation.decision, reservation },
     );
   }
 

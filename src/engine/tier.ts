@@ -51,27 +51,40 @@ export interface Upstream {
 }
 
 /**
- * What a step of the pipeline hands its answer to: a Decision, with the Reservation it came from when
- * a tier asked upstream for it (its decision home's own or a pool's, or a copy of home's with `home`
- * set: where a settle reads where the units were counted; unset: read from the Decision itself), or
- * an Error (Redis failed: the Limiter's `onError` decides).
+ * Units a tier held that answered a decision (the isolate tier's lease): where they were counted,
+ * for a settle that the tier cannot take back itself.
  */
-export type Then<T> = (answer: Decision | Error, reservation?: Reservation) => T;
+export interface Lease {
+  readonly countedAt: readonly number[];
+}
 
 /**
- * The pipeline of one plan past the deny cache, entered at its first step: the isolate tier (answers
- * from a lease, else reserves upstream and fills one), the regional tier (answers from the pool, else
- * passes on home), or home. Never rejects for Redis trouble.
+ * What a step of the pipeline answers, one record per decision: the Decision, with the Reservation
+ * it came from when a tier asked upstream for it (its decision home's own or a pool's, or a copy of
+ * home's with `home` set: where a settle reads where the units were counted; unset: read from the
+ * Decision itself), and the lease that answered it, if one did. When Redis failed, no decision, and
+ * `error` says why: the Limiter's `onError` decides.
+ */
+export interface Answer {
+  readonly decision?: Decision;
+  readonly error?: Error;
+  readonly reservation?: Reservation;
+  readonly lease?: Lease;
+}
+
+/** A script's answer as the pipeline's: a decision, or the failure. */
+export function answerOf(decision: Decision | Error): Answer {
+  return decision instanceof Error ? { error: decision } : { decision };
+}
+
+/**
+ * The pipeline of one plan past the deny cache and the lease (IsolateTier.fromLease, asked first),
+ * entered at its first step: the isolate tier (reserves upstream and fills the lease), the regional
+ * tier (answers from the pool, else passes on home), or home. Never rejects for Redis trouble.
  */
 export interface Entry {
-  /** Decides `cost` units of `identifier` at `now` and hands the answer to `then`, in its own promise. */
-  decide<T>(
-    identifier: string,
-    cost: number,
-    now: number,
-    waitUntil: WaitUntil | undefined,
-    then: Then<T>,
-  ): Promise<T>;
+  /** Decides `cost` units of `identifier` at `now`. */
+  decide(identifier: string, cost: number, now: number, waitUntil: WaitUntil | undefined): Promise<Answer>;
 }
 
 /** What home runs, as RuleScripts sends it: decisions, reservations, refunds. */
@@ -97,17 +110,11 @@ export class Home implements Upstream, Entry {
   }
 
   /**
-   * The plain decision (a one-rule script where one serves), handed to `then` in the transport call's
+   * The plain decision (a one-rule script where one serves), made an Answer in the transport call's
    * own promise: no tier, no async layer around it.
    */
-  decide<T>(
-    identifier: string,
-    cost: number,
-    now: number,
-    _waitUntil: WaitUntil | undefined,
-    then: Then<T>,
-  ): Promise<T> {
-    return this.scripts.decide(identifier, cost, now, then, this.plan);
+  decide(identifier: string, cost: number, now: number): Promise<Answer> {
+    return this.scripts.decide(identifier, cost, now, answerOf, this.plan);
   }
 
   reserve(
@@ -118,8 +125,12 @@ export class Home implements Upstream, Entry {
   ): Promise<Reservation | Error> {
     if (want) return this.scripts.reserve(identifier, cost, now, want, this.plan);
     // nobody wants units (0 as undefined): the plain decision
-    return this.decide(identifier, cost, now, undefined, (decision) =>
-      decision instanceof Error ? decision : { decision, reserved: 0, countedAt: this.none },
+    return this.scripts.decide(
+      identifier,
+      cost,
+      now,
+      (decision) => (decision instanceof Error ? decision : { decision, reserved: 0, countedAt: this.none }),
+      this.plan,
     );
   }
 
