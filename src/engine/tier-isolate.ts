@@ -129,11 +129,11 @@ export class IsolateTier extends Tier implements Entry {
   decide(identifier: string, cost: number, now: number, waitUntil: WaitUntil | undefined): Promise<Answer> {
     return this.upstream
       .reserve(identifier, cost, now, this.want(identifier, cost, now), waitUntil)
-      .then((reservation) =>
-        reservation instanceof Error
-          ? { error: reservation }
-          : { decision: this.fill(identifier, reservation, now, waitUntil), reservation },
-      );
+      .then((answer) => {
+        const { reservation } = answer;
+        if (reservation === undefined) return answer; // failed
+        return { decision: this.fill(identifier, reservation, now, waitUntil), reservation };
+      });
   }
 
   /**
@@ -321,9 +321,9 @@ export class IsolateTier extends Tier implements Entry {
     if (seen.asking !== undefined && now - seen.asking < this.config.ttl) return;
     seen.asking = now;
     // a decision of cost 1 reserving `want` more, all for the lease
-    const sent = this.upstream.reserve(identifier, 1, now, want, waitUntil).then((answer) => {
+    const sent = this.upstream.reserve(identifier, 1, now, want, waitUntil).then(({ reservation }) => {
       seen.asking = undefined;
-      if (!(answer instanceof Error)) this.toppedUp(identifier, answer, now, waitUntil);
+      if (reservation !== undefined) this.toppedUp(identifier, reservation, now, waitUntil);
     });
     this.track(sent, waitUntil);
   }

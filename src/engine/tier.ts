@@ -34,20 +34,21 @@ export interface TierConfig {
 
 /**
  * The next step of the pipeline, where a tier's units come from: the regional tier, or home. Never
- * rejects: a failure resolves to an Error.
+ * rejects: a failure resolves to an Answer with `error` and no reservation.
  */
 export interface Upstream {
   /**
    * Decides `cost` units of `identifier` at `now`, reserving up to `want` more for the tier asking
-   * (`reserved` in the answer); `want` 0 or undefined: a plain decision (nobody above wants units).
+   * (`reserved` in the answer's reservation); `want` 0: nobody above wants units (the regional tier
+   * may still reserve for its own pool).
    */
   reserve(
     identifier: string,
     cost: number,
     now: number,
-    want: number | undefined,
+    want: number,
     waitUntil?: WaitUntil,
-  ): Promise<Reservation | Error>;
+  ): Promise<Answer>;
 }
 
 /**
@@ -62,8 +63,9 @@ export interface Lease {
  * What a step of the pipeline answers, one record per decision: the Decision, with the Reservation
  * it came from when a tier asked upstream for it (its decision home's own or a pool's, or a copy of
  * home's with `home` set: where a settle reads where the units were counted; unset: read from the
- * Decision itself), and the lease that answered it, if one did. When Redis failed, no decision, and
- * `error` says why: the Limiter's `onError` decides.
+ * Decision itself), and the lease that answered it, if one did. When Redis failed, no decision and
+ * no reservation, and `error` says why: the Limiter's `onError` decides. An upstream's answer always
+ * carries its reservation unless it failed.
  */
 export interface Answer {
   readonly decision?: Decision;
@@ -75,6 +77,13 @@ export interface Answer {
 /** A script's answer as the pipeline's: a decision, or the failure. */
 export function answerOf(decision: Decision | Error): Answer {
   return decision instanceof Error ? { error: decision } : { decision };
+}
+
+/** A reservation's answer as the pipeline's: it with its decision, or the failure. */
+export function reserved(reservation: Reservation | Error): Answer {
+  return reservation instanceof Error
+    ? { error: reservation }
+    : { decision: reservation.decision, reservation };
 }
 
 /**
@@ -96,7 +105,7 @@ export type HomeScripts = Pick<RuleScripts, "decide" | "reserve" | "refund">;
  *
  * @example
  * const home = new Home(scripts, scripts.plans.get("default")!);
- * const answer = await home.reserve("user:42", 1, Date.now(), 10); // a Reservation, or an Error
+ * const { reservation, error } = await home.reserve("user:42", 1, Date.now(), 10);
  */
 export class Home implements Upstream, Entry {
   /** A plain decision's windows: none were reserved in. */
@@ -117,19 +126,17 @@ export class Home implements Upstream, Entry {
     return this.scripts.decide(identifier, cost, now, answerOf, this.plan);
   }
 
-  reserve(
-    identifier: string,
-    cost: number,
-    now: number,
-    want: number | undefined,
-  ): Promise<Reservation | Error> {
-    if (want) return this.scripts.reserve(identifier, cost, now, want, this.plan);
-    // nobody wants units (0 as undefined): the plain decision
+  reserve(identifier: string, cost: number, now: number, want: number): Promise<Answer> {
+    if (want > 0) return this.scripts.reserve(identifier, cost, now, want, this.plan).then(reserved);
+    // nobody wants units: the plain decision
     return this.scripts.decide(
       identifier,
       cost,
       now,
-      (decision) => (decision instanceof Error ? decision : { decision, reserved: 0, countedAt: this.none }),
+      (decision) =>
+        decision instanceof Error
+          ? { error: decision }
+          : { decision, reservation: { decision, reserved: 0, countedAt: this.none } },
       this.plan,
     );
   }

@@ -158,14 +158,14 @@ function decide(
  * records what it was asked: [identifier, cost, now, want].
  */
 function scriptedUpstream() {
-  const asked: [string, number, number, number | undefined][] = [];
+  const asked: [string, number, number, number][] = [];
   const answers: Reservation[] = [];
   const upstream = {
-    reserve(identifier: string, cost: number, now: number, want: number | undefined) {
+    reserve(identifier: string, cost: number, now: number, want: number) {
       asked.push([identifier, cost, now, want]);
-      const answer = answers.shift();
-      if (answer === undefined) throw new Error(`upstream: no answer given for ${identifier} at ${now}`);
-      return Promise.resolve(answer);
+      const reservation = answers.shift();
+      if (reservation === undefined) throw new Error(`upstream: no answer given for ${identifier} at ${now}`);
+      return Promise.resolve({ decision: reservation.decision, reservation });
     },
   };
   return { upstream, asked, answers };
@@ -474,7 +474,7 @@ describe("the regional tier (units in the region's database)", () => {
       countedAt: [T0],
       origin: lent,
     });
-    expect(((await tier.reserve("a", 1, T, 2)) as Reservation).from).toEqual(lent);
+    expect((await tier.reserve("a", 1, T, 2)).reservation!.from).toEqual(lent);
     // a miss: home reserves 6 for the pool at T; the deposit finds 3 of another window (reserved at
     // T0 - 5) and keeps 4 of the 6 (max)
     pool.takes.push({ hit: false, want: 6, leftover: 0, countedAt: [0], origin: UNKNOWN });
@@ -487,7 +487,7 @@ describe("the regional tier (units in the region's database)", () => {
       excess: 2,
     });
     const waited: Promise<unknown>[] = [];
-    await tier.reserve("a", 1, T, undefined, (p) => void waited.push(p));
+    await tier.reserve("a", 1, T, 0, (p) => void waited.push(p));
     await Promise.all(waited);
     expect((pool.calls[2]![2] as Deposit).origin).toEqual({ at: T, taken: 6 });
     // past its expiry, a miss takes out 5 reserved at T0 + 10, 1 of them its own
@@ -498,7 +498,7 @@ describe("the regional tier (units in the region's database)", () => {
       countedAt: [T0],
       origin: { at: T0 + 10, taken: 1 },
     });
-    await tier.reserve("a", 1, T + 6000, undefined, (p) => void waited.push(p));
+    await tier.reserve("a", 1, T + 6000, 0, (p) => void waited.push(p));
     await Promise.all(waited);
     expect(fake.refunds.map((refund) => [refund.units, refund.origin])).toEqual([
       [3, old],
@@ -528,7 +528,7 @@ describe("the regional tier (units in the region's database)", () => {
       countedAt: [T0],
       origin: UNKNOWN,
     });
-    const answer = (await tier.reserve("a", 1, T, 3)) as Reservation;
+    const answer = (await tier.reserve("a", 1, T, 3)).reservation!;
     expect(answer.decision).toEqual({
       allowed: true,
       limit: 100,
@@ -555,7 +555,7 @@ describe("the regional tier (units in the region's database)", () => {
     const T = T0 + 1000;
     pool.takes.push({ hit: false, want: 6, leftover: 0, countedAt: [0], origin: UNKNOWN });
     const waited: Promise<unknown>[] = [];
-    const answer = (await tier.reserve("a", 1, T, 3, (p) => void waited.push(p))) as Reservation;
+    const answer = (await tier.reserve("a", 1, T, 3, (p) => void waited.push(p))).reservation!;
     // home took 1 + 9 (half of 99 is more): 90 left; 6 go to the pool, 3 up to the lease
     expect(fake.reserves).toEqual([["a", 1, T, 9]]);
     expect(answer.reserved).toBe(3);
@@ -582,7 +582,7 @@ describe("the regional tier (units in the region's database)", () => {
     const { pool, tier } = regional(T);
     pool.takes.push({ hit: false, want: 4, leftover: 0, countedAt: [0], origin: UNKNOWN });
     const waited: Promise<unknown>[] = [];
-    await tier.reserve("a", 1, T, undefined, (p) => void waited.push(p));
+    await tier.reserve("a", 1, T, 0, (p) => void waited.push(p));
     await Promise.all(waited);
     expect((pool.calls[1]![2] as Deposit).expiresAt).toBe(T0 + MINUTE);
   });
@@ -592,7 +592,7 @@ describe("the regional tier (units in the region's database)", () => {
     const T = T0 + 1000;
     pool.takes.push({ hit: false, want: 0, leftover: 4, countedAt: [T0 - MINUTE], origin: UNKNOWN });
     const waited: Promise<unknown>[] = [];
-    const answer = (await tier.reserve("a", 1, T, undefined, (p) => void waited.push(p))) as Reservation;
+    const answer = (await tier.reserve("a", 1, T, 0, (p) => void waited.push(p))).reservation!;
     // nothing to reserve for anyone: home's plain decision
     expect(fake.decides).toEqual([["a", 1, T]]);
     expect(answer).toMatchObject({ reserved: 0, decision: { source: "redis", remaining: 99 } });
@@ -608,7 +608,7 @@ describe("the regional tier (units in the region's database)", () => {
     const T = T0 + 1000;
     pool.takes.push(new RedisCallError("timeout", "timed out"));
     pool.takes.push(new RedisCallError("timeout", "timed out"));
-    await tier.reserve("a", 1, T, undefined);
+    await tier.reserve("a", 1, T, 0);
     await tier.reserve("a", 1, T, 5);
     expect(fake.decides).toEqual([["a", 1, T]]);
     expect(fake.reserves).toEqual([["a", 1, T, 5]]);
@@ -622,7 +622,7 @@ describe("the regional tier (units in the region's database)", () => {
     // 99 used: home denies a cost of 2
     await fake.scripts.reserve("b", 99, T, 0);
     pool.takes.push({ hit: false, want: 6, leftover: 0, countedAt: [0], origin: UNKNOWN });
-    const answer = (await tier.reserve("a", 2, T, undefined, (p) => void waited.push(p))) as Reservation;
+    const answer = (await tier.reserve("a", 2, T, 0, (p) => void waited.push(p))).reservation!;
     expect(answer.decision.allowed).toBe(false);
     await Promise.all(waited);
     expect(pool.calls.slice(1)).toEqual([["free", KEY, T]]);
@@ -643,7 +643,7 @@ describe("the regional tier (units in the region's database)", () => {
     });
     const waited: Promise<unknown>[] = [];
     const waitUntil = (p: Promise<unknown>) => void waited.push(p);
-    await tier.reserve("a", 1, T, undefined, waitUntil);
+    await tier.reserve("a", 1, T, 0, waitUntil);
     await Promise.all(waited);
     // a decision of cost 1 reserving 5 more, all 6 for the pool
     expect(fake.reserves).toEqual([["a", 1, T, 5]]);
@@ -652,7 +652,7 @@ describe("the regional tier (units in the region's database)", () => {
     // at the deposit's expiry the next decision first asks the pool for nothing, taking its leftovers out
     clock.now = T + 5000;
     pool.takes.push({ hit: false, want: 0, leftover: 3, countedAt: [T0], origin: UNKNOWN });
-    await tier.reserve("a", 1, T + 5000, undefined, waitUntil);
+    await tier.reserve("a", 1, T + 5000, 0, waitUntil);
     await Promise.all(waited);
     expect(pool.calls[2]).toEqual(["take", KEY, 0, T + 5000, 1, 0]);
     expect(fake.refunds.map((r) => [r.units, r.countedAt, r.now])).toEqual([[3, [T0], T + 5000]]);
@@ -675,7 +675,7 @@ describe("the regional tier (units in the region's database)", () => {
     const tier = new RegionalTier(pool.pool, { max: 20, ttl: 5000 }, home, new RegionalTiers(), () => T);
     pool.takes.push({ hit: false, want: 4, leftover: 0, countedAt: [0], origin: UNKNOWN });
     const waited: Promise<unknown>[] = [];
-    const answer = (await tier.reserve("a", 1, T, 2, (p) => void waited.push(p))) as Reservation;
+    const answer = (await tier.reserve("a", 1, T, 2, (p) => void waited.push(p))).reservation!;
     await Promise.all(waited);
     expect(answer.reserved).toBe(2);
     expect(answer.decision).toMatchObject({ plan: "custom", remaining: 30 });
@@ -705,10 +705,10 @@ describe("the regional tier (units in the region's database)", () => {
     const waited: Promise<unknown>[] = [];
     const waitUntil = (p: Promise<unknown>) => void waited.push(p);
     pool.takes.push({ hit: false, want: 6, leftover: 0, countedAt: [0], origin: UNKNOWN });
-    await base.reserve("a", 1, T, undefined, waitUntil);
+    await base.reserve("a", 1, T, 0, waitUntil);
     await Promise.all(waited);
     pool.takes.push({ hit: false, want: 0, leftover: 2, countedAt: [T0], origin: UNKNOWN });
-    await pro.reserve("b", 1, T + 5000, undefined, waitUntil);
+    await pro.reserve("b", 1, T + 5000, 0, waitUntil);
     await Promise.all(waited);
     expect(pool.calls.filter((call) => call[0] === "take").map((call) => call.slice(1, 4))).toEqual([
       [KEY, 1, T],
@@ -723,7 +723,7 @@ describe("the regional tier (units in the region's database)", () => {
     const { pool, tier } = regional();
     const T = T0 + 1000;
     pool.takes.push({ hit: false, want: 6, leftover: 0, countedAt: [0], origin: UNKNOWN });
-    await tier.reserve("a", 1, T, undefined, () => {});
+    await tier.reserve("a", 1, T, 0, () => {});
     await tier.dispose();
     expect(pool.calls.map((call) => call[0])).toEqual(["take", "put", "drain"]);
   });

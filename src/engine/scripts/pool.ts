@@ -32,6 +32,9 @@ export type PoolTake =
       readonly origin: Origin;
     };
 
+/** A take that missed (and what a drain answers). */
+export type PoolMiss = Extract<PoolTake, { readonly hit: false }>;
+
 /** What a deposit into a regional pool answered: what to refund at home, and in which windows. */
 export interface PoolPut {
   readonly units: number;
