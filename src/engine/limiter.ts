@@ -24,7 +24,7 @@ import { checkPrefix, Identities, type Identity, keyTag, RuleKeys, tagsOf } from
 import { type LeaseOptions, leaseConfig } from "./leases.js";
 import { buildOverrides, type Overrides, type OverridesOptions, overridesConfig } from "./overrides.js";
 import { type RegionOptions, regionPool } from "./region.js";
-import { type Counted, type PlanEncoding, RuleScripts } from "./scripts/limiter.js";
+import { type Applied, type Counted, type PlanEncoding, RuleScripts } from "./scripts/limiter.js";
 import { PoolScript } from "./scripts/pool.js";
 import { type Answer, type Entry, Home, type WaitUntil } from "./tier.js";
 import { IsolateTier } from "./tier-isolate.js";
@@ -410,7 +410,7 @@ export class Limiter {
         timeout,
         clock: () => this.now(),
         identities: this.identities,
-        forget: (value, field) => this.forget(value, field),
+        forget: (value, field) => this.dropHere(value, field),
       },
     );
   }
@@ -532,7 +532,7 @@ export class Limiter {
         identities = [this.identities.one(identifier)];
       }
       for (const { field, value } of identities) {
-        this.forget(value, field, true);
+        this.dropHere(value, field, true);
         await this.takeOutPools(field, value, now);
         for (const { encoding } of this.plans.values()) {
           for (const key of encoding.keys.allOfTag(keyTag(value, field), field, encoding.rules, now))
@@ -629,11 +629,11 @@ export class Limiter {
   }
 
   /**
-   * Drops this Limiter's cached denials and leases of `value` in `field` (an override or a reset of it
-   * changed what they were decided under); with `drop`, its leases go without a refund (their state
-   * at home was deleted).
+   * Drops this Limiter's cached denials of `value` in `field` and ends its leases (an override or a
+   * reset of it changed what they were decided under); with `drop`, its leases go without a refund
+   * (their state at home was deleted).
    */
-  private forget(value: string, field: string, drop = false): void {
+  private dropHere(value: string, field: string, drop = false): void {
     if (!this.identities.nested) {
       this.cache?.delete(value);
       for (const plan of this.plans.values()) {
@@ -648,7 +648,7 @@ export class Limiter {
     });
     const place = this.identities.fields.indexOf(field);
     const holds = (subject: string) => tagsOf(subject)[place] === tag;
-    for (const plan of this.plans.values()) plan.isolate?.forEach(holds, drop);
+    for (const plan of this.plans.values()) plan.isolate?.endWhere(holds, drop);
   }
 
   private now(): number {
@@ -768,10 +768,10 @@ export class Limiter {
       const { lease, reservation } = answer;
       if (isolate !== undefined && lease !== undefined) {
         if (isolate.charge(identifier, lease, difference, now)) return done({ difference, via: "lease" });
-        counted = held(this.scripts.counted(decision), lease.countedAt);
+        counted = held(this.scripts.applied(decision), lease.countedAt);
       } else if (reservation !== undefined && decision.source === "region") {
         // a pool's answer: its units were counted at home with the pool's, in their windows
-        counted = held(this.scripts.counted(decision), reservation.countedAt);
+        counted = held(this.scripts.applied(decision), reservation.countedAt);
       } else {
         // home's own decision, the one its script answered (the caller may hold a copy)
         counted = this.scripts.counted(reservation?.home ?? reservation?.decision ?? decision);
@@ -839,7 +839,7 @@ Object.defineProperty(Limiter.prototype, asyncDispose, {
  * custom override's too), at `countedAt` (the lease's or the pool's windows), with no count of their
  * own (they were counted with the reservation that took them).
  */
-function held({ applied }: Counted, countedAt: readonly number[]): Counted {
+function held(applied: Applied, countedAt: readonly number[]): Counted {
   return { applied, starts: countedAt, counts: applied.rules.map(() => 0) };
 }
 

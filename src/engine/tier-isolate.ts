@@ -7,8 +7,8 @@
 //   and 0 for an identifier seen once.
 // - Answering: a decision whose cost the lease covers takes it from the lease: allowed, with the
 //   headers home last gave minus what this isolate has used since. It never awaits anything.
-// - Topping up: a hot lease running low asks its upstream for more in the background (refill).
-// - Refunds: units left when a lease expires (or is dropped on a denial, or the Limiter is disposed)
+// - Topping up: a hot lease running low asks its upstream for more in the background (topUp).
+// - Refunds: units left when a lease expires (or is ended on a denial, or the Limiter is disposed)
 //   go back home under the rules they were reserved under.
 import type { Rule } from "./algorithms/index.js";
 import type { Applied, Reservation } from "./scripts/limiter.js";
@@ -27,7 +27,7 @@ import {
   size,
   Tier,
   type TierConfig,
-  topUp,
+  topUpSize,
   type Upstream,
   type WaitUntil,
   withHeld,
@@ -90,7 +90,7 @@ interface Seen extends Demand {
 export class IsolateTier extends Tier implements Entry {
   private readonly seen = new Map<string, Seen>();
   private readonly held = new Map<string, Held>();
-  /** Whether this tier may hold units at all (not under a sliding log rule: see `leasable`). */
+  /** Whether this tier may hold units at all (not under a sliding log, an interval bucket or a window that gives back: see `leasable`). */
   private readonly leasable: boolean;
   private readonly rules: readonly Rule[];
   /**
@@ -112,7 +112,7 @@ export class IsolateTier extends Tier implements Entry {
     this.leasable = leasable(this.rules);
   }
 
-  /** Leases held now (for tests and reports). */
+  /** Leases held now: tests read it to see a lease end (a decision could not tell without changing it). */
   get size(): number {
     return this.held.size;
   }
@@ -147,7 +147,7 @@ export class IsolateTier extends Tier implements Entry {
     if (seen === undefined) {
       seen = { start: now, current: 0, previous: 0, estimate: 0, asking: undefined, lease: undefined };
       this.seen.set(identifier, seen);
-      if (this.seen.size > MAX_TRACKED) this.forget(this.seen.keys().next().value as string, now, waitUntil);
+      if (this.seen.size > MAX_TRACKED) this.evict(this.seen.keys().next().value as string, now, waitUntil);
     } else {
       this.seen.delete(identifier);
       this.seen.set(identifier, seen);
@@ -161,7 +161,7 @@ export class IsolateTier extends Tier implements Entry {
     this.stats.answered += 1;
     const decision = fromLease(lease, now);
     if (lease.units === 0) this.detach(identifier, seen);
-    else this.refill(identifier, seen, lease, now, waitUntil);
+    else this.topUp(identifier, seen, lease, now, waitUntil);
     return { decision, lease };
   }
 
@@ -200,26 +200,26 @@ export class IsolateTier extends Tier implements Entry {
     }
     if (reserved > 0) this.stats.reserved += reserved;
     const lease = seen?.lease;
-    const taken = originOf(decision, reserved, from);
+    const origin = originOf(decision, reserved, from);
     // Units held before this answer, and reserved by it, are this identifier's to use (or on their way back).
     const answer = withHeld(decision, (lease?.units ?? 0) + reserved);
     if (seen === undefined || this.disposed) {
       // Forgotten while the request was out (evicted), or disposed since: the reserved units go straight back.
       if (reserved > 0)
         this.track(
-          this.giveBack(identifier, reserved, countedAt, now, this.appliedOf(decision), taken),
+          this.giveBack(identifier, reserved, countedAt, now, this.appliedOf(decision), origin),
           waitUntil,
         );
       return answer;
     }
     if (lease !== undefined) {
       // A decision whose cost the lease could not cover, or a second reservation that crossed the first.
-      this.keep(identifier, lease, decision, reserved, countedAt, taken, now, waitUntil);
+      this.keep(identifier, lease, decision, reserved, countedAt, origin, now, waitUntil);
       lease.snapshot = answer.rules;
       lease.used = 0;
       return answer;
     }
-    if (reserved > 0) this.start(identifier, seen, reserved, answer, countedAt, taken, now, waitUntil);
+    if (reserved > 0) this.start(identifier, seen, reserved, answer, countedAt, origin, now, waitUntil);
     return answer;
   }
 
@@ -260,7 +260,7 @@ export class IsolateTier extends Tier implements Entry {
    * Ends the lease of every identifier `holds` matches (with rules keyed by several fields: every
    * subject sharing one identifier), as `drop` (with `drop`) or `release` does.
    */
-  forEach(holds: (identifier: string) => boolean, drop: boolean): void {
+  endWhere(holds: (identifier: string) => boolean, drop: boolean): void {
     for (const [identifier, seen] of [...this.seen]) {
       if (!seen.lease || !holds(identifier)) continue;
       if (drop) this.drop(identifier);
@@ -304,7 +304,7 @@ export class IsolateTier extends Tier implements Entry {
    * its way would pass on by itself. No answer waits on it. One reservation or top-up per identifier is
    * on its way at a time.
    */
-  private refill(
+  private topUp(
     identifier: string,
     seen: Seen,
     lease: Held,
@@ -316,20 +316,20 @@ export class IsolateTier extends Tier implements Entry {
     const homeLeft =
       Math.min(...Object.values(lease.snapshot).map((rule) => rule.remaining)) - lease.used - lease.units;
     // about a ttl's traffic, like a fresh lease: a slow identifier is topped up a little
-    const want = topUp(this.config, seen.estimate, lease.units, homeLeft);
+    const want = topUpSize(this.config, seen.estimate, lease.units, homeLeft);
     if (want === 0) return;
     if (seen.asking !== undefined && now - seen.asking < this.config.ttl) return;
     seen.asking = now;
     // a decision of cost 1 reserving `want` more, all for the lease
     const sent = this.upstream.reserve(identifier, 1, now, want, waitUntil).then(({ reservation }) => {
       seen.asking = undefined;
-      if (reservation !== undefined) this.toppedUp(identifier, reservation, now, waitUntil);
+      if (reservation !== undefined) this.joinTopUp(identifier, reservation, now, waitUntil);
     });
     this.track(sent, waitUntil);
   }
 
   /** A top-up's answer: its unit and the reserved ones join the lease (or start a new one). */
-  private toppedUp(
+  private joinTopUp(
     identifier: string,
     { decision, reserved, countedAt, from }: Reservation,
     now: number,
@@ -343,19 +343,19 @@ export class IsolateTier extends Tier implements Entry {
       return;
     }
     const lease = seen?.lease;
-    const taken = originOf(decision, units, from);
+    const origin = originOf(decision, units, from);
     if (seen === undefined || this.disposed) {
       this.track(
-        this.giveBack(identifier, units, countedAt, now, this.appliedOf(decision), taken),
+        this.giveBack(identifier, units, countedAt, now, this.appliedOf(decision), origin),
         waitUntil,
       );
       return;
     }
     if (lease === undefined) {
-      this.start(identifier, seen, units, withHeld(decision, units), countedAt, taken, now, waitUntil);
+      this.start(identifier, seen, units, withHeld(decision, units), countedAt, origin, now, waitUntil);
       return;
     }
-    const keep = this.keep(identifier, lease, decision, units, countedAt, taken, now, waitUntil);
+    const keep = this.keep(identifier, lease, decision, units, countedAt, origin, now, waitUntil);
     lease.snapshot = withHeld(decision, lease.units).rules;
     lease.used = 0;
     // a lease topped up lives a ttl from then (what is left of the old units is at most a quarter of max)
@@ -446,7 +446,8 @@ export class IsolateTier extends Tier implements Entry {
     return { name: decision.plan, rules: decision.decidedBy ?? this.rules };
   }
 
-  private forget(identifier: string, now: number, waitUntil: WaitUntil | undefined): void {
+  /** Stops tracking the identifier (the least recently seen, past MAX_TRACKED), its lease refunded. */
+  private evict(identifier: string, now: number, waitUntil: WaitUntil | undefined): void {
     const seen = this.seen.get(identifier);
     this.end(identifier, seen, now, waitUntil);
     this.seen.delete(identifier);

@@ -17,8 +17,8 @@
 //   deposited into a pool asks it once it expires (sweep). A pool nobody asks again expires with its
 //   units, which stay consumed at home until home's state expires: fewer admissions, never more.
 import type { RedisCallError } from "./errors.js";
-import type { Origin, PlanEncoding, Reservation } from "./scripts/limiter.js";
 import type { PoolMiss, PoolScript } from "./scripts/pool.js";
+import type { Origin, PlanEncoding, Reservation } from "./scripts/shared.js";
 import {
   type Answer,
   type Entry,
@@ -163,7 +163,7 @@ export class RegionalTier extends Tier implements Upstream, Entry {
   }
 
   /** The identifier's pool key in the region's database. */
-  key(identifier: string): string {
+  private key(identifier: string): string {
     return poolKey(this.home.plan, identifier);
   }
 
@@ -239,7 +239,7 @@ export class RegionalTier extends Tier implements Upstream, Entry {
       this.free(identifier, now, waitUntil);
       return answer;
     }
-    return this.keep(identifier, answer, answer.reservation, forPool, now, waitUntil);
+    return this.deposit(identifier, answer, answer.reservation, forPool, now, waitUntil);
   }
 
   /**
@@ -247,7 +247,7 @@ export class RegionalTier extends Tier implements Upstream, Entry {
    * Returns what is left for the isolate tier, with the decision the caller is told: home's, plus the
    * units now on their way to the pool.
    */
-  private keep(
+  private deposit(
     identifier: string,
     answer: Answer,
     reservation: Reservation,
@@ -265,8 +265,8 @@ export class RegionalTier extends Tier implements Upstream, Entry {
       this.free(identifier, now, waitUntil);
       return { decision, reservation: { decision, reserved: reserved - share, countedAt } };
     }
-    const deposit = { at: decision.decidedAt, taken: share };
-    this.track(this.put(identifier, share, countedAt, decision, deposit, now, !waitUntil), waitUntil);
+    const origin = { at: decision.decidedAt, taken: share };
+    this.track(this.put(identifier, share, countedAt, decision, origin, now, !waitUntil), waitUntil);
     // the caller is told a copy (the pool's share counted as remaining): home's own goes with it
     const told = withHeld(decision, share);
     return {
@@ -357,7 +357,7 @@ export class RegionalTier extends Tier implements Upstream, Entry {
     this.nextExpiry = next;
   }
 
-  /** A hit left the pool low: one decision of cost 1 goes home reserving `want` more, all for the pool. */
+  /** A hit left the pool low: a top-up, one decision of cost 1 going home reserving `want` more, all for the pool. */
   private topUp(identifier: string, want: number, now: number, waitUntil: WaitUntil | undefined): void {
     this.track(
       this.home.reserve(identifier, 1, now, want).then(({ reservation }): Promise<unknown> => {

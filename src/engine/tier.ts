@@ -2,8 +2,11 @@
 // fewer round trips (none from an isolate's memory, one to a region's database). The lease tree has it
 // at two levels, each the same idea over another store:
 //
-//   home (one EVALSHA) ─▶ regional tier (tier-region.ts: units in the region's database, lua/pool.lua)
-//                            ─▶ isolate tier (tier-isolate.ts: units in this isolate's memory)
+//   isolate tier (tier-isolate.ts: units in this isolate's memory)
+//     ─▶ regional tier (tier-region.ts: units in the region's database, lua/pool.lua)
+//       ─▶ home (one EVALSHA)
+//
+// (a decision goes down it until a step answers; units come up it from home)
 //
 // Every tier
 // - holds units reserved at home under every rule at once, or none (the limiter script never gives
@@ -14,7 +17,9 @@
 // - asks its upstream (the next step of the pipeline: the regional tier, or home) for a top-up before
 //   it runs dry, off the request path;
 // - takes back what is left once expired and refunds it at home, under the rules the units were
-//   reserved under, through `waitUntil` when the caller gives one, else from a timer.
+//   reserved under, through `waitUntil` when the caller gives one, else from a timer (the regional
+//   tier holds only its plan's rules: units an override reserved under others are counted lost,
+//   neither pooled nor refunded).
 // A unit is only ever created at home: a tier hands out, or gives back, units home took first.
 import { algorithmOf, type Rule } from "./algorithms/index.js";
 import { GIVES_BACK } from "./algorithms/shared.js";
@@ -307,7 +312,7 @@ export function low(config: TierConfig, demand: number): number {
  * rule, so a top-up goes only while home had at least twice what it takes: the last units of a quota
  * are still decided at home.
  */
-export function topUp(config: TierConfig, demand: number, held: number, homeLeft: number): number {
+export function topUpSize(config: TierConfig, demand: number, held: number, homeLeft: number): number {
   if (held > low(config, demand)) return 0;
   const want = size(config, demand) - held - 1;
   return want >= 1 && homeLeft >= 2 * (want + 1) ? want : 0;

@@ -15,7 +15,7 @@ import {
   UNKNOWN,
 } from "../../src/engine/scripts/limiter.js";
 import { type Deposit, type PoolPut, PoolScript, type PoolTake } from "../../src/engine/scripts/pool.js";
-import { estimate, Home, type HomeScripts, topUp, withHeld } from "../../src/engine/tier.js";
+import { estimate, Home, type HomeScripts, topUpSize, withHeld } from "../../src/engine/tier.js";
 import { IsolateTier } from "../../src/engine/tier-isolate.js";
 import { type PoolStore, RegionalTier, RegionalTiers } from "../../src/engine/tier-region.js";
 import { transportFor } from "../../src/engine/transport.js";
@@ -480,7 +480,6 @@ describe("the regional tier (units in the region's database)", () => {
     pool.takes.push({ hit: false, want: 6, leftover: 0, countedAt: [0], origin: UNKNOWN });
     const old = { at: T0 - 5, taken: 4 };
     pool.puts.push({
-      units: 20,
       leftover: 3,
       leftoverCountedAt: [T0 - MINUTE],
       leftoverOrigin: old,
@@ -761,7 +760,7 @@ describe("a tier's top-up, in the isolate and in the region's pool (lua/pool.lua
     const config = { max, ttl: TTL };
     // the isolate tier's sizing, at the demand it estimates before the decision
     const demand = estimate({ start, current, previous }, now, TTL);
-    expect(topUp(config, demand, held, homeLeft)).toBe(expected);
+    expect(topUpSize(config, demand, held, homeLeft)).toBe(expected);
     // the pool's: the same demand in its buckets, held + 1 before the take, home's answer as deposited
     const { url, token } = sharedBridge();
     const pool = new PoolScript(transportFor({ url, token }), config, {
