@@ -467,6 +467,10 @@ export class Limiter {
     if (typeof cost !== "number" || !Number.isInteger(cost) || cost < 0) {
       throw new RangeError(`cost: must be a whole number of units, 0 or more, got ${describe(cost)}`);
     }
+    const waitUntil = options?.waitUntil;
+    if (waitUntil !== undefined && typeof waitUntil !== "function") {
+      throw new TypeError(`waitUntil: expected a function such as ctx.waitUntil, got ${describe(waitUntil)}`);
+    }
     const plan = this.planOf(options?.plan);
     const now = this.now();
     const cached = this.identities.nested
@@ -479,10 +483,6 @@ export class Limiter {
         )
       : this.cache?.get(identifier, Math.max(cost, 1), now, plan.encoding.name);
     if (cached) return Promise.resolve(cached);
-    const waitUntil = options?.waitUntil;
-    if (waitUntil !== undefined && typeof waitUntil !== "function") {
-      throw new TypeError(`waitUntil: expected a function such as ctx.waitUntil, got ${describe(waitUntil)}`);
-    }
     // the lease answers on the spot, in this promise alone
     const leased = plan.isolate?.fromLease(identifier, cost, now, waitUntil);
     if (leased !== undefined) return Promise.resolve(this.answered(leased, identifier, cost, now, plan));
