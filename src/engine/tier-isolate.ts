@@ -411,8 +411,7 @@ export class IsolateTier extends Tier implements Entry {
     };
     seen.lease = held;
     this.held.set(identifier, held);
-    if (held.expiresAt < this.nextExpiry) this.nextExpiry = held.expiresAt;
-    if (waitUntil === undefined) this.arm();
+    this.hold(held.expiresAt, waitUntil === undefined);
   }
 
   private giveBackAll(unused: readonly Unused[], now: number, waitUntil: WaitUntil | undefined): void {

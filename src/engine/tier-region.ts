@@ -421,7 +421,6 @@ export class RegionalTier extends Tier implements Upstream, Entry {
     this.deposits.set(key, { identifier, expiresAt });
     // the oldest is forgotten: whoever asks that pool next takes its leftovers out
     if (this.deposits.size > MAX_TRACKED) this.deposits.delete(this.deposits.keys().next().value!);
-    if (expiresAt < this.nextExpiry) this.nextExpiry = expiresAt;
-    if (background) this.arm();
+    this.hold(expiresAt, background);
   }
 }

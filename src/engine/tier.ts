@@ -246,8 +246,17 @@ export abstract class Tier {
     this.timer = undefined;
   }
 
+  /**
+   * Notes units held until `expiresAt`, so that a decision at or after it sweeps first; `background`
+   * (no waitUntil): the timer sweeps them when no decision comes to do it.
+   */
+  protected hold(expiresAt: number, background: boolean): void {
+    if (expiresAt < this.nextExpiry) this.nextExpiry = expiresAt;
+    if (background) this.arm();
+  }
+
   /** Node (no waitUntil): a timer that sweeps expired units when no decision comes to do it. Unref'd. */
-  protected arm(): void {
+  private arm(): void {
     if (this.timer !== undefined || this.disposed || !this.holding) return;
     const wait = Math.max(1, Math.min(MAX_TIMER_MS, this.nextExpiry - this.clock()));
     this.timer = setTimeout(() => {
