@@ -24,9 +24,9 @@ import { checkPrefix, Identities, type Identity, keyTag, RuleKeys, tagsOf } from
 import { type LeaseOptions, leaseConfig } from "./leases.js";
 import { buildOverrides, type Overrides, type OverridesOptions, overridesConfig } from "./overrides.js";
 import { type RegionOptions, regionPool } from "./region.js";
-import { type Counted, type PlanEncoding, type Reservation, RuleScripts } from "./scripts/limiter.js";
+import { type Applied, type Counted, type PlanEncoding, RuleScripts } from "./scripts/limiter.js";
 import { PoolScript } from "./scripts/pool.js";
-import { type Entry, Home, type WaitUntil } from "./tier.js";
+import { type Answer, type Entry, Home, type WaitUntil } from "./tier.js";
 import { IsolateTier } from "./tier-isolate.js";
 import {
   deletePools,
@@ -154,7 +154,8 @@ export interface SettleOptions {
  * What settling an admitted decision needs beside the decision, under a module-private symbol that is
  * not enumerable (no public field; a copy of the decision carries none; cheaper than a WeakMap entry).
  * A tier answers the caller a copy of home's decision, which carries no reply to read where its units
- * were counted from: the Reservation it came from goes with the ticket, read only by a settle.
+ * were counted from: the pipeline's answer it came from (its Reservation, its lease) goes with the
+ * ticket, read only by a settle.
  */
 interface Ticket {
   /** The Limiter that made the decision. */
@@ -163,8 +164,11 @@ interface Ticket {
   readonly cost: number;
   /** Set for a decision the isolate tier answered: settled against its lease where it can be. */
   readonly isolate: IsolateTier | undefined;
-  /** The Reservation the decision came from, when a tier asked upstream for it; unset: none did. */
-  readonly reservation?: Reservation;
+  /**
+   * The pipeline's answer the decision came from: the Reservation, when a tier asked upstream for it,
+   * and the lease, when one answered it.
+   */
+  readonly answer: Answer;
   settled: boolean;
 }
 
@@ -179,7 +183,7 @@ const ticketProperty: PropertyDescriptor = { value: undefined, enumerable: false
  */
 interface Plan {
   readonly encoding: PlanEncoding;
-  /** Where a decision goes past the deny cache. */
+  /** Where a decision goes past the deny cache and the lease. */
   readonly entry: Entry;
   /** The tiers, for what is not a decision: a settle against a lease, an override or a reset ending leases and pools, dispose. */
   readonly isolate: IsolateTier | undefined;
@@ -406,7 +410,7 @@ export class Limiter {
         timeout,
         clock: () => this.now(),
         identities: this.identities,
-        forget: (value, field) => this.forget(value, field),
+        forget: (value, field) => this.releaseHere(value, field),
       },
     );
   }
@@ -453,14 +457,19 @@ export class Limiter {
   }
 
   /**
-   * `limit()` before its observer: the pipeline. Each step answers or passes on: the deny cache, then
-   * the plan's entry: the isolate tier (a lease in this isolate's memory), the regional tier (a pool in
-   * the region's database) and home, one call each.
+   * `limit()` before its observer: the pipeline. Each step answers or passes on: the deny cache, the
+   * isolate tier (a lease in this isolate's memory), then the plan's entry: the isolate tier reserving
+   * for its lease, the regional tier (a pool in the region's database) and home, one call each. The
+   * answer becomes the caller's Decision once, here.
    */
   private decideOne(identifier: string, options: LimitOptions | undefined): Promise<Decision> {
     const cost = options?.cost ?? 1;
     if (typeof cost !== "number" || !Number.isInteger(cost) || cost < 0) {
       throw new RangeError(`cost: must be a whole number of units, 0 or more, got ${describe(cost)}`);
+    }
+    const waitUntil = options?.waitUntil;
+    if (waitUntil !== undefined && typeof waitUntil !== "function") {
+      throw new TypeError(`waitUntil: expected a function such as ctx.waitUntil, got ${describe(waitUntil)}`);
     }
     const plan = this.planOf(options?.plan);
     const now = this.now();
@@ -474,13 +483,12 @@ export class Limiter {
         )
       : this.cache?.get(identifier, Math.max(cost, 1), now, plan.encoding.name);
     if (cached) return Promise.resolve(cached);
-    const waitUntil = options?.waitUntil;
-    if (waitUntil !== undefined && typeof waitUntil !== "function") {
-      throw new TypeError(`waitUntil: expected a function such as ctx.waitUntil, got ${describe(waitUntil)}`);
-    }
-    return plan.entry.decide(identifier, cost, now, waitUntil, (answer, reservation) =>
-      this.answered(answer, identifier, cost, now, plan, reservation),
-    );
+    // the lease answers on the spot, in this promise alone
+    const leased = plan.isolate?.fromLease(identifier, cost, now, waitUntil);
+    if (leased !== undefined) return Promise.resolve(this.answered(leased, identifier, cost, now, plan));
+    return plan.entry
+      .decide(identifier, cost, now, waitUntil)
+      .then((answer) => this.answered(answer, identifier, cost, now, plan));
   }
 
   /**
@@ -654,7 +662,7 @@ export class Limiter {
    * Drops this Limiter's cached denials of `value` in `field` and ends its leases with a refund (an
    * override of it changed what they were decided under).
    */
-  private forget(value: string, field: string): void {
+  private releaseHere(value: string, field: string): void {
     this.uncache(value, field);
     const holds = this.holders(value, field);
     for (const plan of this.plans.values()) plan.isolate?.releaseEach(holds);
@@ -697,24 +705,17 @@ export class Limiter {
    * The end of a decision past the deny cache: a failure follows `onError`, a denial is cached, an
    * admission ticketed (a lease's, to settle against its lease).
    */
-  private answered(
-    answer: Decision | Error,
-    identifier: string,
-    cost: number,
-    now: number,
-    plan: Plan,
-    reservation: Reservation | undefined,
-  ): Decision {
-    if (answer instanceof Error)
-      return this.ticket(this.failure(answer, now, plan.encoding), identifier, cost);
-    if (!answer.allowed) {
+  private answered(answer: Answer, identifier: string, cost: number, now: number, plan: Plan): Decision {
+    const { decision } = answer;
+    if (decision === undefined)
+      return this.ticket(this.failure(answer.error, now, plan.encoding), identifier, cost, answer, undefined);
+    if (!decision.allowed) {
       const name = plan.encoding.name;
-      if (!this.identities.nested) this.cache?.set(identifier, Math.max(cost, 1), now, answer, name);
-      else this.cache?.setEach(this.cacheKeys(identifier), Math.max(cost, 1), now, answer, name);
-      return answer;
+      if (!this.identities.nested) this.cache?.set(identifier, Math.max(cost, 1), now, decision, name);
+      else this.cache?.setEach(this.cacheKeys(identifier), Math.max(cost, 1), now, decision, name);
+      return decision;
     }
-    const lease = answer.source === "lease" ? plan.isolate : undefined;
-    return this.ticket(answer, identifier, cost, lease, reservation);
+    return this.ticket(decision, identifier, cost, answer, answer.lease && plan.isolate);
   }
 
   /** Remembers, on an admitted `decision`, whose it is and what it cost, for settle(). */
@@ -722,11 +723,11 @@ export class Limiter {
     decision: Decision,
     identifier: string,
     cost: number,
-    isolate?: IsolateTier,
-    reservation?: Reservation,
+    answer: Answer,
+    isolate: IsolateTier | undefined,
   ): Decision {
     if (!decision.allowed) return decision;
-    ticketProperty.value = { owner: this, identifier, cost, isolate, reservation, settled: false };
+    ticketProperty.value = { owner: this, identifier, cost, isolate, answer, settled: false };
     return Object.defineProperty(decision, TICKET, ticketProperty);
   }
 
@@ -800,13 +801,14 @@ export class Limiter {
         else this.cache?.delete(identifier);
       }
       let counted: Counted;
-      const { isolate, reservation } = ticket;
-      if (isolate !== undefined) {
-        if (isolate.charge(identifier, decision, difference, now)) return done({ difference, via: "lease" });
-        counted = held(this.scripts.counted(decision), isolate.countedAtOf(decision));
+      const { isolate, answer } = ticket;
+      const { lease, reservation } = answer;
+      if (isolate !== undefined && lease !== undefined) {
+        if (isolate.charge(identifier, lease, difference, now)) return done({ difference, via: "lease" });
+        counted = held(this.scripts.applied(decision), lease.countedAt);
       } else if (reservation !== undefined && decision.source === "region") {
         // a pool's answer: its units were counted at home with the pool's, in their windows
-        counted = held(this.scripts.counted(decision), reservation.countedAt);
+        counted = held(this.scripts.applied(decision), reservation.countedAt);
       } else {
         // home's own decision, the one its script answered (the caller may hold a copy)
         counted = this.scripts.counted(reservation?.home ?? reservation?.decision ?? decision);
@@ -874,7 +876,7 @@ Object.defineProperty(Limiter.prototype, asyncDispose, {
  * custom override's too), at `countedAt` (the lease's or the pool's windows), with no count of their
  * own (they were counted with the reservation that took them).
  */
-function held({ applied }: Counted, countedAt: readonly number[]): Counted {
+function held(applied: Applied, countedAt: readonly number[]): Counted {
   return { applied, countedAt, counts: applied.rules.map(() => 0) };
 }
 

@@ -7,26 +7,27 @@
 //   and 0 for an identifier seen once.
 // - Answering: a decision whose cost the lease covers takes it from the lease: allowed, with the
 //   headers home last gave minus what this isolate has used since. It never awaits anything.
-// - Topping up: a hot lease running low asks its upstream for more in the background (refill).
-// - Refunds: units left when a lease expires (or is dropped on a denial, or a reset takes it out, or
+// - Topping up: a hot lease running low asks its upstream for more in the background (topUp).
+// - Refunds: units left when a lease expires (or is ended on a denial, or a reset takes it out, or
 //   the Limiter is disposed) go back home under the rules they were reserved under.
 import type { Rule } from "./algorithms/index.js";
 import type { Applied, Reservation } from "./scripts/limiter.js";
 import { type Origin, UNKNOWN } from "./scripts/shared.js";
 import {
+  type Answer,
   type Demand,
   type Entry,
   estimate,
   fromHeld,
   type Home,
   holdsTat,
+  type Lease,
   leasable,
   MAX_TRACKED,
   size,
-  type Then,
   Tier,
   type TierConfig,
-  topUp,
+  topUpSize,
   type Upstream,
   type WaitUntil,
   withHeld,
@@ -48,15 +49,8 @@ interface Unused {
   readonly origin: Origin;
 }
 
-/**
- * The lease a decision answered here came from, for `charge`: a module-private symbol, not enumerable
- * (a copy of the decision carries none; cheaper than a WeakMap entry).
- */
-const ANSWERED_FROM: unique symbol = Symbol("edgelimit.lease");
-const answeredFrom: PropertyDescriptor = { value: undefined, enumerable: false };
-
-/** One identifier's units held here. */
-interface Held {
+/** One identifier's units held here: the lease an answer from it carries (Answer.lease). */
+interface Held extends Lease {
   /** Units still held. */
   units: number;
   expiresAt: number;
@@ -93,12 +87,12 @@ interface Seen extends Demand {
  *
  * @example
  * const isolate = new IsolateTier({ max: 50, ttl: 1000 }, home, upstream, clock);
- * const decision = await isolate.decide("user:42", 1, now, waitUntil, (answer) => answer);
+ * const answer = isolate.fromLease("user:42", 1, now, waitUntil) ?? (await isolate.decide("user:42", 1, now, waitUntil));
  */
 export class IsolateTier extends Tier implements Entry {
   private readonly seen = new Map<string, Seen>();
   private readonly held = new Map<string, Held>();
-  /** Whether this tier may hold units at all (not under a sliding log rule: see `leasable`). */
+  /** Whether this tier may hold units at all (not under a sliding log, an interval bucket or a window that gives back: see `leasable`). */
   private readonly leasable: boolean;
   private readonly rules: readonly Rule[];
   /** Identifiers a reset is taking out (see holdOff): no reservation for them asks for units. */
@@ -122,7 +116,7 @@ export class IsolateTier extends Tier implements Entry {
     this.leasable = leasable(this.rules);
   }
 
-  /** Leases held now (for tests and reports). */
+  /** Leases held now: tests read it to see a lease end (a decision could not tell without changing it). */
   get size(): number {
     return this.held.size;
   }
@@ -132,37 +126,28 @@ export class IsolateTier extends Tier implements Entry {
   }
 
   /**
-   * This tier's step of the pipeline: the identifier's lease answers on the spot (it never waits on a
-   * request, this one's or another's); else the decision goes upstream reserving what the lease
-   * wants in the same call, and the lease is filled from the answer.
+   * This tier's step of the pipeline past its lease (the Limiter asked `fromLease` first, which said
+   * to pass on): the decision goes upstream reserving what the lease wants in the same call, and the
+   * lease is filled from the answer.
    */
-  decide<T>(
-    identifier: string,
-    cost: number,
-    now: number,
-    waitUntil: WaitUntil | undefined,
-    then: Then<T>,
-  ): Promise<T> {
-    const leased = this.answer(identifier, cost, now, waitUntil);
-    if (leased) return Promise.resolve(then(leased));
+  decide(identifier: string, cost: number, now: number, waitUntil: WaitUntil | undefined): Promise<Answer> {
     const want = this.want(identifier, cost, now);
-    const answered = this.upstream
-      .reserve(identifier, cost, now, want, waitUntil)
-      .then((reservation) =>
-        reservation instanceof Error
-          ? then(reservation)
-          : then(this.fill(identifier, reservation, now, waitUntil), reservation),
-      );
+    const answered = this.upstream.reserve(identifier, cost, now, want, waitUntil).then((answer) => {
+      const { reservation } = answer;
+      if (reservation === undefined) return answer; // failed
+      return { decision: this.fill(identifier, reservation, now, waitUntil), reservation };
+    });
     // want() saw the identifier to ask for units
     if (want > 0) this.seen.get(identifier)!.reserving = answered;
     return answered;
   }
 
   /**
-   * The decision for `cost` units from the identifier's lease, or undefined to pass on. Records the
-   * demand, and refunds expired leases (through `waitUntil` when given).
+   * This tier's first step: the answer for `cost` units from the identifier's lease, on the spot (it
+   * never waits on a request, this one's or another's), or undefined to pass on (`decide`). Records
+   * the demand, and refunds expired leases (through `waitUntil` when given).
    */
-  private answer(identifier: string, cost: number, now: number, waitUntil?: WaitUntil): Decision | undefined {
+  fromLease(identifier: string, cost: number, now: number, waitUntil?: WaitUntil): Answer | undefined {
     if (now >= this.nextExpiry) this.sweep(now, waitUntil);
     let seen = this.seen.get(identifier);
     if (seen === undefined) {
@@ -176,7 +161,7 @@ export class IsolateTier extends Tier implements Entry {
         lease: undefined,
       };
       this.seen.set(identifier, seen);
-      if (this.seen.size > MAX_TRACKED) this.forget(this.seen.keys().next().value as string, now, waitUntil);
+      if (this.seen.size > MAX_TRACKED) this.evict(this.seen.keys().next().value as string, now, waitUntil);
     } else {
       this.seen.delete(identifier);
       this.seen.set(identifier, seen);
@@ -189,11 +174,9 @@ export class IsolateTier extends Tier implements Entry {
     lease.used += cost;
     this.stats.answered += 1;
     const decision = fromLease(lease, now);
-    answeredFrom.value = lease;
-    Object.defineProperty(decision, ANSWERED_FROM, answeredFrom);
     if (lease.units === 0) this.detach(identifier, seen);
-    else this.refill(identifier, seen, lease, now, waitUntil);
-    return decision;
+    else this.topUp(identifier, seen, lease, now, waitUntil);
+    return { decision, lease };
   }
 
   /** Units to reserve beside the `cost` of a decision passing on now. */
@@ -232,49 +215,45 @@ export class IsolateTier extends Tier implements Entry {
     }
     if (reserved > 0) this.stats.reserved += reserved;
     const lease = seen?.lease;
-    const taken = originOf(decision, reserved, from);
+    const origin = originOf(decision, reserved, from);
     // Units held before this answer, and reserved by it, are this identifier's to use (or on their way back).
     const answer = withHeld(decision, (lease?.units ?? 0) + reserved);
     if (seen === undefined || this.disposed) {
       // Forgotten while the request was out (evicted), or disposed since: the reserved units go straight back.
       if (reserved > 0)
         this.track(
-          this.giveBack(identifier, reserved, countedAt, now, this.appliedOf(decision), taken),
+          this.giveBack(identifier, reserved, countedAt, now, this.appliedOf(decision), origin),
           waitUntil,
         );
       return answer;
     }
     if (lease !== undefined) {
       // A decision whose cost the lease could not cover, or a second reservation that crossed the first.
-      this.keep(identifier, lease, decision, reserved, countedAt, taken, now, waitUntil);
+      this.keep(identifier, lease, decision, reserved, countedAt, origin, now, waitUntil);
       lease.snapshot = answer.rules;
       lease.used = 0;
       return answer;
     }
-    if (reserved > 0) this.start(identifier, seen, reserved, answer, countedAt, taken, now, waitUntil);
+    if (reserved > 0) this.start(identifier, seen, reserved, answer, countedAt, origin, now, waitUntil);
     return answer;
   }
 
   /**
-   * Charges a decision answered here `difference` more units (actual - cost, not 0; fewer when
-   * negative) against its lease where it can: units given back rejoin the lease while it lives (it
-   * holds units counted in the same windows); extra units come out of it when it holds that many.
-   * Returns whether the lease took it; when not, `countedAtOf` says where the units were counted.
+   * Charges a decision answered here from `lease` `difference` more units (actual - cost, not 0; fewer
+   * when negative) against that lease where it can: units given back rejoin the lease while it lives
+   * (it holds units counted in the same windows); extra units come out of it when it holds that many.
+   * Returns whether the lease took it; when not, the lease's `countedAt` says where the units were
+   * counted.
    */
-  charge(identifier: string, decision: Decision, difference: number, now: number): boolean {
-    const lease = leaseOf(decision);
-    if (lease === undefined) return false;
-    const live = !this.disposed && this.held.get(identifier) === lease && now < lease.expiresAt;
-    if (!live || (difference > 0 && lease.units < difference)) return false;
-    lease.units -= difference;
-    lease.used += difference;
-    if (lease.units === 0) this.detach(identifier, this.seen.get(identifier)!);
+  charge(identifier: string, lease: Lease, difference: number, now: number): boolean {
+    // the lease it answered from, while it is still this identifier's and has not expired
+    const held = this.held.get(identifier);
+    if (this.disposed || held === undefined || held !== lease || now >= held.expiresAt) return false;
+    if (difference > 0 && held.units < difference) return false;
+    held.units -= difference;
+    held.used += difference;
+    if (held.units === 0) this.detach(identifier, this.seen.get(identifier)!);
     return true;
-  }
-
-  /** Per rule, where the units of a decision answered here were counted (empty for one it did not answer). */
-  countedAtOf(decision: Decision): readonly number[] {
-    return leaseOf(decision)?.countedAt ?? [];
   }
 
   /**
@@ -370,7 +349,7 @@ export class IsolateTier extends Tier implements Entry {
    * its way would pass on by itself. No answer waits on it. One reservation or top-up per identifier is
    * on its way at a time.
    */
-  private refill(
+  private topUp(
     identifier: string,
     seen: Seen,
     lease: Held,
@@ -382,22 +361,22 @@ export class IsolateTier extends Tier implements Entry {
     const homeLeft =
       Math.min(...Object.values(lease.snapshot).map((rule) => rule.remaining)) - lease.used - lease.units;
     // about a ttl's traffic, like a fresh lease: a slow identifier is topped up a little
-    const want = topUp(this.config, seen.estimate, lease.units, homeLeft);
+    const want = topUpSize(this.config, seen.estimate, lease.units, homeLeft);
     if (want === 0) return;
     if (seen.asking !== undefined && now - seen.asking < this.config.ttl) return;
     if (this.isHeldOff(identifier)) return;
     seen.asking = now;
     // a decision of cost 1 reserving `want` more, all for the lease
-    const sent = this.upstream.reserve(identifier, 1, now, want, waitUntil).then((answer) => {
+    const sent = this.upstream.reserve(identifier, 1, now, want, waitUntil).then(({ reservation }) => {
       seen.asking = undefined;
-      if (!(answer instanceof Error)) this.toppedUp(identifier, answer, now, waitUntil);
+      if (reservation !== undefined) this.joinTopUp(identifier, reservation, now, waitUntil);
     });
     seen.reserving = sent;
     this.track(sent, waitUntil);
   }
 
   /** A top-up's answer: its unit and the reserved ones join the lease (or start a new one). */
-  private toppedUp(
+  private joinTopUp(
     identifier: string,
     { decision, reserved, countedAt, from }: Reservation,
     now: number,
@@ -411,19 +390,19 @@ export class IsolateTier extends Tier implements Entry {
       return;
     }
     const lease = seen?.lease;
-    const taken = originOf(decision, units, from);
+    const origin = originOf(decision, units, from);
     if (seen === undefined || this.disposed) {
       this.track(
-        this.giveBack(identifier, units, countedAt, now, this.appliedOf(decision), taken),
+        this.giveBack(identifier, units, countedAt, now, this.appliedOf(decision), origin),
         waitUntil,
       );
       return;
     }
     if (lease === undefined) {
-      this.start(identifier, seen, units, withHeld(decision, units), countedAt, taken, now, waitUntil);
+      this.start(identifier, seen, units, withHeld(decision, units), countedAt, origin, now, waitUntil);
       return;
     }
-    const keep = this.keep(identifier, lease, decision, units, countedAt, taken, now, waitUntil);
+    const keep = this.keep(identifier, lease, decision, units, countedAt, origin, now, waitUntil);
     lease.snapshot = withHeld(decision, lease.units).rules;
     lease.used = 0;
     // a lease topped up lives a ttl from then (what is left of the old units is at most a quarter of max)
@@ -479,8 +458,7 @@ export class IsolateTier extends Tier implements Entry {
     };
     seen.lease = held;
     this.held.set(identifier, held);
-    if (held.expiresAt < this.nextExpiry) this.nextExpiry = held.expiresAt;
-    if (waitUntil === undefined) this.arm();
+    this.hold(held.expiresAt, waitUntil === undefined);
   }
 
   private giveBackAll(unused: readonly Unused[], now: number, waitUntil: WaitUntil | undefined): void {
@@ -521,16 +499,12 @@ export class IsolateTier extends Tier implements Entry {
     return { name: decision.plan, rules: decision.decidedBy ?? this.rules };
   }
 
-  private forget(identifier: string, now: number, waitUntil: WaitUntil | undefined): void {
+  /** Stops tracking the identifier (the least recently seen, past MAX_TRACKED), its lease refunded. */
+  private evict(identifier: string, now: number, waitUntil: WaitUntil | undefined): void {
     const seen = this.seen.get(identifier);
     this.end(identifier, seen, now, waitUntil);
     this.seen.delete(identifier);
   }
-}
-
-/** The lease a decision answered here came from. */
-function leaseOf(decision: Decision): Held | undefined {
-  return (decision as { [ANSWERED_FROM]?: Held })[ANSWERED_FROM];
 }
 
 /**

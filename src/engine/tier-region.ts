@@ -17,15 +17,15 @@
 //   deposited into a pool asks it once it expires (sweep). A pool nobody asks again expires with its
 //   units, which stay consumed at home until home's state expires: fewer admissions, never more.
 import type { RedisCallError } from "./errors.js";
-import type { Origin, PlanEncoding, Reservation } from "./scripts/limiter.js";
 import type { PoolScript, PoolTake } from "./scripts/pool.js";
+import type { Origin, PlanEncoding, Reservation } from "./scripts/shared.js";
 import {
+  type Answer,
   type Entry,
   fromHeld,
   type Home,
   leasable,
   MAX_TRACKED,
-  type Then,
   Tier,
   type TierConfig,
   type Upstream,
@@ -136,7 +136,7 @@ export async function poolsHolding(
  *
  * @example
  * const region = new RegionalTier(poolScript, { max: 500, ttl: 5000 }, home, new RegionalTiers(), clock);
- * const answer = await region.reserve("user:42", 1, now, undefined); // source "region" on a hit
+ * const { decision } = await region.reserve("user:42", 1, now, 0); // source "region" on a hit
  */
 export class RegionalTier extends Tier implements Upstream, Entry {
   /** The pools this tier deposited into, by key, until their units stop being handed out. */
@@ -163,21 +163,13 @@ export class RegionalTier extends Tier implements Upstream, Entry {
   }
 
   /** The identifier's pool key in the region's database. */
-  key(identifier: string): string {
+  private key(identifier: string): string {
     return poolKey(this.home.plan, identifier);
   }
 
   /** This tier's step of the pipeline with no isolate tier above it: `reserve`, reserving nothing for a lease. */
-  decide<T>(
-    identifier: string,
-    cost: number,
-    now: number,
-    waitUntil: WaitUntil | undefined,
-    then: Then<T>,
-  ): Promise<T> {
-    return this.reserve(identifier, cost, now, undefined, waitUntil).then((reservation) =>
-      reservation instanceof Error ? then(reservation) : then(reservation.decision, reservation),
-    );
+  decide(identifier: string, cost: number, now: number, waitUntil: WaitUntil | undefined): Promise<Answer> {
+    return this.reserve(identifier, cost, now, 0, waitUntil);
   }
 
   /**
@@ -191,11 +183,11 @@ export class RegionalTier extends Tier implements Upstream, Entry {
     identifier: string,
     cost: number,
     now: number,
-    want: number | undefined,
+    want: number,
     waitUntil?: WaitUntil,
-  ): Promise<Reservation | Error> {
+  ): Promise<Answer> {
     for (const tier of this.tiers.all) if (now >= tier.nextExpiry) tier.sweep(now, waitUntil);
-    const answer = await this.pool.take(this.key(identifier), cost, now, this.count, want ?? 0);
+    const answer = await this.pool.take(this.key(identifier), cost, now, this.count, want);
     if (answer instanceof Error) {
       this.stats.errors += 1;
       return this.fromHome(identifier, cost, now, want, 0, waitUntil);
@@ -219,13 +211,14 @@ export class RegionalTier extends Tier implements Upstream, Entry {
       plan.name,
       now,
     );
-    return {
+    const reservation: Reservation = {
       decision,
       reserved: answer.units,
       countedAt: answer.countedAt,
       // the lease's units come with their part of the pool's reservation (what a refund of them is bounded by)
       from: answer.origin,
     };
+    return { decision, reservation };
   }
 
   /**
@@ -236,17 +229,17 @@ export class RegionalTier extends Tier implements Upstream, Entry {
     identifier: string,
     cost: number,
     now: number,
-    want: number | undefined,
+    want: number,
     forPool: number,
     waitUntil: WaitUntil | undefined,
-  ): Promise<Reservation | Error> {
+  ): Promise<Answer> {
     if (forPool === 0) return this.home.reserve(identifier, cost, now, want);
-    const reservation = await this.home.reserve(identifier, cost, now, forPool + (want ?? 0));
-    if (reservation instanceof Error) {
+    const answer = await this.home.reserve(identifier, cost, now, forPool + want);
+    if (answer.reservation === undefined) {
       this.free(identifier, now, waitUntil);
-      return reservation;
+      return answer;
     }
-    return this.keep(identifier, reservation, forPool, now, waitUntil);
+    return this.deposit(identifier, answer, answer.reservation, forPool, now, waitUntil);
   }
 
   /**
@@ -254,27 +247,32 @@ export class RegionalTier extends Tier implements Upstream, Entry {
    * Returns what is left for the isolate tier, with the decision the caller is told: home's, plus the
    * units now on their way to the pool.
    */
-  private keep(
+  private deposit(
     identifier: string,
+    answer: Answer,
     reservation: Reservation,
     forPool: number,
     now: number,
     waitUntil: WaitUntil | undefined,
-  ): Reservation {
+  ): Answer {
     const { decision, reserved, countedAt } = reservation;
     const share = decision.allowed ? Math.min(forPool, reserved) : 0;
     if (share === 0) {
       this.free(identifier, now, waitUntil);
-      return reservation;
+      return answer;
     }
     if (this.lost(decision, share)) {
       this.free(identifier, now, waitUntil);
-      return { decision, reserved: reserved - share, countedAt };
+      return { decision, reservation: { decision, reserved: reserved - share, countedAt } };
     }
-    const deposit = { at: decision.decidedAt, taken: share };
-    this.track(this.put(identifier, share, countedAt, decision, deposit, now, !waitUntil), waitUntil);
+    const origin = { at: decision.decidedAt, taken: share };
+    this.track(this.put(identifier, share, countedAt, decision, origin, now, !waitUntil), waitUntil);
     // the caller is told a copy (the pool's share counted as remaining): home's own goes with it
-    return { decision: withHeld(decision, share), reserved: reserved - share, countedAt, home: decision };
+    const told = withHeld(decision, share);
+    return {
+      decision: told,
+      reservation: { decision: told, reserved: reserved - share, countedAt, home: decision },
+    };
   }
 
   /**
@@ -296,11 +294,10 @@ export class RegionalTier extends Tier implements Upstream, Entry {
     return true;
   }
 
-  /** Gives back at home what a pool's answer took out of it (its leftover), if anything. */
-  private async giveBackLeftover(identifier: string, answer: PoolTake | Error, now: number): Promise<void> {
-    if (answer instanceof Error || answer.hit || answer.units === 0) return;
-    const { units, countedAt, origin } = answer;
-    await this.giveBack(identifier, units, countedAt, now, this.home.plan, origin);
+  /** Gives back at home what a pool's miss (its callers checked it is one) took out of it, if anything. */
+  private async giveBackLeftover(identifier: string, miss: PoolTake, now: number): Promise<void> {
+    const { units, countedAt, origin } = miss;
+    if (units > 0) await this.giveBack(identifier, units, countedAt, now, this.home.plan, origin);
   }
 
   /**
@@ -329,7 +326,8 @@ export class RegionalTier extends Tier implements Upstream, Entry {
   async takeOut(identifier: string, now: number): Promise<void> {
     const answer = await this.pool.drain(this.key(identifier), now, this.count);
     if (answer instanceof Error) throw answer;
-    await this.giveBackLeftover(identifier, answer, now);
+    // a drain answers as a miss
+    if (!answer.hit) await this.giveBackLeftover(identifier, answer, now);
   }
 
   /**
@@ -346,24 +344,30 @@ export class RegionalTier extends Tier implements Upstream, Entry {
       }
       this.deposits.delete(key);
       const asked = all ? this.pool.drain(key, now, this.count) : this.pool.take(key, 0, now, this.count);
+      // a take of 0 that hits took nothing out: nothing to give back
       this.track(
-        asked.then((answer) => this.giveBackLeftover(entry.identifier, answer, now)),
+        asked.then((answer) =>
+          answer instanceof Error || answer.hit
+            ? undefined
+            : this.giveBackLeftover(entry.identifier, answer, now),
+        ),
         waitUntil,
       );
     }
     this.nextExpiry = next;
   }
 
-  /** A hit left the pool low: one decision of cost 1 goes home reserving `want` more, all for the pool. */
+  /** A hit left the pool low: a top-up, one decision of cost 1 going home reserving `want` more, all for the pool. */
   private topUp(identifier: string, want: number, now: number, waitUntil: WaitUntil | undefined): void {
     this.track(
-      this.home.reserve(identifier, 1, now, want).then((answer): Promise<unknown> => {
+      this.home.reserve(identifier, 1, now, want).then(({ reservation }): Promise<unknown> => {
         const key = this.key(identifier);
-        if (answer instanceof Error || !answer.decision.allowed) return this.pool.free(key, now);
-        const units = 1 + answer.reserved;
-        if (this.lost(answer.decision, units)) return this.pool.free(key, now);
-        const origin = { at: answer.decision.decidedAt, taken: units };
-        return this.put(identifier, units, answer.countedAt, answer.decision, origin, now, !waitUntil);
+        if (reservation === undefined || !reservation.decision.allowed) return this.pool.free(key, now);
+        const { decision, reserved, countedAt } = reservation;
+        const units = 1 + reserved;
+        if (this.lost(decision, units)) return this.pool.free(key, now);
+        const origin = { at: decision.decidedAt, taken: units };
+        return this.put(identifier, units, countedAt, decision, origin, now, !waitUntil);
       }),
       waitUntil,
     );
@@ -417,7 +421,6 @@ export class RegionalTier extends Tier implements Upstream, Entry {
     this.deposits.set(key, { identifier, expiresAt });
     // the oldest is forgotten: whoever asks that pool next takes its leftovers out
     if (this.deposits.size > MAX_TRACKED) this.deposits.delete(this.deposits.keys().next().value!);
-    if (expiresAt < this.nextExpiry) this.nextExpiry = expiresAt;
-    if (background) this.arm();
+    this.hold(expiresAt, background);
   }
 }

@@ -2,8 +2,11 @@
 // fewer round trips (none from an isolate's memory, one to a region's database). The lease tree has it
 // at two levels, each the same idea over another store:
 //
-//   home (one EVALSHA) ─▶ regional tier (tier-region.ts: units in the region's database, lua/pool.lua)
-//                            ─▶ isolate tier (tier-isolate.ts: units in this isolate's memory)
+//   isolate tier (tier-isolate.ts: units in this isolate's memory)
+//     ─▶ regional tier (tier-region.ts: units in the region's database, lua/pool.lua)
+//       ─▶ home (one EVALSHA)
+//
+// (a decision goes down it until a step answers; units come up it from home)
 //
 // Every tier
 // - holds units reserved at home under every rule at once, or none (the limiter script never gives
@@ -14,7 +17,9 @@
 // - asks its upstream (the next step of the pipeline: the regional tier, or home) for a top-up before
 //   it runs dry, off the request path;
 // - takes back what is left once expired and refunds it at home, under the rules the units were
-//   reserved under, through `waitUntil` when the caller gives one, else from a timer.
+//   reserved under, through `waitUntil` when the caller gives one, else from a timer (the regional
+//   tier holds only its plan's rules: units an override reserved under others are counted lost,
+//   neither pooled nor refunded).
 // A unit is only ever created at home: a tier hands out, or gives back, units home took first.
 import { algorithmOf, type Rule } from "./algorithms/index.js";
 import { GIVES_BACK } from "./algorithms/shared.js";
@@ -34,44 +39,66 @@ export interface TierConfig {
 
 /**
  * The next step of the pipeline, where a tier's units come from: the regional tier, or home. Never
- * rejects: a failure resolves to an Error.
+ * rejects: a failure resolves to an Answer with `error` and no reservation.
  */
 export interface Upstream {
   /**
    * Decides `cost` units of `identifier` at `now`, reserving up to `want` more for the tier asking
-   * (`reserved` in the answer); `want` 0 or undefined: a plain decision (nobody above wants units).
+   * (`reserved` in the answer's reservation); `want` 0: nobody above wants units (the regional tier
+   * may still reserve for its own pool).
    */
   reserve(
     identifier: string,
     cost: number,
     now: number,
-    want: number | undefined,
+    want: number,
     waitUntil?: WaitUntil,
-  ): Promise<Reservation | Error>;
+  ): Promise<Answer>;
 }
 
 /**
- * What a step of the pipeline hands its answer to: a Decision, with the Reservation it came from when
- * a tier asked upstream for it (its decision home's own or a pool's, or a copy of home's with `home`
- * set: where a settle reads where the units were counted; unset: read from the Decision itself), or
- * an Error (Redis failed: the Limiter's `onError` decides).
+ * Units a tier held that answered a decision (the isolate tier's lease): where they were counted,
+ * for a settle that the tier cannot take back itself.
  */
-export type Then<T> = (answer: Decision | Error, reservation?: Reservation) => T;
+export interface Lease {
+  readonly countedAt: readonly number[];
+}
 
 /**
- * The pipeline of one plan past the deny cache, entered at its first step: the isolate tier (answers
- * from a lease, else reserves upstream and fills one), the regional tier (answers from the pool, else
- * passes on home), or home. Never rejects for Redis trouble.
+ * What a step of the pipeline answers, one record per decision: the Decision, with the Reservation
+ * it came from when a tier asked upstream for it (its decision home's own or a pool's, or a copy of
+ * home's with `home` set: where a settle reads where the units were counted; unset: read from the
+ * Decision itself), and the lease that answered it, if one did. When Redis failed, no decision and
+ * no reservation, and `error` says why: the Limiter's `onError` decides. An upstream's answer always
+ * carries its reservation unless it failed.
+ */
+export interface Answer {
+  readonly decision?: Decision;
+  readonly error?: Error;
+  readonly reservation?: Reservation;
+  readonly lease?: Lease;
+}
+
+/** A script's answer as the pipeline's: a decision, or the failure. */
+export function answerOf(decision: Decision | Error): Answer {
+  return decision instanceof Error ? { error: decision } : { decision };
+}
+
+/** A reservation's answer as the pipeline's: it with its decision, or the failure. */
+export function reserved(reservation: Reservation | Error): Answer {
+  return reservation instanceof Error
+    ? { error: reservation }
+    : { decision: reservation.decision, reservation };
+}
+
+/**
+ * The pipeline of one plan past the deny cache and the lease (IsolateTier.fromLease, asked first),
+ * entered at its first step: the isolate tier (reserves upstream and fills the lease), the regional
+ * tier (answers from the pool, else passes on home), or home. Never rejects for Redis trouble.
  */
 export interface Entry {
-  /** Decides `cost` units of `identifier` at `now` and hands the answer to `then`, in its own promise. */
-  decide<T>(
-    identifier: string,
-    cost: number,
-    now: number,
-    waitUntil: WaitUntil | undefined,
-    then: Then<T>,
-  ): Promise<T>;
+  /** Decides `cost` units of `identifier` at `now`. */
+  decide(identifier: string, cost: number, now: number, waitUntil: WaitUntil | undefined): Promise<Answer>;
 }
 
 /** What home runs, as RuleScripts sends it: decisions, reservations, refunds. */
@@ -83,7 +110,7 @@ export type HomeScripts = Pick<RuleScripts, "decide" | "reserve" | "refund">;
  *
  * @example
  * const home = new Home(scripts, scripts.plans.get("default")!);
- * const answer = await home.reserve("user:42", 1, Date.now(), 10); // a Reservation, or an Error
+ * const { reservation, error } = await home.reserve("user:42", 1, Date.now(), 10);
  */
 export class Home implements Upstream, Entry {
   /** A plain decision's windows: none were reserved in. */
@@ -97,29 +124,25 @@ export class Home implements Upstream, Entry {
   }
 
   /**
-   * The plain decision (a one-rule script where one serves), handed to `then` in the transport call's
+   * The plain decision (a one-rule script where one serves), made an Answer in the transport call's
    * own promise: no tier, no async layer around it.
    */
-  decide<T>(
-    identifier: string,
-    cost: number,
-    now: number,
-    _waitUntil: WaitUntil | undefined,
-    then: Then<T>,
-  ): Promise<T> {
-    return this.scripts.decide(identifier, cost, now, then, this.plan);
+  decide(identifier: string, cost: number, now: number): Promise<Answer> {
+    return this.scripts.decide(identifier, cost, now, answerOf, this.plan);
   }
 
-  reserve(
-    identifier: string,
-    cost: number,
-    now: number,
-    want: number | undefined,
-  ): Promise<Reservation | Error> {
-    if (want) return this.scripts.reserve(identifier, cost, now, want, this.plan);
-    // nobody wants units (0 as undefined): the plain decision
-    return this.decide(identifier, cost, now, undefined, (decision) =>
-      decision instanceof Error ? decision : { decision, reserved: 0, countedAt: this.none },
+  reserve(identifier: string, cost: number, now: number, want: number): Promise<Answer> {
+    if (want > 0) return this.scripts.reserve(identifier, cost, now, want, this.plan).then(reserved);
+    // nobody wants units: the plain decision
+    return this.scripts.decide(
+      identifier,
+      cost,
+      now,
+      (decision) =>
+        decision instanceof Error
+          ? { error: decision }
+          : { decision, reservation: { decision, reserved: 0, countedAt: this.none } },
+      this.plan,
     );
   }
 
@@ -223,8 +246,17 @@ export abstract class Tier {
     this.timer = undefined;
   }
 
+  /**
+   * Notes units held until `expiresAt`, so that a decision at or after it sweeps first; `background`
+   * (no waitUntil): the timer sweeps them when no decision comes to do it.
+   */
+  protected hold(expiresAt: number, background: boolean): void {
+    if (expiresAt < this.nextExpiry) this.nextExpiry = expiresAt;
+    if (background) this.arm();
+  }
+
   /** Node (no waitUntil): a timer that sweeps expired units when no decision comes to do it. Unref'd. */
-  protected arm(): void {
+  private arm(): void {
     if (this.timer !== undefined || this.disposed || !this.holding) return;
     const wait = Math.max(1, Math.min(MAX_TIMER_MS, this.nextExpiry - this.clock()));
     this.timer = setTimeout(() => {
@@ -289,7 +321,7 @@ export function low(config: TierConfig, demand: number): number {
  * rule, so a top-up goes only while home had at least twice what it takes: the last units of a quota
  * are still decided at home.
  */
-export function topUp(config: TierConfig, demand: number, held: number, homeLeft: number): number {
+export function topUpSize(config: TierConfig, demand: number, held: number, homeLeft: number): number {
   if (held > low(config, demand)) return 0;
   const want = size(config, demand) - held - 1;
   return want >= 1 && homeLeft >= 2 * (want + 1) ? want : 0;

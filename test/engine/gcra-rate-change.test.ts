@@ -46,7 +46,10 @@ function under(prefix: string, config: RuleConfig, path: Path = "one-rule") {
     async take(id: string, cost: number, now: number) {
       const got =
         path === "one-rule"
-          ? await kept(id, scripts.decide(id, cost, now))
+          ? await kept(
+              id,
+              scripts.decide(id, cost, now, (d) => d),
+            )
           : await kept(id, scripts.reserve(id, cost, now, 0));
       if (got instanceof Error) throw got;
       const { allowed, remaining, retryAfter } = ("decision" in got ? got.decision : got).rules.r!;

@@ -90,6 +90,21 @@ describe("the lease option", () => {
       "waitUntil: expected a function such as ctx.waitUntil, got 5",
     );
   });
+
+  it("refuses a waitUntil that is not a function before a cached denial answers", async () => {
+    const { limiters } = isolates(
+      1,
+      { r: fixedWindow({ limit: 1, window: "1h" }) },
+      { denyCache: { maxEntries: 100 } },
+    );
+    const limiter = limiters[0]!;
+    expect((await limiter.limit("d")).allowed).toBe(true);
+    expect(await limiter.limit("d")).toMatchObject({ allowed: false, source: "redis" });
+    expect(await limiter.limit("d")).toMatchObject({ allowed: false, source: "cache" });
+    expect(() => limiter.limit("d", { waitUntil: 5 as never })).toThrow(
+      "waitUntil: expected a function such as ctx.waitUntil, got 5",
+    );
+  });
 });
 
 describe("answering from a lease", () => {

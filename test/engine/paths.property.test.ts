@@ -350,7 +350,7 @@ describe("the one-rule, general and leased paths", () => {
             // (a rule no lease may hold, an interval bucket's, reserves nothing: the engine asks none)
             const reserve = algorithmOf(rule).leasable ? step.reserve : 0;
             const [a, b, c] = await Promise.all([
-              scripts.decide(one, step.cost, now),
+              scripts.decide(one, step.cost, now, (d) => d),
               scripts.reserve(general, step.cost, now, 0),
               scripts.reserve(leased, step.cost, now, reserve),
             ]);
@@ -375,7 +375,7 @@ describe("the one-rule, general and leased paths", () => {
             const peekLagging = rule.algorithm === "slidingWindow" && step.cost === 0 && lagging;
             const estimate =
               a.allowed && !peekLagging ? Math.max(0, step.cost + step.estimateOff) : step.cost;
-            let d = await scripts.decide(settled, estimate, now);
+            let d = await scripts.decide(settled, estimate, now, (d) => d);
             if (d instanceof Error) throw d;
             if (d.allowed && estimate !== step.cost) {
               settledLagging = lagging && estimate > step.cost;
@@ -385,7 +385,7 @@ describe("the one-rule, general and leased paths", () => {
               else reached.settledAbove++;
             } else if (!d.allowed && a.allowed) {
               // an estimate above what is left: the cost itself
-              d = await scripts.decide(settled, step.cost, now);
+              d = await scripts.decide(settled, step.cost, now, (d) => d);
               if (d instanceof Error) throw d;
             }
             expect({ ...context, allowed: d.allowed }).toEqual({ ...context, allowed: a.allowed });

@@ -15,7 +15,7 @@ import {
   UNKNOWN,
 } from "../../src/engine/scripts/limiter.js";
 import { type Deposit, type PoolPut, PoolScript, type PoolTake } from "../../src/engine/scripts/pool.js";
-import { estimate, Home, type HomeScripts, topUp, withHeld } from "../../src/engine/tier.js";
+import { estimate, Home, type HomeScripts, topUpSize, withHeld } from "../../src/engine/tier.js";
 import { IsolateTier } from "../../src/engine/tier-isolate.js";
 import { type PoolStore, RegionalTier, RegionalTiers } from "../../src/engine/tier-region.js";
 import { transportFor } from "../../src/engine/transport.js";
@@ -144,9 +144,12 @@ function decide(
   now: number,
   waitUntil?: (promise: Promise<unknown>) => void,
 ): Promise<Decision> {
-  return tier.decide(identifier, cost, now, waitUntil, (answer) => {
-    if (answer instanceof Error) throw answer;
-    return answer;
+  const leased = tier.fromLease(identifier, cost, now, waitUntil);
+  return (
+    leased === undefined ? tier.decide(identifier, cost, now, waitUntil) : Promise.resolve(leased)
+  ).then((answer) => {
+    if (answer.decision === undefined) throw answer.error;
+    return answer.decision;
   });
 }
 
@@ -155,14 +158,14 @@ function decide(
  * records what it was asked: [identifier, cost, now, want].
  */
 function scriptedUpstream() {
-  const asked: [string, number, number, number | undefined][] = [];
+  const asked: [string, number, number, number][] = [];
   const answers: Reservation[] = [];
   const upstream = {
-    reserve(identifier: string, cost: number, now: number, want: number | undefined) {
+    reserve(identifier: string, cost: number, now: number, want: number) {
       asked.push([identifier, cost, now, want]);
-      const answer = answers.shift();
-      if (answer === undefined) throw new Error(`upstream: no answer given for ${identifier} at ${now}`);
-      return Promise.resolve(answer);
+      const reservation = answers.shift();
+      if (reservation === undefined) throw new Error(`upstream: no answer given for ${identifier} at ${now}`);
+      return Promise.resolve({ decision: reservation.decision, reservation });
     },
   };
   return { upstream, asked, answers };
@@ -343,17 +346,18 @@ describe("the isolate tier (units in memory)", () => {
     const tier = new IsolateTier({ max: 10, ttl: 1000 }, home, upstream, () => T0);
     answers.push({ decision: admission(RULES, 90, T0), reserved: 5, countedAt: [T0] });
     await decide(tier, "a", 1, T0);
-    const d = await decide(tier, "a", 2, T0 + 1); // 3 left
-    expect(d.source).toBe("lease");
-    expect(tier.charge("a", d, -1, T0 + 2)).toBe(true); // 4 left
-    expect(tier.charge("a", d, 3, T0 + 3)).toBe(true); // 1 left
-    expect(tier.charge("a", d, 2, T0 + 4)).toBe(false); // more than it holds: home settles it
-    expect(tier.countedAtOf(d)).toEqual([T0]);
-    // a copy carries no lease
-    expect(tier.charge("a", { ...d }, -1, T0 + 4)).toBe(false);
-    expect(tier.countedAtOf({ ...d })).toEqual([]);
+    const { decision, lease } = tier.fromLease("a", 2, T0 + 1)!; // 3 left
+    expect(decision?.source).toBe("lease");
+    expect(tier.charge("a", lease!, -1, T0 + 2)).toBe(true); // 4 left
+    expect(tier.charge("a", lease!, 3, T0 + 3)).toBe(true); // 1 left
+    expect(tier.charge("a", lease!, 2, T0 + 4)).toBe(false); // more than it holds: home settles it
+    expect(lease!.countedAt).toEqual([T0]);
+    // a lease that is not the identifier's takes nothing
+    expect(tier.charge("b", lease!, -1, T0 + 4)).toBe(false);
     expect(await decide(tier, "a", 1, T0 + 5)).toMatchObject({ source: "lease" });
     expect(tier.size).toBe(0);
+    // nor one that ran dry
+    expect(tier.charge("a", lease!, -1, T0 + 5)).toBe(false);
     await tier.dispose();
     expect(fake.refunds).toEqual([]);
   });
@@ -472,25 +476,24 @@ describe("the regional tier (units in the region's database)", () => {
       countedAt: [T0],
       origin: lent,
     });
-    expect(((await tier.reserve("a", 1, T, 2)) as Reservation).from).toEqual(lent);
+    expect((await tier.reserve("a", 1, T, 2)).reservation!.from).toEqual(lent);
     // a miss: home reserves 6 for the pool at T; the deposit finds 3 of another window (reserved at
     // T0 - 5) and keeps 4 of the 6 (max)
     pool.takes.push(miss(6));
     const old = { at: T0 - 5, taken: 4 };
     pool.puts.push({
-      units: 20,
       leftover: 3,
       leftoverCountedAt: [T0 - MINUTE],
       leftoverOrigin: old,
       excess: 2,
     });
     const waited: Promise<unknown>[] = [];
-    await tier.reserve("a", 1, T, undefined, (p) => void waited.push(p));
+    await tier.reserve("a", 1, T, 0, (p) => void waited.push(p));
     await Promise.all(waited);
     expect((pool.calls[2]![2] as Deposit).origin).toEqual({ at: T, taken: 6 });
     // past its expiry, a miss takes out 5 reserved at T0 + 10, 1 of them its own
     pool.takes.push(miss(0, 5, [T0], { at: T0 + 10, taken: 1 }));
-    await tier.reserve("a", 1, T + 6000, undefined, (p) => void waited.push(p));
+    await tier.reserve("a", 1, T + 6000, 0, (p) => void waited.push(p));
     await Promise.all(waited);
     expect(fake.refunds.map((refund) => [refund.units, refund.origin])).toEqual([
       [3, old],
@@ -520,7 +523,7 @@ describe("the regional tier (units in the region's database)", () => {
       countedAt: [T0],
       origin: UNKNOWN,
     });
-    const answer = (await tier.reserve("a", 1, T, 3)) as Reservation;
+    const answer = (await tier.reserve("a", 1, T, 3)).reservation!;
     expect(answer.decision).toEqual({
       allowed: true,
       limit: 100,
@@ -547,7 +550,7 @@ describe("the regional tier (units in the region's database)", () => {
     const T = T0 + 1000;
     pool.takes.push(miss(6));
     const waited: Promise<unknown>[] = [];
-    const answer = (await tier.reserve("a", 1, T, 3, (p) => void waited.push(p))) as Reservation;
+    const answer = (await tier.reserve("a", 1, T, 3, (p) => void waited.push(p))).reservation!;
     // home took 1 + 9 (half of 99 is more): 90 left; 6 go to the pool, 3 up to the lease
     expect(fake.reserves).toEqual([["a", 1, T, 9]]);
     expect(answer.reserved).toBe(3);
@@ -574,7 +577,7 @@ describe("the regional tier (units in the region's database)", () => {
     const { pool, tier } = regional(T);
     pool.takes.push(miss(4));
     const waited: Promise<unknown>[] = [];
-    await tier.reserve("a", 1, T, undefined, (p) => void waited.push(p));
+    await tier.reserve("a", 1, T, 0, (p) => void waited.push(p));
     await Promise.all(waited);
     expect((pool.calls[1]![2] as Deposit).expiresAt).toBe(T0 + MINUTE);
   });
@@ -584,7 +587,7 @@ describe("the regional tier (units in the region's database)", () => {
     const T = T0 + 1000;
     pool.takes.push(miss(0, 4, [T0 - MINUTE]));
     const waited: Promise<unknown>[] = [];
-    const answer = (await tier.reserve("a", 1, T, undefined, (p) => void waited.push(p))) as Reservation;
+    const answer = (await tier.reserve("a", 1, T, 0, (p) => void waited.push(p))).reservation!;
     // nothing to reserve for anyone: home's plain decision
     expect(fake.decides).toEqual([["a", 1, T]]);
     expect(answer).toMatchObject({ reserved: 0, decision: { source: "redis", remaining: 99 } });
@@ -600,7 +603,7 @@ describe("the regional tier (units in the region's database)", () => {
     const T = T0 + 1000;
     pool.takes.push(new RedisCallError("timeout", "timed out"));
     pool.takes.push(new RedisCallError("timeout", "timed out"));
-    await tier.reserve("a", 1, T, undefined);
+    await tier.reserve("a", 1, T, 0);
     await tier.reserve("a", 1, T, 5);
     expect(fake.decides).toEqual([["a", 1, T]]);
     expect(fake.reserves).toEqual([["a", 1, T, 5]]);
@@ -614,7 +617,7 @@ describe("the regional tier (units in the region's database)", () => {
     // 99 used: home denies a cost of 2
     await fake.scripts.reserve("b", 99, T, 0);
     pool.takes.push(miss(6));
-    const answer = (await tier.reserve("a", 2, T, undefined, (p) => void waited.push(p))) as Reservation;
+    const answer = (await tier.reserve("a", 2, T, 0, (p) => void waited.push(p))).reservation!;
     expect(answer.decision.allowed).toBe(false);
     await Promise.all(waited);
     expect(pool.calls.slice(1)).toEqual([["free", KEY, T]]);
@@ -635,7 +638,7 @@ describe("the regional tier (units in the region's database)", () => {
     });
     const waited: Promise<unknown>[] = [];
     const waitUntil = (p: Promise<unknown>) => void waited.push(p);
-    await tier.reserve("a", 1, T, undefined, waitUntil);
+    await tier.reserve("a", 1, T, 0, waitUntil);
     await Promise.all(waited);
     // a decision of cost 1 reserving 5 more, all 6 for the pool
     expect(fake.reserves).toEqual([["a", 1, T, 5]]);
@@ -644,7 +647,7 @@ describe("the regional tier (units in the region's database)", () => {
     // at the deposit's expiry the next decision first asks the pool for nothing, taking its leftovers out
     clock.now = T + 5000;
     pool.takes.push(miss(0, 3, [T0]));
-    await tier.reserve("a", 1, T + 5000, undefined, waitUntil);
+    await tier.reserve("a", 1, T + 5000, 0, waitUntil);
     await Promise.all(waited);
     expect(pool.calls[2]).toEqual(["take", KEY, 0, T + 5000, 1, 0]);
     expect(fake.refunds.map((r) => [r.units, r.countedAt, r.now])).toEqual([[3, [T0], T + 5000]]);
@@ -667,7 +670,7 @@ describe("the regional tier (units in the region's database)", () => {
     const tier = new RegionalTier(pool.pool, { max: 20, ttl: 5000 }, home, new RegionalTiers(), () => T);
     pool.takes.push(miss(4));
     const waited: Promise<unknown>[] = [];
-    const answer = (await tier.reserve("a", 1, T, 2, (p) => void waited.push(p))) as Reservation;
+    const answer = (await tier.reserve("a", 1, T, 2, (p) => void waited.push(p))).reservation!;
     await Promise.all(waited);
     expect(answer.reserved).toBe(2);
     expect(answer.decision).toMatchObject({ plan: "custom", remaining: 30 });
@@ -697,10 +700,10 @@ describe("the regional tier (units in the region's database)", () => {
     const waited: Promise<unknown>[] = [];
     const waitUntil = (p: Promise<unknown>) => void waited.push(p);
     pool.takes.push(miss(6));
-    await base.reserve("a", 1, T, undefined, waitUntil);
+    await base.reserve("a", 1, T, 0, waitUntil);
     await Promise.all(waited);
     pool.takes.push(miss(0, 2, [T0]));
-    await pro.reserve("b", 1, T + 5000, undefined, waitUntil);
+    await pro.reserve("b", 1, T + 5000, 0, waitUntil);
     await Promise.all(waited);
     expect(pool.calls.filter((call) => call[0] === "take").map((call) => call.slice(1, 4))).toEqual([
       [KEY, 1, T],
@@ -715,7 +718,7 @@ describe("the regional tier (units in the region's database)", () => {
     const { pool, tier } = regional();
     const T = T0 + 1000;
     pool.takes.push(miss(6));
-    await tier.reserve("a", 1, T, undefined, () => {});
+    await tier.reserve("a", 1, T, 0, () => {});
     await tier.dispose();
     expect(pool.calls.map((call) => call[0])).toEqual(["take", "put", "drain"]);
   });
@@ -753,7 +756,7 @@ describe("a tier's top-up, in the isolate and in the region's pool (lua/pool.lua
     const config = { max, ttl: TTL };
     // the isolate tier's sizing, at the demand it estimates before the decision
     const demand = estimate({ start, current, previous }, now, TTL);
-    expect(topUp(config, demand, held, homeLeft)).toBe(expected);
+    expect(topUpSize(config, demand, held, homeLeft)).toBe(expected);
     // the pool's: the same demand in its buckets, held + 1 before the take, home's answer as deposited
     const { url, token } = sharedBridge();
     const pool = new PoolScript(transportFor({ url, token }), config, {

@@ -63,7 +63,7 @@ export function limiterArgs(rules: readonly Rule[], now: number, cost: number, r
  *
  * @example
  * const scripts = new RuleScripts(limiter.rules, new RuleKeys("edgelimit", limiter.rules), transport, options);
- * const decision = await scripts.decide("user:42", 1, Date.now()); // a Decision, or an Error
+ * const decision = await scripts.decide("user:42", 1, Date.now(), (d) => d); // a Decision, or an Error
  */
 export class RuleScripts {
   private readonly limiterCall: CallOptions;
@@ -132,50 +132,42 @@ export class RuleScripts {
   }
 
   /**
-   * Decides `cost` units of `identifier` at `now` under `plan`, reserving nothing: a Decision, or an
-   * Error. With `then`, resolves with what it makes of that instead (in the call's own promise: no
-   * second one).
+   * Decides `cost` units of `identifier` at `now` under `plan`, reserving nothing, and resolves with
+   * what `then` makes of the Decision, or of the Error (in the call's own promise: no second one).
    */
-  decide(identifier: string, cost: number, now: number): Promise<Decision | Error>;
   decide<T>(
     identifier: string,
     cost: number,
     now: number,
     then: (decision: Decision | Error) => T,
-    plan?: PlanEncoding,
-  ): Promise<T>;
-  decide<T>(
-    identifier: string,
-    cost: number,
-    now: number,
-    then?: (decision: Decision | Error) => T,
     plan: PlanEncoding = this.base,
-  ): Promise<T | Decision | Error> {
-    if (this.split !== undefined) {
-      return this.split.decide(identifier, cost, now, plan).then((d) => (then === undefined ? d : then(d)));
-    }
-    if (this.overrides !== undefined) return this.overrides.decide(identifier, cost, now, then, plan);
+  ): Promise<T> {
+    if (this.split !== undefined) return this.split.decide(identifier, cost, now, plan).then(then);
+    // OverrideScripts.decide still types `then` as optional; given, it resolves with what `then` made
+    if (this.overrides !== undefined)
+      return this.overrides.decide(identifier, cost, now, then, plan) as Promise<T>;
     const keys = plan.keys.of(identifier, now);
     const one = plan.one;
     if (one?.takes(cost)) {
       const command = ["EVALSHA", one.sha1, "1", keys[0]!];
       one.push(command, cost, now);
       return this.transport.callThen(command, one.options, (reply) => {
-        const decision = reply.ok ? oneRuleDecision(plan, one, reply.result, cost, now) : reply.error;
-        return then === undefined ? decision : then(decision);
+        return then(reply.ok ? oneRuleDecision(plan, one, reply.result, cost, now) : reply.error);
       });
     }
     return this.transport.callThen(
       this.command(plan, keys, cost, now, undefined),
       this.limiterCall,
       (reply) => {
-        const decision = reply.ok ? decode(plan, reply.result, false, now) : reply.error;
-        return then === undefined ? decision : then(decision);
+        return then(reply.ok ? decode(plan, reply.result, false, now) : reply.error);
       },
     );
   }
 
-  /** Decides `cost` units of `identifier` at `now` under `plan`, reserving up to `want` more for a lease. */
+  /**
+   * Decides `cost` units of `identifier` at `now` under `plan`, reserving up to `want` more for a tier
+   * above (a lease, a regional pool, or both).
+   */
   async reserve(
     identifier: string,
     cost: number,
@@ -218,6 +210,15 @@ export class RuleScripts {
     if (this.split !== undefined)
       return this.split.refund(identifier, units, countedAt, now, applied, origin);
     return this.giving.refund(identifier, units, countedAt, now, applied, origin);
+  }
+
+  /**
+   * The rules an admitted Decision was decided by (its plan's, or a custom override's): where a tier
+   * that held its units says where they were counted, all a settle needs beside.
+   */
+  applied(decision: Decision): Applied {
+    if (this.split !== undefined) return this.split.applied(decision);
+    return this.giving.applied(decision);
   }
 
   /**

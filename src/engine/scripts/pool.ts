@@ -37,7 +37,6 @@ export interface PoolTake {
 
 /** What a deposit into a regional pool answered: what to refund at home, and in which windows. */
 export interface PoolPut {
-  readonly units: number;
   /** Units of the pool before the deposit, past their expiry or of other windows. */
   readonly leftover: number;
   readonly leftoverCountedAt: readonly number[];
@@ -169,6 +168,6 @@ export class PoolScript {
       leftover > 0 ? splitCountedAt(old, deposit.countedAt.length) : deposit.countedAt.map(() => 0);
     const leftoverOrigin = originOf(result[4], result[5]);
     if (leftoverCountedAt === undefined || leftoverOrigin === undefined) return unexpected(result);
-    return { units, leftover, leftoverCountedAt, leftoverOrigin, excess };
+    return { leftover, leftoverCountedAt, leftoverOrigin, excess };
   }
 }

@@ -1,6 +1,7 @@
-// The refund and settle scripts as the engine calls them: giving a lease's unused units back
-// (lua/refund.lua) and charging a decision what it really cost (lua/settle.lua), each in the window
-// its units were counted in.
+// The refund and settle scripts as the engine calls them: giving units back (lua/refund.lua: what a
+// lease or a regional pool did not hand out, and what a field's call reserved when another field
+// denied) and charging a decision what it really cost (lua/settle.lua), each in the window its units
+// were counted in.
 import { algorithmOf, type Rule, type WindowRule } from "../algorithms/index.js";
 import { REFUND, SETTLE } from "../generated/scripts.js";
 import type { CallOptions, CallResult, Transport } from "../transport.js";
@@ -57,6 +58,13 @@ export class SettleScripts {
     return reply.ok;
   }
 
+  /** The rules an admitted Decision was decided by: its plan's (by name, with its keys) or a custom override's. */
+  applied(decision: Decision): Applied {
+    const custom = decision.decidedBy;
+    if (decision.plan === "custom" && custom !== undefined) return { name: "custom", rules: custom };
+    return this.plans.get(decision.plan) ?? this.base;
+  }
+
   /**
    * Where an admitted Decision from Redis counted its units: the rules that applied (its plan's, or a
    * custom override's, as the decision carries them), per rule where its script answered that it
@@ -64,13 +72,7 @@ export class SettleScripts {
    * settle needs beside (its module's `countOf`).
    */
   counted(decision: Decision): Counted {
-    // the decision carries the rules it was decided by: a plan's (by name, with its keys) or a custom override's
-    const own = this.plans.get(decision.plan);
-    const custom = decision.decidedBy;
-    const applied: Applied =
-      decision.plan === "custom" && custom !== undefined
-        ? { name: "custom", rules: custom }
-        : (own ?? this.base);
+    const applied = this.applied(decision);
     const now = decision.decidedAt;
     const countedAt = countedIn(decision, applied.rules.length) ?? applied.rules.map(() => 0);
     const counts = applied.rules.map((rule) =>

@@ -172,6 +172,12 @@ export class SplitScripts {
     return done.every(Boolean);
   }
 
+  /** The rules an admitted decision was decided by (RuleScripts.applied). */
+  applied(decision: Decision): Applied {
+    const rules = decision.decidedBy ?? this.rules;
+    return { name: decision.plan, rules, carrier: carrierOf(rules) };
+  }
+
   /** Where an admitted decision counted its units, every rule's (RuleScripts.counted). */
   counted(decision: Decision): Counted {
     const parts = COUNTED.get(decision);
