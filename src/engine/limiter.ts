@@ -162,11 +162,9 @@ interface Ticket {
   readonly owner: Limiter;
   readonly identifier: string;
   readonly cost: number;
-  /** Set for a decision the isolate tier answered: settled against its lease where it can be. */
-  readonly isolate: IsolateTier | undefined;
   /**
-   * The pipeline's answer the decision came from: the Reservation, when a tier asked upstream for it,
-   * and the lease, when one answered it.
+   * The pipeline's answer the decision came from: where its units were counted, and the tier that
+   * may take a settle back (Answer.held, home, absorber).
    */
   readonly answer: Answer;
   settled: boolean;
@@ -708,26 +706,20 @@ export class Limiter {
   private answered(answer: Answer, identifier: string, cost: number, now: number, plan: Plan): Decision {
     const { decision } = answer;
     if (decision === undefined)
-      return this.ticket(this.failure(answer.error, now, plan.encoding), identifier, cost, answer, undefined);
+      return this.ticket(this.failure(answer.error, now, plan.encoding), identifier, cost, answer);
     if (!decision.allowed) {
       const name = plan.encoding.name;
       if (!this.identities.nested) this.cache?.set(identifier, Math.max(cost, 1), now, decision, name);
       else this.cache?.setEach(this.cacheKeys(identifier), Math.max(cost, 1), now, decision, name);
       return decision;
     }
-    return this.ticket(decision, identifier, cost, answer, answer.lease && plan.isolate);
+    return this.ticket(decision, identifier, cost, answer);
   }
 
   /** Remembers, on an admitted `decision`, whose it is and what it cost, for settle(). */
-  private ticket(
-    decision: Decision,
-    identifier: string,
-    cost: number,
-    answer: Answer,
-    isolate: IsolateTier | undefined,
-  ): Decision {
+  private ticket(decision: Decision, identifier: string, cost: number, answer: Answer): Decision {
     if (!decision.allowed) return decision;
-    ticketProperty.value = { owner: this, identifier, cost, isolate, answer, settled: false };
+    ticketProperty.value = { owner: this, identifier, cost, answer, settled: false };
     return Object.defineProperty(decision, TICKET, ticketProperty);
   }
 
@@ -800,19 +792,16 @@ export class Limiter {
           for (const key of Object.values(this.cacheKeys(identifier))) this.cache?.delete(key);
         else this.cache?.delete(identifier);
       }
-      let counted: Counted;
-      const { isolate, answer } = ticket;
-      const { lease, reservation } = answer;
-      if (isolate !== undefined && lease !== undefined) {
-        if (isolate.charge(identifier, lease, difference, now)) return done({ difference, via: "lease" });
-        counted = held(this.scripts.applied(decision), lease.countedAt);
-      } else if (reservation !== undefined && decision.source === "region") {
-        // a pool's answer: its units were counted at home with the pool's, in their windows
-        counted = held(this.scripts.applied(decision), reservation.countedAt);
-      } else {
-        // home's own decision, the one its script answered (the caller may hold a copy)
-        counted = this.scripts.counted(reservation?.home ?? reservation?.decision ?? decision);
-      }
+      const { answer } = ticket;
+      // the tier whose units answered it takes it back into them if it can (a live lease)
+      if (answer.absorber?.charge(identifier, answer, difference, now))
+        return done({ difference, via: "lease" });
+      // else one settle at home, where the units were counted: where a tier held them, or home's own
+      // decision, the one its script answered (the caller may hold a copy)
+      const counted =
+        answer.held !== undefined
+          ? held(this.scripts.applied(decision), answer.held.countedAt)
+          : this.scripts.counted(answer.home ?? decision);
       const sent = this.scripts
         .settle(identifier, counted, cost, actual, now)
         .then(

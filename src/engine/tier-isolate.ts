@@ -14,14 +14,15 @@ import type { Rule } from "./algorithms/index.js";
 import type { Applied, Reservation } from "./scripts/limiter.js";
 import { type Origin, UNKNOWN } from "./scripts/shared.js";
 import {
+  type Absorber,
   type Answer,
   type Demand,
   type Entry,
   estimate,
   fromHeld,
+  type Holding,
   type Home,
   holdsTat,
-  type Lease,
   leasable,
   MAX_TRACKED,
   size,
@@ -49,8 +50,8 @@ interface Unused {
   readonly origin: Origin;
 }
 
-/** One identifier's units held here: the lease an answer from it carries (Answer.lease). */
-interface Held extends Lease {
+/** One identifier's units held here: the lease an answer from it carries (Answer.held). */
+interface Held extends Holding {
   /** Units still held. */
   units: number;
   expiresAt: number;
@@ -89,7 +90,7 @@ interface Seen extends Demand {
  * const isolate = new IsolateTier({ max: 50, ttl: 1000 }, home, upstream, clock);
  * const answer = isolate.fromLease("user:42", 1, now, waitUntil) ?? (await isolate.decide("user:42", 1, now, waitUntil));
  */
-export class IsolateTier extends Tier implements Entry {
+export class IsolateTier extends Tier implements Entry, Absorber {
   private readonly seen = new Map<string, Seen>();
   private readonly held = new Map<string, Held>();
   /** Whether this tier may hold units at all (not under a sliding log, an interval bucket or a window that gives back: see `leasable`). */
@@ -132,10 +133,12 @@ export class IsolateTier extends Tier implements Entry {
    */
   decide(identifier: string, cost: number, now: number, waitUntil: WaitUntil | undefined): Promise<Answer> {
     const want = this.want(identifier, cost, now);
-    const answered = this.upstream.reserve(identifier, cost, now, want, waitUntil).then((answer) => {
-      const { reservation } = answer;
+    const answered = this.upstream.reserve(identifier, cost, now, want, waitUntil).then((answer): Answer => {
+      const { reservation, held, home } = answer;
       if (reservation === undefined) return answer; // failed
-      return { decision: this.fill(identifier, reservation, now, waitUntil), reservation };
+      // the caller is told a copy (what the lease holds counted as remaining): home's own goes with it
+      const decision = this.fill(identifier, reservation, now, waitUntil);
+      return { decision, reservation, held, home: home ?? reservation.decision };
     });
     // want() saw the identifier to ask for units
     if (want > 0) this.seen.get(identifier)!.reserving = answered;
@@ -176,7 +179,8 @@ export class IsolateTier extends Tier implements Entry {
     const decision = fromLease(lease, now);
     if (lease.units === 0) this.detach(identifier, seen);
     else this.topUp(identifier, seen, lease, now, waitUntil);
-    return { decision, lease };
+    // a settle of it is taken back into the lease while it lives (charge)
+    return { decision, held: lease, absorber: this };
   }
 
   /** Units to reserve beside the `cost` of a decision passing on now. */
@@ -239,16 +243,16 @@ export class IsolateTier extends Tier implements Entry {
   }
 
   /**
-   * Charges a decision answered here from `lease` `difference` more units (actual - cost, not 0; fewer
+   * Charges a decision answered here from a lease `difference` more units (actual - cost, not 0; fewer
    * when negative) against that lease where it can: units given back rejoin the lease while it lives
    * (it holds units counted in the same windows); extra units come out of it when it holds that many.
-   * Returns whether the lease took it; when not, the lease's `countedAt` says where the units were
-   * counted.
+   * Returns whether the lease took it; when not, the answer's `held` (the lease) says where the units
+   * were counted.
    */
-  charge(identifier: string, lease: Lease, difference: number, now: number): boolean {
+  charge(identifier: string, answer: Answer, difference: number, now: number): boolean {
     // the lease it answered from, while it is still this identifier's and has not expired
     const held = this.held.get(identifier);
-    if (this.disposed || held === undefined || held !== lease || now >= held.expiresAt) return false;
+    if (this.disposed || held === undefined || held !== answer.held || now >= held.expiresAt) return false;
     if (difference > 0 && held.units < difference) return false;
     held.units -= difference;
     held.used += difference;

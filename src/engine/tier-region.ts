@@ -218,7 +218,8 @@ export class RegionalTier extends Tier implements Upstream, Entry {
       // the lease's units come with their part of the pool's reservation (what a refund of them is bounded by)
       from: answer.origin,
     };
-    return { decision, reservation };
+    // settled where the pool's units were counted
+    return { decision, reservation, held: reservation };
   }
 
   /**
@@ -271,7 +272,8 @@ export class RegionalTier extends Tier implements Upstream, Entry {
     const told = withHeld(decision, share);
     return {
       decision: told,
-      reservation: { decision: told, reserved: reserved - share, countedAt, home: decision },
+      reservation: { decision: told, reserved: reserved - share, countedAt },
+      home: decision,
     };
   }
 

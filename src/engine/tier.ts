@@ -57,26 +57,48 @@ export interface Upstream {
 }
 
 /**
- * Units a tier held that answered a decision (the isolate tier's lease): where they were counted,
- * for a settle that the tier cannot take back itself.
+ * Units a tier held that answered a decision (a lease, a pool's take): where they were counted. A
+ * lease is read as it is when settled (units joining it may move a TAT earlier).
  */
-export interface Lease {
+export interface Holding {
   readonly countedAt: readonly number[];
+}
+
+/** A tier that may take a settle of a decision its units answered back into them (the isolate tier). */
+export interface Absorber {
+  /**
+   * Takes `difference` more units (actual - cost, not 0; fewer when negative) of a decision its
+   * `answer` gave, into the units that answered it, where it can; returns whether it did (else the
+   * settle goes home).
+   */
+  charge(identifier: string, answer: Answer, difference: number, now: number): boolean;
 }
 
 /**
  * What a step of the pipeline answers, one record per decision: the Decision, with the Reservation
- * it came from when a tier asked upstream for it (its decision home's own or a pool's, or a copy of
- * home's with `home` set: where a settle reads where the units were counted; unset: read from the
- * Decision itself), and the lease that answered it, if one did. When Redis failed, no decision and
- * no reservation, and `error` says why: the Limiter's `onError` decides. An upstream's answer always
- * carries its reservation unless it failed.
+ * it came from when a tier asked upstream for it, and what a settle of it needs: where its units were
+ * counted (`held`, when a tier's units answered it; else home's decision, `home` when `decision` is a
+ * copy of it), and the tier that may take the settle itself (`absorber`). When Redis failed, no
+ * decision and no reservation, and `error` says why: the Limiter's `onError` decides. An upstream's
+ * answer always carries its reservation unless it failed.
  */
 export interface Answer {
   readonly decision?: Decision;
   readonly error?: Error;
   readonly reservation?: Reservation;
-  readonly lease?: Lease;
+  /**
+   * The units a tier held that answered it (a lease, a pool's take): a settle charges them where they
+   * were counted, under the decision's rules, with no count of its own. Unset: home decided it.
+   */
+  readonly held?: Holding;
+  /**
+   * Home's own decision when `decision` is a copy of it (a tier's units counted as remaining): a
+   * settle reads where its units were counted from home's reply, which only the decision the script
+   * answered carries (RuleScripts.counted). Unset: `decision` is home's own, or `held` is set.
+   */
+  readonly home?: Decision;
+  /** The tier whose units answered it and that may take a settle back (the isolate tier's lease). */
+  readonly absorber?: Absorber;
 }
 
 /** A script's answer as the pipeline's: a decision, or the failure. */

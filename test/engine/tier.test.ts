@@ -346,18 +346,19 @@ describe("the isolate tier (units in memory)", () => {
     const tier = new IsolateTier({ max: 10, ttl: 1000 }, home, upstream, () => T0);
     answers.push({ decision: admission(RULES, 90, T0), reserved: 5, countedAt: [T0] });
     await decide(tier, "a", 1, T0);
-    const { decision, lease } = tier.fromLease("a", 2, T0 + 1)!; // 3 left
-    expect(decision?.source).toBe("lease");
-    expect(tier.charge("a", lease!, -1, T0 + 2)).toBe(true); // 4 left
-    expect(tier.charge("a", lease!, 3, T0 + 3)).toBe(true); // 1 left
-    expect(tier.charge("a", lease!, 2, T0 + 4)).toBe(false); // more than it holds: home settles it
-    expect(lease!.countedAt).toEqual([T0]);
+    const answer = tier.fromLease("a", 2, T0 + 1)!; // 3 left
+    expect(answer.decision?.source).toBe("lease");
+    expect(answer.absorber).toBe(tier);
+    expect(tier.charge("a", answer, -1, T0 + 2)).toBe(true); // 4 left
+    expect(tier.charge("a", answer, 3, T0 + 3)).toBe(true); // 1 left
+    expect(tier.charge("a", answer, 2, T0 + 4)).toBe(false); // more than it holds: home settles it
+    expect(answer.held?.countedAt).toEqual([T0]);
     // a lease that is not the identifier's takes nothing
-    expect(tier.charge("b", lease!, -1, T0 + 4)).toBe(false);
+    expect(tier.charge("b", answer, -1, T0 + 4)).toBe(false);
     expect(await decide(tier, "a", 1, T0 + 5)).toMatchObject({ source: "lease" });
     expect(tier.size).toBe(0);
     // nor one that ran dry
-    expect(tier.charge("a", lease!, -1, T0 + 5)).toBe(false);
+    expect(tier.charge("a", answer, -1, T0 + 5)).toBe(false);
     await tier.dispose();
     expect(fake.refunds).toEqual([]);
   });

@@ -46,13 +46,6 @@ export interface Reservation {
    * this decision's own: a regional pool's, lent with them (scripts/pool.ts).
    */
   readonly from?: Origin;
-  /**
-   * Home's own decision when `decision` is a copy of it (a regional pool's share counted as
-   * remaining): a settle reads where its units were counted from home's reply, which only the
-   * decision the script answered carries (RuleScripts.counted). Unset: `decision` is home's own, or a
-   * pool's answer.
-   */
-  readonly home?: Decision;
 }
 
 /**
