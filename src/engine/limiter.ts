@@ -514,7 +514,7 @@ export class Limiter {
   async reset(identifier: Identity): Promise<void> {
     const now = this.now();
     const keys = new Set<string>();
-    // every isolate tier holds off the reset identifiers' reservations until the DEL is done (holdOff)
+    // every tier holds off the reset identifiers' reservations until the DEL is done (holdOff)
     const resumes: (() => void)[] = [];
     try {
       if (this.identities.nested) {
@@ -564,9 +564,11 @@ export class Limiter {
   }
 
   /**
-   * Holds off every plan's reservations of the subjects `holds` matches (until `resumes` are called)
-   * and ends their leases, with `refund` giving their units back: resolves once every reservation on
-   * its way has landed and every refund is done (IsolateTier.takeOut).
+   * Holds off every plan's reservations of the subjects `holds` matches (until `resumes` are called):
+   * the isolate tiers' for a lease or a top-up, the regional tiers' for a pool's deposit or top-up;
+   * and ends their leases, with `refund` giving their units back. Resolves once every such
+   * reservation on its way has landed (the regional tiers' in their pools: RegionalTier.landed) and
+   * every refund is done (IsolateTier.takeOut): before the reset takes the pools out and runs its DEL.
    */
   private async takeOutLeases(
     holds: (subject: string) => boolean,
@@ -575,7 +577,11 @@ export class Limiter {
     resumes: (() => void)[],
   ): Promise<void> {
     const taken: Promise<void>[] = [];
-    for (const { isolate } of this.plans.values()) {
+    for (const { isolate, region } of this.plans.values()) {
+      if (region !== undefined) {
+        resumes.push(region.holdOff(holds));
+        taken.push(region.landed(holds));
+      }
       if (isolate === undefined) continue;
       resumes.push(isolate.holdOff(holds));
       taken.push(isolate.takeOut(holds, refund, now));
@@ -587,7 +593,8 @@ export class Limiter {
    * With `region`, takes out what the region's pools hold for every subject with `value` in `field`
    * and gives it back at home, before a reset of that field deletes its rules' state: the subjects'
    * rules keyed by other fields get their units back, and none of them is handed out against the
-   * reset rules' new state. Pools in other regions, and deposits still on their way, are not found.
+   * reset rules' new state. Pools in other regions, and deposits other isolates still have on their way,
+   * are not found (this isolate's landed first: takeOutLeases).
    */
   private async takeOutPools(field: string, value: string, now: number): Promise<void> {
     if (this.regional === undefined) return;

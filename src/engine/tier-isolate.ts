@@ -96,8 +96,6 @@ export class IsolateTier extends Tier implements Entry, Absorber {
   /** Whether this tier may hold units at all (not under a sliding log, an interval bucket or a window that gives back: see `leasable`). */
   private readonly leasable: boolean;
   private readonly rules: readonly Rule[];
-  /** Identifiers a reset is taking out (see holdOff): no reservation for them asks for units. */
-  private readonly heldOff = new Set<(identifier: string) => boolean>();
   /**
    * Counters for tests and reports: units reserved (top-ups included), answers given here, units given
    * back, and refunds that failed (their units stay consumed until the state expires).
@@ -277,18 +275,6 @@ export class IsolateTier extends Tier implements Entry, Absorber {
     for (const [identifier, seen] of [...this.seen]) {
       if (seen.lease && holds(identifier)) this.release(identifier);
     }
-  }
-
-  /**
-   * Until the function it returns is called, no reservation of an identifier `holds` matches asks for
-   * units (a lease's nor a top-up's): a reset holds them off from before it takes the leases out
-   * (takeOut) until its DEL is done, so that no units counted before the DEL are held after it.
-   */
-  holdOff(holds: (identifier: string) => boolean): () => void {
-    // a function of its own per call: two resets of one identifier each lift their own
-    const held = (identifier: string) => holds(identifier);
-    this.heldOff.add(held);
-    return () => this.heldOff.delete(held);
   }
 
   /**
@@ -489,13 +475,6 @@ export class IsolateTier extends Tier implements Entry, Absorber {
     const applied = { name: lease.plan, rules: lease.rules };
     const { units, countedAt, origin } = lease;
     return { identifier, units, countedAt, applied, origin };
-  }
-
-  /** Whether a reset holds off the identifier's reservations (holdOff). */
-  private isHeldOff(identifier: string): boolean {
-    if (this.heldOff.size === 0) return false;
-    for (const holds of this.heldOff) if (holds(identifier)) return true;
-    return false;
   }
 
   /** The rules a decision was decided by, which its reserved units were counted under. */

@@ -141,6 +141,11 @@ export async function poolsHolding(
 export class RegionalTier extends Tier implements Upstream, Entry {
   /** The pools this tier deposited into, by key, until their units stop being handed out. */
   private readonly deposits = new Map<string, { identifier: string; expiresAt: number }>();
+  /**
+   * Deposits and top-ups on their way, from their reservation at home until their put is done, and
+   * whose they are (a reset waits for them: landed).
+   */
+  private readonly filling = new Set<{ readonly identifier: string; readonly done: Promise<unknown> }>();
   private readonly count: number;
   readonly stats: RegionStats;
 
@@ -192,13 +197,16 @@ export class RegionalTier extends Tier implements Upstream, Entry {
       this.stats.errors += 1;
       return this.fromHome(identifier, cost, now, want, 0, waitUntil);
     }
+    // a reset holds off the pool's deposits and top-ups (holdOff): the pool asked for none after all
+    const heldOff = answer.reserve > 0 && this.isHeldOff(identifier);
+    if (heldOff) this.free(identifier, now, waitUntil);
     if (!answer.hit) {
       this.stats.misses += 1;
       if (answer.units > 0) this.track(this.giveBackLeftover(identifier, answer, now), waitUntil);
-      return this.fromHome(identifier, cost, now, want, answer.reserve, waitUntil);
+      return this.fromHome(identifier, cost, now, want, heldOff ? 0 : answer.reserve, waitUntil);
     }
     this.stats.hits += 1;
-    if (answer.reserve > 0) this.topUp(identifier, answer.reserve, now, waitUntil);
+    if (answer.reserve > 0 && !heldOff) this.topUp(identifier, answer.reserve, now, waitUntil);
     // the lease's units are this identifier's too: the isolate tier tells the caller them as remaining
     const plan = this.home.plan;
     const decision = fromHeld(
@@ -226,7 +234,7 @@ export class RegionalTier extends Tier implements Upstream, Entry {
    * Home decides, reserving `forPool` units for the pool beside what the isolate tier wants: the
    * pool's share is deposited, the rest goes up.
    */
-  private async fromHome(
+  private fromHome(
     identifier: string,
     cost: number,
     now: number,
@@ -235,12 +243,15 @@ export class RegionalTier extends Tier implements Upstream, Entry {
     waitUntil: WaitUntil | undefined,
   ): Promise<Answer> {
     if (forPool === 0) return this.home.reserve(identifier, cost, now, want);
-    const answer = await this.home.reserve(identifier, cost, now, forPool + want);
-    if (answer.reservation === undefined) {
+    const answered = this.home.reserve(identifier, cost, now, forPool + want).then((answer) => {
+      if (answer.reservation !== undefined)
+        return this.deposit(identifier, answer, answer.reservation, forPool, now, waitUntil);
       this.free(identifier, now, waitUntil);
       return answer;
-    }
-    return this.deposit(identifier, answer, answer.reservation, forPool, now, waitUntil);
+    });
+    // the deposit's put, sent when home answers, is noted as filling in turn
+    this.fills(identifier, answered);
+    return answered;
   }
 
   /**
@@ -267,7 +278,9 @@ export class RegionalTier extends Tier implements Upstream, Entry {
       return { decision, reservation: { decision, reserved: reserved - share, countedAt } };
     }
     const origin = { at: decision.decidedAt, taken: share };
-    this.track(this.put(identifier, share, countedAt, decision, origin, now, !waitUntil), waitUntil);
+    const put = this.put(identifier, share, countedAt, decision, origin, now, !waitUntil);
+    this.track(put, waitUntil);
+    this.fills(identifier, put);
     // the caller is told a copy (the pool's share counted as remaining): home's own goes with it
     const told = withHeld(decision, share);
     return {
@@ -361,18 +374,41 @@ export class RegionalTier extends Tier implements Upstream, Entry {
 
   /** A hit left the pool low: a top-up, one decision of cost 1 going home reserving `want` more, all for the pool. */
   private topUp(identifier: string, want: number, now: number, waitUntil: WaitUntil | undefined): void {
-    this.track(
-      this.home.reserve(identifier, 1, now, want).then(({ reservation }): Promise<unknown> => {
-        const key = this.key(identifier);
-        if (reservation === undefined || !reservation.decision.allowed) return this.pool.free(key, now);
-        const { decision, reserved, countedAt } = reservation;
-        const units = 1 + reserved;
-        if (this.lost(decision, units)) return this.pool.free(key, now);
-        const origin = { at: decision.decidedAt, taken: units };
-        return this.put(identifier, units, countedAt, decision, origin, now, !waitUntil);
-      }),
-      waitUntil,
+    const done = this.home.reserve(identifier, 1, now, want).then(({ reservation }): Promise<unknown> => {
+      const key = this.key(identifier);
+      if (reservation === undefined || !reservation.decision.allowed) return this.pool.free(key, now);
+      const { decision, reserved, countedAt } = reservation;
+      const units = 1 + reserved;
+      if (this.lost(decision, units)) return this.pool.free(key, now);
+      const origin = { at: decision.decidedAt, taken: units };
+      return this.put(identifier, units, countedAt, decision, origin, now, !waitUntil);
+    });
+    this.track(done, waitUntil);
+    this.fills(identifier, done);
+  }
+
+  /** Notes a deposit or a top-up of the identifier's pool on its way until `done` (see landed). */
+  private fills(identifier: string, done: Promise<unknown>): void {
+    const filling = { identifier, done };
+    this.filling.add(filling);
+    done.then(
+      () => this.filling.delete(filling),
+      () => this.filling.delete(filling),
     );
+  }
+
+  /**
+   * Resolves once every deposit and top-up on its way of an identifier `holds` matches has landed in
+   * its pool (a reset holds them off first: holdOff). A reset waits for them before it takes the
+   * pools out or deletes them: one whose reservation at home landed before the reset's DEL but whose
+   * put landed after would fill a pool with units the DEL erased.
+   */
+  async landed(holds: (identifier: string) => boolean): Promise<void> {
+    for (;;) {
+      const on = [...this.filling].filter(({ identifier }) => holds(identifier));
+      if (on.length === 0) return;
+      await Promise.allSettled(on.map(({ done }) => done));
+    }
   }
 
   /** Deposits units home reserved (from `origin`); what the pool cannot keep goes back home. */

@@ -199,6 +199,8 @@ export abstract class Tier {
   protected nextExpiry = Number.POSITIVE_INFINITY;
   protected disposed = false;
   private timer: ReturnType<typeof setTimeout> | undefined;
+  /** Identifiers a reset is taking out (see holdOff): no units are reserved for this tier to hold. */
+  private readonly heldOff = new Set<(identifier: string) => boolean>();
   /** Counters for tests and reports; every tier counts the units it gave back and the refunds that failed. */
   abstract readonly stats: { refunded: number; refundsFailed: number };
 
@@ -247,6 +249,26 @@ export abstract class Tier {
     const ok = await this.home.refund(identifier, units, countedAt, now, applied, origin);
     if (ok) this.stats.refunded += units;
     else this.stats.refundsFailed += 1;
+  }
+
+  /**
+   * Until the function it returns is called, this tier reserves no units to hold for an identifier
+   * `holds` matches (the isolate tier: a lease's nor a top-up's; the regional tier: a pool's deposit
+   * nor top-up): a reset holds them off from before it takes out what the tiers hold until its DEL is
+   * done, so that no units counted before the DEL are held after it.
+   */
+  holdOff(holds: (identifier: string) => boolean): () => void {
+    // a function of its own per call: two resets of one identifier each lift their own
+    const held = (identifier: string) => holds(identifier);
+    this.heldOff.add(held);
+    return () => this.heldOff.delete(held);
+  }
+
+  /** Whether a reset holds off the identifier's reservations (holdOff). */
+  protected isHeldOff(identifier: string): boolean {
+    if (this.heldOff.size === 0) return false;
+    for (const holds of this.heldOff) if (holds(identifier)) return true;
+    return false;
   }
 
   /** Keeps `promise` until it is done, handing it to `waitUntil` when given. */
