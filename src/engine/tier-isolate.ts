@@ -24,7 +24,7 @@ import {
   type Home,
   holdsTat,
   leasable,
-  MAX_TRACKED,
+  mostRecent,
   size,
   Tier,
   type TierConfig,
@@ -150,23 +150,18 @@ export class IsolateTier extends Tier implements Entry, Absorber {
    */
   fromLease(identifier: string, cost: number, now: number, waitUntil?: WaitUntil): Answer | undefined {
     if (now >= this.nextExpiry) this.sweep(now, waitUntil);
-    let seen = this.seen.get(identifier);
-    if (seen === undefined) {
-      seen = {
-        start: now,
-        current: 0,
-        previous: 0,
-        estimate: 0,
-        asking: undefined,
-        reserving: undefined,
-        lease: undefined,
-      };
-      this.seen.set(identifier, seen);
-      if (this.seen.size > MAX_TRACKED) this.evict(this.seen.keys().next().value as string, now, waitUntil);
-    } else {
-      this.seen.delete(identifier);
-      this.seen.set(identifier, seen);
-    }
+    const seen = this.seen.get(identifier) ?? {
+      start: now,
+      current: 0,
+      previous: 0,
+      estimate: 0,
+      asking: undefined,
+      reserving: undefined,
+      lease: undefined,
+    };
+    // the least recently seen past MAX_TRACKED is forgotten, its lease refunded
+    const out = mostRecent(this.seen, identifier, seen);
+    if (out !== undefined) this.end(out[0], out[1], now, waitUntil);
     seen.estimate = estimate(seen, now, this.config.ttl);
     seen.current += cost;
     const lease = seen.lease;
@@ -318,16 +313,10 @@ export class IsolateTier extends Tier implements Entry, Absorber {
   /** Refunds every lease expired at `now`. */
   sweep(now: number, waitUntil?: WaitUntil): void {
     const unused: Unused[] = [];
-    let next = Number.POSITIVE_INFINITY;
-    for (const [identifier, lease] of this.held) {
-      if (lease.expiresAt <= now) {
-        const seen = this.seen.get(identifier);
-        if (seen) unused.push(this.detach(identifier, seen));
-      } else if (lease.expiresAt < next) {
-        next = lease.expiresAt;
-      }
-    }
-    this.nextExpiry = next;
+    this.expire(this.held, now, (identifier) => {
+      const seen = this.seen.get(identifier);
+      if (seen) unused.push(this.detach(identifier, seen));
+    });
     this.giveBackAll(unused, now, waitUntil);
   }
 
@@ -480,13 +469,6 @@ export class IsolateTier extends Tier implements Entry, Absorber {
   /** The rules a decision was decided by, which its reserved units were counted under. */
   private appliedOf(decision: Decision): Applied {
     return { name: decision.plan, rules: decision.decidedBy ?? this.rules };
-  }
-
-  /** Stops tracking the identifier (the least recently seen, past MAX_TRACKED), its lease refunded. */
-  private evict(identifier: string, now: number, waitUntil: WaitUntil | undefined): void {
-    const seen = this.seen.get(identifier);
-    this.end(identifier, seen, now, waitUntil);
-    this.seen.delete(identifier);
   }
 }
 

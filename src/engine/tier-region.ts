@@ -25,7 +25,7 @@ import {
   fromHeld,
   type Home,
   leasable,
-  MAX_TRACKED,
+  mostRecent,
   Tier,
   type TierConfig,
   type Upstream,
@@ -351,12 +351,7 @@ export class RegionalTier extends Tier implements Upstream, Entry {
    * did, or deposited again since. With `all` (dispose), every pool it deposited into, drained.
    */
   private takeBack(now: number, waitUntil: WaitUntil | undefined, all: boolean): void {
-    let next = Number.POSITIVE_INFINITY;
-    for (const [key, entry] of this.deposits) {
-      if (entry.expiresAt > now && !all) {
-        next = Math.min(next, entry.expiresAt);
-        continue;
-      }
+    this.expire(this.deposits, all ? Number.POSITIVE_INFINITY : now, (key, entry) => {
       this.deposits.delete(key);
       const asked = all ? this.pool.drain(key, now, this.count) : this.pool.take(key, 0, now, this.count);
       // a take of 0 that hits took nothing out: nothing to give back
@@ -368,8 +363,7 @@ export class RegionalTier extends Tier implements Upstream, Entry {
         ),
         waitUntil,
       );
-    }
-    this.nextExpiry = next;
+    });
   }
 
   /** A hit left the pool low: a top-up, one decision of cost 1 going home reserving `want` more, all for the pool. */
@@ -455,10 +449,8 @@ export class RegionalTier extends Tier implements Upstream, Entry {
 
   /** Notes a pool deposited into, to take back what is left of it once it expires (see sweep). */
   private remember(key: string, identifier: string, expiresAt: number, background: boolean): void {
-    this.deposits.delete(key);
-    this.deposits.set(key, { identifier, expiresAt });
-    // the oldest is forgotten: whoever asks that pool next takes its leftovers out
-    if (this.deposits.size > MAX_TRACKED) this.deposits.delete(this.deposits.keys().next().value!);
+    // the oldest past MAX_TRACKED is forgotten: whoever asks that pool next takes its leftovers out
+    mostRecent(this.deposits, key, { identifier, expiresAt });
     this.hold(expiresAt, background);
   }
 }

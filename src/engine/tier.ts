@@ -191,6 +191,19 @@ export class Home implements Upstream, Entry {
  */
 export const MAX_TRACKED = 10_000;
 
+/**
+ * Sets `key` to `value` in `tracked` as its most recently seen entry (insertion order is recency);
+ * past MAX_TRACKED, takes the least recently seen out and returns it.
+ */
+export function mostRecent<V>(tracked: Map<string, V>, key: string, value: V): [string, V] | undefined {
+  tracked.delete(key);
+  tracked.set(key, value);
+  if (tracked.size <= MAX_TRACKED) return undefined;
+  const oldest = tracked.entries().next().value as [string, V];
+  tracked.delete(oldest[0]);
+  return oldest;
+}
+
 /** What a tier does at both levels: its refunds, its expiries, its timer, the work it has on its way. */
 export abstract class Tier {
   /** Refunds, top-ups and deposits on their way (dispose waits for them). */
@@ -218,6 +231,23 @@ export abstract class Tier {
 
   /** Takes back every expired unit at `now` for a refund. */
   abstract sweep(now: number, waitUntil?: WaitUntil): void;
+  /**
+   * Calls `take` for every entry of `held` expired at `cutoff` (its `expiresAt` at or before it; `take`
+   * removes it), and notes the earliest expiry of those left, for the next sweep.
+   */
+  protected expire<T extends { readonly expiresAt: number }>(
+    held: ReadonlyMap<string, T>,
+    cutoff: number,
+    take: (key: string, entry: T) => void,
+  ): void {
+    let next = Number.POSITIVE_INFINITY;
+    for (const [key, entry] of held) {
+      if (entry.expiresAt <= cutoff) take(key, entry);
+      else if (entry.expiresAt < next) next = entry.expiresAt;
+    }
+    this.nextExpiry = next;
+  }
+
   /** Whether it holds anything a timer should sweep. */
   protected abstract get holding(): boolean;
 

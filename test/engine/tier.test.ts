@@ -15,7 +15,15 @@ import {
   UNKNOWN,
 } from "../../src/engine/scripts/limiter.js";
 import { type Deposit, type PoolPut, PoolScript, type PoolTake } from "../../src/engine/scripts/pool.js";
-import { estimate, Home, type HomeScripts, topUpSize, withHeld } from "../../src/engine/tier.js";
+import {
+  estimate,
+  Home,
+  type HomeScripts,
+  MAX_TRACKED,
+  mostRecent,
+  topUpSize,
+  withHeld,
+} from "../../src/engine/tier.js";
 import { IsolateTier } from "../../src/engine/tier-isolate.js";
 import { type PoolStore, RegionalTier, RegionalTiers } from "../../src/engine/tier-region.js";
 import { transportFor } from "../../src/engine/transport.js";
@@ -722,6 +730,19 @@ describe("the regional tier (units in the region's database)", () => {
     await tier.reserve("a", 1, T, 0, () => {});
     await tier.dispose();
     expect(pool.calls.map((call) => call[0])).toEqual(["take", "put", "drain"]);
+  });
+});
+
+describe("mostRecent (what a tier tracks, at most MAX_TRACKED)", () => {
+  it("keeps the most recently seen and hands back the least recently seen past the cap", () => {
+    const tracked = new Map<string, number>();
+    for (let i = 0; i < MAX_TRACKED; i++) expect(mostRecent(tracked, `k${i}`, i)).toBeUndefined();
+    // k0 seen again: k1 is now the least recently seen
+    expect(mostRecent(tracked, "k0", -1)).toBeUndefined();
+    expect(mostRecent(tracked, "new", 7)).toEqual(["k1", 1]);
+    expect(tracked.size).toBe(MAX_TRACKED);
+    expect(tracked.get("k0")).toBe(-1);
+    expect([...tracked.keys()].slice(-2)).toEqual(["k0", "new"]);
   });
 });
 
