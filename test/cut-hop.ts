@@ -5,15 +5,29 @@ import type { AddressInfo } from "node:net";
  * An HTTP hop in front of the REST bridge that forwards every request, and drops the connection after
  * the bridge has answered the next request whose body contains `cutNext` (a string): the command ran in
  * Redis, its answer is lost. `cuts` counts the answers dropped. `delay` holds every answer that many ms
- * after the bridge gave it (a slow Redis); `requests` counts the requests forwarded.
+ * after the bridge gave it (a slow Redis); `requests` counts the requests forwarded. `holdNext` holds
+ * back the next request whose body contains it (not yet sent to Redis) until `release()`; `held`
+ * resolves once one is held; `seen` lists the commands forwarded, in the order they reached Redis
+ * (their first string: "EVALSHA", "DEL", ...).
  */
 export async function startCutHop(target: string) {
+  let release!: () => void;
+  let sawHeld!: () => void;
+  const gate = new Promise<void>((resolve) => {
+    release = resolve;
+  });
   const hop = {
     url: "",
     cutNext: undefined as string | undefined,
     cuts: 0,
     delay: 0,
     requests: 0,
+    holdNext: undefined as string | undefined,
+    held: new Promise<void>((resolve) => {
+      sawHeld = resolve;
+    }),
+    release: () => release(),
+    seen: [] as string[],
     close: async () => {},
   };
   const server = createServer(async (request, response) => {
@@ -21,6 +35,18 @@ export async function startCutHop(target: string) {
     for await (const chunk of request) chunks.push(chunk as Buffer);
     const body = Buffer.concat(chunks).toString("utf8");
     hop.requests += 1;
+    if (hop.holdNext !== undefined && body.includes(hop.holdNext)) {
+      hop.holdNext = undefined;
+      sawHeld();
+      await gate;
+    }
+    try {
+      const commands = JSON.parse(body) as unknown[];
+      for (const command of Array.isArray(commands[0]) ? commands : [commands])
+        hop.seen.push(String((command as unknown[])[0]));
+    } catch {
+      // not a command's body: nothing to list
+    }
     const answer = await fetch(`${target}${request.url}`, {
       method: request.method,
       headers: { authorization: String(request.headers.authorization) },

@@ -2,8 +2,6 @@
 // behind a bridge of this file's own) and three regional databases, each a redis-server of its own
 // behind a bridge. Limiter instances stand for isolates: each has its own clients, so its own
 // transports and breakers. Clocks are moved by hand.
-import { createServer } from "node:http";
-import type { AddressInfo } from "node:net";
 import { Redis } from "@upstash/redis";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { type Bridge, type RedisServer, startBridge, startRedisServer } from "../../src/bridge/index.js";
@@ -21,6 +19,7 @@ import {
   slidingWindow,
   tokenBucket,
 } from "../../src/index.js";
+import { startCutHop } from "../cut-hop.js";
 import { Hop, RedisProcess } from "../faults/support.js";
 import { failOnUnhandledRejections, ownBridge } from "../own-bridge.js";
 import { manualClock, T0, uniquePrefix } from "../support.js";
@@ -57,58 +56,6 @@ function background() {
       while (work.length > 0) await Promise.all(work.splice(0));
     },
   };
-}
-
-/**
- * An HTTP hop in front of a bridge that forwards every request, except that it holds back the next one
- * whose body contains `holdNext` (not yet sent to Redis) until `release()`; `seen` lists the commands
- * forwarded, in the order they reached Redis (their first string: "EVALSHA", "DEL", ...), and `held`
- * resolves once a request is held.
- */
-async function holdingHop(target: string) {
-  let release!: () => void;
-  let sawHeld!: () => void;
-  const hop = {
-    url: "",
-    holdNext: undefined as string | undefined,
-    seen: [] as string[],
-    held: new Promise<void>((resolve) => {
-      sawHeld = resolve;
-    }),
-    release: () => release(),
-    close: async () => {},
-  };
-  const gate = new Promise<void>((resolve) => {
-    release = resolve;
-  });
-  const server = createServer(async (request, response) => {
-    const chunks: Buffer[] = [];
-    for await (const chunk of request) chunks.push(chunk as Buffer);
-    const body = Buffer.concat(chunks).toString("utf8");
-    if (hop.holdNext !== undefined && body.includes(hop.holdNext)) {
-      hop.holdNext = undefined;
-      sawHeld();
-      await gate;
-    }
-    const commands = JSON.parse(body) as unknown[];
-    for (const command of Array.isArray(commands[0]) ? commands : [commands])
-      hop.seen.push(String((command as unknown[])[0]));
-    const answer = await fetch(`${target}${request.url}`, {
-      method: request.method,
-      headers: { authorization: String(request.headers.authorization) },
-      body,
-    });
-    const text = await answer.text();
-    response.writeHead(answer.status, { "content-type": "application/json" });
-    response.end(text);
-  });
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  hop.url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-  hop.close = async () => {
-    server.closeAllConnections();
-    await new Promise((resolve) => server.close(resolve));
-  };
-  return hop;
 }
 
 interface Fleet {
@@ -681,7 +628,7 @@ describe("reset", () => {
   });
 
   it("waits for a deposit on its way: one reserved at home before the DEL never fills the pool after it", async () => {
-    const hop = await holdingHop(regions[0]!.bridge.url);
+    const hop = await startCutHop(regions[0]!.bridge.url);
     const clock = manualClock();
     const prefix = uniquePrefix("reset-deposit");
     const rules = { r: gcra({ limit: 60, period: "1m" }) };
