@@ -21,8 +21,8 @@ local stored = redis.call("GET", K[2])
 local KEY, ARG3, ARG4, ARG5 = K[1], A[3], A[4], A[5]
 local p1, p2, p3, k, tag, answer = nil, nil, nil, nil, 0, nil
 if stored then
-  -- the call's own parameters: a window's third is 0 (src/engine/algorithms/shared.ts), and then
-  -- ARGV[5] is already T
+  -- the call's own parameters: a window's third (how it counts, src/engine/algorithms/shared.ts) is
+  -- sent only when not 0; else ARGV[5] is already T
   local n = #A
   local T, own1, own2, own3 = A[n], ARG3, ARG4, n > 5 and ARG5 or "0"
 -- #override

@@ -183,7 +183,7 @@ const stateFor = (a, body) => {
     .join("");
 };
 // What lua/override.lua's one-rule reader reads of the algorithm: its name and its custom line's
-// patterns, to the line's end (the second for a window's, whose third parameter is always 0).
+// pattern, to the line's end.
 const custom = (a) => `local ALGORITHM, CUSTOM = "${a.name}", "^!${a.name} (%d+) (%d+) (%d+)%f[\\n%z]"\n`;
 const oneRuleOverrides = read("one_rule_overrides.lua");
 if (!/^-- #one-rule$/m.test(oneRuleOverrides))

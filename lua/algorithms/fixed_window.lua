@@ -152,7 +152,7 @@ local cost = units == "1" and 1 or units + 0
 -- (a count below 100) are read from their bytes, one call; longer ones are matched, then converted.
 local count
 if value then
-  if #value < 3 then
+  if #value < 3 and #value > 0 then
     local a, b = string.byte(value, 1, 2)
     a = a - 48
     if not b then

@@ -197,7 +197,7 @@ describe("overrides on: the override read in the decision's EVALSHA", () => {
     const { limiter, clock } = limiterOf({ r: fixedWindow({ limit: 3, window: "1h" }) });
     clock.set(T0);
     const [count] = limiter.keys("id");
-    for (const foreign of ["1.5", "1e3", " 3", "007", "-0", "99999999999999999999"]) {
+    for (const foreign of ["", "1.5", "1e3", " 3", "007", "-0", "x", "99999999999999999999"]) {
       await redis.set(count!, foreign, { px: HOUR });
       expect(await limiter.limit("id")).toMatchObject({ allowed: true, remaining: 2 });
       expect(await redis.get(count!)).toBe(1);

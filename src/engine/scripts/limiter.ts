@@ -143,9 +143,7 @@ export class RuleScripts {
     plan: PlanEncoding = this.base,
   ): Promise<T> {
     if (this.split !== undefined) return this.split.decide(identifier, cost, now, plan).then(then);
-    // OverrideScripts.decide still types `then` as optional; given, it resolves with what `then` made
-    if (this.overrides !== undefined)
-      return this.overrides.decide(identifier, cost, now, then, plan) as Promise<T>;
+    if (this.overrides !== undefined) return this.overrides.decide(identifier, cost, now, then, plan);
     const keys = plan.keys.of(identifier, now);
     const one = plan.one;
     if (one?.takes(cost)) {

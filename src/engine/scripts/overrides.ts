@@ -71,9 +71,9 @@ export class OverrideScripts {
     identifier: string,
     cost: number,
     now: number,
-    then: ((decision: Decision | Error) => T) | undefined,
+    then: (decision: Decision | Error) => T,
     plan: PlanEncoding,
-  ): Promise<T | Decision | Error> {
+  ): Promise<T> {
     const keys = plan.keys.of(identifier, now);
     const rule = plan.rules[0] as WindowRule;
     if (plan.fixed && cost >= 1 && cost <= rule.limit) {
@@ -82,7 +82,7 @@ export class OverrideScripts {
         this.fixedCall,
         (reply) => {
           const decision = reply.ok ? this.decodeOneRule(plan, reply.result, cost, now) : reply.error;
-          return then === undefined ? decision : then(decision);
+          return then(decision);
         },
       );
     }
@@ -93,7 +93,7 @@ export class OverrideScripts {
         lean,
         (reply) => {
           const decision = reply.ok ? this.decodeOneRule(plan, reply.result, cost, now) : reply.error;
-          return then === undefined ? decision : then(decision);
+          return then(decision);
         },
       );
     }
@@ -103,7 +103,7 @@ export class OverrideScripts {
       plan.places === undefined ? this.overridesCall : this.nestedCall,
       (reply) => {
         const decision = reply.ok ? this.decodeStored(plan, reply.result, false, now) : reply.error;
-        return then === undefined ? decision : then(decision);
+        return then(decision);
       },
     );
   }

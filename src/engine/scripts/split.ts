@@ -181,7 +181,8 @@ export class SplitScripts {
   /** Where an admitted decision counted its units, every rule's (RuleScripts.counted). */
   counted(decision: Decision): Counted {
     const parts = COUNTED.get(decision);
-    const rules = decision.decidedBy ?? this.rules;
+    const applied = this.applied(decision);
+    const rules = applied.rules;
     const countedAt = this.rules.map(() => 0);
     const counts = rules.map((rule) =>
       algorithmOf(rule).countOf(rule, decision.rules[rule.name]!, decision.decidedAt),
@@ -194,7 +195,7 @@ export class SplitScripts {
         counts[i] = counted.counts[j]!;
       });
     });
-    return { applied: { name: decision.plan, rules, carrier: carrierOf(rules) }, countedAt, counts };
+    return { applied, countedAt, counts };
   }
 
   /** Settles a decision under every rule it was counted under: one settle call per field. */
