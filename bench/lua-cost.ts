@@ -3,6 +3,7 @@
 // a recording client), for many identifiers at one injected time, then sent pipelined over RESP to a
 // private redis-server (the client's speed does not enter the server's figures). Every identifier is
 // sent three times: its first decision in a window, a later one (still allowed), a denied one (limit 2).
+import { createHash } from "node:crypto";
 import { Ratelimit } from "@upstash/ratelimit";
 import type { Redis } from "@upstash/redis";
 import type { RedisConnection } from "../src/bridge/resp.js";
@@ -105,7 +106,25 @@ export async function captureEntry(
   return capturing(ids, (id) => ratelimit.limit(id));
 }
 
-/** Runs `decide` for each of `ids` with `fetch` recording what goes out (replies are stand-ins). */
+/** The text of every generated script, by SHA-1. */
+const generatedTexts = new Map<string, string>();
+(function visit(value: unknown) {
+  if (!value || typeof value !== "object") return;
+  if ("text" in value && "sha1" in value) generatedTexts.set(String(value.sha1), String(value.text));
+  else for (const inner of Object.values(value)) visit(inner);
+})(generated);
+/**
+ * Scripts a Limiter built for one of its plans (a one-rule variant with overrides on behind the plan's
+ * head, src/engine/scripts/overrides.ts's planScript), by SHA-1: the SHA-1 of the generated script each
+ * came from. Captures learn them from the SCRIPT LOAD the Limiter sends when Redis lacks one.
+ */
+const builtFrom = new Map<string, string>();
+
+/**
+ * Runs `decide` for each of `ids` with `fetch` recording what goes out (replies are stand-ins). A
+ * script no capture has seen yet is answered NOSCRIPT once, so that the Limiter sends its text
+ * (SCRIPT LOAD, kept in `setup`) before the EVALSHA recorded.
+ */
 async function capturing(
   ids: string[],
   decide: (id: string) => Promise<unknown>,
@@ -118,13 +137,26 @@ async function capturing(
     const body = JSON.parse(String(init?.body)) as unknown[];
     const single = typeof body[0] === "string";
     const commands = (single ? [body] : body) as string[][];
-    for (const cmd of commands.map((c) => c.map(String))) {
+    const replies = commands.map((c) => {
+      const cmd = c.map(String);
       const n = Number(cmd[2]);
-      if (cmd[0]!.toUpperCase() === "EVALSHA")
+      if (cmd[0]!.toUpperCase() === "EVALSHA") {
+        if (!generatedTexts.has(cmd[1]!) && !builtFrom.has(cmd[1]!))
+          return { error: "NOSCRIPT No matching script. Please use EVAL." };
         decisions.push({ sha: cmd[1]!, keys: cmd.slice(3, 3 + n), args: cmd.slice(3 + n) });
-      else setup.push(cmd);
-    }
-    const replies = commands.map(() => ({ result: 1 }));
+        return { result: 1 };
+      }
+      setup.push(cmd);
+      if (cmd[0]!.toUpperCase() === "SCRIPT" && cmd[1]!.toUpperCase() === "LOAD") {
+        const text = cmd[2]!;
+        const sha = createHash("sha1").update(text).digest("hex");
+        const template = [...generatedTexts].find(([, t]) => text.endsWith(`\n${t}`));
+        if (!template) throw new Error("the Limiter loads a script built from none this file knows");
+        builtFrom.set(sha, template[0]);
+        return { result: sha };
+      }
+      return { result: 1 };
+    });
     return new Response(JSON.stringify(single ? replies[0] : replies), {
       headers: { "content-type": "application/json" },
     });
@@ -179,6 +211,9 @@ export async function capturePeer(
   for (const id of ids) await atTime(NOW, () => limiter.limit(id));
   return { script: stripUnknownShebangFlags(script), setup, decisions };
 }
+
+/** The generated script `sha` is, or a Limiter built from for one of its plans (builtFrom). */
+export const templateOf = (sha: string) => builtFrom.get(sha) ?? sha;
 
 /** Loads every script edgelimit ships, whichever the Limiter picks: SHA-1 → its export's name. */
 export async function loadOurs(conn: RedisConnection): Promise<Map<string, string>> {
@@ -281,9 +316,10 @@ export async function measureCosts<P extends { algo: string; peer?: Algo }>(
   try {
     const shas = await loadOurs(redis.conn);
     const ourScript = (c: Command[]) => {
-      if (!c.every((d) => shas.has(d.sha)))
+      if (!c.every((d) => shas.has(templateOf(d.sha))))
         throw new Error("the Limiter sends a script this file does not load");
-      return shas.get(c[0]!.sha)!;
+      const sha = c[0]!.sha;
+      return shas.get(templateOf(sha))! + (templateOf(sha) === sha ? "" : " (built for its plan)");
     };
     const rows: (P & { path: LuaPath; costs: Cost[] })[] = [];
     for (const pair of pairs) {

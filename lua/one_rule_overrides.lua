@@ -3,10 +3,15 @@
 -- file with the algorithm's one-rule section where `-- #one-rule` stands). One GET more than the
 -- one-rule script.
 --
+-- A template: the engine runs it behind a head of its own per plan (src/engine/scripts/overrides.ts,
+-- planScript), `local T, P1, P2, P3 = <the plan table>, <the rule's parameters>`, so that nothing a
+-- call always sends the same travels with each call (each argument costs Redis as much as a dozen
+-- lines of the script).
+-- T        the plan table (lua/override.lua)
+-- P1..P3   the rule's parameters under the call's plan, as the limiter script encodes them
 -- KEYS[1]  the rule's key under the call's plan; KEYS[2] the identifier's override key; KEYS[3..]
 --          keys of windows other than the call's, which another plan gives the rule (usually none)
--- ARGV     the one-rule script's (now, cost, then the rule's parameters as the limiter script encodes
---          them), then the plan table T (lua/override.lua)
+-- ARGV     the one-rule script's first two: now and cost
 -- The one-rule section runs once, inline (no closure, no call), on the call's parameters and key or on
 -- those a stored override applies (lua/override.lua reads it): the build names its KEYS[1] KEY and its
 -- ARGV[3..5] ARG3..ARG5, locals set below, and makes each of its `return <r>` a `result = <r>` that
@@ -15,16 +20,14 @@
 -- line that changes one parameter by little (lua/override.lua's tag), as r * 2^22 + its tag; else, for a
 -- custom or stale override, a plan past the 62nd or |r| beyond 2^47, as a string: r in decimal, then
 -- the reader's answer ("#<tag>" for a plan's tag r leaves no room for).
--- (KEYS and ARGV read once each: a global costs about 2 local reads)
-local K, A = KEYS, ARGV
+-- (KEYS read once: a global costs about 2 local reads)
+local K = KEYS
 local stored = redis.call("GET", K[2])
-local KEY, ARG3, ARG4, ARG5 = K[1], A[3], A[4], A[5]
+local KEY, ARG3, ARG4, ARG5 = K[1], P1, P2, P3
 local p1, p2, p3, k, tag, answer = nil, nil, nil, nil, 0, nil
 if stored then
-  -- the call's own parameters: a window's third (how it counts, src/engine/algorithms/shared.ts) is
-  -- sent only when not 0; else ARGV[5] is already T
-  local n = #A
-  local T, own1, own2, own3 = A[n], ARG3, ARG4, n > 5 and ARG5 or "0"
+  -- the call's own parameters
+  local own1, own2, own3 = P1, P2, P3
 -- #override
   KEY, ARG3, ARG4, ARG5 = k == 0 and KEY or K[k], p1, p2, p3
 end

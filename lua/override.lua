@@ -7,15 +7,14 @@
 --         (src/engine/overrides.ts writes it); its line is
 --         `=<plan>`, or `!` and 4 tokens per rule, `<algorithm> <p1> <p2> <p3>`, as the limiter script's
 --         arguments encode a rule
--- T       the plan table (src/engine/scripts/overrides.ts builds it once per plan of the call): the
---         call's first rule's window, when it has one; then per plan of the Limiter, "\n=<name>\n", its tag, then per rule "<k> <p1> <p2> <p3> "; then per fixed
+-- T       the plan table (src/engine/scripts/overrides.ts builds it once per plan of the call): per
+--         plan of the Limiter, "\n=<name>\n", its tag, then per rule "<k> <p1> <p2> <p3> "; then per fixed
 --         or sliding window rule i and window w that a plan gives it, "\n#<i> <w> " and k; ending in
 --         "\n". k is one character, 48 + the KEYS index of that rule's key in that window ("0": the
 --         call's own); the tag is one character, the plan's place in the table plus 65 ("A" the first),
 --         or "@" past the 62nd. A plan's record starts with its stored line and the line's end, so the
 --         line is what a reader looks for (a plan's name is letters, digits, "_", "." and "-")
--- n, A, o the call's n rules: rule i's algorithm is A[o + 4(i-1)], its parameters the 3 after it (a
---         window's own, when not given, is looked up in T)
+-- n, A, o the call's n rules: rule i's algorithm is A[o + 4(i-1)], its parameters the 3 after it
 --
 -- Returns 4 values per rule, p1 p2 p3 k (tonumber() reads each), then what the script answers the
 -- engine, which learns what applied from that alone (it never reads a line): a tag, the plan's place
@@ -81,8 +80,8 @@ end
 -- The same for one rule (a one-rule script's variant), inline: no closure, no call, no table. It reads
 -- stored, T, ALGORITHM, CUSTOM (the algorithm's custom line as a pattern, to the line's end,
 -- "^!<algorithm> (%d+) (%d+) (%d+)%f[\n%z]": a constant, no pattern is built per call) and the call's own
--- parameters as sent, own1 own2 own3 (own2 nil when the call does not send it: a window's, which T
--- starts with); it sets the includer's locals p1 p2 p3 (strings; p1 a number when a plan's bytes or a
+-- parameters, own1 own2 own3 (T and they are constants of the script the engine built for the call's
+-- plan: lua/one_rule_overrides.lua); it sets the includer's locals p1 p2 p3 (strings; p1 a number when a plan's bytes or a
 -- custom line's tag gave it, below), k (a number), tag and answer.
 --   tag     0 (none, or a plan past the 62nd), a plan's (1..62), or, for a custom line that changes at
 --           most one of the call's parameters, to a value of at most 4 digits, in the call's own key
@@ -116,10 +115,8 @@ if not at then
 end
 if e then
   k = 0
-  -- another window than the call's (a fixed window's call does not send its own: T starts with it):
-  -- the key of a plan with that window; none is stale
-  if (ALGORITHM == "fixedWindow" or ALGORITHM == "slidingWindow") and p2 ~= own2
-    and p2 ~= string.match(T, "^%d+") then
+  -- another window than the call's: the key of a plan with that window; none is stale
+  if (ALGORITHM == "fixedWindow" or ALGORITHM == "slidingWindow") and p2 ~= own2 then
     local _, w = string.find(T, "\n#1 " .. p2 .. " ", 1, true)
     k = w and string.byte(T, w + 1) - 48
   end
@@ -129,7 +126,7 @@ if e then
   if k == 0 then
     local changed, which, value = 0, 0, "0"
     if p1 ~= own1 then changed, which, value = 1, 1, p1 end
-    if own2 and p2 ~= own2 then changed, which, value = changed + 1, 2, p2 end
+    if p2 ~= own2 then changed, which, value = changed + 1, 2, p2 end
     if p3 ~= own3 then changed, which, value = changed + 1, 3, p3 end
     if changed < 2 and #value <= 4 then
       -- (the limit a number once: the includer reads it as one)

@@ -107,16 +107,17 @@ end
 return count
 
 -- #one-rule-overrides
--- The one-rule script with overrides on. KEYS[1] the window's key under the call's plan; KEYS[2] the
--- override key; KEYS[3..] keys of other windows some plan gives this rule. ARGV[1] ms until KEYS[1]
--- expires; ARGV[2] the call's limit; ARGV[3] the plan table (lua/override.lua); ARGV[4] the cost, when
--- more than 1 (or when ARGV[5] follows); ARGV[5], with KEYS[3..] only, now (hexadecimal). One MGET
--- reads every count this call may use and the stored override (all keys share the identifier's hash
--- tag); then only an admission writes, so the count is exactly what was admitted whatever limit applies
--- next (first: MGET SET; later: MGET INCRBY; denied: MGET). The count after adding the cost (admitted
--- iff count <= the applied limit) comes back as count * 64 + the tag of the plan applied
--- (lua/override.lua; 0: nothing stored), as count * 2^22 + the tag of a custom line that changes one
--- parameter by little, or, for a custom or stale override, a plan past the 62nd or a
+-- The one-rule script with overrides on, a template run behind the engine's head of the call's plan
+-- (lua/one_rule_overrides.lua says why): T the plan table (lua/override.lua), P1..P3 the rule's limit,
+-- window and counting. KEYS[1] the window's key under the call's plan; KEYS[2] the override key;
+-- KEYS[3..] keys of other windows some plan gives this rule. ARGV[1] ms until KEYS[1] expires;
+-- ARGV[2] the cost, when more than 1 (or when ARGV[3] follows); ARGV[3], with KEYS[3..] only, now
+-- (hexadecimal). One MGET reads every count this call may use and the stored override (all keys share
+-- the identifier's hash tag); then only an admission writes, so the count is exactly what was admitted
+-- whatever limit applies next (first: MGET SET; later: MGET INCRBY; denied: MGET). The count after
+-- adding the cost (admitted iff count <= the applied limit) comes back as count * 64 + the tag of the
+-- plan applied (lua/override.lua; 0: nothing stored), as count * 2^22 + the tag of a custom line that
+-- changes one parameter by little, or, for a custom or stale override, a plan past the 62nd or a
 -- count beyond 2^47, as a string: the count in decimal, then the reader's answer (lua/override.lua's
 -- one-rule reader, inline here), or "#<tag>" for a plan's tag the count leaves no room for.
 -- Costs, as Redis runs it: a global (KEYS, ARGV, string) costs about 2 local reads, each call of a
@@ -127,18 +128,17 @@ local K, A, call = KEYS, ARGV, redis.call
 local key = K[1]
 -- (the usual two keys named: unpack() is a call more)
 local values = K[3] and call("MGET", unpack(K)) or call("MGET", key, K[2])
-local value, stored, limit, units, ttl = values[1], values[2], A[2], A[4] or "1", nil
+local value, stored, limit, units, ttl = values[1], values[2], P1, A[2] or "1", nil
 local tag, answer = 0, nil
 -- (declared here, read after the branch; set only when an override is stored: a call with none
 -- reads no more arguments)
-local T, own1, own2, own3, p1, p2, p3, k
+local own1, own2, own3, p1, p2, p3, k
 if stored then
-  -- the call's window is not sent: a custom line's window is looked up in T (the call's: k = 0)
-  T, own1, own3 = A[3], limit, "0"
+  own1, own2, own3 = P1, P2, P3
 -- #override
   limit = p1
   if k ~= 0 then
-    local now, window = tonumber(A[5], 16), tonumber(p2)
+    local now, window = tonumber(A[3], 16), tonumber(p2)
     key, value = K[k], values[k]
     ttl = now - now % window + window + math.min(window, GRACE) - now
   end

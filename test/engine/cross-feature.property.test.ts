@@ -37,6 +37,7 @@ import { type Bridge, startBridge } from "../../src/bridge/index.js";
 import { compileRule, type Rule, type RuleConfig } from "../../src/engine/algorithms/index.js";
 import * as generated from "../../src/engine/generated/scripts.js";
 import { RuleKeys } from "../../src/engine/keys.js";
+import { templateOf } from "../../src/engine/scripts/overrides.js";
 import { enforce, rateLimitHeaders, tooManyRequests } from "../../src/http/index.js";
 import { type Decision, type Identity, Limiter } from "../../src/index.js";
 import { bridgeRedis, T0, uniquePrefix } from "../support.js";
@@ -574,7 +575,9 @@ const bump = (counts: Map<string, number>, what: string) => counts.set(what, (co
 
 function noteSent(command: unknown[], reply: unknown): void {
   if (command[0] !== "EVALSHA") return;
-  const name = scriptNames.get(String(command[1])) ?? "unknown";
+  // a one-rule variant with overrides on is built for its plan (planScript): named by its template
+  const sha = String(command[1]);
+  const name = scriptNames.get(templateOf(sha)?.sha1 ?? sha) ?? "unknown";
   bump(sent.scripts, name);
   // the scripts an interval bucket's rules went through beside their own one-rule script's (the
   // limiter scripts and the settle script name each rule's algorithm)

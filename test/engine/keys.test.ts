@@ -2,8 +2,10 @@ import { Redis } from "@upstash/redis";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { checkIdentifier, keyTag } from "../../src/engine/keys.js";
+import { sha1Hex } from "../../src/engine/sha1.js";
 import { sha256Hex } from "../../src/engine/sha256.js";
 import { fixedWindow, gcra, Limiter, slidingLog, slidingWindow, tokenBucket } from "../../src/index.js";
+import { bridgeRedis } from "../support.js";
 
 // Any JS string: arbitrary UTF-16 code units (lone surrogates, NUL, "{", "}", "%") and lengths past
 // the point where the tag switches to a hash.
@@ -58,6 +60,21 @@ describe("sha256Hex", () => {
     expect(sha256Hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq")).toBe(
       "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1",
     );
+  });
+});
+
+describe("sha1Hex", () => {
+  it("matches the FIPS 180-1 test vectors, and Redis's name of a script", async () => {
+    expect(sha1Hex("abc")).toBe("a9993e364706816aba3e25717850c26c9cd0d89d");
+    expect(sha1Hex("")).toBe("da39a3ee5e6b4b0d3255bfef95601890afd80709");
+    expect(sha1Hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq")).toBe(
+      "84983e441c3bd26ebaae4aa1f95129e5e54670f1",
+    );
+    // every length around a block's end (55, 56, 63, 64 bytes)
+    for (const length of [55, 56, 63, 64, 1000]) {
+      const text = `return "${"x".repeat(length - 9)}"`;
+      expect(await bridgeRedis().scriptLoad(text)).toBe(sha1Hex(text));
+    }
   });
 });
 

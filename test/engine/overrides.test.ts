@@ -9,8 +9,10 @@ import { createServer } from "node:net";
 import type { Redis } from "@upstash/redis";
 import { describe, expect, inject, it } from "vitest";
 import { DenyCache } from "../../src/engine/deny-cache.js";
+import { GCRA_ONE_RULE_OVERRIDES } from "../../src/engine/generated/scripts.js";
 import { RedisCallError } from "../../src/engine/errors.js";
 import { ATTEMPTS } from "../../src/engine/overrides.js";
+import { templateOf } from "../../src/engine/scripts/overrides.js";
 import type { Decision } from "../../src/engine/types.js";
 import {
   fixedWindow,
@@ -193,6 +195,44 @@ describe("stored format", () => {
     expect(await redis.exists(`${prefix}:{=gone}:override`)).toBe(0);
     expect(await redis.zcard(`${prefix}:overrides`)).toBe(0);
     expect(await limiter.overrides.get("gone")).toBeUndefined();
+  });
+});
+
+describe("one rule: its script's variant built for the call's plan", () => {
+  it("sends only now and the cost; the table and the rule's parameters are the script's; Redis loads it once", async () => {
+    // a rule no other test has, so that Redis has never seen this plan's script
+    const limit = 7_000 + Math.floor(Math.random() * 900);
+    const rules = { r: gcra({ limit, period: "1h", burst: 3 }) };
+    const plans = { pro: { r: { burst: 5 } } };
+    const sent: unknown[][] = [];
+    const realFetch = globalThis.fetch;
+    globalThis.fetch = async (...args: Parameters<typeof fetch>) => {
+      sent.push(...(JSON.parse(String(args[1]?.body)) as unknown[][]));
+      return realFetch(...args);
+    };
+    try {
+      const { limiter, redis } = setup({ rules, plans });
+      await limiter.overrides.set("u", { plan: "pro" });
+      sent.length = 0;
+      // pro's burst of 5 at one instant, then a denial
+      for (let i = 0; i < 6; i++) expect((await limiter.limit("u")).allowed).toBe(i < 5);
+      expect((await limiter.limit("v")).remaining).toBe(2);
+      // (the first decision's EVALSHA twice when Redis lacked the script: NOSCRIPT, SCRIPT LOAD, again)
+      const loads = sent.filter((c) => c[0] === "SCRIPT").length;
+      expect(loads).toBeLessThanOrEqual(1);
+      const calls = sent.filter((c) => c[0] === "EVALSHA");
+      expect(calls).toHaveLength(7 + loads);
+      const sha = String(calls[0]![1]);
+      // the plan the call names (the base rules here) picks the script; a stored plan is read in it
+      expect(new Set(calls.map((c) => c[1]))).toEqual(new Set([sha]));
+      for (const c of calls) expect(c.slice(5)).toEqual([NOW.toString(16), "1"]);
+      expect(await redis.scriptExists(sha)).toEqual([1]);
+      // what Redis would name its text
+      expect(sha).not.toBe(GCRA_ONE_RULE_OVERRIDES.sha1);
+      expect(templateOf(sha)).toBe(GCRA_ONE_RULE_OVERRIDES);
+    } finally {
+      globalThis.fetch = realFetch;
+    }
   });
 });
 

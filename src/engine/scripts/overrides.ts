@@ -7,13 +7,10 @@
 
 import { expiresIn } from "../algorithms/fixed-window.js";
 import { algorithmOf, checkRule, fieldOf, type Rule, type WindowRule } from "../algorithms/index.js";
-import {
-  FIXED_WINDOW_ONE_RULE_OVERRIDES,
-  LIMITER_NESTED_OVERRIDES,
-  LIMITER_OVERRIDES,
-} from "../generated/scripts.js";
+import { LIMITER_NESTED_OVERRIDES, LIMITER_OVERRIDES } from "../generated/scripts.js";
 import { fieldsOf } from "../keys.js";
-import type { CallOptions, CallResult, Transport } from "../transport.js";
+import { sha1Hex } from "../sha1.js";
+import type { CallOptions, CallResult, Script, Transport } from "../transport.js";
 import { carrierOf, type Decision } from "../types.js";
 import {
   type Applied,
@@ -48,7 +45,6 @@ function stale(line: string, why: string): void {
 export class OverrideScripts {
   private readonly overridesCall: CallOptions;
   private readonly nestedCall: CallOptions;
-  private readonly fixedCall: CallOptions;
   /** Custom parameters' rules, by the answer that gave them (LRU). */
   private readonly applied = new Map<string, Applied>();
   /** The plans by tag - 1: their order in every table. */
@@ -62,7 +58,6 @@ export class OverrideScripts {
   ) {
     this.overridesCall = { ...options, script: LIMITER_OVERRIDES };
     this.nestedCall = { ...options, script: LIMITER_NESTED_OVERRIDES };
-    this.fixedCall = { ...options, script: FIXED_WINDOW_ONE_RULE_OVERRIDES };
     this.tagged = [...plans.values()].slice(0, TAGGED);
   }
 
@@ -75,11 +70,11 @@ export class OverrideScripts {
     plan: PlanEncoding,
   ): Promise<T> {
     const keys = plan.keys.of(identifier, now);
-    const rule = plan.rules[0] as WindowRule;
-    if (plan.fixed && cost >= 1 && cost <= rule.limit) {
+    const fixed = plan.fixed;
+    if (fixed !== undefined && cost >= 1 && cost <= (plan.rules[0] as WindowRule).limit) {
       return this.transport.callThen(
-        this.fixedCommand(plan, identifier, keys, cost, now),
-        this.fixedCall,
+        this.fixedCommand(plan, fixed.script!, identifier, keys, cost, now),
+        fixed,
         (reply) => {
           const decision = reply.ok ? this.decodeOneRule(plan, reply.result, cost, now) : reply.error;
           return then(decision);
@@ -157,31 +152,33 @@ export class OverrideScripts {
   }
 
   /**
-   * fixedWindowOneRuleOverrides' EVALSHA (one fixed window): the window's key, the override key, the
-   * other windows' keys; ms until the key expires, the limit, the plan's table, then the cost (when
-   * more than 1, or when now follows) and, with other windows, now.
+   * The EVALSHA of the plan's fixedWindowOneRuleOverrides (one fixed window): the window's key, the
+   * override key, the other windows' keys; ms until the key expires, then the cost (when more than 1,
+   * or when now follows) and, with other windows, now.
    */
   private fixedCommand(
     plan: PlanEncoding,
+    script: Script,
     identifier: string,
     keys: string[],
     cost: number,
     now: number,
   ): string[] {
     const windows = plan.windows ?? [];
-    const { limit, window } = plan.rules[0] as WindowRule;
-    const command = ["EVALSHA", FIXED_WINDOW_ONE_RULE_OVERRIDES.sha1, String(2 + windows.length), keys[0]!];
+    const { window } = plan.rules[0] as WindowRule;
+    const command = ["EVALSHA", script.sha1, String(2 + windows.length), keys[0]!];
     command.push(plan.keys.override(identifier));
     for (const { plan: other, rule } of windows) command.push(other.keys.of(identifier, now)[rule]!);
-    command.push(String(expiresIn(window, now)), String(limit), plan.table!);
+    command.push(String(expiresIn(window, now)));
     if (cost !== 1 || windows.length > 0) command.push(String(cost));
     if (windows.length > 0) command.push(now.toString(16));
     return command;
   }
 
   /**
-   * A one-rule variant's EVALSHA (gcraOneRuleOverrides, slidingWindowOneRuleOverrides): the rule's key,
-   * the override key, the other windows' keys; the one-rule script's arguments, then the plan's table.
+   * The EVALSHA of the plan's one-rule variant (gcraOneRuleOverrides, slidingWindowOneRuleOverrides,
+   * intervalBucketOneRuleOverrides): the rule's key, the override key, the other windows' keys; now and
+   * the cost (the rule's parameters and the table are the script's own: planScript).
    */
   private leanCommand(
     plan: PlanEncoding,
@@ -195,8 +192,7 @@ export class OverrideScripts {
     const command = ["EVALSHA", lean.script!.sha1, String(2 + windows.length), keys[0]!];
     command.push(plan.keys.override(identifier));
     for (const { plan: other, rule } of windows) command.push(other.keys.of(identifier, now)[rule]!);
-    plan.one!.push(command, cost, now);
-    command.push(plan.table!);
+    command.push(now.toString(16), String(cost));
     return command;
   }
 
@@ -431,13 +427,12 @@ export function withTables(
       }
       return k;
     };
-    // the table over some of the rules (all of them; with several fields, one field's): their first
-    // rule's window, when it has one (a fixed window's call does not send it); per plan a record that
-    // starts with the plan's stored line and its end (lua/override.lua looks for it), its tag, and per
-    // rule its k and parameters; then each window a plan gives one of them, for custom lines
+    // the table over some of the rules (all of them; with several fields, one field's): per plan a
+    // record that starts with the plan's stored line and its end (lua/override.lua looks for it), its
+    // tag, and per rule its k and parameters; then each window a plan gives one of them, for custom
+    // lines
     const build = (indices: readonly number[]) => {
-      const first = call.rules[indices[0]!]!;
-      let table = algorithmOf(first).windowed ? String((first as WindowRule).window) : "";
+      let table = "";
       let tag = 65;
       for (const plan of all.values()) {
         table += `\n=${plan.name}\n${String.fromCharCode(tag <= 65 + TAGGED - 1 ? tag++ : 64)}`;
@@ -467,14 +462,51 @@ export function withTables(
         : fields.map((field) => build(every.filter((i) => fieldOf(call.rules[i]!) === field)));
     const table = tables === undefined ? build(every) : undefined;
     // one rule whose one-rule script counts denials (a fixed window) takes its own variant
-    // (fixedCommand) for a cost up to its limit
+    // (fixedCommand) for a cost up to its limit; one rule with a one-rule script (a sliding window's
+    // limit below PACK: plans and overrides keep it there) takes that script's variant; each built
+    // for this plan (planScript)
     const module = n === 1 ? algorithmOf(call.rules[0]!) : undefined;
-    const fixed = module?.countsDenials === true;
-    // one rule with a one-rule script (a sliding window's limit below PACK: plans and overrides keep
-    // it there) takes that script's variant
-    const script = call.one === undefined ? undefined : module?.oneRuleOverrides;
-    const lean = script === undefined ? undefined : { ...options, script };
+    const template = module?.oneRuleOverrides;
+    const own =
+      template === undefined || (call.one === undefined && !module!.countsDenials)
+        ? undefined
+        : { ...options, script: planScript(template, table!, call.args.slice(1, 4)) };
+    const fixed = module?.countsDenials === true ? own : undefined;
+    const lean = module?.countsDenials === true ? undefined : own;
     out.set(call.name, { ...call, table, tables, windows, fixed, lean, places });
   }
   return out;
+}
+
+/**
+ * A character of a Lua string literal that is written as an escape: any but printable ASCII, a quote
+ * and a backslash (a table and parameters are ASCII: plan names are letters, digits, "_", "." and "-").
+ */
+const ESCAPED = /[^ !#-[\]-~]/g;
+/** Scripts planScript built, by SHA-1: the template each came from (at most TEMPLATES remembered). */
+const templates = new Map<string, Script>();
+const TEMPLATES = 10_000;
+
+/**
+ * A plan's one-rule script with overrides on: `template` (lua/one_rule_overrides.lua as an algorithm
+ * builds it, or lua/algorithms/fixed_window.lua's one-rule-overrides) behind a head that defines what
+ * every call under the plan would otherwise send, the table T and the rule's parameters P1..P3 (an
+ * argument costs Redis as much as a dozen lines of a script). Redis keeps one script per plan.
+ *
+ * @example
+ * planScript(GCRA_ONE_RULE_OVERRIDES, "\n=default\nA0 10 1000 10 \n", ["10", "1000", "10"]).text
+ * // 'local T, P1, P2, P3 = "\\n=default\\nA0 10 1000 10 \\n", "10", "1000", "10"\n' + the template
+ */
+export function planScript(template: Script, table: string, params: readonly string[]): Script {
+  const literal = (value: string) =>
+    `"${value.replace(ESCAPED, (c) => (c === "\n" ? "\\n" : `\\${String(c.charCodeAt(0)).padStart(3, "0")}`))}"`;
+  const text = `local T, P1, P2, P3 = ${[table, ...params].map(literal).join(", ")}\n${template.text}`;
+  const sha1 = sha1Hex(text);
+  if (templates.size < TEMPLATES) templates.set(sha1, template);
+  return { text, sha1 };
+}
+
+/** The template a script planScript built came from, by its SHA-1 (tests and benchmarks name scripts so). */
+export function templateOf(sha1: string): Script | undefined {
+  return templates.get(sha1);
 }

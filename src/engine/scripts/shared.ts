@@ -110,11 +110,15 @@ export interface PlanEncoding {
   readonly table?: string;
   /** With overrides on: the other plans' window keys the table points at (KEYS after the override key). */
   readonly windows?: readonly { readonly plan: PlanEncoding; readonly rule: number }[];
-  /** With overrides on: one fixed window, which takes fixedWindowOneRuleOverrides for a cost up to its limit. */
-  readonly fixed?: boolean;
   /**
-   * With overrides on: the one-rule script's variant that also reads the stored override, for a cost
-   * `one` takes (one GCRA, token bucket or sliding window rule).
+   * With overrides on and one fixed window: its fixedWindowOneRuleOverrides, built for this plan
+   * (planScript), for a cost up to its limit.
+   */
+  readonly fixed?: CallOptions;
+  /**
+   * With overrides on: the one-rule script's variant that also reads the stored override, built for
+   * this plan (planScript), for a cost `one` takes (one GCRA, token bucket, interval bucket or sliding
+   * window rule).
    */
   readonly lean?: CallOptions;
   /**
