@@ -34,10 +34,12 @@
 -- #state
 -- Stores TAT = now + d under `rate`; returns when the stream is back to idle (the reset).
 local function write(key, now, limit, d, rate)
-  local whole = math.floor(d / limit)
-  local ttl = math.floor((d + limit - 1) / limit)
-  redis.call("SET", key, string.format("%d:%d%s", now + whole, d - whole * limit, rate), "PX",
-    string.format("%d", ttl))
+  -- (whole numbers: a floor division is (x - x % y) / y, no call; a number redis.call() is given it
+  -- writes with 17 digits, exact)
+  local whole = (d - d % limit) / limit
+  local ttl = d + limit - 1
+  ttl = (ttl - ttl % limit) / limit
+  redis.call("SET", key, string.format("%d:%d%s", now + whole, d - whole * limit, rate), "PX", ttl)
   return now + ttl
 end
 
@@ -55,15 +57,16 @@ local function read(key, now, limit, period, burst, rate)
   local d, raw = 0, nil
   if stored then
     local a, b, written = string.match(stored, "^(%-?%d+):(%d+)(.*)$")
-    a = tonumber(a)
+    -- (digits: arithmetic reads them, no call)
+    a = a + 0
     if written == rate or written == "" then
-      d = (a - now) * limit + tonumber(b)
+      d = (a - now) * limit + b
       raw = d
       if d < 0 then d = 0 end
     else
       local l, p = string.match(written, "^:(%d+):(%d+)$")
-      l, p = tonumber(l), tonumber(p)
-      local old = (a - now) * l + tonumber(b)
+      l, p = l + 0, p + 0
+      local old = (a - now) * l + b
       if old > 0 then
         -- stored at once under the rate applied (the same usage, now earned back at that rate), also
         -- by a denial or a peek: else the old TAT would keep earning back at the old rate
@@ -72,7 +75,8 @@ local function read(key, now, limit, period, burst, rate)
       end
     end
   end
-  return stored and d, math.floor((burst * period - d) / period), raw
+  local room = burst * period - d
+  return stored and d, (room - room % period) / period, raw
 end
 
 -- #check
@@ -109,7 +113,7 @@ end
 -- Answers one integer: d after the cost when admitted (d >= 1), or -(d before) - 1 when denied.
 local now = tonumber(ARGV[1], 16)
 local cost = ARGV[2] == "1" and 1 or tonumber(ARGV[2])
-local limit, period, burst = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local limit, period, burst = ARGV[3] + 0, ARGV[4] + 0, ARGV[5] + 0
 local rate = ":" .. ARGV[3] .. ":" .. ARGV[4]
 local key = KEYS[1]
 local d, room = read(key, now, limit, period, burst, rate)
