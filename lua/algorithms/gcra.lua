@@ -34,12 +34,13 @@
 -- #state
 -- Stores TAT = now + d under `rate`; returns when the stream is back to idle (the reset).
 local function write(key, now, limit, d, rate)
-  -- (whole numbers: a floor division is (x - x % y) / y, no call; a number redis.call() is given it
-  -- writes with 17 digits, exact)
+  -- (whole numbers: a floor division is (x - x % y) / y, no call; an expiry below 10^14 ms is given
+  -- as a number, which any Redis writes exactly, with at least 14 digits)
   local whole = (d - d % limit) / limit
   local ttl = d + limit - 1
   ttl = (ttl - ttl % limit) / limit
-  redis.call("SET", key, string.format("%d:%d%s", now + whole, d - whole * limit, rate), "PX", ttl)
+  redis.call("SET", key, string.format("%d:%d%s", now + whole, d - whole * limit, rate), "PX",
+    ttl < 1e14 and ttl or string.format("%d", ttl))
   return now + ttl
 end
 

@@ -171,7 +171,9 @@ local function commit(key, now, units, limit, window, _, start, current, previou
   -- whether now lies past the latest slot (a lagging caller's never does): its slot computed only then
   local slot = latest
   if current == 0 or (now - start) * 64 >= (latest + 1) * window then
-    slot = now > start and math.floor((now - start) * 64 / window) or 0
+    -- (a floor division of whole numbers, no call)
+    local at = (now - start) * 64
+    slot = now > start and (at - at % window) / window or 0
   end
   local marks = now < start and skewed == 0 and limit < 2 ^ 18
   if marks then skewed = 8192 end
@@ -182,7 +184,8 @@ local function commit(key, now, units, limit, window, _, start, current, previou
         + (marks and 2 ^ 50 or 0)))
   else
     redis.call("SET", key, encode(limit, start, window, current + units, previous, slot * 64 + earlier + skewed),
-      "PX", string.format("%d", fades - now))
+      -- (an expiry below 10^14 ms as a number: any Redis writes it exactly)
+      "PX", fades - now < 1e14 and fades - now or string.format("%d", fades - now))
   end
   return fades, start
 end
