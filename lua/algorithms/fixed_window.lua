@@ -128,7 +128,16 @@ local K, A, call = KEYS, ARGV, redis.call
 local key = K[1]
 -- (the usual two keys named: unpack() is a call more)
 local values = K[3] and call("MGET", unpack(K)) or call("MGET", key, K[2])
-local value, stored, limit, units, ttl = values[1], values[2], P1, A[2] or "1", nil
+local value, stored, units = values[1], values[2], A[2]
+-- The usual later decision, nothing stored and a cost of 1 (none sent): a count below the limit takes
+-- the unit. Compared as the digits they are written in (fewer, or as many and less: no call); a value
+-- INCRBY refuses (not this version's) goes the long way below, which reads it.
+if not stored and not units and value and (#value < #P1 or #value == #P1 and value < P1) then
+  local count = redis.pcall("INCRBY", key, "1")
+  if type(count) == "number" and count < 140737488355328 then return count * 64 end
+end
+local limit, ttl = P1, nil
+units = units or "1"
 local tag, answer = 0, nil
 -- (declared here, read after the branch; set only when an override is stored: a call with none
 -- reads no more arguments)
