@@ -1,6 +1,7 @@
 // SHA-1 of an ASCII/latin-1 string, synchronously: the name Redis gives a script (EVALSHA). The
 // scripts a Limiter builds when it is made (a plan's table written into its one-rule script with
 // overrides on, src/engine/scripts/overrides.ts) are named with it; crypto.subtle.digest is async.
+import { padded } from "./sha256.js";
 
 /**
  * Hex SHA-1 of a string whose code units are all below 256 (each one is a byte).
@@ -9,12 +10,8 @@
  * sha1Hex("abc") // "a9993e364706816aba3e25717850c26c9cd0d89d"
  */
 export function sha1Hex(input: string): string {
-  const length = input.length;
-  const blocks = ((length + 8) >> 6) + 1;
-  const words = new Uint32Array(blocks * 16);
-  for (let i = 0; i < length; i++) words[i >> 2]! |= (input.charCodeAt(i) & 0xff) << (24 - (i & 3) * 8);
-  words[length >> 2]! |= 0x80 << (24 - (length & 3) * 8);
-  words[blocks * 16 - 1] = length * 8;
+  const words = padded(input);
+  const blocks = words.length / 16;
   const h = new Uint32Array([0x67452301, 0xefcdab89, 0x98badcfe, 0x10325476, 0xc3d2e1f0]);
   const w = new Uint32Array(80);
   for (let block = 0; block < blocks; block++) {

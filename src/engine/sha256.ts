@@ -13,18 +13,28 @@ const K = new Uint32Array([
 ]);
 
 /**
- * Hex SHA-256 of a string whose code units are all below 256 (each one is a byte).
- *
- * @example
- * sha256Hex("abc") // "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+ * The message as SHA-1 and SHA-2 read it: big-endian 32-bit words, a 1 bit, zeros and the length in
+ * bits, to a whole number of 64-byte blocks (src/engine/sha1.ts reads it too).
  */
-export function sha256Hex(input: string): string {
+export function padded(input: string): Uint32Array {
   const length = input.length;
   const blocks = ((length + 8) >> 6) + 1;
   const words = new Uint32Array(blocks * 16);
   for (let i = 0; i < length; i++) words[i >> 2]! |= (input.charCodeAt(i) & 0xff) << (24 - (i & 3) * 8);
   words[length >> 2]! |= 0x80 << (24 - (length & 3) * 8);
   words[blocks * 16 - 1] = length * 8;
+  return words;
+}
+
+/**
+ * Hex SHA-256 of a string whose code units are all below 256 (each one is a byte).
+ *
+ * @example
+ * sha256Hex("abc") // "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+ */
+export function sha256Hex(input: string): string {
+  const words = padded(input);
+  const blocks = words.length / 16;
   const h = new Uint32Array([
     0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19,
   ]);
