@@ -103,10 +103,9 @@ end
 -- it): looked up as it is, first; a custom line is matched first
 local e, at, line, _ = nil, nil, stored, nil
 if #stored < 32 then
+  -- (only a whole line is a plan's: a value that stops inside one, "=pr" of "=pro\n" written by
+  -- hand, is found but ends on no line's end, read below with the tag: stale)
   _, at = string.find(T, "\n" .. stored, 1, true)
-  -- only a whole line is a plan's: a value that stops inside one ("=pr" of "=pro\n", written by hand)
-  -- is read as any other
-  if at and string.byte(T, at) ~= 10 then at = nil end
 end
 if not at then
   -- (a window's third parameter is how it counts, CountingOptions: the rule's own, as no override
@@ -146,9 +145,9 @@ else
     -- its tag and k, as characters (a tag from "@"), and the bytes after them: a window's limit in the
     -- call's window (k = 0), of up to 4 digits, is read from them by arithmetic (the call that would
     -- match it costs more than the rest)
-    local d1, d2, d3, d4, d5
-    tag, k, _, d1, d2, d3, d4, d5 = string.byte(T, at + 1, at + 8)
-    if tag and tag >= 64 then
+    local nl, d1, d2, d3, d4, d5
+    nl, tag, k, _, d1, d2, d3, d4, d5 = string.byte(T, at, at + 8)
+    if nl == 10 and tag and tag >= 64 then
       tag, k = tag - 64, k - 48
       if tag == 0 then answer = string.sub(line, 1, -2) end
       if k == 0 and (ALGORITHM == "fixedWindow" or ALGORITHM == "slidingWindow") then
