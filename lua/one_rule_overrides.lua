@@ -4,11 +4,13 @@
 -- one-rule script.
 --
 -- A template: the engine runs it behind a head of its own per plan (src/engine/scripts/overrides.ts,
--- planScript), `local T, P1, P2, P3 = <the plan table>, <the rule's parameters>`, so that nothing a
+-- planScript), `local T, P1, P2, P3, MINE = <the plan table>, <the rule's parameters>, <a pattern>`,
+-- so that nothing a
 -- call always sends the same travels with each call (each argument costs Redis as much as a dozen
 -- lines of the script).
 -- T        the plan table (lua/override.lua)
 -- P1..P3   the rule's parameters under the call's plan, as the limiter script encodes them
+-- MINE     the pattern of a custom line that keeps P2 (lua/override.lua)
 -- KEYS[1]  the rule's key under the call's plan; KEYS[2] the identifier's override key; KEYS[3..]
 --          keys of windows other than the call's, which another plan gives the rule (usually none)
 -- ARGV     the one-rule script's first two: now and cost

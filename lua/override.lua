@@ -79,7 +79,8 @@ end
 -- #one
 -- The same for one rule (a one-rule script's variant), inline: no closure, no call, no table. It reads
 -- stored, T, ALGORITHM, CUSTOM (the algorithm's custom line as a pattern, to the line's end,
--- "^!<algorithm> (%d+) (%d+) (%d+)%f[\n%z]": a constant, no pattern is built per call) and the call's own
+-- "^!<algorithm> (%d+) (%d+) (%d+)%f[\n%z]": a constant, no pattern is built per call), MINE (the same
+-- with the call's second parameter, lua/one_rule_overrides.lua) and the call's own
 -- parameters, own1 own2 own3 (T and they are constants of the script the engine built for the call's
 -- plan: lua/one_rule_overrides.lua); it sets the includer's locals p1 p2 p3 (strings; p1 a number when a plan's bytes or a
 -- custom line's tag gave it, below), k (a number), tag and answer.
@@ -108,9 +109,16 @@ if #stored < 32 then
   _, at = string.find(T, "\n" .. stored, 1, true)
 end
 if not at then
-  -- (a window's third parameter is how it counts, CountingOptions: the rule's own, as no override
-  -- changes it, but read as every other parameter is)
-  _, e, p1, p2, p3 = string.find(stored, CUSTOM)
+  -- the usual custom line first, one that keeps the call's second parameter (MINE: two captures, to
+  -- the line's end, which the line's json follows); then any (a window's third parameter is how it
+  -- counts, CountingOptions: the rule's own, as no override changes it, but read as every other
+  -- parameter is)
+  _, e, p1, p3 = string.find(stored, MINE)
+  if e then
+    p2, e = own2, e - 1
+  else
+    _, e, p1, p2, p3 = string.find(stored, CUSTOM)
+  end
 end
 if e then
   k = 0

@@ -470,7 +470,7 @@ export function withTables(
     const own =
       template === undefined || (call.one === undefined && !module!.countsDenials)
         ? undefined
-        : { ...options, script: planScript(template, table!, call.args.slice(1, 4)) };
+        : { ...options, script: planScript(template, table!, call.args) };
     const fixed = module?.countsDenials === true ? own : undefined;
     const lean = module?.countsDenials === true ? undefined : own;
     out.set(call.name, { ...call, table, tables, windows, fixed, lean, places });
@@ -490,17 +490,24 @@ const TEMPLATES = 10_000;
 /**
  * A plan's one-rule script with overrides on: `template` (lua/one_rule_overrides.lua as an algorithm
  * builds it, or lua/algorithms/fixed_window.lua's one-rule-overrides) behind a head that defines what
- * every call under the plan would otherwise send, the table T and the rule's parameters P1..P3 (an
- * argument costs Redis as much as a dozen lines of a script). Redis keeps one script per plan.
+ * every call under the plan would otherwise send (an argument costs Redis as much as a dozen lines of a
+ * script): the table T, the rule's parameters P1..P3 (`rule`: the algorithm and three, as the limiter
+ * script encodes them), and MINE, the pattern of a custom line of the rule's algorithm and second
+ * parameter (a window, a period, an interval: what overrides rarely change), which lua/override.lua
+ * tries before the general one. Redis keeps one script per plan.
  *
  * @example
- * planScript(GCRA_ONE_RULE_OVERRIDES, "\n=default\nA0 10 1000 10 \n", ["10", "1000", "10"]).text
- * // 'local T, P1, P2, P3 = "\\n=default\\nA0 10 1000 10 \\n", "10", "1000", "10"\n' + the template
+ * planScript(GCRA_ONE_RULE_OVERRIDES, "\n=default\nA0 10 1000 10 \n", ["gcra", "10", "1000", "10"]).text
+ * // 'local T, P1, P2, P3, MINE = "\\n=default\\nA0 10 1000 10 \\n", "10", "1000", "10",
+ * // "^!gcra (%d+) 1000 (%d+)\\n"\n' + the template
  */
-export function planScript(template: Script, table: string, params: readonly string[]): Script {
+export function planScript(template: Script, table: string, rule: readonly string[]): Script {
   const literal = (value: string) =>
     `"${value.replace(ESCAPED, (c) => (c === "\n" ? "\\n" : `\\${String(c.charCodeAt(0)).padStart(3, "0")}`))}"`;
-  const text = `local T, P1, P2, P3 = ${[table, ...params].map(literal).join(", ")}\n${template.text}`;
+  const [algorithm, p1, p2, p3] = rule;
+  const mine = `^!${algorithm} (%d+) ${p2} (%d+)\n`;
+  const head = [table, p1!, p2!, p3!, mine].map(literal).join(", ");
+  const text = `local T, P1, P2, P3, MINE = ${head}\n${template.text}`;
   const sha1 = sha1Hex(text);
   if (templates.size < TEMPLATES) templates.set(sha1, template);
   return { text, sha1 };
