@@ -26,7 +26,7 @@
 local K = KEYS
 local stored = redis.call("GET", K[2])
 local KEY, ARG3, ARG4, ARG5 = K[1], P1, P2, P3
-local p1, p2, p3, k, tag, answer = nil, nil, nil, nil, 0, nil
+local p1, p2, p3, k, tag, answer, p1s = nil, nil, nil, nil, 0, nil, nil
 if stored then
   -- the call's own parameters
   local own1, own2, own3 = P1, P2, P3

@@ -83,7 +83,8 @@ end
 -- with the call's second parameter, lua/one_rule_overrides.lua) and the call's own
 -- parameters, own1 own2 own3 (T and they are constants of the script the engine built for the call's
 -- plan: lua/one_rule_overrides.lua); it sets the includer's locals p1 p2 p3 (strings; p1 a number when a plan's bytes or a
--- custom line's tag gave it, below), k (a number), tag and answer.
+-- custom line's tag gave it, below), p1s (a custom line's p1 as its digits: the line applies), k (a
+-- number), tag and answer.
 --   tag     0 (none, or a plan past the 62nd), a plan's (1..62), or, for a custom line that changes at
 --           most one of the call's parameters, to a value of at most 4 digits, in the call's own key
 --           (k = 0), (value * 4 + which) * 64 + 63 (which: 1..3, 0 for none): the includer puts that
@@ -121,7 +122,7 @@ if not at then
   end
 end
 if e then
-  k = 0
+  k, p1s = 0, p1
   -- another window than the call's: the key of a plan with that window; none is stale
   if (ALGORITHM == "fixedWindow" or ALGORITHM == "slidingWindow") and p2 ~= own2 then
     local _, w = string.find(T, "\n#1 " .. p2 .. " ", 1, true)
@@ -181,7 +182,7 @@ if not k then
   -- stale: the base rules'
   _, at = string.find(T, "\n=default\n", 1, true)
   k = string.byte(T, at + 2) - 48
-  tag, answer = 0, "?" .. string.match(stored, "^[^\n]*")
+  tag, answer, p1s = 0, "?" .. string.match(stored, "^[^\n]*"), nil
 end
 if at then
   -- a record's parameters: a window's limit alone, its window (k = 0: the call's own, own2) captured

@@ -129,65 +129,68 @@ local key = K[1]
 -- (the usual two keys named: unpack() is a call more)
 local values = K[3] and call("MGET", unpack(K)) or call("MGET", key, K[2])
 local value, stored, units = values[1], values[2], A[2]
--- The usual later decision, nothing stored and a cost of 1 (none sent): a count below the limit takes
--- the unit. Compared as the digits they are written in (fewer, or as many and less: no call); a value
--- INCRBY refuses (not this version's) goes the long way below, which reads it.
-if not stored and not units and value and (#value < #P1 or #value == #P1 and value < P1) then
-  local count = redis.pcall("INCRBY", key, "1")
-  if type(count) == "number" and count < 140737488355328 then return count * 64 end
-end
-local limit, ttl = P1, nil
-units = units or "1"
-local tag, answer = 0, nil
--- (declared here, read after the branch; set only when an override is stored: a call with none
--- reads no more arguments)
-local own1, own2, own3, p1, p2, p3, k
+local limit, digits, ttl, tag, answer, count = P1, P1, nil, 0, nil, nil
+local own1, own2, own3, p1, p2, p3, k, p1s
 if stored then
   own1, own2, own3 = P1, P2, P3
 -- #override
-  limit = p1
+  limit, digits = p1, p1s
   if k ~= 0 then
     local now, window = tonumber(A[3], 16), tonumber(p2)
     key, value = K[k], values[k]
     ttl = now - now % window + window + math.min(window, GRACE) - now
   end
 end
--- (digits, as the engine writes them, or a number the reader read: arithmetic makes them numbers
--- with no call)
-limit = limit + 0
-local cost = units == "1" and 1 or units + 0
--- only what INCRBY takes is a count (as read() in #state says): an integer without leading zeros, of
--- at most 15 digits (an exact double); anything else starts the window afresh. One or two characters
--- (a count below 100) are read from their bytes, one call; longer ones are matched, then converted.
-local count
-if value then
-  if #value < 3 and #value > 0 then
-    local a, b = string.byte(value, 1, 2)
-    a = a - 48
-    if not b then
-      if a >= 0 and a <= 9 then count = a end
-    else
-      b = b - 48
-      -- two digits, the first from 1; or a minus (45 - 48 = -3) and a digit from 1
-      if b >= 0 and b <= 9 then
-        if a >= 1 and a <= 9 then
-          count = a * 10 + b
-        elseif a == -3 and b >= 1 then
-          count = -b
-        end
-      end
-    end
-  elseif #value < 16 and string.find(value, "^%-?[1-9]%d*$") then
-    count = value + 0
+-- The usual decision, a cost of 1 (none sent) and a count below the limit: the unit is taken. The
+-- count and the limit are compared as the digits they are written in (fewer, or as many and less: no
+-- call to read either); a value INCRBY refuses (not this version's) goes the long way below, which
+-- reads it. (The unit goes as a string: a number given to redis.call costs Redis a formatting.)
+if digits and not units and value and (#value < #digits or #value == #digits and value < digits) then
+  count = redis.pcall("INCRBY", key, "1")
+  if type(count) ~= "number" then
+    count = nil
+  elseif not stored and count < 140737488355328 then
+    return count * 64
   end
 end
-if count and count + cost <= limit then
-  count = call("INCRBY", key, units)
-elseif count then
-  count = count + cost
-else
-  if cost <= limit then call("SET", key, units, "PX", ttl or A[1]) end
-  count = cost
+if not count then
+  -- (digits, as the engine writes them, or a number the reader read: arithmetic makes them numbers
+  -- with no call)
+  limit = limit + 0
+  units = units or "1"
+  local cost = units == "1" and 1 or units + 0
+  -- only what INCRBY takes is a count (as read() in #state says): an integer without leading zeros, of
+  -- at most 15 digits (an exact double); anything else starts the window afresh. One or two characters
+  -- (a count below 100) are read from their bytes, one call; longer ones are matched, then converted.
+  if value then
+    if #value < 3 and #value > 0 then
+      local a, b = string.byte(value, 1, 2)
+      a = a - 48
+      if not b then
+        if a >= 0 and a <= 9 then count = a end
+      else
+        b = b - 48
+        -- two digits, the first from 1; or a minus (45 - 48 = -3) and a digit from 1
+        if b >= 0 and b <= 9 then
+          if a >= 1 and a <= 9 then
+            count = a * 10 + b
+          elseif a == -3 and b >= 1 then
+            count = -b
+          end
+        end
+      end
+    elseif #value < 16 and string.find(value, "^%-?[1-9]%d*$") then
+      count = value + 0
+    end
+  end
+  if count and count + cost <= limit then
+    count = call("INCRBY", key, units)
+  elseif count then
+    count = count + cost
+  else
+    if cost <= limit then call("SET", key, units, "PX", ttl or A[1]) end
+    count = cost
+  end
 end
 -- a custom line's tag, with room for it (lua/override.lua); else the line's parameters
 if tag >= 63 then
