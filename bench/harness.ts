@@ -1,8 +1,10 @@
 // What every part shares: its servers (a private redis-server; the REST bridge and the delay proxies
 // in a child process, bench/server.mjs), the ways it times contestants and takes their figures, the
 // table row that puts edgelimit beside the peer, a goal and its verdict, and the shape of a part.
-import { spawn } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Redis } from "@upstash/redis";
 import type { RedisConnection } from "../src/bridge/resp.js";
@@ -169,6 +171,50 @@ export async function startRedis() {
     stop: async () => {
       await conn.close();
       await server.stop();
+    },
+  };
+}
+
+/**
+ * A private redis-server under valgrind's callgrind that counts the instructions it runs inside
+ * EVALSHA only (evalShaCommand: what INFO commandstats times), and `instructions(send)`: how many
+ * `send` made it run. Counts repeat for the same binary and commands, however busy the machine is.
+ * Undefined when valgrind is not installed.
+ */
+export async function startCountingRedis() {
+  try {
+    execFileSync("valgrind", ["--version"], { stdio: "ignore" });
+  } catch {
+    return undefined;
+  }
+  const dir = mkdtempSync(join(tmpdir(), "edgelimit-callgrind-"));
+  const wrapper = join(dir, "redis-server");
+  writeFileSync(
+    wrapper,
+    `#!/bin/sh\nexec valgrind --tool=callgrind --toggle-collect=evalShaCommand --callgrind-out-file=${dir}/out.%p -q redis-server "$@"\n`,
+    { mode: 0o755 },
+  );
+  const server = await bridge.startRedisServer({ bin: wrapper, startTimeout: 60_000 });
+  const conn = await resp.connectRedis(server.url);
+  const control = (flag: string) =>
+    execFileSync("callgrind_control", [flag, String(server.pid)], { stdio: "ignore" });
+  let dumps = 0;
+  return {
+    conn,
+    async instructions(send: () => Promise<void>): Promise<number> {
+      control("-z");
+      await send();
+      control("-d");
+      dumps++;
+      const text = readFileSync(join(dir, `out.${server.pid}.${dumps}`), "utf8");
+      const total = /^(?:summary|totals): (\d+)/m.exec(text);
+      if (!total) throw new Error("callgrind wrote no total");
+      return Number(total[1]);
+    },
+    stop: async () => {
+      await conn.close();
+      await server.stop();
+      rmSync(dir, { recursive: true, force: true });
     },
   };
 }

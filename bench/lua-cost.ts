@@ -28,6 +28,7 @@ import {
   type Part,
   type Spread,
   spread,
+  startCountingRedis,
   startRedis,
   table,
   vs,
@@ -119,6 +120,8 @@ const generatedTexts = new Map<string, string>();
  * came from. Captures learn them from the SCRIPT LOAD the Limiter sends when Redis lacks one.
  */
 const builtFrom = new Map<string, string>();
+/** Their texts, by SHA-1: each capture's `setup` loads the ones it used. */
+const builtText = new Map<string, string>();
 
 /**
  * Runs `decide` for each of `ids` with `fetch` recording what goes out (replies are stand-ins). A
@@ -132,6 +135,7 @@ async function capturing(
 ): Promise<Captured> {
   const setup: string[][] = [];
   const decisions: Command[] = [];
+  const loaded = new Set<string>();
   const realFetch = globalThis.fetch;
   globalThis.fetch = (async (_url: unknown, init?: { body?: unknown }) => {
     const body = JSON.parse(String(init?.body)) as unknown[];
@@ -143,6 +147,11 @@ async function capturing(
       if (cmd[0]!.toUpperCase() === "EVALSHA") {
         if (!generatedTexts.has(cmd[1]!) && !builtFrom.has(cmd[1]!))
           return { error: "NOSCRIPT No matching script. Please use EVAL." };
+        // (a script built for a plan, loaded already by an earlier capture: this one's setup loads it too)
+        if (builtFrom.has(cmd[1]!) && !loaded.has(cmd[1]!)) {
+          loaded.add(cmd[1]!);
+          setup.push(["SCRIPT", "LOAD", builtText.get(cmd[1]!)!]);
+        }
         decisions.push({ sha: cmd[1]!, keys: cmd.slice(3, 3 + n), args: cmd.slice(3 + n) });
         return { result: 1 };
       }
@@ -153,6 +162,8 @@ async function capturing(
         const template = [...generatedTexts].find(([, t]) => text.endsWith(`\n${t}`));
         if (!template) throw new Error("the Limiter loads a script built from none this file knows");
         builtFrom.set(sha, template[0]);
+        builtText.set(sha, text);
+        loaded.add(sha);
         return { result: sha };
       }
       return { result: 1 };
@@ -289,12 +300,23 @@ export interface Cost {
   inner: Record<string, number>;
   /** usec per EVALSHA over the samples (a batch of BATCH decisions each). */
   usec: Spread;
+  /** usec per EVALSHA of each sample, in the order of the turns (every contestant has one per turn). */
+  turns: number[];
 }
 const cost = (samples: Sample[]): Cost => ({
   commands: spread(samples.map((s) => s.commands)).median,
   inner: samples[0]!.inner,
   usec: spread(samples.map((s) => s.usec)),
+  turns: samples.map((s) => s.usec),
 });
+
+/**
+ * `a`'s µs per EVALSHA ÷ `b`'s: the median over the turns of the two batches' ratio within one turn
+ * (measured one after the other, so that a slower stretch of a shared machine, its frequency or its
+ * neighbours, slows both: the ratio of each side's median alone moved by up to a tenth from run to
+ * run where this moves by a few hundredths).
+ */
+export const pairedRatio = (a: Cost, b: Cost) => spread(a.turns.map((x, j) => x / b.turns[j]!)).median;
 
 /**
  * For each pair, `rounds` rounds of `idCount` fresh identifiers: what each contestant sends for them,
@@ -332,6 +354,49 @@ export async function measureCosts<P extends { algo: string; peer?: Algo }>(
         await replay(redis.conn, round, cs, samples);
       }
       for (const path of LUA_PATHS) rows.push({ ...pair, path, costs: samples!.map((s) => cost(s[path])) });
+    }
+    return rows;
+  } finally {
+    await redis.stop();
+  }
+}
+
+/**
+ * The same contestants' instructions per EVALSHA inside a redis-server under callgrind
+ * (startCountingRedis): `idCount` fresh identifiers each, every contestant's first, later and denied
+ * calls counted apart, in the order `contestants` returns them. Undefined without valgrind.
+ */
+export async function countInstructions<P extends { algo: string; peer?: Algo }>(
+  pairs: readonly P[],
+  idCount: number,
+  contestants: (
+    pair: P,
+    ids: string[],
+    conn: RedisConnection,
+    ourScript: (c: Command[]) => string,
+  ) => Promise<Command[][]>,
+) {
+  const redis = await startCountingRedis();
+  if (!redis) return undefined;
+  try {
+    await loadOurs(redis.conn);
+    const rows: (P & { path: LuaPath; instructions: number[] })[] = [];
+    for (const pair of pairs) {
+      log(`redis instructions: ${pair.algo}${pair.peer ? ` vs the peer's ${pair.peer}` : ""}`);
+      const ids = Array.from({ length: idCount }, (_, i) => `i-${i}`);
+      const cs = await contestants(pair, ids, redis.conn, () => "");
+      const counts = LUA_PATHS.map(() => [] as number[]);
+      for (const commands of cs) {
+        // the calls of every path are the same commands sent again: first, later, denied
+        for (const [p] of LUA_PATHS.entries()) {
+          const total = await redis.instructions(async () => {
+            const failed = (await redis.conn.send(commands.map(evalsha))).find((r) => r instanceof Error);
+            if (failed) throw failed;
+          });
+          counts[p]!.push(Math.round(total / commands.length));
+        }
+      }
+      for (const [p, path] of LUA_PATHS.entries()) rows.push({ ...pair, path, instructions: counts[p]! });
     }
     return rows;
   } finally {
@@ -387,15 +452,18 @@ export const lua: Part<{ rows: LuaCostRow[]; redisBenchmark: RedisBenchmark }> =
       r.path,
       commands(r.costs[0]),
       commands(r.costs[1]),
-      ...vs(r.costs[0]!.usec.median, r.costs[1]?.usec.median, (x) => x.toFixed(2)),
+      ...vs(r.costs[0]!.usec.median, r.costs[1]?.usec.median, (x) => x.toFixed(2)).slice(0, 2),
+      r.costs[1] ? `${pairedRatio(r.costs[0]!, r.costs[1]).toFixed(2)}×` : "–",
       r.costs[2] ? `${commands(r.costs[2])} / ${r.costs[2].usec.median.toFixed(2)}` : "–",
-      r.costs[2] && r.costs[1] ? `${(r.costs[2].usec.median / r.costs[1].usec.median).toFixed(2)}×` : "–",
+      r.costs[2] && r.costs[1] ? `${pairedRatio(r.costs[2], r.costs[1]).toFixed(2)}×` : "–",
       commandNames(r.costs[0]!.inner),
       r.costs[1] ? commandNames(r.costs[1].inner) : "–",
     ]);
     return `bench/lua-cost.ts: each library's real EVALSHA, captured from the library, sent straight to one redis-server,
 both libraries interleaved; commands as INFO commandstats counts them (EVALSHA and every command inside:
-Upstash bills both), µs its usec per EVALSHA. One rule; ratio is edgelimit ÷ peer. "entry": \`edgelimit/upstash\`
+Upstash bills both), µs its usec per EVALSHA (median over batches of 50). One rule; ratio is edgelimit ÷ peer,
+the median over the turns of the two batches of one turn (paired: a slower stretch of the machine slows
+both). "entry": \`edgelimit/upstash\`
 built by the peer's factory (its EVALSHA captured from it the same way), its commands and µs, and its ratio to the peer.
 
 ${table(["algorithm | path | commands (ours) | commands (peer) | µs/EVALSHA (ours) | µs/EVALSHA (peer) | ratio", "entry: commands / µs | entry ÷ peer | script runs (ours) | script runs (peer)"], body, 2)}
@@ -414,8 +482,7 @@ ${table(
   },
   /** Redis µs per EVALSHA at most the peer's, every algorithm and path, in each of the two tables. */
   goals(r) {
-    const lean =
-      r && worst(r.rows.flatMap(({ costs: [o, p] }) => (p ? [o!.usec.median / p.usec.median] : [])));
+    const lean = r && worst(r.rows.flatMap(({ costs: [o, p] }) => (p ? [pairedRatio(o!, p)] : [])));
     const rb = r && worst(r.redisBenchmark.rows.map((x) => x.ours / x.theirs));
     return [
       ["bench/lua-cost.ts", lean],

@@ -11,12 +11,16 @@ import {
   type Cost,
   captureOurs,
   capturePeer,
+  countInstructions,
   hourly,
   LIMIT,
   measureCosts,
+  pairedRatio,
 } from "./lua-cost.js";
 
 const OURS = ["off", "none", "plan", "custom"] as const;
+/** Identifiers a contestant whose instructions are counted (countInstructions). */
+const COUNTED = 300;
 const PEER = ["unset", "set"] as const;
 const CASES = [...OURS, ...PEER];
 type Case = (typeof CASES)[number];
@@ -37,44 +41,50 @@ async function send(conn: RedisConnection, commands: string[][]): Promise<void> 
 }
 
 /** Per algorithm: the generated script each case of ours sends (its export name in src/engine/generated/scripts.ts). */
-async function measureOverridesCost(rounds: number, idCount: number) {
+async function measureOverridesCost(rounds: number, idCount: number, counted: number) {
   const scripts: Record<string, string> = {};
-  const rows = await measureCosts(
-    PAIRS.filter((p) => p.peer),
-    rounds,
-    idCount,
-    async ({ algo, peer }, ids, conn, ourScript) => {
-      const contestants: Command[][] = [];
-      for (const which of OURS) {
-        const raise = { r0: { [CAPACITY[algo]!]: LIMIT } };
-        const rules = { r0: ourRule(algo, ...hourly(which === "plan" || which === "custom" ? 1 : LIMIT)) };
-        const on = which === "off" ? {} : { plans: { pro: raise }, overrides: true };
-        const c = await captureOurs(
-          { prefix: `oc-${algo}-${which}`, rules, ...on },
-          ids,
-          async (limiter, id) => {
-            if (which === "plan") await limiter.overrides.set(id, { plan: "pro" });
-            if (which === "custom") await limiter.overrides.set(id, { rules: raise });
-          },
-        );
-        scripts[`${algo} ${which}`] = ourScript(c.decisions);
-        await send(conn, c.setup);
-        contestants.push(c.decisions);
-      }
-      for (const which of PEER) {
-        const c = await capturePeer(peer!, LIMIT, `oc-peer-${algo}-${which}`, ids, { set: which === "set" });
-        await send(conn, c.setup);
-        contestants.push(await asEvalsha(conn, c));
-      }
-      return contestants;
-    },
-  );
-  return rows.map(({ algo, peer, path, costs }) => ({
+  const pairs = PAIRS.filter((p) => p.peer);
+  const contestants = async (
+    { algo, peer }: (typeof pairs)[number],
+    ids: string[],
+    conn: RedisConnection,
+    ourScript: (c: Command[]) => string,
+  ) => {
+    const contestants: Command[][] = [];
+    for (const which of OURS) {
+      const raise = { r0: { [CAPACITY[algo]!]: LIMIT } };
+      const rules = { r0: ourRule(algo, ...hourly(which === "plan" || which === "custom" ? 1 : LIMIT)) };
+      const on = which === "off" ? {} : { plans: { pro: raise }, overrides: true };
+      const c = await captureOurs(
+        { prefix: `oc-${algo}-${which}`, rules, ...on },
+        ids,
+        async (limiter, id) => {
+          if (which === "plan") await limiter.overrides.set(id, { plan: "pro" });
+          if (which === "custom") await limiter.overrides.set(id, { rules: raise });
+        },
+      );
+      scripts[`${algo} ${which}`] = ourScript(c.decisions);
+      await send(conn, c.setup);
+      contestants.push(c.decisions);
+    }
+    for (const which of PEER) {
+      const c = await capturePeer(peer!, LIMIT, `oc-peer-${algo}-${which}`, ids, { set: which === "set" });
+      await send(conn, c.setup);
+      contestants.push(await asEvalsha(conn, c));
+    }
+    return contestants;
+  };
+  const rows = await measureCosts(pairs, rounds, idCount, contestants);
+  const counts = await countInstructions(pairs, counted, contestants);
+  return rows.map(({ algo, peer, path, costs }, at) => ({
     algo,
     peer: peer!,
     path,
     scripts: Object.fromEntries(OURS.map((c) => [c, scripts[`${algo} ${c}`]!])),
     costs: Object.fromEntries(CASES.map((c, i) => [c, costs[i]!])) as Record<Case, Cost>,
+    instructions: counts
+      ? (Object.fromEntries(CASES.map((c, i) => [c, counts[at]!.instructions[i]!])) as Record<Case, number>)
+      : undefined,
   }));
 }
 type OverridesCostRow = Awaited<ReturnType<typeof measureOverridesCost>>[number];
@@ -95,12 +105,10 @@ function addedCommands(rows: OverridesCostRow[]) {
 function peerRatios(rows: OverridesCostRow[]) {
   const r = (x: number) => x.toFixed(2);
   return {
-    none: r(Math.max(...rows.map((x) => x.costs.none.usec.median / x.costs.unset.usec.median))),
+    none: r(Math.max(...rows.map((x) => pairedRatio(x.costs.none, x.costs.unset)))),
     stored: r(
       Math.max(
-        ...rows.flatMap((x) =>
-          [x.costs.plan, x.costs.custom].map((c) => c.usec.median / x.costs.set.usec.median),
-        ),
+        ...rows.flatMap((x) => [x.costs.plan, x.costs.custom].map((c) => pairedRatio(c, x.costs.set))),
       ),
     ),
   };
@@ -110,7 +118,7 @@ export const overrides: Part<OverridesCostRow[]> = {
   name: "overrides",
   title: "## 8. Overrides and dynamic limits",
   alone: true,
-  run: ({ smoke }) => measureOverridesCost(smoke ? 1 : 7, smoke ? 200 : 2000),
+  run: ({ smoke }) => measureOverridesCost(smoke ? 1 : 7, smoke ? 200 : 2000, smoke ? 20 : COUNTED),
   render(rows, { versions }) {
     const head = [
       "algorithm | path | off | on, none stored | on, plan stored | on, custom stored",
@@ -120,12 +128,13 @@ export const overrides: Part<OverridesCostRow[]> = {
     const us = (c: Cost) =>
       `${c.usec.median.toFixed(2)} [${c.usec.quartiles.map((q) => q.toFixed(2)).join("–")}]`;
     const ratio = (r: OverridesCostRow, c: Case, of: Case) =>
-      `${(r.costs[c].usec.median / r.costs[of].usec.median).toFixed(2)}×`;
+      `${pairedRatio(r.costs[c], r.costs[of]).toFixed(2)}×`;
     const ratios = peerRatios(rows);
     const added = addedCommands(rows);
     return `bench/overrides-cost.ts, with the machinery of part 2: each library's real EVALSHA, captured from the library,
 replayed pipelined to one redis-server, every contestant in turns batch by batch; commands as INFO
-commandstats counts them, µs its usec per EVALSHA. One rule, an effective limit of 2 per hour in every
+commandstats counts them, µs its usec per EVALSHA (median over batches of 50; a ratio is the median over
+the turns of the two batches of one turn, as in part 2). One rule, an effective limit of 2 per hour in every
 column (call 1 is \`first\`, 2 \`later\`, 3 \`denied\`). edgelimit: "off" is \`overrides\` off (part 2's
 lean scripts); "on" is \`overrides: true\` with no override stored (limit 2), with
 \`overrides.set(id, { plan: "pro" })\` stored (base limit 1, the plan raises it to 2), or with a custom
@@ -167,7 +176,33 @@ ${table(
   2,
 )}
 
-Scripts edgelimit sends: ${rows
+${
+  rows.every((r) => r.instructions)
+    ? `Redis instructions per EVALSHA (bench/harness.ts's startCountingRedis: a redis-server under valgrind's
+callgrind counting inside EVALSHA only, what commandstats times; ${COUNTED} identifiers a contestant, one
+after another; the same for the same binary and commands however busy the machine is). What they leave
+out is memory: the peer's dynamic limit is one key every call reads (in the CPU's caches), an override
+one key per identifier (a read from memory).
+
+${table(
+  [...head, "ratio none ÷ no limit", "ratio plan, custom ÷ limit set"],
+  rows.map((r) => {
+    const n = r.instructions!;
+    const x = (c: Case, of: Case) => `${(n[c] / n[of]).toFixed(2)}×`;
+    return [
+      pairName(r),
+      r.path,
+      ...CASES.map((c) => n[c]),
+      x("none", "unset"),
+      `${x("plan", "set")}, ${x("custom", "set")}`,
+    ];
+  }),
+  2,
+)}
+
+`
+    : "Redis instructions per EVALSHA: not counted (valgrind is not installed).\n\n"
+}Scripts edgelimit sends: ${rows
       .filter((r) => r.path === "first")
       .map((r) => `${r.algo}: ${OURS.map((c) => `${c} \`${r.scripts[c]}\``).join(", ")}`)
       .join("; ")}.
