@@ -63,7 +63,8 @@ async function measureOverridesCost(rounds: number, idCount: number, counted: nu
           if (which === "custom") await limiter.overrides.set(id, { rules: raise });
         },
       );
-      scripts[`${algo} ${which}`] = ourScript(c.decisions);
+      // (the instruction count's run names none: the first run's names stay)
+      scripts[`${algo} ${which}`] ||= ourScript(c.decisions);
       await send(conn, c.setup);
       contestants.push(c.decisions);
     }

@@ -83,8 +83,8 @@ end
 -- with the call's second parameter, lua/one_rule_overrides.lua) and the call's own
 -- parameters, own1 own2 own3 (T and they are constants of the script the engine built for the call's
 -- plan: lua/one_rule_overrides.lua); it sets the includer's locals p1 p2 p3 (strings; p1 a number when a plan's bytes or a
--- custom line's tag gave it, below), p1s (a custom line's p1 as its digits: the line applies), k (a
--- number), tag and answer.
+-- custom line's tag gave it, below), p1s (the digits of the limit of a custom line MINE matched, nil
+-- once the line reads as stale), k (a number), tag and answer.
 --   tag     0 (none, or a plan past the 62nd), a plan's (1..62), or, for a custom line that changes at
 --           most one of the call's parameters, to a value of at most 4 digits, in the call's own key
 --           (k = 0), (value * 4 + which) * 64 + 63 (which: 1..3, 0 for none): the includer puts that
@@ -116,13 +116,15 @@ if not at then
   -- parameter is)
   _, e, p1, p3 = string.find(stored, MINE)
   if e then
-    p2, e = own2, e - 1
+    -- (its limit's digits, which MINE takes without a leading zero, as the engine writes them: the
+    -- includer may compare them with a count's, fixed_window.lua)
+    p2, e, p1s = own2, e - 1, p1
   else
     _, e, p1, p2, p3 = string.find(stored, CUSTOM)
   end
 end
 if e then
-  k, p1s = 0, p1
+  k = 0
   -- another window than the call's: the key of a plan with that window; none is stale
   if (ALGORITHM == "fixedWindow" or ALGORITHM == "slidingWindow") and p2 ~= own2 then
     local _, w = string.find(T, "\n#1 " .. p2 .. " ", 1, true)
@@ -148,7 +150,8 @@ else
   if not at then
     -- a plan's line with more after it: the line is cut first
     line = string.match(stored, "^=[^\n]*\n")
-    if line and line ~= stored then _, at = string.find(T, "\n" .. line, 1, true) end
+    -- (a line alone of 32 characters or more, a long plan name, was not looked up whole above)
+    if line and (line ~= stored or #stored >= 32) then _, at = string.find(T, "\n" .. line, 1, true) end
   end
   if at then
     -- its tag and k, as characters (a tag from "@"), and the bytes after them: a window's limit in the

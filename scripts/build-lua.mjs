@@ -96,6 +96,13 @@ const strip = (source) =>
 const sha1 = (text) => createHash("sha1").update(text).digest("hex");
 const script = (text) => {
   const stripped = strip(text);
+  // ASCII only: the engine names the scripts it builds from these (src/engine/sha1.ts) a byte per
+  // character, as Redis names them from their UTF-8
+  const wide = /[^\x00-\x7f]/.exec(stripped);
+  if (wide)
+    throw new Error(
+      `a script's text holds "${wide[0]}", not ASCII: ${stripped.slice(wide.index - 40, wide.index + 10)}`,
+    );
   return { text: stripped, sha1: sha1(stripped) };
 };
 

@@ -61,6 +61,25 @@ describe("CountingOptions", () => {
       expect(await charge(0)).toEqual([true, 6]);
     });
 
+    it(`${name}: a rule that gives back, with overrides on, admits every decision and gives back each cost`, async () => {
+      const { charge, redis, prefix, clock } = pair(make);
+      for (let i = 0; i < 3; i++) await charge(1);
+      const giving = new Limiter({
+        redis,
+        prefix,
+        rules: { r: make({ givesBack: true }) },
+        plans: { pro: { r: { limit: 20 } } },
+        clock,
+        denyCache: false,
+        overrides: true,
+      });
+      // 3 charged, then 5 given back: 2 below zero, a credit (remaining above the limit)
+      const answers = [];
+      for (let i = 0; i < 5; i++) answers.push((await giving.limit("id")).allowed);
+      expect(answers).toEqual([true, true, true, true, true]);
+      expect(await charge(0)).toEqual([true, 12]);
+    });
+
     it(`${name} with overshoot and overrides: a custom override and a plan it names apply, overshoot kept`, async () => {
       const clock = manualClock();
       const limiter = new Limiter({

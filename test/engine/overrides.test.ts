@@ -236,6 +236,39 @@ describe("one rule: its script's variant built for the call's plan", () => {
   });
 });
 
+describe("one rule: a stored plan's name of any length", () => {
+  it("a plan named with 30 to 64 characters applies as a short one does (its line is looked up whole)", async () => {
+    for (const length of [1, 29, 30, 31, 32, 64]) {
+      const name = "p".repeat(length);
+      for (const rules of [
+        { r: fixedWindow({ limit: 10, window: "1h" }) },
+        { r: gcra({ limit: 10, period: "1h" }) },
+      ]) {
+        const { limiter } = setup({ rules, plans: { [name]: { r: { limit: 20 } } } as never });
+        await limiter.overrides.set("u", { plan: name });
+        const d = await limiter.limit("u");
+        expect({ length, plan: d.plan, limit: d.limit }).toEqual({ length, plan: name, limit: 20 });
+      }
+    }
+  });
+
+  it("a custom line written with a leading zero (by hand) applies its limit and counts only admissions", async () => {
+    const { limiter, redis, prefix } = setup({
+      rules: { r: fixedWindow({ limit: 10, window: "1h" }) },
+      plans: { pro: { r: { limit: 20 } } },
+    });
+    const override = `${prefix}:{=u}:override`;
+    // the limit 5 as "05": the count's digits are never compared with these
+    await redis.set(override, '!fixedWindow 05 3600000 0\n{"rules":{"r":{"limit":5}}}');
+    const allowed = [];
+    for (let i = 0; i < 8; i++) allowed.push((await limiter.limit("u")).allowed);
+    expect(allowed).toEqual([true, true, true, true, true, false, false, false]);
+    const counts = await redis.keys(`${prefix}:{=u}:r:*`);
+    expect(counts).toHaveLength(1);
+    expect(await redis.get(counts[0]!)).toBe(5);
+  });
+});
+
 describe("set() validation: the field named, nothing stored", () => {
   const cases: [unknown, string][] = [
     [{ plan: "gold" }, 'plan: unknown plan "gold"; the plans are pro, enterprise'],

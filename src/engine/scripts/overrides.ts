@@ -7,6 +7,7 @@
 
 import { expiresIn } from "../algorithms/fixed-window.js";
 import { algorithmOf, checkRule, fieldOf, type Rule, type WindowRule } from "../algorithms/index.js";
+import { GIVES_BACK } from "../algorithms/shared.js";
 import { LIMITER_NESTED_OVERRIDES, LIMITER_OVERRIDES } from "../generated/scripts.js";
 import { fieldsOf } from "../keys.js";
 import { sha1Hex } from "../sha1.js";
@@ -467,8 +468,11 @@ export function withTables(
     // for this plan (planScript)
     const module = n === 1 ? algorithmOf(call.rules[0]!) : undefined;
     const template = module?.oneRuleOverrides;
+    // (a fixed window that gives back takes limiterOverrides: the variant counts admissions alone,
+    // as CountingOptions says of overshoot)
     const own =
-      template === undefined || (call.one === undefined && !module!.countsDenials)
+      template === undefined ||
+      (module!.countsDenials ? call.args[3] === String(GIVES_BACK) : call.one === undefined)
         ? undefined
         : { ...options, script: planScript(template, table!, call.args) };
     const fixed = module?.countsDenials === true ? own : undefined;
@@ -499,13 +503,13 @@ const TEMPLATES = 10_000;
  * @example
  * planScript(GCRA_ONE_RULE_OVERRIDES, "\n=default\nA0 10 1000 10 \n", ["gcra", "10", "1000", "10"]).text
  * // 'local T, P1, P2, P3, MINE = "\\n=default\\nA0 10 1000 10 \\n", "10", "1000", "10",
- * // "^!gcra (%d+) 1000 (%d+)\\n"\n' + the template
+ * // "^!gcra ([1-9]%d*) 1000 (%d+)\\n"\n' + the template
  */
 export function planScript(template: Script, table: string, rule: readonly string[]): Script {
   const literal = (value: string) =>
     `"${value.replace(ESCAPED, (c) => (c === "\n" ? "\\n" : `\\${String(c.charCodeAt(0)).padStart(3, "0")}`))}"`;
   const [algorithm, p1, p2, p3] = rule;
-  const mine = `^!${algorithm} (%d+) ${p2} (%d+)\n`;
+  const mine = `^!${algorithm} ([1-9]%d*) ${p2} (%d+)\n`;
   const head = [table, p1!, p2!, p3!, mine].map(literal).join(", ");
   const text = `local T, P1, P2, P3, MINE = ${head}\n${template.text}`;
   const sha1 = sha1Hex(text);
