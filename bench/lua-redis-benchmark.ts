@@ -1,7 +1,8 @@
 // Part 2's second table: Redis µs per EVALSHA measured the way a redis-benchmark user measures it. The
 // EVALSHA each library sends (captured as bench/lua-cost.ts does) is replayed by redis-benchmark against
 // a private redis-server, and INFO commandstats' usec_per_call read after each run; the two libraries
-// take turns, round after round; the figures are medians. One rule, cost 1:
+// take turns, round after round; the figures are medians, the ratio the median of each round's (paired,
+// as part 2's first table). One rule, cost 1:
 //   first   a fresh key every call (__rand_int__ in the identifier, -r 100000000)
 //   later   one key and a limit far above the calls: every call after a warm-up one is admitted
 //   denied  one key and a limit of 1: every call after a warm-up one is denied
@@ -48,7 +49,7 @@ export async function redisBenchmark(rounds: number, requests: number) {
     const pid = /process_id:(\d+)/.exec(String(await conn.call("INFO", "server")))?.[1];
     if (pinned && pid) spawnSync("taskset", ["-a", "-pc", String(availableParallelism() - 1), pid]);
     await loadOurs(conn);
-    const rows: { algo: Algo; peer: Algo; path: LuaPath; ours: number; theirs: number }[] = [];
+    const rows: { algo: Algo; peer: Algo; path: LuaPath; ours: number; theirs: number; ratio: number }[] = [];
     for (const { algo, peer } of PAIRS) {
       if (!peer) continue;
       for (const path of LUA_PATHS) {
@@ -67,7 +68,17 @@ export async function redisBenchmark(rounds: number, requests: number) {
             usec[who]!.push(await run(commands[who]!, requests, path === "first"));
           }
         }
-        rows.push({ algo, peer, path, ours: quantile(usec[0]!, 0.5), theirs: quantile(usec[1]!, 0.5) });
+        rows.push({
+          algo,
+          peer,
+          path,
+          ours: quantile(usec[0]!, 0.5),
+          theirs: quantile(usec[1]!, 0.5),
+          ratio: quantile(
+            usec[0]!.map((x, round) => x / usec[1]![round]!),
+            0.5,
+          ),
+        });
       }
     }
     return { requests, rounds, pinned, rows };
