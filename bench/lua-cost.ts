@@ -319,6 +319,17 @@ const cost = (samples: Sample[]): Cost => ({
 export const pairedRatio = (a: Cost, b: Cost) => spread(a.turns.map((x, j) => x / b.turns[j]!)).median;
 
 /**
+ * What each contestant sends for `ids` of `pair` (its setup sent on `conn`), in a fixed order;
+ * `ourScript` checks edgelimit's against the scripts loaded and names it.
+ */
+export type Contestants<P> = (
+  pair: P,
+  ids: string[],
+  conn: RedisConnection,
+  ourScript: (c: Command[]) => string,
+) => Promise<Command[][]>;
+
+/**
  * For each pair, `rounds` rounds of `idCount` fresh identifiers: what each contestant sends for them,
  * captured (`ourScript` checks edgelimit's against the scripts loaded and names it), replayed in turns;
  * each contestant's cost per path, in the order `contestants` returns them.
@@ -327,12 +338,7 @@ export async function measureCosts<P extends { algo: string; peer?: Algo }>(
   pairs: readonly P[],
   rounds: number,
   idCount: number,
-  contestants: (
-    pair: P,
-    ids: string[],
-    conn: RedisConnection,
-    ourScript: (c: Command[]) => string,
-  ) => Promise<Command[][]>,
+  contestants: Contestants<P>,
 ) {
   const redis = await startRedis();
   try {
@@ -369,12 +375,7 @@ export async function measureCosts<P extends { algo: string; peer?: Algo }>(
 export async function countInstructions<P extends { algo: string; peer?: Algo }>(
   pairs: readonly P[],
   idCount: number,
-  contestants: (
-    pair: P,
-    ids: string[],
-    conn: RedisConnection,
-    ourScript: (c: Command[]) => string,
-  ) => Promise<Command[][]>,
+  contestants: Contestants<P>,
 ) {
   const redis = await startCountingRedis();
   if (!redis) return undefined;
