@@ -243,6 +243,17 @@ export async function loadOurs(conn: RedisConnection): Promise<Map<string, strin
   return shas;
 }
 
+/**
+ * Names the script edgelimit's captured calls run, by loadOurs' names (a script a Limiter built for
+ * its plan by its template's); throws when one is not loaded.
+ */
+const naming = (shas: Map<string, string>) => (c: Command[]) => {
+  if (!c.every((d) => shas.has(templateOf(d.sha))))
+    throw new Error("the Limiter sends a script this file does not load");
+  const sha = c[0]!.sha;
+  return shas.get(templateOf(sha))! + (templateOf(sha) === sha ? "" : " (built for its plan)");
+};
+
 /** The peer's captured calls, as EVALSHA of its script loaded. */
 export async function asEvalsha(conn: RedisConnection, c: Captured & { script: string }) {
   const sha = String(await conn.call("SCRIPT", "LOAD", c.script));
@@ -342,13 +353,7 @@ export async function measureCosts<P extends { algo: string; peer?: Algo }>(
 ) {
   const redis = await startRedis();
   try {
-    const shas = await loadOurs(redis.conn);
-    const ourScript = (c: Command[]) => {
-      if (!c.every((d) => shas.has(templateOf(d.sha))))
-        throw new Error("the Limiter sends a script this file does not load");
-      const sha = c[0]!.sha;
-      return shas.get(templateOf(sha))! + (templateOf(sha) === sha ? "" : " (built for its plan)");
-    };
+    const ourScript = naming(await loadOurs(redis.conn));
     const rows: (P & { path: LuaPath; costs: Cost[] })[] = [];
     for (const pair of pairs) {
       log(`redis cost: ${pair.algo}${pair.peer ? ` vs the peer's ${pair.peer}` : ""}`);
@@ -380,12 +385,12 @@ export async function countInstructions<P extends { algo: string; peer?: Algo }>
   const redis = await startCountingRedis();
   if (!redis) return undefined;
   try {
-    await loadOurs(redis.conn);
+    const ourScript = naming(await loadOurs(redis.conn));
     const rows: (P & { path: LuaPath; instructions: number[] })[] = [];
     for (const pair of pairs) {
       log(`redis instructions: ${pair.algo}${pair.peer ? ` vs the peer's ${pair.peer}` : ""}`);
       const ids = Array.from({ length: idCount }, (_, i) => `i-${i}`);
-      const cs = await contestants(pair, ids, redis.conn, () => "");
+      const cs = await contestants(pair, ids, redis.conn, ourScript);
       const counts = LUA_PATHS.map(() => [] as number[]);
       for (const commands of cs) {
         // the calls of every path are the same commands sent again: first, later, denied

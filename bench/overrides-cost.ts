@@ -8,6 +8,7 @@ import { check, commandNames, type Goal, type Part, table } from "./harness.js";
 import {
   asEvalsha,
   type Command,
+  type Contestants,
   type Cost,
   captureOurs,
   capturePeer,
@@ -44,12 +45,7 @@ async function send(conn: RedisConnection, commands: string[][]): Promise<void> 
 async function measureOverridesCost(rounds: number, idCount: number, counted: number) {
   const scripts: Record<string, string> = {};
   const pairs = PAIRS.filter((p) => p.peer);
-  const contestants = async (
-    { algo, peer }: (typeof pairs)[number],
-    ids: string[],
-    conn: RedisConnection,
-    ourScript: (c: Command[]) => string,
-  ) => {
+  const contestants: Contestants<(typeof pairs)[number]> = async ({ algo, peer }, ids, conn, ourScript) => {
     const contestants: Command[][] = [];
     for (const which of OURS) {
       const raise = { r0: { [CAPACITY[algo]!]: LIMIT } };
@@ -63,8 +59,7 @@ async function measureOverridesCost(rounds: number, idCount: number, counted: nu
           if (which === "custom") await limiter.overrides.set(id, { rules: raise });
         },
       );
-      // (the instruction count's run names none: the first run's names stay)
-      scripts[`${algo} ${which}`] ||= ourScript(c.decisions);
+      scripts[`${algo} ${which}`] = ourScript(c.decisions);
       await send(conn, c.setup);
       contestants.push(c.decisions);
     }

@@ -5,9 +5,8 @@
 --
 -- A template: the engine runs it behind a head of its own per plan (src/engine/scripts/overrides.ts,
 -- planScript), `local T, P1, P2, P3, MINE = <the plan table>, <the rule's parameters>, <a pattern>`,
--- so that nothing a
--- call always sends the same travels with each call (each argument costs Redis as much as a dozen
--- lines of the script).
+-- so that nothing every call under the plan sends alike travels with each call (an argument costs
+-- Redis as much as a dozen lines of the script).
 -- T        the plan table (lua/override.lua)
 -- P1..P3   the rule's parameters under the call's plan, as the limiter script encodes them
 -- MINE     the pattern of a custom line that keeps P2 (lua/override.lua)

@@ -80,10 +80,10 @@ end
 -- The same for one rule (a one-rule script's variant), inline: no closure, no call, no table. It reads
 -- stored, T, ALGORITHM, CUSTOM (the algorithm's custom line as a pattern, to the line's end,
 -- "^!<algorithm> (%d+) (%d+) (%d+)%f[\n%z]": a constant, no pattern is built per call), MINE (the same
--- with the call's second parameter, lua/one_rule_overrides.lua) and the call's own
--- parameters, own1 own2 own3 (T and they are constants of the script the engine built for the call's
--- plan: lua/one_rule_overrides.lua); it sets the includer's locals p1 p2 p3 (strings; p1 a number when a plan's bytes or a
--- custom line's tag gave it, below), p1s (the digits of the limit of a custom line MINE matched, nil
+-- with the call's second parameter) and the call's own parameters, own1 own2 own3 (T, MINE and they
+-- are constants of the script the engine built for the call's plan: lua/one_rule_overrides.lua); it
+-- sets the includer's locals p1 p2 p3 (strings; p1 a number when a plan's bytes or a custom line's tag
+-- gave it, below), p1s (the digits of the limit of a custom line MINE matched, nil
 -- once the line reads as stale), k (a number), tag and answer.
 --   tag     0 (none, or a plan past the 62nd), a plan's (1..62), or, for a custom line that changes at
 --           most one of the call's parameters, to a value of at most 4 digits, in the call's own key

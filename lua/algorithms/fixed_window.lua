@@ -109,8 +109,9 @@ return count
 -- #one-rule-overrides
 -- The one-rule script with overrides on, a template run behind the engine's head of the call's plan
 -- (lua/one_rule_overrides.lua says why): T the plan table (lua/override.lua), P1..P3 the rule's limit,
--- window and counting, MINE the pattern of a custom line in its window. KEYS[1] the window's key under the call's plan; KEYS[2] the override key;
--- KEYS[3..] keys of other windows some plan gives this rule. ARGV[1] ms until KEYS[1] expires;
+-- window and counting, MINE the pattern of a custom line in its window. KEYS[1] the window's key
+-- under the call's plan; KEYS[2] the override key; KEYS[3..] keys of other windows some plan gives
+-- this rule. ARGV[1] ms until KEYS[1] expires;
 -- ARGV[2] the cost, when more than 1 (or when ARGV[3] follows); ARGV[3], with KEYS[3..] only, now
 -- (hexadecimal). One MGET reads every count this call may use and the stored override (all keys share
 -- the identifier's hash tag); then only an admission writes, so the count is exactly what was admitted

@@ -226,8 +226,8 @@ describe("one rule: its script's variant built for the call's plan", () => {
       // the plan the call names (the base rules here) picks the script; a stored plan is read in it
       expect(new Set(calls.map((c) => c[1]))).toEqual(new Set([sha]));
       for (const c of calls) expect(c.slice(5)).toEqual([NOW.toString(16), "1"]);
+      // Redis holds a script by that name: the one built for the plan, not the template
       expect(await redis.scriptExists(sha)).toEqual([1]);
-      // what Redis would name its text
       expect(sha).not.toBe(GCRA_ONE_RULE_OVERRIDES.sha1);
       expect(templateOf(sha)).toBe(GCRA_ONE_RULE_OVERRIDES);
     } finally {
