@@ -115,7 +115,7 @@ return count
 -- ARGV[2] the cost, when more than 1 (or when ARGV[3] follows); ARGV[3], with KEYS[3..] only, now
 -- (hexadecimal). One MGET reads every count this call may use and the stored override (all keys share
 -- the identifier's hash tag); then only an admission writes, so the count is exactly what was admitted
--- whatever limit applies next (first: MGET SET; later: MGET INCRBY; denied: MGET). The count after
+-- whatever limit applies next (first: MGET SET; later: MGET INCR; denied: MGET). The count after
 -- adding the cost (admitted iff count <= the applied limit) comes back as count * 64 + the tag of the
 -- plan applied (lua/override.lua; 0: nothing stored), as count * 2^22 + the tag of a custom line that
 -- changes one parameter by little, or, for a custom or stale override, a plan past the 62nd or a
@@ -144,10 +144,10 @@ if stored then
 end
 -- The usual decision, a cost of 1 (none sent) and a count below the limit: the unit is taken. The
 -- count and the limit are compared as the digits they are written in (fewer, or as many and less: no
--- call to read either); a value INCRBY refuses (not this version's) goes the long way below, which
--- reads it. (The unit goes as a string: a number given to redis.call costs Redis a formatting.)
+-- call to read either); a value INCR refuses (not this version's) goes the long way below, which
+-- reads it. (INCR, not INCRBY 1: an argument less for Redis to make.)
 if digits and not units and value and (#value < #digits or #value == #digits and value < digits) then
-  count = redis.pcall("INCRBY", key, "1")
+  count = redis.pcall("INCR", key)
   if type(count) ~= "number" then
     count = nil
   elseif not stored and count < 140737488355328 then
@@ -185,7 +185,7 @@ if not count then
     end
   end
   if count and count + cost <= limit then
-    count = call("INCRBY", key, units)
+    count = cost == 1 and call("INCR", key) or call("INCRBY", key, units)
   elseif count then
     count = count + cost
   else

@@ -465,7 +465,7 @@ describe("commands per decision (each path, one rule)", () => {
       "!fixedWindow 2 3600000 0",
       [
         [1, "EVALSHA MGET SET"], // its own one-rule script: one MGET reads the override and the count
-        [1, "EVALSHA INCRBY MGET"],
+        [1, "EVALSHA INCR MGET"],
         [1, "EVALSHA MGET"], // a denial writes nothing: the count is what was admitted
       ],
     ],
