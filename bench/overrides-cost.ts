@@ -26,13 +26,14 @@ const PEER = ["unset", "set"] as const;
 const CASES = [...OURS, ...PEER];
 type Case = (typeof CASES)[number];
 /**
- * Two ablations, timed beside the cases (not counted: their instructions are their cases'): "none"
- * with its override key one key every call reads (never stored), and "unset" with its dynamic limit's
- * key one per identifier (never set), as an override's is. What moves is only where a key lies in
- * memory: one every call reads stays in the CPU's caches, one per identifier is read from memory.
+ * Two ablations, timed in turns of their own beside their cases (not counted: their instructions are
+ * their cases'): "none" with its override key one key every call reads (never stored), and "unset"
+ * with its dynamic limit's key one per identifier (never set), as an override's is. What moves is only
+ * where a key lies in memory: one every call reads stays in the CPU's caches, one per identifier is
+ * read from memory.
  */
-const ABLATIONS = ["noneShared", "unsetPerId"] as const;
-type Ablation = (typeof ABLATIONS)[number];
+const ABLATED = ["none", "noneShared", "unset", "unsetPerId"] as const;
+type Ablated = (typeof ABLATED)[number];
 
 /** The constructor field that holds each rule's capacity: what the plan and the custom override raise. */
 const CAPACITY: Partial<Record<Algo, string>> = {
@@ -53,12 +54,27 @@ async function send(conn: RedisConnection, commands: string[][]): Promise<void> 
 async function measureOverridesCost(rounds: number, idCount: number, counted: number) {
   const scripts: Record<string, string> = {};
   const pairs = PAIRS.filter((p) => p.peer);
+  // the contestants `cases` names, in that order: edgelimit's, then the peer's
   const contestants =
-    (ablations: boolean): Contestants<(typeof pairs)[number]> =>
+    (cases: readonly (Case | Ablated)[]): Contestants<(typeof pairs)[number]> =>
     async ({ algo, peer }, ids, conn, ourScript) => {
       const contestants: Command[][] = [];
       const raise = { r0: { [CAPACITY[algo]!]: LIMIT } };
-      for (const which of [...OURS, ...(ablations ? (["noneShared"] as const) : [])]) {
+      for (const which of cases) {
+        if (which === "unset" || which === "set" || which === "unsetPerId") {
+          const c = await capturePeer(peer!, LIMIT, `oc-peer-${algo}-${which}`, ids, {
+            set: which === "set",
+          });
+          await send(conn, c.setup);
+          const calls = await asEvalsha(conn, c);
+          // the ablation: the dynamic limit's key (the last of KEYS) one per identifier
+          const perId = (d: Command, at: number) => ({
+            ...d,
+            keys: [...d.keys.slice(0, -1), `oc-peer-${algo}-dynamic:${ids[at]}`],
+          });
+          contestants.push(which === "unsetPerId" ? calls.map(perId) : calls);
+          continue;
+        }
         const rules = { r0: ourRule(algo, ...hourly(which === "plan" || which === "custom" ? 1 : LIMIT)) };
         const on = which === "off" ? {} : { plans: { pro: raise }, overrides: true };
         const c = await captureOurs(
@@ -78,29 +94,22 @@ async function measureOverridesCost(rounds: number, idCount: number, counted: nu
         });
         contestants.push(which === "noneShared" ? c.decisions.map(shared) : c.decisions);
       }
-      for (const which of [...PEER, ...(ablations ? (["unsetPerId"] as const) : [])]) {
-        const c = await capturePeer(peer!, LIMIT, `oc-peer-${algo}-${which}`, ids, { set: which === "set" });
-        await send(conn, c.setup);
-        // the ablation: the dynamic limit's key (the last of KEYS) one per identifier
-        const perId = (d: Command, at: number) => ({
-          ...d,
-          keys: [...d.keys.slice(0, -1), `oc-peer-${algo}-dynamic:${ids[at]}`],
-        });
-        const calls = await asEvalsha(conn, c);
-        contestants.push(which === "unsetPerId" ? calls.map(perId) : calls);
-      }
       return contestants;
     };
-  const rows = await measureCosts(pairs, rounds, idCount, contestants(true));
-  const counts = await countInstructions(pairs, counted, contestants(false));
-  // the order the contestants come in
-  const order = [...OURS, "noneShared", ...PEER, "unsetPerId"] as const;
+  const rows = await measureCosts(pairs, rounds, idCount, contestants(CASES));
+  // the ablations in turns of their own, beside their cases (the data set of the cases' stays as it was)
+  const ablations = await measureCosts(pairs, rounds, idCount, contestants(ABLATED));
+  const counts = await countInstructions(pairs, counted, contestants(CASES));
   return rows.map(({ algo, peer, path, costs }, at) => ({
     algo,
     peer: peer!,
     path,
     scripts: Object.fromEntries(OURS.map((c) => [c, scripts[`${algo} ${c}`]!])),
-    costs: Object.fromEntries(order.map((c, i) => [c, costs[i]!])) as Record<Case | Ablation, Cost>,
+    costs: Object.fromEntries(CASES.map((c, i) => [c, costs[i]!])) as Record<Case, Cost>,
+    ablation: Object.fromEntries(ABLATED.map((c, i) => [c, ablations[at]!.costs[i]!])) as Record<
+      Ablated,
+      Cost
+    >,
     instructions: counts
       ? (Object.fromEntries(CASES.map((c, i) => [c, counts[at]!.instructions[i]!])) as Record<Case, number>)
       : undefined,
@@ -140,7 +149,7 @@ function peerRatios(rows: OverridesCostRow[]) {
       ),
     ),
     perId: worst(
-      rows.map((r) => ({ ratio: pairedRatio(r.costs.none, r.costs.unsetPerId), where: where(r) })),
+      rows.map((r) => ({ ratio: pairedRatio(r.ablation.none, r.ablation.unsetPerId), where: where(r) })),
     ),
   };
 }
@@ -159,7 +168,7 @@ export const overrides: Part<OverridesCostRow[]> = {
     const count = (c: Cost) => `${Number(c.commands.toFixed(2))} (${commandNames(c.inner)})`;
     const us = (c: Cost) =>
       `${c.usec.median.toFixed(2)} [${c.usec.quartiles.map((q) => q.toFixed(2)).join("–")}]`;
-    const ratio = (r: OverridesCostRow, c: Case | Ablation, of: Case | Ablation) =>
+    const ratio = (r: OverridesCostRow, c: Case, of: Case) =>
       `${pairedRatio(r.costs[c], r.costs[of]).toFixed(2)}×`;
     const ratios = peerRatios(rows);
     const added = addedCommands(rows);
@@ -242,7 +251,8 @@ ${table(
 Overrides on add at most +${added.added} commands per decision to overrides off, over every algorithm, path and case (${added.where.join(", ")}).
 With overrides on, µs per EVALSHA beside the peer's with dynamicLimits on: none stored at most ${times(ratios.none)} no dynamic limit; a plan or custom override stored at most ${times(ratios.stored)} a dynamic limit set.
 
-Where the difference lies: two ablations timed in the same turns, the same scripts with one key moved. "Shared" is
+Where the difference lies: two ablations, the same scripts with one key moved, timed in turns of their own
+beside their cases (none stored, no dynamic limit), in a redis-server of their own. "Shared" is
 edgelimit's "none" with its override key replaced by one key every call reads (never stored), as the
 peer's dynamic limit is; "per identifier" the peer's "no dynamic limit" with that key replaced by one
 per identifier (never set), as an override's is. Neither is a library as shipped: they show what a key
@@ -254,14 +264,17 @@ ${table(
     "algorithm | path | on, none stored | the same, override key shared | peer, no dynamic limit",
     "the same, its key per identifier | ratio none ÷ no limit | ratio shared ÷ no limit | ratio none ÷ per identifier",
   ],
-  rows.map((r) => [
-    pairName(r),
-    r.path,
-    ...(["none", "noneShared", "unset", "unsetPerId"] as const).map((c) => r.costs[c].usec.median.toFixed(2)),
-    ratio(r, "none", "unset"),
-    ratio(r, "noneShared", "unset"),
-    ratio(r, "none", "unsetPerId"),
-  ]),
+  rows.map((r) => {
+    const a = (c: Ablated, of: Ablated) => `${pairedRatio(r.ablation[c], r.ablation[of]).toFixed(2)}×`;
+    return [
+      pairName(r),
+      r.path,
+      ...ABLATED.map((c) => r.ablation[c].usec.median.toFixed(2)),
+      a("none", "unset"),
+      a("noneShared", "unset"),
+      a("none", "unsetPerId"),
+    ];
+  }),
   2,
 )}
 
