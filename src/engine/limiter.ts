@@ -664,13 +664,23 @@ export class Limiter {
   }
 
   /**
-   * Drops this Limiter's cached denials of `value` in `field` and ends its leases with a refund (an
-   * override of it changed what they were decided under).
+   * Drops this Limiter's cached denials of `value` in `field`, ends its leases with a refund and takes
+   * its region's pools of it out, their units given back (an override of it changed what they were
+   * decided under). A pool the region fails to give up is handed out for at most `maxStale`, as
+   * another region's is.
    */
-  private releaseHere(value: string, field: string): void {
+  private async releaseHere(value: string, field: string): Promise<void> {
     this.uncache(value, field);
     const holds = this.holders(value, field);
     for (const plan of this.plans.values()) plan.isolate?.releaseEach(holds);
+    if (this.regional === undefined) return;
+    const now = this.now();
+    try {
+      if (this.identities.nested) await this.takeOutPools(field, value, now);
+      else await Promise.all([...this.plans.values()].map((plan) => plan.region?.takeOut(value, now)));
+    } catch {
+      // the region failed: what its pools hold of the identifier is handed out for at most maxStale
+    }
   }
 
   /** Drops this Limiter's cached denials of `value` in `field`. */

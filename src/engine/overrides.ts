@@ -83,8 +83,8 @@ export interface OverridesContext {
   readonly clock: () => number;
   /** What an override's identity is read as: a string (the id), or a record of one field. */
   readonly identities: Identities;
-  /** Drops this Limiter's cached denials and leases of the identifier `value` in `field`. */
-  readonly forget: (value: string, field: string) => void;
+  /** Drops this Limiter's cached denials, leases and its region's pools of the identifier `value` in `field`. */
+  readonly forget: (value: string, field: string) => Promise<void>;
 }
 
 /** maxStale when `overrides: true`: Retry-After is whole seconds and at least 1 (docs/overrides.md). */
@@ -183,7 +183,8 @@ export class Overrides {
    * Stores the identifier's override, replacing any other. Rejects before writing anything, naming the
    * field, for an unknown plan or rule, a value the rule's constructor would refuse, a change of a fixed
    * or sliding window's `window`, an `expiresAt` that is not a whole epoch ms after now, or an unknown
-   * field. Then drops this Limiter's cached denial and lease of the identifier.
+   * field. Then drops this Limiter's cached denial and lease of the identifier and takes its region's
+   * pools of it out.
    *
    * @example
    * await limiter.overrides.set("key_123", { plan: "pro", expiresAt: Date.now() + 3_600_000 });
@@ -201,7 +202,7 @@ export class Overrides {
       expiresAt === undefined ? ["SET", key, value] : ["SET", key, value, "PXAT", String(expiresAt)];
     // one pipeline, in this order (see the file's head)
     await this.run([["ZADD", this.indexOf(field), "0", id], set]);
-    context.forget(id, field);
+    await context.forget(id, field);
   }
 
   /**
@@ -219,7 +220,7 @@ export class Overrides {
 
   /**
    * Removes the identifier's override (nothing if it has none), then drops this Limiter's cached denial
-   * and lease of the identifier.
+   * and lease of the identifier and takes its region's pools of it out.
    *
    * @example
    * await limiter.overrides.delete("key_456");
@@ -231,7 +232,7 @@ export class Overrides {
       ["DEL", context.keys.overrideOf(id, field)],
       ["ZREM", this.indexOf(field), id],
     ]);
-    context.forget(id, field);
+    await context.forget(id, field);
   }
 
   /**

@@ -273,8 +273,9 @@ export class RegionalTier extends Tier implements Upstream, Entry {
       this.free(identifier, now, waitUntil);
       return answer;
     }
-    if (this.lost(decision, share)) {
+    if (decision.plan !== this.home.plan.name) {
       this.free(identifier, now, waitUntil);
+      this.track(this.elsewhere(identifier, decision, share, countedAt, now), waitUntil);
       return { decision, reservation: { decision, reserved: reserved - share, countedAt } };
     }
     const origin = { at: decision.decidedAt, taken: share };
@@ -299,14 +300,20 @@ export class RegionalTier extends Tier implements Upstream, Entry {
   }
 
   /**
-   * Whether `units` home reserved are not this plan's to pool: an override applied other rules at home
-   * (nor are they to refund under this plan's keys). Counted lost: they stay consumed until home's
-   * state expires.
+   * Gives back `units` home reserved for the pool under another plan than this tier's (an override
+   * applied other rules at home): not this plan's to pool, they go back under the rules that counted
+   * them, as the isolate tier's do, so that an identifier with an override loses nothing however often
+   * its pool asks.
    */
-  private lost(decision: Decision, units: number): boolean {
-    if (decision.plan === this.home.plan.name) return false;
-    this.stats.lost += units;
-    return true;
+  private elsewhere(
+    identifier: string,
+    decision: Decision,
+    units: number,
+    countedAt: readonly number[],
+    now: number,
+  ): Promise<void> {
+    const applied = { name: decision.plan, rules: decision.decidedBy ?? this.home.plan.rules };
+    return this.giveBack(identifier, units, countedAt, now, applied, { at: decision.decidedAt, taken: units });
   }
 
   /** Gives back at home what a pool's miss (its callers checked it is one) took out of it, if anything. */
@@ -373,7 +380,8 @@ export class RegionalTier extends Tier implements Upstream, Entry {
       if (reservation === undefined || !reservation.decision.allowed) return this.pool.free(key, now);
       const { decision, reserved, countedAt } = reservation;
       const units = 1 + reserved;
-      if (this.lost(decision, units)) return this.pool.free(key, now);
+      if (decision.plan !== this.home.plan.name)
+        return Promise.all([this.pool.free(key, now), this.elsewhere(identifier, decision, units, countedAt, now)]);
       const origin = { at: decision.decidedAt, taken: units };
       return this.put(identifier, units, countedAt, decision, origin, now, !waitUntil);
     });

@@ -296,6 +296,70 @@ describe("what home holds once the pools expire", () => {
     expect(regional).toBeGreaterThan(0);
   });
 
+  it("exactly what was admitted for an identifier whose override applies another plan: the pool's share goes back", async () => {
+    // home applies the override's plan, so what it reserved for this plan's pool is not the pool's:
+    // every miss gives it back, however often the pool asks
+    const clock = manualClock(T0 + 1000);
+    const limiter = new Limiter({
+      redis: client(home.url),
+      region: { redis: client(regions[0]!.bridge.url), pool: { max: POOL_MAX, ttl: "1s" } },
+      rules: { r: fixedWindow({ limit: 10, window: "1m" }) },
+      plans: { pro: { r: { limit: 1000 } } },
+      overrides: true,
+      prefix: uniquePrefix("elsewhere"),
+      clock,
+      timeout: Number.POSITIVE_INFINITY,
+      breaker: false,
+    });
+    await limiter.overrides.set("vip", { plan: "pro" });
+    const work = background();
+    for (let i = 0; i < 30; i++) {
+      const d = await limiter.limit("vip", { waitUntil: work.waitUntil });
+      expect(d).toMatchObject({ allowed: true, plan: "pro" });
+      await work.drain();
+      clock.set(clock.now + 10);
+    }
+    expect(Number(await client(home.url).get(limiter.keys("vip")[0]!))).toBe(30);
+    expect(limiter.region!.stats).toMatchObject({ lost: 0, deposited: 0 });
+    expect(limiter.region!.stats.refunded).toBeGreaterThan(0);
+    await limiter.dispose();
+  });
+
+  it("an override set by this Limiter takes its region's pool of the identifier out: the next decision is home's", async () => {
+    const clock = manualClock(T0 + 1000);
+    const options = {
+      redis: client(home.url),
+      region: { redis: client(regions[0]!.bridge.url), pool: { max: POOL_MAX, ttl: "1s" } },
+      rules: { r: fixedWindow({ limit: 100, window: "1m" }) },
+      plans: { pro: { r: { limit: 1000 } } },
+      overrides: true,
+      prefix: uniquePrefix("set-drains"),
+      clock,
+      timeout: Number.POSITIVE_INFINITY,
+      breaker: false,
+    };
+    const limiter = new Limiter(options);
+    const work = background();
+    // 1: cold; 2: reserves for the pool; 3: the pool answers (and is topped up)
+    const sources: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      sources.push((await limiter.limit("u", { waitUntil: work.waitUntil })).source);
+      await work.drain();
+      clock.set(clock.now + 10);
+    }
+    expect(sources).toEqual(["redis", "redis", "region"]);
+    expect(Number(await client(home.url).get(limiter.keys("u")[0]!))).toBeGreaterThan(3);
+    await limiter.overrides.set("u", { plan: "pro" });
+    // the pool's units went back home: home counts exactly the 3 admitted
+    expect(Number(await client(home.url).get(limiter.keys("u")[0]!))).toBe(3);
+    const next = await limiter.limit("u", { waitUntil: work.waitUntil });
+    expect(next).toMatchObject({ source: "redis", plan: "pro", allowed: true });
+    await work.drain();
+    // what home reserved for this plan's pool under pro's rules went back too
+    expect(Number(await client(home.url).get(limiter.keys("u")[0]!))).toBe(4);
+    await limiter.dispose();
+  });
+
   it("without waitUntil, a timer takes the leftovers back (Node)", async () => {
     const prefix = uniquePrefix("timer");
     let now = Date.now();

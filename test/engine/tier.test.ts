@@ -663,9 +663,10 @@ describe("the regional tier (units in the region's database)", () => {
     expect(tier.stats.refunded).toBe(3);
   });
 
-  it("counts units home reserved under an override's rules as lost: not this plan's to pool", async () => {
+  it("gives back units home reserved under an override's rules (not this plan's to pool), however often the pool asks", async () => {
     const pool = fakePool();
     const custom = [compileRule("perMinute", fixedWindow({ limit: 50, window: "1m" }))];
+    const refunds: Refunded[] = [];
     const scripts = {
       reserve: (_id: string, _cost: number, now: number, want: number) =>
         Promise.resolve({
@@ -673,18 +674,36 @@ describe("the regional tier (units in the region's database)", () => {
           reserved: want,
           countedAt: [T0],
         }),
+      refund: (
+        identifier: string,
+        units: number,
+        countedAt: readonly number[],
+        now: number,
+        applied: Applied,
+        origin: Origin,
+      ) => {
+        refunds.push({ identifier, units, countedAt, now, applied, origin });
+        return Promise.resolve(true);
+      },
     } as unknown as HomeScripts;
     const T = T0 + 1000;
     const home = new Home(scripts, encoding(RULES));
     const tier = new RegionalTier(pool.pool, { max: 20, ttl: 5000 }, home, new RegionalTiers(), () => T);
-    pool.takes.push(miss(4));
     const waited: Promise<unknown>[] = [];
-    const answer = (await tier.reserve("a", 1, T, 2, (p) => void waited.push(p))).reservation!;
-    await Promise.all(waited);
-    expect(answer.reserved).toBe(2);
-    expect(answer.decision).toMatchObject({ plan: "custom", remaining: 30 });
-    expect(tier.stats).toMatchObject({ lost: 4, deposited: 0 });
-    expect(pool.calls.slice(1)).toEqual([["free", KEY, T]]);
+    for (let i = 0; i < 3; i++) {
+      pool.takes.push(miss(4));
+      const answer = (await tier.reserve("a", 1, T, 2, (p) => void waited.push(p))).reservation!;
+      await Promise.all(waited);
+      expect(answer.reserved).toBe(2);
+      expect(answer.decision).toMatchObject({ plan: "custom", remaining: 30 });
+    }
+    // each miss's 4 units for the pool went back under the custom rules, counted where home counted them
+    expect(refunds.map((r) => [r.identifier, r.units, r.countedAt, r.applied.name, r.applied.rules])).toEqual(
+      Array.from({ length: 3 }, () => ["a", 4, [T0], "custom", custom]),
+    );
+    expect(refunds.map((r) => r.origin)).toEqual(Array.from({ length: 3 }, () => ({ at: T, taken: 4 })));
+    expect(tier.stats).toMatchObject({ lost: 0, deposited: 0, refunded: 12 });
+    expect(pool.calls.filter((c) => c[0] === "free")).toEqual(Array.from({ length: 3 }, () => ["free", KEY, T]));
   });
 
   it("takes back another plan's expired deposits at a decision under this one", async () => {
