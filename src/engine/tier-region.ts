@@ -313,7 +313,10 @@ export class RegionalTier extends Tier implements Upstream, Entry {
     now: number,
   ): Promise<void> {
     const applied = { name: decision.plan, rules: decision.decidedBy ?? this.home.plan.rules };
-    return this.giveBack(identifier, units, countedAt, now, applied, { at: decision.decidedAt, taken: units });
+    return this.giveBack(identifier, units, countedAt, now, applied, {
+      at: decision.decidedAt,
+      taken: units,
+    });
   }
 
   /** Gives back at home what a pool's miss (its callers checked it is one) took out of it, if anything. */
@@ -381,7 +384,10 @@ export class RegionalTier extends Tier implements Upstream, Entry {
       const { decision, reserved, countedAt } = reservation;
       const units = 1 + reserved;
       if (decision.plan !== this.home.plan.name)
-        return Promise.all([this.pool.free(key, now), this.elsewhere(identifier, decision, units, countedAt, now)]);
+        return Promise.all([
+          this.pool.free(key, now),
+          this.elsewhere(identifier, decision, units, countedAt, now),
+        ]);
       const origin = { at: decision.decidedAt, taken: units };
       return this.put(identifier, units, countedAt, decision, origin, now, !waitUntil);
     });

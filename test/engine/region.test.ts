@@ -14,6 +14,7 @@ import {
   gcra,
   type Identity,
   Limiter,
+  type LimiterOptions,
   type RuleConfig,
   slidingLog,
   slidingWindow,
@@ -327,7 +328,7 @@ describe("what home holds once the pools expire", () => {
 
   it("an override set by this Limiter takes its region's pool of the identifier out: the next decision is home's", async () => {
     const clock = manualClock(T0 + 1000);
-    const options = {
+    const options: LimiterOptions = {
       redis: client(home.url),
       region: { redis: client(regions[0]!.bridge.url), pool: { max: POOL_MAX, ttl: "1s" } },
       rules: { r: fixedWindow({ limit: 100, window: "1m" }) },

@@ -703,7 +703,9 @@ describe("the regional tier (units in the region's database)", () => {
     );
     expect(refunds.map((r) => r.origin)).toEqual(Array.from({ length: 3 }, () => ({ at: T, taken: 4 })));
     expect(tier.stats).toMatchObject({ lost: 0, deposited: 0, refunded: 12 });
-    expect(pool.calls.filter((c) => c[0] === "free")).toEqual(Array.from({ length: 3 }, () => ["free", KEY, T]));
+    expect(pool.calls.filter((c) => c[0] === "free")).toEqual(
+      Array.from({ length: 3 }, () => ["free", KEY, T]),
+    );
   });
 
   it("takes back another plan's expired deposits at a decision under this one", async () => {
