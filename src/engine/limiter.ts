@@ -365,13 +365,14 @@ export class Limiter {
     const clock = this.clock;
     const now = () => readClock(clock);
     const plans = new Map<string, Plan>();
+    const isolates: IsolateTier[] = [];
     for (const [name, encoding] of this.scripts.plans) {
       const home = new Home(this.scripts, encoding);
       const region =
         pools && servesRegion(encoding.rules, maxStale)
           ? new RegionalTier(pools.script, pools.config, home, this.regional!.tiers, now, maxStale)
           : undefined;
-      const isolate = lease && new IsolateTier(lease, home, region ?? home, now, maxStale);
+      const isolate = lease && new IsolateTier(lease, home, region ?? home, now, maxStale, isolates);
       plans.set(name, { encoding, entry: isolate ?? region ?? home, isolate, region });
     }
     this.plans = plans;

@@ -109,10 +109,16 @@ export class IsolateTier extends Tier implements Entry, Absorber {
     private readonly upstream: Upstream,
     clock: () => number,
     maxStale = Number.POSITIVE_INFINITY,
+    /**
+     * The Limiter's isolate tiers, one per plan, this one joining them: a decision under one plan also
+     * takes back the expired leases of the others (with waitUntil no timer does).
+     */
+    private readonly all: IsolateTier[] = [],
   ) {
     super(config, home, clock, maxStale);
     this.rules = home.plan.rules;
     this.leasable = leasable(this.rules);
+    all.push(this);
   }
 
   /** Leases held now: tests read it to see a lease end (a decision could not tell without changing it). */
@@ -146,10 +152,10 @@ export class IsolateTier extends Tier implements Entry, Absorber {
   /**
    * This tier's first step: the answer for `cost` units from the identifier's lease, on the spot (it
    * never waits on a request, this one's or another's), or undefined to pass on (`decide`). Records
-   * the demand, and refunds expired leases (through `waitUntil` when given).
+   * the demand, and refunds expired leases, every plan's (through `waitUntil` when given).
    */
   fromLease(identifier: string, cost: number, now: number, waitUntil?: WaitUntil): Answer | undefined {
-    if (now >= this.nextExpiry) this.sweep(now, waitUntil);
+    for (const tier of this.all) if (now >= tier.nextExpiry) tier.sweep(now, waitUntil);
     const seen = this.seen.get(identifier) ?? {
       start: now,
       current: 0,

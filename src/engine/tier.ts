@@ -301,11 +301,19 @@ export abstract class Tier {
     return false;
   }
 
-  /** Keeps `promise` until it is done, handing it to `waitUntil` when given. */
+  /**
+   * Keeps `promise` until it is done, handing it to `waitUntil` when given. A waitUntil that throws
+   * (called after its request ended, say) changes nothing: the work goes on without it, the decision
+   * stands, and what comes after it in the caller still runs.
+   */
   protected track(promise: Promise<unknown>, waitUntil: WaitUntil | undefined): void {
     this.pending.add(promise);
     promise.finally(() => this.pending.delete(promise));
-    waitUntil?.(promise);
+    try {
+      waitUntil?.(promise);
+    } catch {
+      // the work is kept here (pending) whatever the host says
+    }
   }
 
   /** Resolves once everything on its way is done (what lands meanwhile included). */

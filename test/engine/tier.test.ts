@@ -297,6 +297,68 @@ describe("the isolate tier (units in memory)", () => {
     expect(fake.refunds[0]!.applied.rules).toBe(custom);
   });
 
+  it("takes back another plan's expired lease at a decision under this one (no timer with waitUntil)", async () => {
+    const fake = fakeHome();
+    const all: IsolateTier[] = [];
+    let now = T0 + 1000;
+    const { upstream, answers } = scriptedUpstream();
+    const base = new IsolateTier(
+      { max: 10, ttl: 1000 },
+      new Home(fake.scripts, encoding(RULES)),
+      upstream,
+      () => now,
+      Number.POSITIVE_INFINITY,
+      all,
+    );
+    const pro = new IsolateTier(
+      { max: 10, ttl: 1000 },
+      new Home(fake.scripts, encoding(RULES, "pro")),
+      upstream,
+      () => now,
+      Number.POSITIVE_INFINITY,
+      all,
+    );
+    const waited: Promise<unknown>[] = [];
+    const waitUntil = (p: Promise<unknown>) => void waited.push(p);
+    // "a" under pro: seen once, then a lease of 4
+    answers.push({ decision: admission(RULES, 90, now, "pro"), reserved: 0, countedAt: [T0] });
+    await decide(pro, "a", 1, now, waitUntil);
+    answers.push({ decision: admission(RULES, 85, now, "pro"), reserved: 4, countedAt: [T0] });
+    await decide(pro, "a", 1, now, waitUntil);
+    expect(pro.size).toBe(1);
+    // past its expiry, only base's identifiers are decided: base takes pro's lease back
+    now += 1000;
+    answers.push({ decision: admission(RULES, 84, now), reserved: 0, countedAt: [T0] });
+    await decide(base, "b", 1, now, waitUntil);
+    await Promise.all(waited);
+    expect(pro.size).toBe(0);
+    expect(fake.refunds.map((r) => [r.identifier, r.units, r.applied.name, r.now])).toEqual([
+      ["a", 4, "pro", now],
+    ]);
+  });
+
+  it("a waitUntil that throws loses nothing: the decision stands, the lease's refund still goes", async () => {
+    const fake = fakeHome();
+    const home = new Home(fake.scripts, encoding(RULES));
+    let now = T0 + 1000;
+    const tier = new IsolateTier({ max: 10, ttl: 1000 }, home, home, () => now);
+    const throwing = () => {
+      throw new Error("waitUntil() called after the response");
+    };
+    const seen: string[] = [];
+    for (let i = 0; i < 4; i++) seen.push((await decide(tier, "a", 1, now, throwing)).source);
+    // 2: a lease of 1 (top-ups go through waitUntil); 3 from it
+    expect(seen).toEqual(["redis", "redis", "lease", "redis"]);
+    const held = fake.used() - 4;
+    expect(held).toBeGreaterThan(0);
+    // its expiry's sweep hands the refund to the throwing waitUntil: it is sent all the same
+    now += 1000;
+    expect((await decide(tier, "b", 1, now, throwing)).source).toBe("redis");
+    await tier.dispose();
+    expect(fake.refunds.map((r) => [r.identifier, r.units])).toEqual([["a", held]]);
+    expect(fake.used()).toBe(5);
+  });
+
   it("drops the lease on a denial and gives its units back", async () => {
     const fake = fakeHome();
     const home = new Home(fake.scripts, encoding(RULES));
