@@ -19,7 +19,7 @@
 --
 -- take, ARGV[5] cost (0 peeks), ARGV[6] extra: units for the caller's own lease, beside the cost. When
 -- the pool holds the cost (at least 1) and is not past `e`, takes it and up to `extra` more (counted as
--- demand with it) and answers { 1, units left, top-up, s, extra taken, w, at, taken }: top-up > 0 asks the
+-- demand with it) and answers { 1, units left, top-up, s, extra taken, w, at, taken, e }: top-up > 0 asks the
 -- caller to reserve that many at home, plus the top-up decision's own unit (the pool is low); the extra
 -- units come from the reservation of `at`, lent `taken` of its units (their part, which the pool no
 -- longer counts: two holders of one reservation's units each bounded by all of them could give back
@@ -137,7 +137,7 @@ if units >= math.max(cost, 1) and now < expires then
   if lent > 0 then redis.call("HSET", key, "r", int(at) .. " " .. int(taken - lent) .. " " .. windows) end
   if top_up > 0 then redis.call("HSET", key, "a", int(now)) end
   redis.call("PEXPIRE", key, int(3 * ttl))
-  return { 1, units, top_up, f[4] or "", extra, windows, at, lent }
+  return { 1, units, top_up, f[4] or "", extra, windows, at, lent, expires }
 end
 
 current = current + cost

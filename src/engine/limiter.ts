@@ -183,7 +183,10 @@ interface Plan {
   readonly encoding: PlanEncoding;
   /** Where a decision goes past the deny cache and the lease. */
   readonly entry: Entry;
-  /** The tiers, for what is not a decision: a settle against a lease, an override or a reset ending leases and pools, dispose. */
+  /**
+   * The tiers themselves: the isolate tier's lease answers first (fromLease); both for an override or
+   * a reset ending leases and pools, and for dispose.
+   */
   readonly isolate: IsolateTier | undefined;
   readonly region: RegionalTier | undefined;
 }

@@ -206,7 +206,7 @@ export class IsolateTier extends Tier implements Entry, Absorber {
    */
   private fill(
     identifier: string,
-    { decision, reserved, countedAt, from }: Reservation,
+    { decision, reserved, countedAt, from, until }: Reservation,
     now: number,
     waitUntil?: WaitUntil,
   ): Decision {
@@ -232,13 +232,28 @@ export class IsolateTier extends Tier implements Entry, Absorber {
     }
     if (lease !== undefined) {
       // A decision whose cost the lease could not cover, or a second reservation that crossed the first.
-      this.keep(identifier, lease, decision, reserved, countedAt, origin, now, waitUntil);
+      if (this.keep(identifier, lease, decision, reserved, countedAt, origin, now, waitUntil) > 0)
+        this.endBy(lease, until, waitUntil);
       lease.snapshot = answer.rules;
       lease.used = 0;
       return answer;
     }
-    if (reserved > 0) this.start(identifier, seen, reserved, answer, countedAt, origin, now, waitUntil);
+    if (reserved > 0) {
+      this.start(identifier, seen, reserved, answer, countedAt, origin, now, waitUntil);
+      this.endBy(seen.lease!, until, waitUntil);
+    }
     return answer;
+  }
+
+  /**
+   * A lease holding units a regional pool handed out ends by the end of the pool's deposit (`until`:
+   * the pool's deposits are handed out for at most `maxStale` after home decided them, and so are
+   * the units a lease takes from them).
+   */
+  private endBy(lease: Held, until: number | undefined, waitUntil: WaitUntil | undefined): void {
+    if (until === undefined || until >= lease.expiresAt) return;
+    lease.expiresAt = until;
+    this.hold(until, waitUntil === undefined);
   }
 
   /**
@@ -363,7 +378,7 @@ export class IsolateTier extends Tier implements Entry, Absorber {
   /** A top-up's answer: its unit and the reserved ones join the lease (or start a new one). */
   private joinTopUp(
     identifier: string,
-    { decision, reserved, countedAt, from }: Reservation,
+    { decision, reserved, countedAt, from, until }: Reservation,
     now: number,
     waitUntil?: WaitUntil,
   ): void {
@@ -385,13 +400,17 @@ export class IsolateTier extends Tier implements Entry, Absorber {
     }
     if (lease === undefined) {
       this.start(identifier, seen, units, withHeld(decision, units), countedAt, origin, now, waitUntil);
+      this.endBy(seen.lease!, until, waitUntil);
       return;
     }
     const keep = this.keep(identifier, lease, decision, units, countedAt, origin, now, waitUntil);
     lease.snapshot = withHeld(decision, lease.units).rules;
     lease.used = 0;
     // a lease topped up lives a ttl from then (what is left of the old units is at most a quarter of max)
-    if (keep > 0) lease.expiresAt = this.expiry(now, lease.rules, countedAt);
+    if (keep > 0) {
+      lease.expiresAt = this.expiry(now, lease.rules, countedAt);
+      this.endBy(lease, until, waitUntil);
+    }
   }
 
   /**

@@ -225,6 +225,7 @@ export class RegionalTier extends Tier implements Upstream, Entry {
       countedAt: answer.countedAt,
       // the lease's units come with their part of the pool's reservation (what a refund of them is bounded by)
       from: answer.origin,
+      until: answer.until,
     };
     // settled where the pool's units were counted
     return { decision, reservation, held: reservation };
@@ -431,6 +432,11 @@ export class RegionalTier extends Tier implements Upstream, Entry {
     background: boolean,
   ): Promise<void> {
     const plan = this.home.plan;
+    if (this.disposed) {
+      // disposed while home answered: no pool is filled any more (nobody here would take it back)
+      await this.giveBack(identifier, units, countedAt, now, plan, origin);
+      return;
+    }
     const snapshot = plan.rules.map((rule) => {
       const outcome = decision.rules[rule.name]!;
       return { remaining: outcome.remaining, resetAt: outcome.resetAt };

@@ -78,6 +78,7 @@ describe("on a 3-node Redis Cluster", () => {
         "0 0 0 0 0",
         T0,
         0,
+        T0 + 5000,
       ]);
     }
   });

@@ -209,16 +209,16 @@ describe("the pool script (lua/pool.lua): a table of calls at explicit times", (
       ["a first ask: no demand yet, nothing held", () => take(0, 1), [0, 0, 0, "", 0, 0]],
       ["a deposit of 10 (handed out until +5000)", () => put(50, 10, 5000, "0"), [10, 0, "", 0, 0, 0]],
       [
-        "a take of 3 and 2 for a lease, lent with 2 of the reservation's 10",
+        "a take of 3 and 2 for a lease, lent with 2 of the reservation's 10, handed out until +5000",
         () => take(100, 3, 2),
-        [1, 5, 0, s, 2, "0", T0 + 50, 2],
+        [1, 5, 0, s, 2, "0", T0 + 50, 2, T0 + 5000],
       ],
       [
         "a deposit past max: 17 more, 2 back; the 20 count from the earlier reservation",
         () => put(200, 17, 5200, "0"),
         [20, 0, "", 2, 0, 0],
       ],
-      ["a take the pool covers: 19 left", () => take(300, 1), [1, 19, 0, s, 0, "0", T0 + 50, 0]],
+      ["a take the pool covers: 19 left", () => take(300, 1), [1, 19, 0, s, 0, "0", T0 + 50, 0, T0 + 5200]],
       [
         "past its expiry: a miss, the 19 taken out for a refund, as reserved at +50 (8 of its 10 left)",
         () => take(5300, 1),
@@ -239,7 +239,11 @@ describe("the pool script (lua/pool.lua): a table of calls at explicit times", (
         () => put(5500, 3, 9000, "6000"),
         [3, 4, "5000", 0, T0 + 5400, 4],
       ],
-      ["a peek: answered, nothing taken", () => take(5600, 0), [1, 3, 0, s, 0, "6000", T0 + 5500, 0]],
+      [
+        "a peek: answered, nothing taken",
+        () => take(5600, 0),
+        [1, 3, 0, s, 0, "6000", T0 + 5500, 0, T0 + 9000],
+      ],
     ];
     for (const [what, run, expected] of table) expect([what, await run()]).toEqual([what, expected]);
     // low (at most an eighth of the demand) and home had plenty at the last deposit: a take asks its
@@ -247,8 +251,8 @@ describe("the pool script (lua/pool.lua): a table of calls at explicit times", (
     // and the next take does not (one at a time)
     expect(await put(5700, 20, 9000, "6000", 1000)).toEqual([20, 0, "", 3, 0, 0]);
     for (let i = 0; i < 16; i++) await take(5800, 1);
-    expect(await take(5800, 1)).toEqual([1, 3, 16, s, 0, "6000", T0 + 5500, 0]);
-    expect(await take(5800, 1)).toEqual([1, 2, 0, s, 0, "6000", T0 + 5500, 0]);
+    expect(await take(5800, 1)).toEqual([1, 3, 16, s, 0, "6000", T0 + 5500, 0, T0 + 9000]);
+    expect(await take(5800, 1)).toEqual([1, 2, 0, s, 0, "6000", T0 + 5500, 0, T0 + 9000]);
     expect(await redis.pttl(key)).toBeGreaterThan(14_000);
     // drain (dispose): every unit out, before its expiry, with its windows; then nothing left
     expect(await call(5900, "drain")).toEqual([0, 0, 2, "6000", T0 + 5500, 3]);

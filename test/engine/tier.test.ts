@@ -359,6 +359,34 @@ describe("the isolate tier (units in memory)", () => {
     expect(fake.used()).toBe(5);
   });
 
+  it("a lease of units a regional pool lent ends with the pool's deposit, however long its ttl", async () => {
+    const fake = fakeHome();
+    const home = new Home(fake.scripts, encoding(RULES));
+    const { upstream, answers } = scriptedUpstream();
+    let now = T0 + 1000;
+    const tier = new IsolateTier({ max: 10, ttl: 5000 }, home, upstream, () => now);
+    const waited: Promise<unknown>[] = [];
+    const waitUntil = (p: Promise<unknown>) => void waited.push(p);
+    const from = { at: T0 + 500, taken: 4 };
+    // the pool's deposit (decided at home at +500) is handed out until +1200
+    const pooled = (remaining: number) => ({
+      ...admission(RULES, remaining, now),
+      source: "region" as const,
+    });
+    answers.push({ decision: pooled(90), reserved: 0, countedAt: [T0], from, until: T0 + 1200 });
+    await decide(tier, "a", 1, now, waitUntil);
+    answers.push({ decision: pooled(89), reserved: 4, countedAt: [T0], from, until: T0 + 1200 });
+    await decide(tier, "a", 1, now, waitUntil);
+    now = T0 + 1199;
+    expect(await decide(tier, "a", 1, now, waitUntil)).toMatchObject({ source: "lease" });
+    // at the deposit's end the lease is over (its ttl would have run to +6000): its 3 units go back
+    now = T0 + 1200;
+    answers.push({ decision: admission(RULES, 85, now), reserved: 0, countedAt: [T0] });
+    expect(await decide(tier, "a", 1, now, waitUntil)).toMatchObject({ source: "redis" });
+    await Promise.all(waited);
+    expect(fake.refunds.map((r) => [r.units, r.origin])).toEqual([[3, from]]);
+  });
+
   it("drops the lease on a denial and gives its units back", async () => {
     const fake = fakeHome();
     const home = new Home(fake.scripts, encoding(RULES));
@@ -768,6 +796,37 @@ describe("the regional tier (units in the region's database)", () => {
     expect(pool.calls.filter((c) => c[0] === "free")).toEqual(
       Array.from({ length: 3 }, () => ["free", KEY, T]),
     );
+  });
+
+  it("disposed while home answers: the pool's share goes back instead of into a pool nobody would take back", async () => {
+    const fake = fakeHome();
+    const pool = fakePool();
+    let answer: () => void = () => {};
+    const scripts = {
+      ...fake.scripts,
+      reserve: (id: string, cost: number, now: number, want: number) =>
+        new Promise((resolve) => {
+          answer = () => resolve(fake.scripts.reserve(id, cost, now, want));
+        }),
+    } as unknown as HomeScripts;
+    const T = T0 + 1000;
+    const tier = new RegionalTier(
+      pool.pool,
+      { max: 20, ttl: 5000 },
+      new Home(scripts, encoding(RULES)),
+      new RegionalTiers(),
+      () => T,
+    );
+    const waited: Promise<unknown>[] = [];
+    pool.takes.push(miss(6));
+    const decided = tier.reserve("a", 1, T, 0, (p) => void waited.push(p));
+    await tier.dispose();
+    answer();
+    expect((await decided).decision).toMatchObject({ allowed: true });
+    await Promise.all(waited);
+    expect(pool.calls.map((call) => call[0])).toEqual(["take"]);
+    expect(fake.refunds.map((r) => [r.units, r.countedAt])).toEqual([[6, [T0]]]);
+    expect(fake.used()).toBe(1);
   });
 
   it("takes back another plan's expired deposits at a decision under this one", async () => {

@@ -33,6 +33,8 @@ export interface PoolTake {
    * them is bounded by it).
    */
   readonly origin: Origin;
+  /** A hit's: when the pool's units stop being handed out (its deposit's end, the caller's clock). */
+  readonly until?: number;
 }
 
 /** What a deposit into a regional pool answered: what to refund at home, and in which windows. */
@@ -117,21 +119,23 @@ export class PoolScript {
     const reply = await this.transport.call(command, this.call);
     if (!reply.ok) return reply.error;
     const result = reply.result;
-    if (!Array.isArray(result) || (result.length !== 6 && result.length !== 8)) return unexpected(result);
+    if (!Array.isArray(result) || (result.length !== 6 && result.length !== 9)) return unexpected(result);
     const [hit, a, b, text] = result as [unknown, unknown, unknown, unknown];
     if (typeof a !== "number" || typeof b !== "number") return unexpected(result);
-    if (hit === 1 && result.length === 8) {
+    if (hit === 1 && result.length === 9) {
       const numbers = typeof text === "string" && text !== "" ? text.split(" ").map(Number) : [];
       const taken = result[4];
       const countedAt = splitCountedAt(result[5], rules);
       const origin = originOf(result[6], result[7]);
       if (numbers.length !== 2 * rules || !numbers.every(Number.isSafeInteger)) return unexpected(result);
+      const until = result[8];
       if (typeof taken !== "number" || countedAt === undefined || origin === undefined)
         return unexpected(result);
+      if (typeof until !== "number") return unexpected(result);
       const snapshot = [];
       for (let i = 0; i < rules; i++)
         snapshot.push({ remaining: numbers[2 * i]!, resetAt: numbers[2 * i + 1]! });
-      return { hit: true, pooled: a, reserve: b, snapshot, units: taken, countedAt, origin };
+      return { hit: true, pooled: a, reserve: b, snapshot, units: taken, countedAt, origin, until };
     }
     const countedAt = b > 0 ? splitCountedAt(text, rules) : new Array<number>(rules).fill(0);
     const origin = originOf(result[4], result[5]);

@@ -46,6 +46,11 @@ export interface Reservation {
    * this decision's own: a regional pool's, lent with them (scripts/pool.ts).
    */
   readonly from?: Origin;
+  /**
+   * When the reserved units stop being handed out, when a regional pool lent them: the end of the
+   * pool's deposit (epoch ms, the caller's clock), which a lease of them does not outlive.
+   */
+  readonly until?: number;
 }
 
 /**
