@@ -18,8 +18,9 @@
 //   it runs dry, off the request path;
 // - takes back what is left once expired and refunds it at home, under the rules the units were
 //   reserved under, through `waitUntil` when the caller gives one, else from a timer (the regional
-//   tier holds only its plan's rules: units an override reserved under others are counted lost,
-//   neither pooled nor refunded).
+//   tier holds only its plan's rules: units an override reserved under others are not pooled but
+//   given back under those, at once);
+// - hands out units a regional pool lent only until the pool's deposit ends (Reservation.until).
 // A unit is only ever created at home: a tier hands out, or gives back, units home took first.
 import { algorithmOf, type Rule } from "./algorithms/index.js";
 import { GIVES_BACK } from "./algorithms/shared.js";

@@ -557,6 +557,27 @@ describe("plans and overrides", () => {
   });
 
   it.each([
+    ["one rule", { r: fixedWindow({ limit: 10, window: "1m" }) }],
+    ["two rules", { r: fixedWindow({ limit: 10, window: "1m" }), g: gcra({ limit: 1000, period: "1m" }) }],
+  ])(
+    "%s: a decision under the base rules settled after a custom override raised the limit gives back from what that admitted",
+    async (_, rules) => {
+      const { limiter, clock } = limiterOf(rules, { overrides: true });
+      clock.set(T0 + 1000);
+      const d = await limiter.limit("a", { cost: 5 });
+      expect(d).toMatchObject({ plan: "default", allowed: true });
+      await limiter.overrides.set("a", { rules: { r: { limit: 1000 } } });
+      for (let i = 0; i < 100; i++) expect((await limiter.limit("a")).allowed).toBe(true);
+      const key = limiter.keys("a")[0]!;
+      expect(await client().get(key)).toBe(105);
+      // 5 of the 105 go back: 100 admitted under the override stay counted (not the base limit's 10)
+      await limiter.settle(d, 0);
+      expect(await client().get(key)).toBe(100);
+      expect((await limiter.limit("a", { cost: 0 })).rules.r).toMatchObject({ limit: 1000, remaining: 900 });
+    },
+  );
+
+  it.each([
     ["fixedWindow", fixedWindow({ limit: 10, window: "1m" }), { limit: 100 }],
     ["gcra", gcra({ limit: 10, period: "1m", burst: 10 }), { limit: 100, burst: 100 }],
     ["slidingWindow", slidingWindow({ limit: 10, window: "1m" }), { limit: 100 }],

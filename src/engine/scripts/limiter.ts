@@ -114,7 +114,7 @@ export class RuleScripts {
     for (const plan of plans) all.set(plan.name, encode(plan));
     this.plans = overrides ? withTables(all, options) : all;
     this.overrides = overrides ? new OverrideScripts(transport, options, this.base, this.plans) : undefined;
-    this.giving = new SettleScripts(transport, options, this.base, this.plans);
+    this.giving = new SettleScripts(transport, options, this.base, this.plans, overrides);
     const fields = fieldsOf(rules);
     this.split =
       cluster && fields.length > 1

@@ -198,10 +198,10 @@ export class OverrideScripts {
   }
 
   /**
-   * The Decision of a one-rule override script's reply (fixedWindow, gcra, tokenBucket, slidingWindow),
-   * decoded under the rule applied: the one-rule integer r as r * 64 + the tag of the plan applied (0
-   * the call's), as r * 2^22 + the tag of a custom line (CUSTOM below it: the call's parameters with
-   * the one it changes), or a string, r then what applied (lua/one_rule_overrides.lua).
+   * The Decision of a one-rule override script's reply (fixedWindow, gcra, tokenBucket, slidingWindow,
+   * intervalBucket), decoded under the rule applied: the one-rule integer r as r * 64 + the tag of the
+   * plan applied (0 the call's), as r * 2^22 + the tag of a custom line (CUSTOM below it: the call's
+   * parameters with the one it changes), or a string, r then what applied (lua/one_rule_overrides.lua).
    */
   private decodeOneRule(plan: PlanEncoding, result: unknown, cost: number, now: number): Decision | Error {
     let applied: Applied = plan;

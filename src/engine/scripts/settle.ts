@@ -26,6 +26,8 @@ export class SettleScripts {
     options: ScriptCallOptions,
     private readonly base: PlanEncoding,
     private readonly plans: ReadonlyMap<string, PlanEncoding>,
+    /** Overrides on: a custom override may admit past every plan's limit (see givingBack). */
+    private readonly overrides = false,
   ) {
     this.refundCall = { ...options, script: REFUND };
     this.settleCall = { ...options, script: SETTLE };
@@ -52,7 +54,7 @@ export class SettleScripts {
     const command = ["EVALSHA", REFUND.sha1, String(keys.length), ...keys, now.toString(16), String(units)];
     command.push(origin.at.toString(16), String(origin.taken));
     plan.rules.forEach((rule, i) => {
-      command.push(...this.givingBack(rule, i), String(countedAt[i] ?? 0));
+      command.push(...this.givingBack(rule, i, true), String(countedAt[i] ?? 0));
     });
     const reply = await this.transport.call(command, this.refundCall);
     return reply.ok;
@@ -100,20 +102,27 @@ export class SettleScripts {
     command.push(now.toString(16), String(cost), String(actual));
     applied.rules.forEach((rule, i) => {
       const mark = algorithmOf(rule).settleMark(counts[i] ?? 0, cost);
-      command.push(...this.givingBack(rule, i), String(countedAt[i] ?? 0), String(mark));
+      command.push(...this.givingBack(rule, i, actual < cost), String(countedAt[i] ?? 0), String(mark));
     });
     return this.transport.call(command, this.settleCall);
   }
 
   /**
-   * Rule `i`'s arguments for a refund or a settle. A fixed window reads a count above the limit it is
-   * given as that limit (a denial's overshoot); plans that keep a window share its key, so the limit
-   * given is the highest of any plan for that window: units a higher plan admitted are never wiped by
-   * a lower plan's refund (a lower plan's overshoot may then stay: fewer admitted, never more).
+   * Rule `i`'s arguments for a refund or a settle (`giving`: one that gives units back). A fixed window
+   * reads a count above the limit it is given as that limit (a denial's overshoot); plans that keep a
+   * window share its key, so the limit given is the highest of any plan for that window: units a
+   * higher plan admitted are never wiped by a lower plan's refund (a lower plan's overshoot may then
+   * stay: fewer admitted, never more). With overrides on, a custom override set since may have
+   * admitted past every plan's limit: units go back from the count as it stands (no limit read into
+   * it), and a settle's debt is still bounded by the plans' limits.
    */
-  private givingBack(rule: Rule, i: number): [string, string, string, string] {
+  private givingBack(rule: Rule, i: number, giving: boolean): [string, string, string, string] {
     const args = encodeRule(rule);
     if (!algorithmOf(rule).countsDenials) return args;
+    if (giving && this.overrides) {
+      args[1] = String(Number.MAX_SAFE_INTEGER);
+      return args;
+    }
     const window = (rule as WindowRule).window;
     let limit = rule.limit;
     for (const plan of this.plans.values()) {
