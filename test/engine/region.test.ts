@@ -14,7 +14,6 @@ import {
   gcra,
   type Identity,
   Limiter,
-  type LimiterOptions,
   type RuleConfig,
   slidingLog,
   slidingWindow,
@@ -271,6 +270,20 @@ describe("the pool script (lua/pool.lua): a table of calls at explicit times", (
   });
 });
 
+/** One isolate of region 0 with overrides on: a fixed window of `limit` a minute, a plan "pro" of 1000. */
+const withOverrides = (limit: number, clock: () => number, name: string) =>
+  new Limiter({
+    redis: client(home.url),
+    region: { redis: client(regions[0]!.bridge.url), pool: { max: POOL_MAX, ttl: "1s" } },
+    rules: { r: fixedWindow({ limit, window: "1m" }) },
+    plans: { pro: { r: { limit: 1000 } } },
+    overrides: true,
+    prefix: uniquePrefix(name),
+    clock,
+    timeout: Number.POSITIVE_INFINITY,
+    breaker: false,
+  });
+
 describe("what home holds once the pools expire", () => {
   it("exactly what was admitted: every isolate takes back the expired pools it deposited into", async () => {
     const clock = manualClock(T0 + 1000);
@@ -305,17 +318,7 @@ describe("what home holds once the pools expire", () => {
     // home applies the override's plan, so what it reserved for this plan's pool is not the pool's:
     // every miss gives it back, however often the pool asks
     const clock = manualClock(T0 + 1000);
-    const limiter = new Limiter({
-      redis: client(home.url),
-      region: { redis: client(regions[0]!.bridge.url), pool: { max: POOL_MAX, ttl: "1s" } },
-      rules: { r: fixedWindow({ limit: 10, window: "1m" }) },
-      plans: { pro: { r: { limit: 1000 } } },
-      overrides: true,
-      prefix: uniquePrefix("elsewhere"),
-      clock,
-      timeout: Number.POSITIVE_INFINITY,
-      breaker: false,
-    });
+    const limiter = withOverrides(10, clock, "elsewhere");
     await limiter.overrides.set("vip", { plan: "pro" });
     const work = background();
     for (let i = 0; i < 30; i++) {
@@ -332,18 +335,7 @@ describe("what home holds once the pools expire", () => {
 
   it("an override set by this Limiter takes its region's pool of the identifier out: the next decision is home's", async () => {
     const clock = manualClock(T0 + 1000);
-    const options: LimiterOptions = {
-      redis: client(home.url),
-      region: { redis: client(regions[0]!.bridge.url), pool: { max: POOL_MAX, ttl: "1s" } },
-      rules: { r: fixedWindow({ limit: 100, window: "1m" }) },
-      plans: { pro: { r: { limit: 1000 } } },
-      overrides: true,
-      prefix: uniquePrefix("set-drains"),
-      clock,
-      timeout: Number.POSITIVE_INFINITY,
-      breaker: false,
-    };
-    const limiter = new Limiter(options);
+    const limiter = withOverrides(100, clock, "set-drains");
     const work = background();
     // 1: cold; 2: reserves for the pool; 3: the pool answers (and is topped up)
     const sources: string[] = [];

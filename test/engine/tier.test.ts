@@ -756,25 +756,16 @@ describe("the regional tier (units in the region's database)", () => {
   it("gives back units home reserved under an override's rules (not this plan's to pool), however often the pool asks", async () => {
     const pool = fakePool();
     const custom = [compileRule("perMinute", fixedWindow({ limit: 50, window: "1m" }))];
-    const refunds: Refunded[] = [];
+    // home's refunds recorded, its reservations all under the custom rules
+    const { scripts: recording, refunds } = fakeHome();
     const scripts = {
+      ...recording,
       reserve: (_id: string, _cost: number, now: number, want: number) =>
         Promise.resolve({
           decision: admission(custom, 30, now, "custom"),
           reserved: want,
           countedAt: [T0],
         }),
-      refund: (
-        identifier: string,
-        units: number,
-        countedAt: readonly number[],
-        now: number,
-        applied: Applied,
-        origin: Origin,
-      ) => {
-        refunds.push({ identifier, units, countedAt, now, applied, origin });
-        return Promise.resolve(true);
-      },
     } as unknown as HomeScripts;
     const T = T0 + 1000;
     const home = new Home(scripts, encoding(RULES));
