@@ -231,6 +231,11 @@ export class Limiter {
   /** Ms a reset waits for Redis. */
   private readonly timeout: number;
   private readonly cache: DenyCache | undefined;
+  /**
+   * How many overrides this Limiter has changed (set, delete): a denial answered to a decision sent
+   * before the latest change is not cached (it may have been decided under the override replaced).
+   */
+  private changes = 0;
   private readonly failOpen: boolean;
   /** The caller's clock this limiter decides by (epoch ms); each Decision says what it read (`decidedAt`). */
   readonly clock: () => number;
@@ -487,10 +492,12 @@ export class Limiter {
     if (cached) return Promise.resolve(cached);
     // the lease answers on the spot, in this promise alone
     const leased = plan.isolate?.fromLease(identifier, cost, now, waitUntil);
-    if (leased !== undefined) return Promise.resolve(this.answered(leased, identifier, cost, now, plan));
+    const changes = this.changes;
+    if (leased !== undefined)
+      return Promise.resolve(this.answered(leased, identifier, cost, now, plan, changes));
     return plan.entry
       .decide(identifier, cost, now, waitUntil)
-      .then((answer) => this.answered(answer, identifier, cost, now, plan));
+      .then((answer) => this.answered(answer, identifier, cost, now, plan, changes));
   }
 
   /**
@@ -674,16 +681,21 @@ export class Limiter {
    * another region's is.
    */
   private async releaseHere(value: string, field: string): Promise<void> {
+    this.changes += 1;
     this.uncache(value, field);
-    const holds = this.holders(value, field);
-    for (const plan of this.plans.values()) plan.isolate?.releaseEach(holds);
-    if (this.regional === undefined) return;
     const now = this.now();
+    const resumes: (() => void)[] = [];
     try {
+      // held off, with what was on its way landed first (as for a reset): no reservation decided
+      // under the override replaced starts a lease or fills a pool after this
+      await this.takeOutLeases(this.holders(value, field), true, now, resumes);
+      if (this.regional === undefined) return;
       if (this.identities.nested) await this.takeOutPools(field, value, now);
       else await Promise.all([...this.plans.values()].map((plan) => plan.region?.takeOut(value, now)));
     } catch {
       // the region failed: what its pools hold of the identifier is handed out for at most maxStale
+    } finally {
+      for (const resume of resumes) resume();
     }
   }
 
@@ -724,11 +736,20 @@ export class Limiter {
    * The end of a decision past the deny cache: a failure follows `onError`, a denial is cached, an
    * admission ticketed (a lease's, to settle against its lease).
    */
-  private answered(answer: Answer, identifier: string, cost: number, now: number, plan: Plan): Decision {
+  private answered(
+    answer: Answer,
+    identifier: string,
+    cost: number,
+    now: number,
+    plan: Plan,
+    /** `changes` when the decision was sent: an override changed since, its denial is not cached. */
+    changes: number,
+  ): Decision {
     const { decision } = answer;
     if (decision === undefined)
       return this.ticket(this.failure(answer.error, now, plan.encoding), identifier, cost, answer);
     if (!decision.allowed) {
+      if (changes !== this.changes) return decision;
       const name = plan.encoding.name;
       if (!this.identities.nested) this.cache?.set(identifier, Math.max(cost, 1), now, decision, name);
       else this.cache?.setEach(this.cacheKeys(identifier), Math.max(cost, 1), now, decision, name);

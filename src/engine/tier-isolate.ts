@@ -275,26 +275,8 @@ export class IsolateTier extends Tier implements Entry, Absorber {
   }
 
   /**
-   * Ends the identifier's lease and gives its unused units back (through `waitUntil` when given, else
-   * in the background): its override changed here, and the next decision must be home's.
-   */
-  release(identifier: string, waitUntil?: WaitUntil): void {
-    const seen = this.seen.get(identifier);
-    this.end(identifier, seen, this.clock(), waitUntil);
-  }
-
-  /**
-   * Ends the lease of every identifier `holds` matches (with rules keyed by several fields: every
-   * subject sharing one identifier), as `release` does.
-   */
-  releaseEach(holds: (identifier: string) => boolean): void {
-    for (const [identifier, seen] of [...this.seen]) {
-      if (seen.lease && holds(identifier)) this.release(identifier);
-    }
-  }
-
-  /**
-   * Ends the lease of every identifier `holds` matches, for a reset (held off first: holdOff). Waits
+   * Ends the lease of every identifier `holds` matches, for a reset or an override changed here (held
+   * off first: holdOff), so that the next decision is home's. Waits
    * for the reservations of theirs on their way, whose units then join their leases (else one landing
    * before the reset's DEL would fill a lease with units the DEL erased, handed out as if counted), and
    * for this tier's refunds on their way (one landing after the DEL would give back, on the fresh

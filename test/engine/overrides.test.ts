@@ -518,6 +518,41 @@ describe("the Limiter that changes an override", () => {
     expect([back.allowed, back.source, back.plan, back.limit]).toEqual([false, "redis", "default", 1]);
   });
 
+  it("a denial decided before its set() and answered after it is not cached", async () => {
+    const { limiter } = setup({
+      rules: { daily: fixedWindow({ limit: 1, window: "1d" }) },
+      plans: undefined,
+    });
+    await limiter.limit("x");
+    // the next decision is run by Redis (denied: 1 of 1), and its answer held until set() resolved
+    const real = globalThis.fetch;
+    let decided!: () => void;
+    let release!: () => void;
+    const atRedis = new Promise<void>((resolve) => (decided = resolve));
+    const held = new Promise<void>((resolve) => (release = resolve));
+    let armed = true;
+    globalThis.fetch = (async (input: RequestInfo | URL, init?: RequestInit) => {
+      const response = await real(input, init);
+      if (armed && typeof init?.body === "string" && init.body.includes("EVALSHA")) {
+        armed = false;
+        decided();
+        await held;
+      }
+      return response;
+    }) as typeof fetch;
+    try {
+      const before = limiter.limit("x");
+      await atRedis;
+      await limiter.overrides.set("x", { rules: { daily: { limit: 5 } } });
+      release();
+      expect(await before).toMatchObject({ allowed: false, source: "redis", plan: "default" });
+    } finally {
+      globalThis.fetch = real;
+    }
+    // its denial was not cached: the next decision is Redis's, under the override
+    expect(await limiter.limit("x")).toMatchObject({ allowed: true, source: "redis", plan: "custom" });
+  });
+
   it("drops its lease of the identifier and gives the unused units back", async () => {
     const rules = { r: fixedWindow({ limit: 1000, window: "1h" }) };
     const { limiter, clock, prefix } = setup({ rules, plans: undefined, lease: { max: 50, ttl: "1s" } });

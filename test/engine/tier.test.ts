@@ -289,7 +289,7 @@ describe("the isolate tier (units in memory)", () => {
     const leased = await decide(tier, "a", 1, T0 + 1);
     expect(leased).toMatchObject({ source: "lease", plan: "custom", limit: 50, remaining: 45 });
     expect(leased.decidedBy).toBe(custom);
-    tier.release("a");
+    await tier.takeOut((id) => id === "a", true, T0 + 10);
     await tier.dispose();
     expect(fake.refunds).toHaveLength(1);
     expect(fake.refunds[0]).toMatchObject({ units: 5, countedAt: [T0], now: T0 + 10 });
