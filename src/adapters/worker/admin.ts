@@ -52,6 +52,7 @@ import { Limiter } from "../../engine/limiter.js";
 import type { Override, Overrides } from "../../engine/overrides.js";
 import type { RestConnection } from "../../engine/rest.js";
 import { transportFor } from "../../engine/transport.js";
+import type { Decision } from "../../engine/types.js";
 import { PROBLEM_JSON } from "../../http/headers.js";
 import { clientKey, type IpAddress } from "../ip.js";
 import type { AnalyticsConfig, RouteConfig } from "./config.js";
@@ -233,6 +234,8 @@ const throttles = new Map<string, Limiter>();
 class Throttle {
   private readonly limiter: Limiter | undefined;
   private readonly id: string;
+  /** This request's try, counted before its token was compared (tried). */
+  private counted: Decision | undefined;
 
   /** `ip`: the client's address, as the Worker determines it (clientIp). */
   constructor(context: AdminContext, ip: IpAddress | undefined) {
@@ -259,15 +262,24 @@ class Throttle {
     this.limiter = limiter;
   }
 
-  /** The seconds to wait when the address has used up its wrong tries, else undefined. */
-  async blocked(): Promise<number | undefined> {
+  /**
+   * Counts one try before its token is compared, so that tries sent at once are each counted (a peek
+   * first would let them all through): the seconds to wait when the address has used up its wrong
+   * tries, else undefined. A try that was not a wrong one then goes back (`notWrong`).
+   */
+  async tried(): Promise<number | undefined> {
     if (this.limiter === undefined) return undefined;
-    const peek = await this.limiter.limit(this.id, { cost: 0 });
-    return peek.allowed ? undefined : Math.max(1, Math.ceil(peek.retryAfter / 1000));
+    const counted = await this.limiter.limit(this.id);
+    if (!counted.allowed) return Math.max(1, Math.ceil(counted.retryAfter / 1000));
+    this.counted = counted;
+    return undefined;
   }
 
-  async wrong(): Promise<void> {
-    await this.limiter?.limit(this.id);
+  /** The try was right (or was right once: an expired session): it goes back. */
+  async notWrong(): Promise<void> {
+    const counted = this.counted;
+    this.counted = undefined;
+    if (counted !== undefined) await this.limiter!.settle(counted, 0);
   }
 }
 
@@ -294,7 +306,7 @@ async function pageAuthorized(
   const bearerGiven = /^bearer[ \t]+[^ \t]/i.test(header ?? "");
   const password = basicPassword(header);
   if (!bearerGiven && password === undefined && session === undefined) return "none";
-  const wait = await throttle.blocked();
+  const wait = await throttle.tried();
   if (wait !== undefined) return wait;
   const now = (context.clock ?? Date.now)();
   const [bearer, basic, read] = await Promise.all([
@@ -302,12 +314,10 @@ async function pageAuthorized(
     same(password, token),
     session === undefined ? undefined : checkSession(session, token, now),
   ]);
-  if (bearer || basic) return "ok";
-  if (read?.ok && !(await ended(context, read.nonce))) return "ok";
-  if (bearerGiven || password !== undefined || (read?.ok === false && read.why === "forged")) {
-    await throttle.wrong();
-  }
-  return "none";
+  const ok = bearer || basic || (read?.ok === true && !(await ended(context, read.nonce)));
+  const wrong = bearerGiven || password !== undefined || (read?.ok === false && read.why === "forged");
+  if (ok || !wrong) await throttle.notWrong();
+  return ok ? "ok" : "none";
 }
 
 /** Whether the session was logged out of; a Redis that cannot tell ends it too (fail closed). */
@@ -449,11 +459,11 @@ export function adminApp(options: AdminOptions): AdminApp {
       realm: "edgelimit",
       verifyToken: async (given, c: Context<AdminEnv>) => {
         const throttle = c.get("throttle");
-        const wait = await throttle.blocked();
+        const wait = await throttle.tried();
         c.set("wait", wait);
         if (wait !== undefined) return false;
         const right = await same(given, token);
-        if (!right) await throttle.wrong();
+        if (right) await throttle.notWrong();
         return right;
       },
       noAuthenticationHeader: { message: () => problem(401, UNAUTHORIZED) },
@@ -463,10 +473,7 @@ export function adminApp(options: AdminOptions): AdminApp {
         wwwAuthenticateHeader: BEARER_CHALLENGE,
         message: async (c: Context<AdminEnv>) => {
           if (/^bearer[ \t]+[^ \t]/i.test(c.req.header("authorization") ?? "")) {
-            const throttle = c.get("throttle");
-            const wait = await throttle.blocked();
-            c.set("wait", wait);
-            if (wait === undefined) await throttle.wrong();
+            c.set("wait", await c.get("throttle").tried());
           }
           return refused(c);
         },
@@ -806,15 +813,13 @@ async function login(
   const text = await readBody(request);
   if (text instanceof Response) return text;
   const given = new URLSearchParams(text).get("token") ?? undefined;
-  const wait = await throttle.blocked();
+  const wait = await throttle.tried();
   if (wait !== undefined) {
     const message = `Too many wrong tokens from this address; try again in ${wait} s.`;
     return html(loginPage(adminPath, message), 429, { "Retry-After": String(wait) });
   }
-  if (!(await same(given, token))) {
-    await throttle.wrong();
-    return html(loginPage(adminPath, "That is not the admin token."), 401);
-  }
+  if (!(await same(given, token))) return html(loginPage(adminPath, "That is not the admin token."), 401);
+  await throttle.notWrong();
   const value = await sessionValue(token, (context.clock ?? Date.now)());
   return new Response(null, {
     status: 303,

@@ -103,6 +103,26 @@ describe("on only with the secret, and only to its bearer", () => {
     }
   });
 
+  test("wrong bearer tokens sent at once are each counted: at most 5 are compared; right ones use up no tries", async () => {
+    const env = adminEnv([route("header:x-api-key")]);
+    const list = async (authorization: string, ip: string) => {
+      const response = await call(env, "/_edgelimit/overrides/api", {
+        headers: { Authorization: authorization },
+        ip,
+      });
+      await response.arrayBuffer();
+      return response.status;
+    };
+    // right tokens first: none counts as a try
+    for (let i = 0; i < 8; i++) expect(await list(`Bearer ${TOKEN}`, "192.0.2.90")).toBe(200);
+    const statuses = await Promise.all(
+      Array.from({ length: 8 }, (_, i) => list(`Bearer wrong-${i}`, "192.0.2.90")),
+    );
+    expect(statuses.filter((s) => s === 401)).toHaveLength(5);
+    expect(statuses.filter((s) => s === 429)).toHaveLength(3);
+    expect(await list(`Bearer ${TOKEN}`, "192.0.2.90")).toBe(429);
+  });
+
   test("wrong bearer tokens from one address: 429 with Retry-After after 5 in a minute; other addresses unaffected", async () => {
     const env = adminEnv([route("header:x-api-key")]);
     const list = async (authorization: string, ip: string) => {
