@@ -355,9 +355,11 @@ export class Overrides {
         });
       } else if (issues.every((issue) => issue.path[0] !== "plan")) {
         // an override of an identifier in `field` changes only the rules keyed by it
+        // (own rules only: "toString" names none, and is checkChanges' to refuse)
         for (const name of Object.keys(rules)) {
-          const by = (context.rules[name] as { by?: string } | undefined)?.by ?? "id";
-          if (context.rules[name] !== undefined && by !== field) {
+          if (!Object.hasOwn(context.rules, name)) continue;
+          const by = (context.rules[name] as { by?: string }).by ?? "id";
+          if (by !== field) {
             issues.push({
               path: ["rules", name],
               message: `keyed by ${JSON.stringify(by)}, not ${JSON.stringify(field)}: an override of { ${field}: ... } changes only the rules keyed by ${field}`,

@@ -606,9 +606,9 @@ function otherRule(route: AdminRoute, by: KeyedBy, override: Override): Response
   const rules = (override as { rules?: unknown }).rules;
   if (rules === null || typeof rules !== "object" || Array.isArray(rules)) return undefined;
   for (const name of Object.keys(rules)) {
-    const rule = route.rules[name] as { by?: string } | undefined;
-    // an unknown rule is set()'s to name
-    if (rule === undefined) continue;
+    // an unknown rule is set()'s to name ("toString" or "__proto__" included: own rules only)
+    if (!Object.hasOwn(route.rules, name)) continue;
+    const rule = route.rules[name] as { by?: string };
     const field = rule.by ?? "id";
     if (field === by.field) continue;
     const spec = keySpecText(route.identifiers[field]!);

@@ -334,6 +334,21 @@ describe("hostile input: a 4xx problem naming the field, and nothing stored", ()
         "color: not an override field; it takes plan, rules, expiresAt",
       ],
       ["PUT", base, {}, 400, 'plan: give plan, rules or both, e.g. { plan: "pro" }'],
+      // a rule named as an Object property is no rule of the route's
+      [
+        "PUT",
+        base,
+        { rules: { toString: { limit: 5 } } },
+        400,
+        "rules.toString: not a rule; the rules are perHour",
+      ],
+      [
+        "PUT",
+        base,
+        { rules: { hasOwnProperty: {} } },
+        400,
+        "rules.hasOwnProperty: not a rule; the rules are perHour",
+      ],
       ["PUT", base, { plan: "pro", expiresAt: 1 }, 400, "expiresAt: must be a whole epoch ms after now"],
       ["PUT", "/_edgelimit/overrides/api", { plan: "pro" }, 400, "key: required"],
       [

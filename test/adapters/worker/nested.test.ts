@@ -182,6 +182,15 @@ describe("overrides of one identifier (?by=)", () => {
     return ((await response.json()) as { detail: string }).detail;
   }
 
+  test("a rule named as an Object property is no rule of the route's, by any key", async () => {
+    const { env } = setup([2, 2, 100], { overrides: true });
+    for (const name of ["toString", "hasOwnProperty"]) {
+      expect(
+        await detail(await put(env, "by=ip&key=192.0.2.1", { rules: { [name]: { limit: 5 } } }), 400),
+      ).toBe(`rules.${name}: not a rule; the rules are perKey, perIp, global`);
+    }
+  });
+
   test("an address's override raises its perIp alone; the key's override its perKey", async () => {
     const { env, left, send } = setup([2, 2, 100], { overrides: true });
     const raised = await put(env, "by=ip&key=192.0.2.1", { rules: { perIp: { limit: 4 } } });
