@@ -144,13 +144,29 @@ export function identifierOf(spec: KeySpec, value: string): string | undefined {
       return "global";
     case "header": {
       const trimmed = value.trim();
-      return trimmed ? hashed(trimmed) : undefined;
+      if (!trimmed) return undefined;
+      return hashed(CREDENTIALS.includes(spec.name) ? oneSpelling(trimmed) : trimmed);
     }
     case "cookie": {
       const unquoted = unquote(value.trim());
       return unquoted ? hashed(unquoted) : undefined;
     }
   }
+}
+
+/** Headers of "<scheme> <credentials>" (RFC 9110 §11.4): the scheme is case-insensitive, then 1 or more spaces. */
+const CREDENTIALS = ["authorization", "proxy-authorization"];
+
+/**
+ * One spelling of a credential however it is sent, so that "bearer  K" is counted as "Bearer K": the
+ * scheme with a capital first letter and the rest small (as "Bearer" and "Basic" are written), one
+ * space, the credentials as sent.
+ */
+function oneSpelling(value: string): string {
+  const parts = /^([!#$%&'*+.^_`|~0-9A-Za-z-]+)[ \t]+(.*)$/.exec(value);
+  if (!parts) return value;
+  const scheme = parts[1]!;
+  return `${scheme[0]!.toUpperCase()}${scheme.slice(1).toLowerCase()} ${parts[2]}`;
 }
 
 // One counter per path however it is spelt: /login;x and /login%2F are /login.
@@ -160,7 +176,8 @@ const unquote = (value: string) =>
   value.length >= 2 && value.startsWith('"') && value.endsWith('"') ? value.slice(1, -1) : value;
 
 /**
- * The value of cookie `name` in a Cookie header (the first, if sent twice), unquoted; undefined if absent.
+ * The value of cookie `name` in a Cookie header, unquoted; undefined if absent, or if sent twice with
+ * two values (origins read either one: Django the last, others the first).
  *
  * @example
  * cookie("a=1; session=abc", "session") // "abc"
@@ -170,13 +187,17 @@ export function cookie(header: string | null, name: string): string | undefined 
   return value === undefined ? undefined : unquote(value);
 }
 
-// The value of cookie `name` as sent (trimmed, quotes kept), the first if sent twice.
+// The value of cookie `name` as sent (trimmed, quotes kept); undefined if sent twice with two values,
+// so that a request naming no one key counts as one with none (a 401), whichever its origin reads.
 function cookieText(header: string | null, name: string): string | undefined {
   if (!header) return undefined;
+  let found: string | undefined;
   for (const pair of header.split(";")) {
     const eq = pair.indexOf("=");
     if (eq === -1 || pair.slice(0, eq).trim() !== name) continue;
-    return pair.slice(eq + 1).trim();
+    const value = pair.slice(eq + 1).trim();
+    if (found !== undefined && found !== value) return undefined;
+    found = value;
   }
-  return undefined;
+  return found;
 }

@@ -80,7 +80,9 @@ describe("keys", () => {
     ["a=1; sid=abc; b=2", "sid", "abc"],
     ["sid=abc", "sid", "abc"],
     ['sid="quoted"', "sid", "quoted"],
-    ["sid=first; sid=second", "sid", "first"],
+    // sent twice: one value, or none (origins read either: a request naming two keys names none)
+    ["sid=first; sid=second", "sid", undefined],
+    ["sid=same; a=1; sid=same", "sid", "same"],
     ["xsid=1; sidx=2", "sid", undefined],
     ["sid=", "sid", ""],
     ["", "sid", undefined],
@@ -115,6 +117,20 @@ describe("identifierOf: a value as an operator gives it, the identifier a reques
     expect(identifierOf(cookieKey, '""')).toBeUndefined();
     for (const bad of ["abc", "192.0.2.1/24", "1.2.3.4.5", ""]) expect(identifierOf(ip, bad)).toBeUndefined();
     expect(identifierOf({ kind: "path" }, "users")).toBeUndefined();
+  });
+
+  it("a credential is counted in one spelling: the scheme's case and the spaces after it do not matter", () => {
+    const authorization: KeySpec = { kind: "header", name: "authorization" };
+    const one = identifierOf(authorization, "Bearer K1");
+    expect(one).toBe(`sha256:${sha256Hex("Bearer K1")}`);
+    for (const spelt of ["bearer K1", "BEARER   K1", "Bearer\tK1", " beaRer  K1 "]) {
+      expect(identifierOf(authorization, spelt)).toBe(one);
+      expect(fromRequest(authorization, request({ Authorization: spelt }))).toBe(one);
+    }
+    expect(identifierOf(authorization, "Bearer K2")).not.toBe(one);
+    expect(identifierOf(authorization, "Basic K1")).not.toBe(one);
+    // another header's value stays as sent
+    expect(identifierOf(header, "bearer K1")).not.toBe(identifierOf(header, "Bearer K1"));
   });
 
   it("a header's value: the same identifier as a request carrying it", () => {
