@@ -1,4 +1,5 @@
 import type { Context, Env, MiddlewareHandler } from "hono";
+import type { ConcurrencyDecision } from "../../engine/concurrency.js";
 import type { Limiter } from "../../engine/limiter.js";
 import type { Decision, Settlement } from "../../engine/types.js";
 import { type FailureLog, failureLog } from "../../http/error-log.js";
@@ -184,13 +185,17 @@ export const rateLimit = <E extends Env = Env>({
     await next();
     // Set after the handler: a handler's own `new Response()` replaces c.res and would drop them.
     for (const [name, value] of Object.entries(headers)) c.header(name, value);
-    if (settle === undefined) return;
+    const settled = decision.allowed && decision.source !== "error";
+    // A slot refused after this middleware (concurrencyLimit, as the Worker stacks them) served
+    // nothing: the reservation goes back whatever `settle` says (served in shadow mode, it stays).
+    const slot = (c.get as (key: string) => unknown)("concurrency") as ConcurrencyDecision | undefined;
+    const slotRefused = slot?.allowed === false && c.res.headers.get(SHADOW_HEADER) !== "denied";
+    if (settle === undefined && !slotRefused) return;
     // What a request that is not settled costs stays its reservation; every case says why in the log.
     const unsettled = (why: string) => {
       const line = usageLog.record(`${where.method} ${where.path}: ${why}`);
       if (line) log({ kind: "usage", message: line, ...where });
     };
-    const settled = decision.allowed && decision.source !== "error";
     const charge = (actual: number) => {
       // refused: a bad actual or a decision already settled (a function's answer, say)
       const failed = (error: Error) => unsettled(`the settle of ${actual} was refused: ${error.message}`);
@@ -210,6 +215,11 @@ export const rateLimit = <E extends Env = Env>({
         failed(error as Error);
       }
     };
+    if (slotRefused) {
+      if (settled) charge(0);
+      return;
+    }
+    if (settle === undefined) return;
     if (typeof settle === "function") {
       if (!settled) return;
       const actual = await settle(ctx, decision);

@@ -96,6 +96,28 @@ describe('the "concurrency" route option', () => {
     await second.settled();
   });
 
+  test("a request refused a slot consumes nothing of the rate rules", async () => {
+    const env = routeEnv(1);
+    const gate = crypto.randomUUID();
+    const held = await send(env, `/gate/${gate}`, "192.0.2.40");
+    expect(held.response.status).toBe(200);
+    for (let i = 0; i < 3; i++) {
+      const refused = await send(env, "/status/200", "192.0.2.40");
+      expect(refused.response.status).toBe(429);
+      await refused.response.text();
+      await refused.settled(); // its reservation given back
+    }
+    await openGate(gate);
+    await held.response.text();
+    await held.settled();
+    // 1000 an hour: the held request and this one are all that count (a unit comes back every 3.6 s)
+    const next = await send(env, "/status/200", "192.0.2.40");
+    expect(next.response.status).toBe(200);
+    expect(next.response.headers.get("ratelimit")).toMatch(/^"perHour";r=99[89];t=\d+$/);
+    await next.response.text();
+    await next.settled();
+  });
+
   test("gives the slot back when the client goes away mid-body", async () => {
     const env = routeEnv(1);
     const gate = crypto.randomUUID();
