@@ -229,43 +229,45 @@ export function findRoute<R extends { readonly match: RouteMatch }>(
 const MAX_FORM_BYTES = 64 * 1024;
 
 /**
- * The methods a POST's form body names in `_method` fields (Rails, Laravel and Symfony read them there
- * first), among `known`: an `application/x-www-form-urlencoded` or `multipart/form-data` body, or one
- * without a Content-Type (Rack parses that as a form too). The body is read from a clone, up to 64 KiB,
- * and still streams to the origin whole; a longer one counts as naming every method in `known`, since
- * the field may be past what was read. Anything else names none.
+ * The methods a POST's body may name in a method field, among `known`, however its origin reads it:
+ * Rails, Laravel and Symfony read `_method` from a form (whatever its Content-Type says, or without
+ * one: Rack parses that as a form), Laravel from a JSON body too, PHP after turning ".", " " and "["
+ * in a name into "_", Rack after splitting on ";". So no parser is trusted: a body that holds "method"
+ * at all (percent- and \u-escapes read first) names every known method written in it as a word. The
+ * body is read from a clone, up to 64 KiB, and still streams to the origin whole; a longer one counts
+ * as naming every method in `known`, since the field may be past what was read. A body that names
+ * a method only in passing ("payment_method" beside the word "put") is counted under it too: a
+ * request may pay for a route it does not reach, never pass one it does.
  *
  * @example
  * await formMethods(request, new Set(["DELETE"])) // ["DELETE"] for a POST of "_method=delete"
  */
 export async function formMethods(request: Request, known: ReadonlySet<string>): Promise<string[]> {
   if (request.method.toUpperCase() !== "POST" || request.body === null || known.size === 0) return [];
-  const contentType = request.headers.get("content-type") ?? "";
-  const type = contentType.split(";")[0]!.trim().toLowerCase();
-  const multipart = type === "multipart/form-data";
-  if (!multipart && type !== "application/x-www-form-urlencoded" && type !== "") return [];
   // A body too long to read, or one that failed on the way, may name any method.
   const bytes = await readUpTo(request.clone().body!, MAX_FORM_BYTES).catch(() => undefined);
   if (bytes === undefined) return [...known];
-  let values: string[];
-  try {
-    values = multipart
-      ? (await new Response(bytes, { headers: { "content-type": contentType } }).formData())
-          .getAll("_method")
-          .filter((value): value is string => typeof value === "string")
-      : new URLSearchParams(new TextDecoder().decode(bytes)).getAll("_method");
-  } catch {
-    return []; // a form no parser reads names no method to the origin either
-  }
-  const methods: string[] = [];
-  for (const value of values) {
-    for (const part of value.split(",")) {
-      const method = part.trim().toUpperCase();
-      if (known.has(method) && !methods.includes(method)) methods.push(method);
-    }
-  }
-  return methods;
+  return namedIn(new TextDecoder().decode(bytes), known);
 }
+
+/** `text` with its percent-escapes (%44) and JSON \u-escapes (\u0044) read, as an origin reads them. */
+const unescaped = (text: string) =>
+  text
+    .replace(/%([0-9a-f]{2})/gi, (_, hex: string) => String.fromCharCode(Number.parseInt(hex, 16)))
+    .replace(/\\u([0-9a-f]{4})/gi, (_, hex: string) => String.fromCharCode(Number.parseInt(hex, 16)));
+
+/** The methods of `known` a text may name in a method field: with "method" in it, each written in it as a word. */
+function namedIn(text: string, known: ReadonlySet<string>): string[] {
+  const plain = unescaped(text);
+  if (!/method/i.test(plain)) return [];
+  return [...known].filter((method) => {
+    const token = method.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+    return new RegExp(`(?:^|[^a-z])${token}(?:$|[^a-z])`, "i").test(plain);
+  });
+}
+
+/** Whether a query field's name is `_method` as an origin reads it (PHP turns ".", " " and "[" into "_"). */
+const isMethodField = (name: string) => name.replace(/[. []/g, "_").toLowerCase() === "_method";
 
 /** The whole of `body` when it holds at most `limit` bytes, else undefined (the rest left unread). */
 async function readUpTo(
@@ -301,8 +303,9 @@ const METHOD_OVERRIDES = ["x-http-method-override", "x-http-method", "x-method-o
 
 /**
  * The methods a request asks the origin for: its own, then each one an override names
- * (`X-HTTP-Method-Override`, `X-HTTP-Method`, `X-Method-Override`, a `_method` query parameter; any
- * case, comma lists too), since an origin honouring the override serves it as that method. Only
+ * (`X-HTTP-Method-Override`, `X-HTTP-Method`, `X-Method-Override`, a `_method` query parameter, also
+ * spelt `.method`, ` method` or `[method` (PHP reads them all as `_method`) or after a ";"; any case,
+ * comma lists too), since an origin honouring the override serves it as that method. Only
  * methods in `known` (the ones routes name) are kept: no other can change which routes apply.
  *
  * @example
@@ -321,9 +324,11 @@ export function requestedMethods(request: Request, known: ReadonlySet<string>): 
     const value = request.headers.get(name);
     if (value !== null) add(value);
   }
-  // no URL parsing for the many requests without a query (a key may be percent-encoded: %5Fmethod)
+  // no URL parsing for the many requests without a query (a key may be percent-encoded: %5Fmethod;
+  // Rack also splits on ";")
   if (request.url.includes("?")) {
-    for (const value of new URL(request.url).searchParams.getAll("_method")) add(value);
+    const query = new URL(request.url).search.slice(1).replaceAll(";", "&");
+    for (const [name, value] of new URLSearchParams(query)) if (isMethodField(name)) add(value);
   }
   return methods;
 }

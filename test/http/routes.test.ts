@@ -223,6 +223,11 @@ describe("requestedMethods: the request's own, then every override naming a meth
     // a method no route names cannot change which routes apply: not kept
     ["/x?_method=purge", { "X-HTTP-Method-Override": "GET, TRACE" }, ["POST"]],
     ["/x?method=delete&x_method=delete", {}, ["POST"]],
+    // as PHP reads a name (".", " ", "[" become "_") and Rack splits a query (";" too)
+    ["/x?.method=delete", {}, ["POST", "DELETE"]],
+    ["/x?%20method=put", {}, ["POST", "PUT"]],
+    ["/x?[method=patch", {}, ["POST", "PATCH"]],
+    ["/x?a=1;_method=delete", {}, ["POST", "DELETE"]],
   ])("%s %j → %j", (url, headers, expected) => {
     expect(methods(url, headers)).toEqual(expected);
   });
@@ -257,12 +262,28 @@ describe("formMethods: a POST form's _method fields, read from a clone", () => {
     expect(await formMethods(post(`a=${"x".repeat(64 * 1024 - 2)}`, urlencoded), known)).toEqual([]);
   });
 
-  test("none from a non-form type, another method, an unknown method or a broken multipart", async () => {
-    expect(await formMethods(post("_method=delete", { "Content-Type": "text/plain" }), known)).toEqual([]);
+  test("whatever parser the origin runs: any type, JSON, mangled names, escapes, a broken multipart", async () => {
+    const bodies: [string, Record<string, string>][] = [
+      ["_method=delete", { "Content-Type": "text/plain" }],
+      ["_method=delete", { "Content-Type": "application/x-www-form-urlencoded,x" }],
+      ['{"_method":"DELETE"}', { "Content-Type": "application/json" }],
+      ['{"_method":"\\u0044ELETE"}', { "Content-Type": "application/json" }],
+      [".method=DELETE", urlencoded],
+      ["a=1;_method=delete", urlencoded],
+      ["%5Fmethod=%44ELETE", urlencoded],
+      ["_method=delete", { "Content-Type": "multipart/form-data; boundary=zz" }],
+    ];
+    for (const [body, headers] of bodies)
+      expect([body, await formMethods(post(body, headers), known)]).toEqual([body, ["DELETE"]]);
+  });
+
+  test("none from another method, an unknown method, or a body that never says method", async () => {
     expect(await formMethods(post("_method=delete", urlencoded, "PUT"), known)).toEqual([]);
     expect(await formMethods(post("_method=purge", urlencoded), known)).toEqual([]);
-    const broken = post("_method=delete", { "Content-Type": "multipart/form-data; boundary=zz" });
-    expect(await formMethods(broken, known)).toEqual([]);
+    expect(
+      await formMethods(post('{"action":"delete","put":1}', { "Content-Type": "application/json" }), known),
+    ).toEqual([]);
+    expect(await formMethods(post("_method=deleted", urlencoded), known)).toEqual([]);
   });
 });
 
