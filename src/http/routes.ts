@@ -299,7 +299,7 @@ async function readUpTo(
 }
 
 /** Where frameworks read the method a request asks for instead of its own (Rails, Laravel, Symfony, Express). */
-const METHOD_OVERRIDES = ["x-http-method-override", "x-http-method", "x-method-override"];
+export const METHOD_OVERRIDES = ["x-http-method-override", "x-http-method", "x-method-override"];
 
 /**
  * The methods a request asks the origin for: its own, then each one an override names

@@ -18,6 +18,7 @@ import { PROBLEM_JSON } from "../../http/headers.js";
 import {
   compileRoutes,
   formMethods,
+  METHOD_OVERRIDES,
   normalizePath,
   type RouteTable,
   requestedMethods,
@@ -268,7 +269,30 @@ async function origin(c: Context<AppEnv>): Promise<Response> {
  */
 function toOrigin(request: Request, config: EdgelimitConfig): Promise<Response> {
   const drop = config.routes.flatMap(({ settle }) => (settle && "header" in settle ? [settle.header] : []));
-  return forward(request, config.origin, { drop });
+  return forward(request, config.origin, { drop, keep: readFields(config) });
+}
+
+const fieldsRead = new WeakMap<EdgelimitConfig, ReadonlySet<string>>();
+
+/**
+ * The request fields a decision under `config` may read: every route's key headers (Cookie for a
+ * cookie key), Authorization, Content-Type and the method overrides. A client's Connection cannot
+ * strip them on the way to the origin (a key counted here, then stripped, would let the origin fall
+ * back to another, uncounted one).
+ */
+function readFields(config: EdgelimitConfig): ReadonlySet<string> {
+  let fields = fieldsRead.get(config);
+  if (fields === undefined) {
+    const read = new Set(["cookie", "authorization", "content-type", ...METHOD_OVERRIDES]);
+    for (const route of config.routes) {
+      for (const spec of [route.key, ...Object.values(route.identifiers)]) {
+        if (spec.kind === "header") read.add(spec.name);
+      }
+    }
+    fields = read;
+    fieldsRead.set(config, fields);
+  }
+  return fields;
 }
 
 function problem(status: number, title: string, detail: string): Response {

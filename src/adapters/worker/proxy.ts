@@ -10,7 +10,8 @@
 // The same goes for every other client-IP field an origin may read (True-Client-IP, X-Client-IP,
 // CF-Connecting-IPv6, ...: CLIENT_IP_HEADERS): one the client sent reaches the origin rewritten to the
 // real address, or not at all. A client's Connection cannot name these fields (nor Cloudflare's CF-*)
-// to strip them: hop-by-hop is the client's say over its own fields, not over the ones written for it.
+// to strip them: hop-by-hop is the client's say over its own fields, not over the ones written for it;
+// nor the fields a decision read (ForwardOptions.keep), which the origin must be sent as counted.
 
 import { formatIp, isIpv4 } from "../ip.js";
 import { CLIENT_IP_HEADERS, clientIp } from "./identity.js";
@@ -57,6 +58,11 @@ function isWrittenForClient(name: string): boolean {
 export interface ForwardOptions {
   /** Request fields never passed on, e.g. the field the origin states a cost in: only it may write it. */
   readonly drop?: Iterable<string>;
+  /**
+   * Request fields the decision read (lowercase: a route's key header, Cookie, a method override): a
+   * client's Connection cannot strip them on the way, so the origin is sent what was counted.
+   */
+  readonly keep?: ReadonlySet<string>;
 }
 
 /** Whether `request` asks to become a WebSocket (`Upgrade: websocket`): the one upgrade proxied. */
@@ -82,7 +88,8 @@ export async function forward(
   const url = new URL(request.url);
   const webSocket = isWebSocketUpgrade(request);
   const headers = new Headers(request.headers);
-  dropHopByHop(headers, webSocket, isWrittenForClient);
+  const keep = options.keep;
+  dropHopByHop(headers, webSocket, (name) => isWrittenForClient(name) || keep?.has(name) === true);
   headers.delete("host");
   for (const name of options.drop ?? []) headers.delete(name);
   const ip = clientIp(request.headers);

@@ -161,6 +161,27 @@ describe("what the origin receives", () => {
     expect(valuesOf(received, "x-hop")).toEqual([]);
   });
 
+  test("a client's Connection cannot strip a field a decision read: a route's key, Cookie, Authorization, method overrides", async () => {
+    const keyed = { ...open, name: "keyed", key: "header:x-api-key" };
+    const response = await call(proxyEnv([keyed]), "/?api_key=REAL", {
+      headers: {
+        Connection: "X-API-Key, Cookie, Authorization, Content-Type, X-HTTP-Method-Override, X-Hop",
+        "X-API-Key": "counted",
+        Cookie: "sid=1",
+        Authorization: "Bearer counted",
+        "X-HTTP-Method-Override": "DELETE",
+        "X-Hop": "private to this hop",
+      },
+    });
+    const received = (await response.json()) as Received;
+    // the origin is sent the key that was counted, not left to fall back to another
+    expect(valuesOf(received, "x-api-key")).toEqual(["counted"]);
+    expect(valuesOf(received, "cookie")).toEqual(["sid=1"]);
+    expect(valuesOf(received, "authorization")).toEqual(["Bearer counted"]);
+    expect(valuesOf(received, "x-http-method-override")).toEqual(["DELETE"]);
+    expect(valuesOf(received, "x-hop")).toEqual([]);
+  });
+
   test("a WebSocket upgrade is proxied with its Upgrade header, and nothing else hop-by-hop", async () => {
     const response = await call(proxyEnv(), "/socket", {
       headers: {
