@@ -29,6 +29,12 @@ export {
 export type RateLimitVariables = { rateLimit: Decision };
 
 /**
+ * The usage headers a rateLimit took off a request's response (by its context), so that another one
+ * around it, settling by the same header (routes stacked on one request), still reads it.
+ */
+const taken = new WeakMap<object, Map<string, string>>();
+
+/**
  * Something worth a log line: a denial shadow mode let through, a request without a key it let through,
  * or a decision Redis could not make. `message` is a ready-made line; it leaves the key out, since a key
  * may be a secret (an API key) or personal data.
@@ -227,9 +233,15 @@ export const rateLimit = <E extends Env = Env>({
       return;
     }
     if ("header" in settle) {
-      const value = c.res.headers.get(settle.header);
+      // (an inner route that settles by the same header has taken it off the response already)
+      const value = c.res.headers.get(settle.header) ?? taken.get(c)?.get(settle.header) ?? null;
       // The origin's accounting is not the client's business unless the route says so.
-      if (!settle.expose && value !== null) c.header(settle.header, undefined);
+      if (!settle.expose && value !== null && c.res.headers.has(settle.header)) {
+        c.header(settle.header, undefined);
+        const of = taken.get(c) ?? new Map<string, string>();
+        of.set(settle.header, value);
+        taken.set(c, of);
+      }
       if (!settled) return;
       // The header is the origin's own statement, trusted at any status (an origin that failed after
       // doing work charges it); but a handler that copies request headers would let the client write

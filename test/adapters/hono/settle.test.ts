@@ -77,6 +77,47 @@ function setup(settle: SettleOption, options: { waitUntil?: boolean; mode?: "sha
 }
 
 describe("rateLimit with settle", () => {
+  it("two rateLimits stacked on one request, settling by one header: each reads it, the client sees it not", async () => {
+    const clock = manualClock();
+    const limiter = new Limiter({
+      redis: bridgeRedis(),
+      prefix: uniquePrefix("hono-stacked"),
+      rules: { perHour: gcra({ limit: 10_000, period: "1h" }) },
+      clock,
+      timeout: 15_000,
+    });
+    const events: RateLimitEvent[] = [];
+    const app = new Hono<{ Variables: RateLimitVariables }>();
+    for (const key of ["outer", "inner"]) {
+      app.use(
+        "/api/*",
+        rateLimit({
+          limiter,
+          key: () => key,
+          cost: () => 1_000,
+          settle: { header: "x-usage" },
+          log: (e) => events.push(e),
+        }),
+      );
+    }
+    app.get("/api/work", (c) => {
+      c.header("x-usage", "370");
+      return c.text("served");
+    });
+    const pending: Promise<unknown>[] = [];
+    const ctx = {
+      waitUntil: (p: Promise<unknown>) => void pending.push(p),
+      passThroughOnException: () => {},
+      props: {},
+    };
+    const response = await app.request("/api/work", undefined, {}, ctx);
+    expect(response.headers.get("x-usage")).toBeNull();
+    await Promise.all(pending);
+    for (const key of ["outer", "inner"])
+      expect((await limiter.limit(key, { cost: 0 })).remaining).toBe(10_000 - 370);
+    expect(events).toEqual([]);
+  });
+
   it("a header: 370 charged of the 1,000 reserved, the header removed, through waitUntil", async () => {
     const { get, peek, settled } = setup({ header: "x-usage" });
     const response = await get("/api/header?value=370");
