@@ -78,14 +78,8 @@ function setup(settle: SettleOption, options: { waitUntil?: boolean; mode?: "sha
 
 describe("rateLimit with settle", () => {
   it("two rateLimits stacked on one request, settling by one header: each reads it, the client sees it not", async () => {
-    const clock = manualClock();
-    const limiter = new Limiter({
-      redis: bridgeRedis(),
-      prefix: uniquePrefix("hono-stacked"),
-      rules: { perHour: gcra({ limit: 10_000, period: "1h" }) },
-      clock,
-      timeout: 15_000,
-    });
+    // setup's Limiter, in an app of two rateLimits of its own
+    const { limiter } = setup({ header: "x-usage" });
     const events: RateLimitEvent[] = [];
     const app = new Hono<{ Variables: RateLimitVariables }>();
     for (const key of ["outer", "inner"]) {

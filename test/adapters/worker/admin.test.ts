@@ -12,6 +12,10 @@ const ABC = "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f200
 const perHour = { perHour: { algorithm: "gcra", limit: 2, period: "1h" } };
 const plans = { pro: { perHour: { limit: 10 } } };
 
+/** The overrides of route "api", listed with `authorization` from the address `ip`. */
+const listAs = (env: ReturnType<typeof adminEnv>, authorization: string, ip: string) =>
+  call(env, "/_edgelimit/overrides/api", { headers: { Authorization: authorization }, ip });
+
 function route(key: string, extra: Record<string, unknown> = {}) {
   return { name: "api", match: { path: "/api/*" }, key, rules: perHour, plans, overrides: true, ...extra };
 }
@@ -106,10 +110,7 @@ describe("on only with the secret, and only to its bearer", () => {
   test("wrong bearer tokens sent at once are each counted: at most 5 are compared; right ones use up no tries", async () => {
     const env = adminEnv([route("header:x-api-key")]);
     const list = async (authorization: string, ip: string) => {
-      const response = await call(env, "/_edgelimit/overrides/api", {
-        headers: { Authorization: authorization },
-        ip,
-      });
+      const response = await listAs(env, authorization, ip);
       await response.arrayBuffer();
       return response.status;
     };
@@ -125,13 +126,7 @@ describe("on only with the secret, and only to its bearer", () => {
 
   test("wrong bearer tokens from one address: 429 with Retry-After after 5 in a minute; other addresses unaffected", async () => {
     const env = adminEnv([route("header:x-api-key")]);
-    const list = async (authorization: string, ip: string) => {
-      const response = await call(env, "/_edgelimit/overrides/api", {
-        headers: { Authorization: authorization },
-        ip,
-      });
-      return response;
-    };
+    const list = (authorization: string, ip: string) => listAs(env, authorization, ip);
     const statuses: number[] = [];
     for (let i = 0; i < 5; i++) {
       const response = await list(`Bearer wrong-${i}`, "192.0.2.77");
