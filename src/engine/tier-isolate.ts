@@ -472,11 +472,6 @@ export class IsolateTier extends Tier implements Entry, Absorber {
     const { units, countedAt, origin } = lease;
     return { identifier, units, countedAt, applied, origin };
   }
-
-  /** The rules a decision was decided by, which its reserved units were counted under. */
-  private appliedOf(decision: Decision): Applied {
-    return { name: decision.plan, rules: decision.decidedBy ?? this.rules };
-  }
 }
 
 /**

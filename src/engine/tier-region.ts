@@ -313,11 +313,8 @@ export class RegionalTier extends Tier implements Upstream, Entry {
     countedAt: readonly number[],
     now: number,
   ): Promise<void> {
-    const applied = { name: decision.plan, rules: decision.decidedBy ?? this.home.plan.rules };
-    return this.giveBack(identifier, units, countedAt, now, applied, {
-      at: decision.decidedAt,
-      taken: units,
-    });
+    const origin = { at: decision.decidedAt, taken: units };
+    return this.giveBack(identifier, units, countedAt, now, this.appliedOf(decision), origin);
   }
 
   /** Gives back at home what a pool's miss (its callers checked it is one) took out of it, if anything. */

@@ -302,6 +302,11 @@ export abstract class Tier {
     return false;
   }
 
+  /** The rules a decision was decided by (an override's, or this tier's plan's): where its units were counted. */
+  protected appliedOf(decision: Decision): Applied {
+    return { name: decision.plan, rules: decision.decidedBy ?? this.home.plan.rules };
+  }
+
   /**
    * Keeps `promise` until it is done, handing it to `waitUntil` when given. A waitUntil that throws
    * (called after its request ended, say) changes nothing: the work goes on without it, the decision
